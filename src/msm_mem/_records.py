@@ -1,0 +1,209 @@
+"""Typed records of the paper's three memories, shared by every layer.
+
+Field names follow the paper (section 2.2 and appendix A.1): episodic records
+``(episode_id, patient_id, timestamp, z, question, answer, decision, media_path,
+media_description)``, visual records ``(visual_id, patient_id, timestamp, z, media_path,
+visual_tag, source_episode_id)`` and a per-patient, per-category semantic state that keeps a
+bounded history of impressions. Times are UTC seconds since the epoch; ``z`` is an
+L2-normalised float32 vector.
+
+The governance columns (``state``, ``confidence``, ``evidence_tier``, ``created_at``,
+``decay_at``, ``source``, ``supersedes``) are part of every long-term record from the start, so
+that the tiers of the governance layer need no second schema.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from ._errors import InvalidInput, InvalidVector
+
+__all__ = [
+    "EpisodicRecord",
+    "Hit",
+    "Impression",
+    "Kind",
+    "SemanticState",
+    "State",
+    "Vector",
+    "VisualRecord",
+    "new_id",
+    "unit_vector",
+]
+
+Vector = npt.NDArray[np.float32]
+Kind = Literal["episodic", "visual", "semantic"]
+
+
+class State(StrEnum):
+    """Lifecycle state of a long-term record (seed: Active / Superseded / Anonymized / Retracted)."""
+
+    ACTIVE = "active"
+    SUPERSEDED = "superseded"
+    ANONYMIZED = "anonymized"
+    RETRACTED = "retracted"
+
+
+def new_id(prefix: str) -> str:
+    """A random, stable identifier such as ``E-1f0c...``; never derived from patient data."""
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def unit_vector(z: object, dim: int) -> Vector:
+    """Validate ``z`` and return it L2-normalised as a contiguous float32 vector of ``dim``.
+
+    Raises :class:`InvalidVector` for a wrong shape or dimension, NaN/Inf values or a zero norm.
+    """
+    try:
+        arr = np.asarray(z, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidVector(f"not a numeric vector: {exc}") from exc
+    if arr.ndim != 1:
+        raise InvalidVector(f"expected a 1-d vector, got shape {arr.shape}")
+    if arr.shape[0] != dim:
+        raise InvalidVector(f"expected dimension {dim}, got {arr.shape[0]}")
+    if not np.all(np.isfinite(arr)):
+        raise InvalidVector("vector contains NaN or infinite values")
+    norm = float(np.linalg.norm(arr))
+    if norm == 0.0 or not math.isfinite(norm):
+        raise InvalidVector("vector has zero norm and cannot be normalised")
+    return np.ascontiguousarray(arr / norm, dtype=np.float32)
+
+
+def _check_text(name: str, value: object, *, required: bool = False) -> None:
+    if not isinstance(value, str):
+        raise InvalidInput(f"{name} must be a string, got {type(value).__name__}")
+    if required and not value.strip():
+        raise InvalidInput(f"{name} must not be empty")
+
+
+def _check_time(name: str, value: object) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise InvalidInput(f"{name} must be a finite number of UTC seconds, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodicRecord:
+    """One past interaction: what was seen, asked, answered and decided (paper e_i)."""
+
+    episode_id: str
+    patient_id: str
+    timestamp: float
+    z: Vector = field(repr=False, compare=False)
+    question: str
+    answer: str
+    decision: str = ""
+    media_path: str = ""
+    media_description: str = ""
+    study_id: str = ""
+    state: State = State.ACTIVE
+    confidence: float = 1.0
+    evidence_tier: str = "agent"
+    source: str = ""
+    created_at: float = 0.0
+    decay_at: float | None = None
+    supersedes: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_text("episode_id", self.episode_id, required=True)
+        _check_text("patient_id", self.patient_id)
+        _check_time("timestamp", self.timestamp)
+        for name in ("question", "answer", "decision", "media_path", "media_description"):
+            _check_text(name, getattr(self, name))
+        if not 0.0 <= self.confidence <= 1.0:
+            raise InvalidInput(f"confidence must be in [0, 1], got {self.confidence!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class VisualRecord:
+    """One visual observation kept for prototype-level retrieval (paper v_i)."""
+
+    visual_id: str
+    patient_id: str
+    timestamp: float
+    z: Vector = field(repr=False, compare=False)
+    media_path: str = ""
+    visual_tag: str = ""
+    source_episode_id: str = ""
+    state: State = State.ACTIVE
+    confidence: float = 1.0
+    evidence_tier: str = "agent"
+    source: str = ""
+    created_at: float = 0.0
+    decay_at: float | None = None
+    supersedes: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_text("visual_id", self.visual_id, required=True)
+        _check_text("patient_id", self.patient_id)
+        _check_time("timestamp", self.timestamp)
+        for name in ("media_path", "visual_tag", "source_episode_id"):
+            _check_text(name, getattr(self, name))
+        if not 0.0 <= self.confidence <= 1.0:
+            raise InvalidInput(f"confidence must be in [0, 1], got {self.confidence!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Impression:
+    """One entry of a semantic history: an impression, its decision and its time marker."""
+
+    timestamp: float
+    text: str
+    decision: str = ""
+
+    def __post_init__(self) -> None:
+        _check_time("impression timestamp", self.timestamp)
+        _check_text("impression text", self.text)
+        _check_text("impression decision", self.decision)
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticState:
+    """A patient's semantic memory for one category: a bounded impression history.
+
+    Each update is a new version that supersedes the previous one; ``impressions`` are ordered
+    oldest first and hold at most N entries (paper default N=5).
+    """
+
+    state_id: str
+    patient_id: str
+    category: str
+    impressions: tuple[Impression, ...]
+    version: int = 1
+    state: State = State.ACTIVE
+    created_at: float = 0.0
+    supersedes: str | None = None
+    evidence_tier: str = "agent"
+
+    def summary(self) -> str:
+        """A deterministic text summary: one ``[time] impression (decision)`` line each, oldest first."""
+        from datetime import UTC, datetime
+
+        lines = []
+        for imp in self.impressions:
+            when = datetime.fromtimestamp(imp.timestamp, UTC).strftime("%Y-%m-%d")
+            tail = f" (decision: {imp.decision})" if imp.decision else ""
+            lines.append(f"[{when}] {imp.text}{tail}")
+        return "\n".join(lines)
+
+    @property
+    def last(self) -> Impression | None:
+        """The most recent impression, or ``None`` for an empty history."""
+        return self.impressions[-1] if self.impressions else None
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One retrieved item: ``score`` is the cosine similarity in [-1, 1] (1.0 for semantic state)."""
+
+    id: str
+    kind: Kind
+    score: float
+    record: EpisodicRecord | VisualRecord | SemanticState
