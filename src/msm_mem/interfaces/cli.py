@@ -1,0 +1,175 @@
+"""msm-mem: a governed, multimodal memory for medical AI agents (command line).
+
+Each command is a thin layer over the Python API; its docstring is its --help text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .._errors import InvalidInput, MsmMemError
+from .._settings import Settings
+from ..datasets.manifest import RowProblem, read_manifest
+from .api import MsmMem
+
+__all__ = ["COMMANDS", "main"]
+
+Command = Callable[[argparse.Namespace], int]
+COMMANDS: dict[str, tuple[Command, Callable[[argparse.ArgumentParser], None]]] = {}
+
+
+def command(name: str, configure: Callable[[argparse.ArgumentParser], None]) -> Callable[[Command], Command]:
+    def register(fn: Command) -> Command:
+        COMMANDS[name] = (fn, configure)
+        return fn
+
+    return register
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    base = Settings.from_env()
+    return base.with_(encoder=args.encoder) if getattr(args, "encoder", None) else base
+
+
+def _print_problems(problems: Sequence[RowProblem]) -> None:
+    for p in problems:
+        where = f"line {p.line}" if p.line else "row"
+        print(f"skipped {where}: {p.reason}", file=sys.stderr)
+
+
+@command("init", lambda p: (p.add_argument("dir", type=Path),
+                            p.add_argument("--encoder", help="image encoder plugin (default: pixels)")))
+def cmd_init(args: argparse.Namespace) -> int:
+    """Create a new memory store in DIR (a SQLite database plus FAISS caches)."""
+    with MsmMem.init(args.dir, settings=_settings(args)) as mem:
+        print(f"created store {args.dir} (encoder {mem.store.encoder_name}, {mem.store.dim}-d)")
+    return 0
+
+
+def _configure_ingest(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--manifest", type=Path, help="CSV or JSONL manifest (see docs/manifest.md)")
+    src.add_argument("--dataset", nargs=2, metavar=("NAME", "PATH"),
+                     help="a data set loader: mimic-cxr, iu-xray, covid-cxr or synthetic")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+@command("ingest", _configure_ingest)
+def cmd_ingest(args: argparse.Namespace) -> int:
+    """Encode and store the studies of a manifest or a data set in DIR (base memory).
+
+    Bad rows are reported with their line number and reason; good rows are ingested; rows
+    already stored (same patient and study) are skipped, so ingest can be re-run."""
+    if args.manifest is not None:
+        rows, problems = read_manifest(args.manifest)
+    else:
+        from ..datasets.registry import load_dataset
+
+        rows, problems = load_dataset(args.dataset[0], args.dataset[1])
+    _print_problems(problems)
+    with MsmMem.open(args.dir) as mem:
+        report = mem.ingest(rows, progress=not args.no_progress)
+    _print_problems(report.problems)
+    report.problems = [*problems, *report.problems]
+    print(report.summary())
+    return 0
+
+
+def _configure_ask(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument("--patient", required=True)
+    p.add_argument("--image", required=True, type=Path)
+    p.add_argument("--question", required=True)
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    p.add_argument("--no-write-back", action="store_true", help="answer without writing to memory")
+    for flag in ("sem", "epi", "vis"):
+        p.add_argument(f"--no-{flag}", action="store_true", help=f"ablation: do not use {flag} memory")
+
+
+@command("ask", _configure_ask)
+def cmd_ask(args: argparse.Namespace) -> int:
+    """Answer a clinical question about an image with the patient's memory.
+
+    Prints the answer, the evidence trail (memory id, kind, cosine) and the write-back gate
+    decision; --json prints one object with keys answer, evidence [{id, kind, score}], gate
+    {written, reasons}, backbone and source."""
+    with MsmMem.open(args.dir) as mem:
+        result = mem.ask(args.patient, args.image, args.question, write_back=not args.no_write_back,
+                         use_sem=not args.no_sem, use_epi=not args.no_epi, use_vis=not args.no_vis)
+    if args.json:
+        print(json.dumps(result.to_json(), ensure_ascii=False))
+        return 0
+    print(f"answer: {result.answer}")
+    print(f"  (backbone {result.backbone}: {result.source})")
+    print("evidence:")
+    for e in result.evidence or ():
+        print(f"  {e.kind:<9} {e.id}  score={e.score:.3f}")
+    if not result.evidence:
+        print("  (none)")
+    if result.gate is not None:
+        verdict = "written to memory" if result.gate.written else "not written"
+        print(f"gate: {verdict} ({', '.join(result.gate.reasons)})")
+    return 0
+
+
+def _configure_layout(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument("--format", choices=["paper"], required=True, help="the paper's JSONL + FAISS layout")
+    p.add_argument("path", type=Path)
+
+
+@command("export", _configure_layout)
+def cmd_export(args: argparse.Namespace) -> int:
+    """Export DIR to PATH in the paper's layout (episodic/visual .jsonl + .faiss, semantic/)."""
+    with MsmMem.open(args.dir) as mem:
+        counts = mem.export_paper(args.path)
+    print(f"exported {counts} to {args.path}")
+    return 0
+
+
+@command("import", _configure_layout)
+def cmd_import(args: argparse.Namespace) -> int:
+    """Import the paper's layout from PATH into DIR (created when missing; must be empty)."""
+    if not (args.dir / "msm-mem.sqlite").exists():
+        try:
+            layout = json.loads((args.path / "layout.json").read_text(encoding="utf-8"))
+            encoder = str(layout["encoder"])
+        except (OSError, ValueError, KeyError) as exc:
+            raise InvalidInput(f"{args.path} is not a paper layout: {exc}") from exc
+        MsmMem.init(args.dir, settings=Settings.from_env().with_(encoder=encoder)).close()
+    with MsmMem.open(args.dir) as mem:
+        counts = mem.import_paper(args.path)
+    print(f"imported {counts} into {args.dir}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every registered command."""
+    from . import cli_extra  # noqa: F401  (registers the remaining commands)
+
+    parser = argparse.ArgumentParser(prog="msm-mem", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (fn, configure) in COMMANDS.items():
+        doc = fn.__doc__ or ""
+        p = sub.add_parser(name, help=doc.splitlines()[0], description=doc,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+        configure(p)
+        p.set_defaults(func=fn)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 1 error, 2 usage)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except MsmMemError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,61 @@
+"""The backbone contract: a fused prompt (+ image, + the structured evidence) in, an answer out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Backbone", "BackboneReply", "BackboneRequest", "Candidate"]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One piece of retrieved evidence as a backbone sees it.
+
+    ``kind`` is episodic, visual or semantic; ``text`` the answer or impression it carries;
+    ``weight`` the retrieval score after ranking (cosine x composite_k, >= 0); ``time`` UTC s.
+    """
+
+    id: str
+    kind: str
+    text: str
+    decision: str
+    weight: float
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class BackboneRequest:
+    """Everything a backbone may use. ``prompt`` is the fused text; ``candidates`` the same
+    evidence in structured form (ranked); ``prior`` population-level answers with weights,
+    used when the patient has no memory; ``image`` the current grayscale image or None."""
+
+    prompt: str
+    question: str
+    candidates: tuple[Candidate, ...] = ()
+    prior: tuple[Candidate, ...] = ()
+    image: npt.NDArray[np.float32] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BackboneReply:
+    """The answer, the memory ids it rests on, a decision (may be empty), and a confidence in [0, 1]."""
+
+    answer: str
+    cited: tuple[str, ...] = ()
+    decision: str = ""
+    confidence: float = 0.0
+    source: str = ""
+
+
+@runtime_checkable
+class Backbone(Protocol):
+    """Turns a request into a reply. Implementations raise BackendError on failure."""
+
+    name: str
+
+    def generate(self, request: BackboneRequest) -> BackboneReply: ...

@@ -1,0 +1,351 @@
+"""Image loading for the encoders: PNG, JPEG, DICOM and video keyframes.
+
+Every loader returns one grayscale image as a C-contiguous ``float32`` array of shape
+``(height, width)`` with values in ``[0, 1]``:
+
+- PNG / JPEG (Pillow): EXIF orientation is applied; 8-bit values are divided by 255 and
+  16-bit values by 65535; colour is converted to luma with the ITU-R BT.601 weights
+  ``0.299 R + 0.587 G + 0.114 B`` (alpha is ignored).
+- DICOM (pydicom): stored values are mapped through ``RescaleSlope`` / ``RescaleIntercept``;
+  then the VOI window ``WindowCenter`` / ``WindowWidth`` is applied with the linear function
+  of DICOM PS3.3 C.11.2.1.2 when both are present (the first value when multi-valued),
+  otherwise the image is min-max scaled; ``MONOCHROME1`` images are inverted so that higher
+  always means brighter. A multi-frame file gives its middle frame (index ``n // 2``).
+- Video: :func:`load_keyframe` decodes the middle frame (index ``n // 2`` of the ``n``
+  decodable frames, counted by decoding, not taken from container metadata), which makes the
+  choice deterministic for a given file. It needs ``imageio`` (with a video plugin) or
+  ``opencv-python``; without either it raises :class:`~msm_mem._errors.MissingExtra`.
+
+The format is detected from the content (PNG and JPEG signatures, ``DICM`` at byte offset
+128, video container signatures); the file extension is only a fallback for DICOM files that
+lack the 128-byte preamble. A constant image (no contrast) loads as all zeros. Any file that
+does not exist, is empty, truncated, corrupt or of another format raises
+:class:`~msm_mem._errors.ImageError` naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import os
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from PIL import Image, ImageOps
+
+from .._errors import ImageError, MissingExtra
+
+__all__ = [
+    "GrayImage",
+    "detect_format",
+    "load_image",
+    "load_image_bytes",
+    "load_keyframe",
+    "resize",
+    "to_rgb_uint8",
+]
+
+GrayImage = npt.NDArray[np.float32]
+"""A grayscale image: float32, shape (height, width), values in [0, 1]."""
+
+_PNG = b"\x89PNG\r\n\x1a\n"
+_JPEG = b"\xff\xd8\xff"
+_DICOM_EXTS = {".dcm", ".dicom", ".dic"}
+_VIDEO_EXTS = {".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg"}
+_BT601 = np.array([0.299, 0.587, 0.114], dtype=np.float64)
+
+
+def detect_format(head: bytes, name: str = "") -> str | None:
+    """Name the format of a file from its first bytes (at least 132 for DICOM).
+
+    Returns ``"png"``, ``"jpeg"``, ``"dicom"``, ``"video"`` or ``None`` when unknown. ``name``
+    (a file name) is only used for DICOM files without preamble and for video containers.
+    """
+    if head.startswith(_PNG):
+        return "png"
+    if head.startswith(_JPEG):
+        return "jpeg"
+    if len(head) >= 132 and head[128:132] == b"DICM":
+        return "dicom"
+    suffix = Path(name).suffix.lower()
+    is_video_magic = (
+        head[4:8] == b"ftyp"  # MP4 / QuickTime
+        or (head[:4] == b"RIFF" and head[8:12] == b"AVI ")
+        or head[:4] == b"\x1a\x45\xdf\xa3"  # Matroska / WebM
+        or head[:4] in (b"\x00\x00\x01\xba", b"\x00\x00\x01\xb3")  # MPEG-PS / MPEG-1
+    )
+    if is_video_magic:
+        return "video"
+    if suffix in _DICOM_EXTS:
+        return "dicom"
+    if suffix in _VIDEO_EXTS:
+        return "video"
+    return None
+
+
+def load_image(path: str | os.PathLike[str]) -> GrayImage:
+    """Load one image file as grayscale float32 ``(height, width)`` in ``[0, 1]``.
+
+    Video files give their deterministic middle keyframe (see :func:`load_keyframe`).
+    Raises :class:`ImageError` for a missing, empty, truncated, corrupt or unsupported file.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise ImageError(f"{p}: file does not exist") from None
+    except IsADirectoryError:
+        raise ImageError(f"{p}: is a directory, not an image file") from None
+    except OSError as exc:
+        raise ImageError(f"{p}: cannot be read ({exc.strerror or exc})") from exc
+    if detect_format(data[:132], p.name) == "video":
+        return load_keyframe(p)
+    return load_image_bytes(data, str(p))
+
+
+def load_image_bytes(data: bytes, name: str) -> GrayImage:
+    """Decode an image held in memory (an HTTP upload, say); ``name`` labels errors.
+
+    Same formats and output as :func:`load_image`; video bytes are written to a temporary
+    file for the decoder and the file is removed afterwards.
+    """
+    if not data:
+        raise ImageError(f"{name}: file is empty")
+    kind = detect_format(data[:132], name)
+    if kind in ("png", "jpeg"):
+        img = _decode_pillow(data, name)
+    elif kind == "dicom":
+        img = _decode_dicom(data, name)
+    elif kind == "video":
+        fd, tmp = tempfile.mkstemp(suffix=Path(name).suffix or ".mp4")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            return load_keyframe(tmp, name=name)
+        finally:
+            os.unlink(tmp)
+    else:
+        raise ImageError(f"{name}: unsupported format (expected PNG, JPEG, DICOM or video)")
+    return _finish(img, name)
+
+
+def load_keyframe(path: str | os.PathLike[str], *, name: str | None = None) -> GrayImage:
+    """Load the middle frame (index ``n // 2`` of ``n`` decoded frames) of a video file.
+
+    Frames are counted by decoding the whole file once, so the choice does not depend on
+    container metadata; the frame is then converted like a colour image (BT.601 luma).
+    Uses ``imageio`` when installed, else ``opencv-python`` (``cv2``); raises
+    :class:`MissingExtra` (extra ``video``) when neither is, and :class:`ImageError` when the
+    file cannot be decoded or has no frames.
+    """
+    label = name or str(path)
+    if not Path(path).is_file():
+        raise ImageError(f"{label}: file does not exist")
+    backend = _video_backend()
+    try:
+        n = sum(1 for _ in backend(str(path)))
+        if n == 0:
+            raise ImageError(f"{label}: video has no decodable frames")
+        for i, frame in enumerate(backend(str(path))):
+            if i == n // 2:
+                return _finish(_array_to_gray(np.asarray(frame), label), label)
+    except ImageError:
+        raise
+    except Exception as exc:  # decoders raise many unrelated types; all mean "unreadable"
+        raise ImageError(f"{label}: cannot decode video ({exc})") from exc
+    raise ImageError(f"{label}: video changed while being read")
+
+
+def to_rgb_uint8(img: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
+    """Convert a grayscale ``[0, 1]`` image (or an RGB one) to ``(h, w, 3)`` uint8.
+
+    Float input is clipped to ``[0, 1]`` and rounded (``round(v * 255)``); uint8 input is
+    passed through; a 2-D image is repeated on three channels.
+    """
+    a = np.asarray(img)
+    if a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] != 3) or a.size == 0:
+        raise ImageError(f"expected an (h, w) or (h, w, 3) image, got shape {a.shape}")
+    if a.dtype != np.uint8:
+        a = np.rint(np.clip(a.astype(np.float64), 0.0, 1.0) * 255.0).astype(np.uint8)
+    if a.ndim == 2:
+        a = np.repeat(a[:, :, None], 3, axis=2)
+    return np.ascontiguousarray(a)
+
+
+def resize(img: npt.NDArray[Any], size: int | tuple[int, int]) -> npt.NDArray[Any]:
+    """Resize with Pillow's bilinear filter (antialiased when shrinking).
+
+    ``size`` is ``(height, width)`` in pixels, or one int for a square. A 2-D float image is
+    resized in float32 (values keep their range); an ``(h, w, 3)`` uint8 image stays uint8.
+    """
+    h, w = (size, size) if isinstance(size, int) else size
+    if h < 1 or w < 1:
+        raise ValueError(f"size must be positive, got {size!r}")
+    a = np.asarray(img)
+    if a.ndim == 2:
+        pil = Image.fromarray(np.ascontiguousarray(a, dtype=np.float32), mode="F")
+        out = pil.resize((w, h), Image.Resampling.BILINEAR)
+        return np.asarray(out, dtype=np.float32).copy()
+    if a.ndim == 3 and a.shape[2] == 3 and a.dtype == np.uint8:
+        out = Image.fromarray(np.ascontiguousarray(a), mode="RGB").resize(
+            (w, h), Image.Resampling.BILINEAR
+        )
+        return np.asarray(out, dtype=np.uint8).copy()
+    raise ImageError(f"cannot resize an array of shape {a.shape} and dtype {a.dtype}")
+
+
+# --- decoders ---------------------------------------------------------------------------
+
+
+def _decode_pillow(data: bytes, name: str) -> npt.NDArray[np.float64]:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as opened:
+                opened.load()
+                return _pil_to_gray(ImageOps.exif_transpose(opened))
+    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as exc:
+        raise ImageError(f"{name}: cannot decode image ({exc})") from exc
+    except Image.DecompressionBombWarning as exc:
+        raise ImageError(f"{name}: image too large ({exc})") from exc
+
+
+def _pil_to_gray(pil: Image.Image) -> npt.NDArray[np.float64]:
+    mode = pil.mode
+    if mode == "L":
+        return np.asarray(pil, dtype=np.float64) / 255.0
+    if mode == "LA":
+        return np.asarray(pil.getchannel("L"), dtype=np.float64) / 255.0
+    if mode in ("I;16", "I;16B", "I;16L", "I"):
+        # 16-bit PNGs open as I;16 or I; their full range is 0..65535.
+        return np.asarray(pil, dtype=np.float64) / 65535.0
+    if mode == "F":
+        return _minmax(np.asarray(pil, dtype=np.float64))
+    return _array_to_gray(np.asarray(pil.convert("RGB")), "")
+
+
+def _array_to_gray(a: npt.NDArray[Any], name: str) -> npt.NDArray[np.float64]:
+    if a.ndim == 2:
+        gray = a.astype(np.float64)
+        return gray / 255.0 if a.dtype == np.uint8 else _minmax(gray)
+    if a.ndim == 3 and a.shape[2] in (3, 4):
+        rgb = a[:, :, :3].astype(np.float64)
+        luma = rgb @ _BT601
+        return luma / 255.0 if a.dtype == np.uint8 else _minmax(luma)
+    raise ImageError(f"{name}: unexpected pixel array of shape {a.shape}")
+
+
+def _decode_dicom(data: bytes, name: str) -> npt.NDArray[np.float64]:
+    import pydicom
+    from pydicom.errors import InvalidDicomError
+
+    try:
+        ds = pydicom.dcmread(io.BytesIO(data), force=True)
+        if "PixelData" not in ds:
+            raise ImageError(f"{name}: DICOM file has no pixel data")
+        arr = np.asarray(ds.pixel_array)
+    except ImageError:
+        raise
+    except (InvalidDicomError, OSError, ValueError, AttributeError, KeyError, EOFError) as exc:
+        raise ImageError(f"{name}: cannot decode DICOM ({exc})") from exc
+    except RuntimeError as exc:  # pydicom: no handler for a compressed transfer syntax
+        raise ImageError(f"{name}: cannot decode DICOM pixel data ({exc})") from exc
+    samples = int(ds.get("SamplesPerPixel", 1) or 1)
+    frames = int(ds.get("NumberOfFrames", 1) or 1)
+    if frames > 1:
+        arr = arr[frames // 2]
+    if samples == 3:
+        return _array_to_gray(arr.astype(np.float64), name)  # colour DICOM: luma, min-max
+    if arr.ndim != 2:
+        raise ImageError(f"{name}: unexpected DICOM pixel array of shape {arr.shape}")
+    values = arr.astype(np.float64)
+    slope = float(ds.get("RescaleSlope", 1.0) or 1.0)
+    intercept = float(ds.get("RescaleIntercept", 0.0) or 0.0)
+    values = values * slope + intercept
+    window = _first_window(ds)
+    out = _voi_window(values, *window) if window is not None else _minmax(values)
+    if str(ds.get("PhotometricInterpretation", "")).strip().upper() == "MONOCHROME1":
+        out = 1.0 - out
+    return out
+
+
+def _first_window(ds: Any) -> tuple[float, float] | None:
+    center, width = ds.get("WindowCenter"), ds.get("WindowWidth")
+    if center is None or width is None:
+        return None
+
+    from pydicom.multival import MultiValue
+
+    def first(v: Any) -> float:
+        return float(v[0]) if isinstance(v, MultiValue | list | tuple) else float(v)
+
+    try:
+        c, w = first(center), first(width)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return (c, w) if w >= 1.0 and np.isfinite(c) and np.isfinite(w) else None
+
+
+def _voi_window(x: npt.NDArray[np.float64], c: float, w: float) -> npt.NDArray[np.float64]:
+    """DICOM PS3.3 C.11.2.1.2.1 linear VOI function, scaled to [0, 1]."""
+    if w == 1.0:
+        return (x > c - 0.5).astype(np.float64)
+    return np.clip((x - (c - 0.5)) / (w - 1.0) + 0.5, 0.0, 1.0)
+
+
+def _minmax(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    if x.size == 0 or not np.all(np.isfinite(x)):
+        return x
+    lo, hi = float(x.min()), float(x.max())
+    if hi <= lo:
+        return np.zeros_like(x)
+    return (x - lo) / (hi - lo)
+
+
+def _finish(img: npt.NDArray[np.float64], name: str) -> GrayImage:
+    if img.ndim != 2 or img.shape[0] == 0 or img.shape[1] == 0:
+        raise ImageError(f"{name}: image has no pixels (shape {img.shape})")
+    if not np.all(np.isfinite(img)):
+        raise ImageError(f"{name}: image contains non-finite pixel values")
+    return np.ascontiguousarray(np.clip(img, 0.0, 1.0), dtype=np.float32)
+
+
+# --- video backends ---------------------------------------------------------------------
+
+
+def _video_backend() -> Any:
+    """A function ``path -> iterator of frames`` from imageio or OpenCV."""
+    try:
+        iio = importlib.import_module("imageio.v3")
+    except ImportError:
+        iio = None
+    if iio is not None:
+
+        def frames_imageio(path: str) -> Iterator[Any]:
+            yield from iio.imiter(path)
+
+        return frames_imageio
+    try:
+        cv2 = importlib.import_module("cv2")
+    except ImportError:
+        raise MissingExtra("imageio or opencv-python", "video") from None
+
+    def frames_cv2(path: str) -> Iterator[Any]:
+        cap = cv2.VideoCapture(path)
+        try:
+            if not cap.isOpened():
+                raise ImageError(f"{path}: cannot open video")
+            while True:
+                ok, frame = cap.read()
+                if not ok:
+                    return
+                yield frame[:, :, ::-1] if frame.ndim == 3 else frame  # BGR -> RGB
+        finally:
+            cap.release()
+
+    return frames_cv2

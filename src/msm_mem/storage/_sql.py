@@ -1,0 +1,113 @@
+"""Row <-> record conversion shared by the SQL stores (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._records import EpisodicRecord, Impression, SemanticState, State, VisualRecord
+from .base import PII_FIELDS, FieldCodec
+
+__all__ = [
+    "EPISODIC_COLUMNS",
+    "SEMANTIC_COLUMNS",
+    "VISUAL_COLUMNS",
+    "episode_from_row",
+    "episode_to_row",
+    "semantic_from_row",
+    "semantic_to_row",
+    "visual_from_row",
+    "visual_to_row",
+]
+
+EPISODIC_COLUMNS = (
+    "pos", "id", "patient_id", "study_id", "timestamp", "z", "question", "answer", "decision",
+    "media_path", "media_description", "state", "confidence", "evidence_tier", "source",
+    "created_at", "decay_at", "supersedes",
+)  # fmt: skip
+VISUAL_COLUMNS = (
+    "pos", "id", "patient_id", "timestamp", "z", "media_path", "visual_tag", "source_episode_id",
+    "state", "confidence", "evidence_tier", "source", "created_at", "decay_at", "supersedes",
+)  # fmt: skip
+SEMANTIC_COLUMNS = (
+    "id", "patient_id", "category", "version", "state", "created_at", "supersedes",
+    "evidence_tier", "impressions",
+)  # fmt: skip
+
+
+def _enc(codec: FieldCodec, table: str, rid: str, pid: str, name: str, value: str) -> str:
+    return codec.encode(table, rid, name, pid, value) if name in PII_FIELDS[table] else value
+
+
+def episode_to_row(e: EpisodicRecord, pos: int, codec: FieldCodec) -> tuple[Any, ...]:
+    enc = lambda n, v: _enc(codec, "episodic", e.episode_id, e.patient_id, n, v)  # noqa: E731
+    return (
+        pos, e.episode_id, e.patient_id, e.study_id, e.timestamp, e.z.tobytes(),
+        enc("question", e.question), enc("answer", e.answer), enc("decision", e.decision),
+        enc("media_path", e.media_path), enc("media_description", e.media_description),
+        e.state.value, e.confidence, e.evidence_tier, e.source, e.created_at, e.decay_at,
+        e.supersedes,
+    )  # fmt: skip
+
+
+def _dec(codec: FieldCodec, table: str, rid: str, pid: str, name: str, value: str) -> str:
+    return codec.decode(table, rid, name, pid, value) if name in PII_FIELDS[table] else value
+
+
+def episode_from_row(r: Sequence[Any], codec: FieldCodec) -> EpisodicRecord:
+    rid, pid = r[1], r[2]
+    dec = lambda n, v: _dec(codec, "episodic", rid, pid, n, v)  # noqa: E731
+    return EpisodicRecord(
+        episode_id=rid, patient_id=pid, study_id=r[3], timestamp=r[4],
+        z=np.frombuffer(bytes(r[5]), dtype=np.float32).copy(),
+        question=dec("question", r[6]), answer=dec("answer", r[7]), decision=dec("decision", r[8]),
+        media_path=dec("media_path", r[9]), media_description=dec("media_description", r[10]),
+        state=State(r[11]), confidence=r[12], evidence_tier=r[13], source=r[14],
+        created_at=r[15], decay_at=r[16], supersedes=r[17],
+    )  # fmt: skip
+
+
+def visual_to_row(v: VisualRecord, pos: int, codec: FieldCodec) -> tuple[Any, ...]:
+    return (
+        pos, v.visual_id, v.patient_id, v.timestamp, v.z.tobytes(),
+        _enc(codec, "visual", v.visual_id, v.patient_id, "media_path", v.media_path),
+        v.visual_tag, v.source_episode_id, v.state.value, v.confidence, v.evidence_tier,
+        v.source, v.created_at, v.decay_at, v.supersedes,
+    )  # fmt: skip
+
+
+def visual_from_row(r: Sequence[Any], codec: FieldCodec) -> VisualRecord:
+    return VisualRecord(
+        visual_id=r[1], patient_id=r[2], timestamp=r[3],
+        z=np.frombuffer(bytes(r[4]), dtype=np.float32).copy(),
+        media_path=_dec(codec, "visual", r[1], r[2], "media_path", r[5]),
+        visual_tag=r[6], source_episode_id=r[7], state=State(r[8]), confidence=r[9],
+        evidence_tier=r[10], source=r[11], created_at=r[12], decay_at=r[13], supersedes=r[14],
+    )  # fmt: skip
+
+
+def semantic_to_row(s: SemanticState, codec: FieldCodec) -> tuple[Any, ...]:
+    payload = json.dumps(
+        [[i.timestamp, i.text, i.decision] for i in s.impressions], ensure_ascii=False
+    )
+    return (
+        s.state_id, s.patient_id, s.category, s.version, s.state.value, s.created_at,
+        s.supersedes, s.evidence_tier,
+        codec.encode("semantic", s.state_id, "impressions", s.patient_id, payload),
+    )  # fmt: skip
+
+
+def semantic_from_row(r: Sequence[Any], codec: FieldCodec) -> SemanticState:
+    payload = codec.decode("semantic", r[0], "impressions", r[1], r[8])
+    try:
+        items = json.loads(payload)
+        impressions = tuple(Impression(float(t), str(x), str(d)) for t, x, d in items)
+    except (ValueError, TypeError):
+        impressions = ()  # unreadable (for example crypto-shredded): an empty history
+    return SemanticState(
+        state_id=r[0], patient_id=r[1], category=r[2], version=r[3], state=State(r[4]),
+        created_at=r[5], supersedes=r[6], evidence_tier=r[7], impressions=impressions,
+    )  # fmt: skip

@@ -1,0 +1,171 @@
+"""The storage contract: what every store (SQLite, PostgreSQL) must do, typed.
+
+A store keeps the long-term records of the paper's three memories (episodic, visual,
+semantic) plus the governance tables, and answers exact vector queries. Writes go through one
+method, :meth:`Store.write`, which applies a :class:`WriteBatch` in a single transaction: either
+every record, vector, state flip and audit row of the batch is stored, or none is.
+
+PHI fields are passed through a :class:`FieldCodec` at this boundary, so the bytes at rest are
+whatever the codec makes of them (envelope-encrypted tokens with the governance layer's codec,
+plain text with :class:`PlainCodec`).
+
+Vector scope: ``scope`` is a patient id for exact patient-scoped retrieval, ``None`` for the
+whole population, and ``""`` for the pool of anonymised records (patient identifiers removed).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from .._records import EpisodicRecord, SemanticState, State, Vector, VisualRecord
+
+__all__ = [
+    "PII_FIELDS",
+    "FieldCodec",
+    "PlainCodec",
+    "StateChange",
+    "Store",
+    "VectorKind",
+    "WriteBatch",
+]
+
+VectorKind = Literal["episodic", "visual"]
+
+#: Fields of each table that hold patient data and go through the codec.
+PII_FIELDS: dict[str, tuple[str, ...]] = {
+    "episodic": ("question", "answer", "decision", "media_path", "media_description"),
+    "visual": ("media_path",),
+    "semantic": ("impressions",),
+}
+
+
+class FieldCodec(Protocol):
+    """Turns a PHI field into its stored form and back (the repository boundary)."""
+
+    def encode(self, table: str, record_id: str, field: str, patient_id: str, value: str) -> str: ...
+
+    def decode(self, table: str, record_id: str, field: str, patient_id: str, value: str) -> str: ...
+
+
+class PlainCodec:
+    """Stores fields as given (no encryption); the default of an ungoverned store."""
+
+    def encode(self, table: str, record_id: str, field: str, patient_id: str, value: str) -> str:
+        return value
+
+    def decode(self, table: str, record_id: str, field: str, patient_id: str, value: str) -> str:
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    """Flip one long-term record's state; optionally replace its patient id, id and fields.
+
+    Used for supersession (``ACTIVE -> SUPERSEDED``), retraction and anonymisation in place
+    (``new_patient_id=""``, ``new_id`` random, ``fields`` scrubbed content). ``expect`` is the
+    state the record must be in, or the whole batch fails.
+    """
+
+    table: Literal["episodic", "visual", "semantic"]
+    record_id: str
+    expect: State
+    to: State
+    new_id: str | None = None
+    new_patient_id: str | None = None
+    fields: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    """Everything one atomic write stores. Empty lists are fine."""
+
+    episodes: list[EpisodicRecord] = field(default_factory=list)
+    visuals: list[VisualRecord] = field(default_factory=list)
+    semantic: list[SemanticState] = field(default_factory=list)
+    changes: list[StateChange] = field(default_factory=list)
+    #: store semantic versions exactly as given (import/restore): no supersession flips
+    restore: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.episodes or self.visuals or self.semantic or self.changes)
+
+
+class Store(ABC):
+    """A store of record for long-term memory with exact cosine search.
+
+    Invariants every implementation keeps (checked by the contract suite):
+    - vectors are unit float32 of ``dim``; the i-th episodic (visual) record in insertion order
+      has vector position i;
+    - ``search`` is exact: it returns the k largest cosines within the scope, ties broken by
+      insertion order, in descending score;
+    - at most one ACTIVE semantic state per ``(patient_id, category)``;
+    - a failed :meth:`write` leaves nothing behind.
+    """
+
+    dim: int
+    encoder_name: str
+
+    @abstractmethod
+    def write(self, batch: WriteBatch) -> None:
+        """Apply the batch in one transaction; raise and store nothing on any error."""
+
+    @abstractmethod
+    def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
+        """Top-k ``(record id, cosine)`` among ACTIVE and ANONYMIZED records of the scope."""
+
+    @abstractmethod
+    def get_episodes(self, ids: Sequence[str]) -> list[EpisodicRecord]:
+        """Records in the order of ``ids``; raises NotFound for an unknown id."""
+
+    @abstractmethod
+    def get_visuals(self, ids: Sequence[str]) -> list[VisualRecord]:
+        """Records in the order of ``ids``; raises NotFound for an unknown id."""
+
+    @abstractmethod
+    def semantic_active(self, patient_id: str, category: str | None = None) -> list[SemanticState]:
+        """The ACTIVE semantic state(s) of a patient (one per category), sorted by category."""
+
+    @abstractmethod
+    def semantic_history(self, patient_id: str, category: str) -> list[SemanticState]:
+        """Every version of one semantic key, oldest first."""
+
+    @abstractmethod
+    def iter_episodes(self) -> Iterator[EpisodicRecord]:
+        """All episodic records in insertion order."""
+
+    @abstractmethod
+    def iter_visuals(self) -> Iterator[VisualRecord]:
+        """All visual records in insertion order."""
+
+    @abstractmethod
+    def iter_semantic(self) -> Iterator[SemanticState]:
+        """All semantic versions, by patient, category and version."""
+
+    @abstractmethod
+    def count(self, kind: Literal["episodic", "visual", "semantic"]) -> int:
+        """Number of stored rows of a table (every state)."""
+
+    @abstractmethod
+    def patients(self) -> list[str]:
+        """Sorted ids of the patients that have any record (anonymised pool excluded)."""
+
+    @abstractmethod
+    def studies(self, patient_id: str) -> set[str]:
+        """Study ids already stored for a patient (to make ingest idempotent)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Flush caches and release the store; later calls fail."""
+
+    def has_patient(self, patient_id: str) -> bool:
+        """Whether the patient has any stored record."""
+        return patient_id in set(self.patients())
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,151 @@
+"""An exact in-memory cosine index over unit vectors, with per-patient position lists.
+
+Vectors live once, inside a FAISS ``IndexFlatIP`` (inner product on unit vectors = cosine).
+Patient-scoped queries gather that patient's rows from the FAISS storage through a zero-copy
+numpy view and score them with one matrix-vector product, so they cost O(rows of the patient)
+instead of a scan of the whole index; population queries use FAISS's own scan.
+
+The index is a cache: the store of record rebuilds it (or catches it up) from its rows, and
+:func:`save` / :func:`load` persist it with a sidecar that says which rows it covers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from array import array
+from pathlib import Path
+
+import faiss
+import numpy as np
+import numpy.typing as npt
+
+from .._records import Vector
+
+__all__ = ["VectorIndex"]
+
+
+class VectorIndex:
+    """Exact top-k search by cosine; position i is the i-th vector added."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self._index = faiss.IndexFlatIP(dim)
+        self._by_scope: dict[str, array[int]] = {}
+        self._view: npt.NDArray[np.float32] | None = None
+
+    @property
+    def ntotal(self) -> int:
+        return int(self._index.ntotal)
+
+    def add(self, vectors: npt.NDArray[np.float32], scopes: list[str]) -> None:
+        """Append unit vectors (n, dim) and the scope (patient id) of each."""
+        start = self.ntotal
+        self._index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+        self._view = None
+        for offset, scope in enumerate(scopes):
+            self._by_scope.setdefault(scope, array("q")).append(start + offset)
+
+    def add_scopes_only(self, scopes: list[str], start: int) -> None:
+        """Register scopes for positions already in the FAISS storage (after a load)."""
+        for offset, scope in enumerate(scopes):
+            self._by_scope.setdefault(scope, array("q")).append(start + offset)
+
+    def move(self, position: int, old_scope: str, new_scope: str) -> None:
+        """Move one position to another scope (anonymisation moves records to ``""``)."""
+        positions = self._by_scope.get(old_scope)
+        if positions is not None and position in positions:
+            positions.remove(position)
+            if not positions:
+                del self._by_scope[old_scope]
+        self._by_scope.setdefault(new_scope, array("q")).append(position)
+        bucket = self._by_scope[new_scope]
+        if len(bucket) > 1 and bucket[-2] > position:
+            self._by_scope[new_scope] = array("q", sorted(bucket))
+
+    def vectors(self) -> npt.NDArray[np.float32]:
+        """A read-only zero-copy view (ntotal, dim) of the stored vectors."""
+        if self._view is None or self._view.shape[0] != self.ntotal:
+            n = self.ntotal
+            if n == 0:
+                self._view = np.zeros((0, self.dim), dtype=np.float32)
+            else:
+                ptr = self._index.get_xb()
+                self._view = faiss.rev_swig_ptr(ptr, n * self.dim).reshape(n, self.dim)
+            self._view.flags.writeable = False
+        return self._view
+
+    def positions(self, scope: str) -> npt.NDArray[np.int64]:
+        """Positions of one scope, ascending."""
+        bucket = self._by_scope.get(scope)
+        if bucket is None:
+            return np.zeros(0, dtype=np.int64)
+        return np.frombuffer(bucket, dtype=np.int64)
+
+    def scope_names(self) -> list[str]:
+        return [s for s, b in self._by_scope.items() if len(b)]
+
+    def search(self, z: Vector, k: int, scope: str | None) -> list[tuple[int, float]]:
+        """Top-k ``(position, cosine)``: descending cosine, ties by ascending position."""
+        if k <= 0 or self.ntotal == 0:
+            return []
+        if scope is None:
+            return self._search_all(z, k)
+        pos = self.positions(scope)
+        if pos.size == 0:
+            return []
+        scores = self.vectors()[pos] @ z
+        if pos.size > k:
+            # keep every candidate tied with the k-th score, then order exactly
+            kth = np.partition(scores, pos.size - k)[pos.size - k]
+            keep = np.nonzero(scores >= kth)[0]
+        else:
+            keep = np.arange(pos.size)
+        order = keep[np.lexsort((pos[keep], -scores[keep]))][:k]
+        return [(int(pos[i]), float(scores[i])) for i in order]
+
+    def _search_all(self, z: Vector, k: int) -> list[tuple[int, float]]:
+        n = self.ntotal
+        # ask for a few extra so that ties at the k-th score can be ordered by position
+        want = min(n, k + 8)
+        scores, ids = self._index.search(z.reshape(1, -1), want)
+        pairs = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
+        pairs.sort(key=lambda p: (-p[1], p[0]))
+        return pairs[:k]
+
+    # persistence -------------------------------------------------------------------------
+
+    def save(self, path: Path, last_vector_sha: str) -> None:
+        """Write the FAISS file and its sidecar atomically (tmp + rename)."""
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        faiss.write_index(self._index, str(tmp))
+        os.replace(tmp, path)
+        side = {"count": self.ntotal, "dim": self.dim, "last_sha": last_vector_sha}
+        side_tmp = path.with_suffix(".json.tmp")
+        side_tmp.write_text(json.dumps(side))
+        os.replace(side_tmp, path.with_suffix(".json"))
+
+    @classmethod
+    def load(cls, path: Path, dim: int) -> tuple[VectorIndex, dict[str, object]] | None:
+        """Load a saved index and its sidecar, or ``None`` when absent or unreadable."""
+        side_path = path.with_suffix(".json")
+        if not path.is_file() or not side_path.is_file():
+            return None
+        try:
+            side = json.loads(side_path.read_text())
+            index = faiss.read_index(str(path))
+        except (OSError, ValueError, RuntimeError):
+            return None
+        if not isinstance(side, dict) or index.d != dim or not isinstance(index, faiss.IndexFlatIP):
+            return None
+        if side.get("count") != index.ntotal:
+            return None
+        vi = cls(dim)
+        vi._index = index
+        return vi, side
+
+
+def vector_sha(blob: bytes) -> str:
+    """Fingerprint of one stored vector, used to check an index file against the store."""
+    return hashlib.sha256(blob).hexdigest()

@@ -1,0 +1,55 @@
+"""Fakes shipped with the package so that examples and tests run without weights or servers.
+
+- :class:`FixedClock`: a clock that only moves when told (TTL, decay and freshness tests).
+- :class:`DeterministicEncoder`: maps an image to a unit vector seeded by its pixel bytes, so
+  equal images give equal vectors and different images nearly orthogonal ones; no weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .plugins.encoders.base import BaseEncoder
+
+__all__ = ["DeterministicEncoder", "FixedClock"]
+
+
+class FixedClock:
+    """A clock at a fixed UTC time (seconds) that moves only by :meth:`advance` or :meth:`set`."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._now = float(start)
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> float:
+        """Move forward by ``seconds`` (>= 0); returns the new time."""
+        if seconds < 0:
+            raise ValueError("a clock does not move backwards")
+        self._now += float(seconds)
+        return self._now
+
+    def set(self, when: float) -> None:
+        self._now = float(when)
+
+
+class DeterministicEncoder(BaseEncoder):
+    """A weight-free fake encoder: a unit vector drawn from a generator seeded by the image."""
+
+    def __init__(self, dim: int = 32, name: str = "deterministic") -> None:
+        self.dim = dim
+        self.name = name
+
+    def _encode_batch(self, images: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.float64]:
+        out = np.empty((len(images), self.dim), dtype=np.float64)
+        for i, img in enumerate(images):
+            digest = hashlib.sha256(np.ascontiguousarray(img, dtype=np.float32).tobytes()).digest()
+            rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+            out[i] = rng.standard_normal(self.dim)
+        return out
