@@ -15,9 +15,25 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 COVID = SHARED / "data" / "covid-cxr"
 
 HEADER = [
-    "patientid", "offset", "sex", "age", "finding", "survival", "intubated", "went_icu",
-    "needed_supplemental_O2", "view", "date", "location", "clinical_notes", "other_notes", "doi",
-    "url", "license", "image", "source_filename",
+    "patientid",
+    "offset",
+    "sex",
+    "age",
+    "finding",
+    "survival",
+    "intubated",
+    "went_icu",
+    "needed_supplemental_O2",
+    "view",
+    "date",
+    "location",
+    "clinical_notes",
+    "other_notes",
+    "doi",
+    "url",
+    "license",
+    "image",
+    "source_filename",
 ]
 
 
@@ -38,11 +54,20 @@ def fake(tmp_path: Path) -> Path:
         Image.new("L", (8, 8), 100).save(tmp_path / "images" / f"{stem}.jpg")
     (tmp_path / "images" / "0006.jpg").write_bytes(b"not a jpeg")
     rows = [
-        _row("1", "9", "COVID-19", "images/0001.jpg", date="January 31, 2020", survival="Y",
-             went_icu="Y", intubated="N"),
+        _row(
+            "1",
+            "9",
+            "COVID-19",
+            "images/0001.jpg",
+            date="January 31, 2020",
+            survival="Y",
+            went_icu="Y",
+            intubated="N",
+        ),
         _row("1", "3", "COVID-19", "images/0000.jpg", date="2020"),
-        _row("1", "", "COVID-19,  ARDS", "images/0002.jpg",
-             clinical_notes="multi\nline\nnotes"),  # empty offset: 3, from the row above
+        _row(
+            "1", "", "COVID-19,  ARDS", "images/0002.jpg", clinical_notes="multi\nline\nnotes"
+        ),  # empty offset: 3, from the row above
         _row("2", "?", "Pneumonia", "images/0003.jpg"),
         _row("3", "0", "todo", "images/0004.jpg", view="?"),
         _row("4", "2", "Pneumonia", "images/missing.jpg"),
@@ -109,7 +134,9 @@ def test_times_follow_offsets_from_the_most_precise_date(fake: Path) -> None:
     p7 = [r for r in rows if r.patient_id == "covid-7"]
     # anchor = 1 March 2019 - 5 days; the empty offset on the first row is day 0
     assert [(r.study_id, r.to_dict()["timestamp"][:10]) for r in p7] == [
-        ("0007", "2019-02-24"), ("0005", "2019-03-01")]
+        ("0007", "2019-02-24"),
+        ("0005", "2019-03-01"),
+    ]
     assert rows == sorted(rows, key=lambda r: (r.patient_id, r.timestamp, r.study_id))
 
 
@@ -130,8 +157,11 @@ def test_attribution_covers_every_study(fake: Path) -> None:
     assert len(attr) == 11
     first = attr[0]
     assert first == {
-        "study_id": "0000", "patient_id": "covid-1", "doi": "10.1/x",
-        "url": "https://e.org/images/0000.jpg", "license": "CC BY 4.0",
+        "study_id": "0000",
+        "patient_id": "covid-1",
+        "doi": "10.1/x",
+        "url": "https://e.org/images/0000.jpg",
+        "license": "CC BY 4.0",
         "source_filename": "src-images/0000.jpg",
     }
 

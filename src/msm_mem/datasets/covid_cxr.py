@@ -56,8 +56,20 @@ _DEFAULT_ANCHOR = date(2000, 1, 1)
 _MONTHS = {
     name: number
     for number, full in enumerate(
-        ("january", "february", "march", "april", "may", "june", "july", "august",
-         "september", "october", "november", "december"),
+        (
+            "january",
+            "february",
+            "march",
+            "april",
+            "may",
+            "june",
+            "july",
+            "august",
+            "september",
+            "october",
+            "november",
+            "december",
+        ),
         start=1,
     )
     for name in (full, full[:3], "sept" if full == "september" else full[:3])
@@ -168,8 +180,9 @@ def _decision(raw: dict[str, str]) -> str:
     return "; ".join(words)
 
 
-def _parse(line: int, raw: dict[str, str], folder: Path, check_images: bool,
-           keep_unlabelled: bool) -> _Parsed:
+def _parse(
+    line: int, raw: dict[str, str], folder: Path, check_images: bool, keep_unlabelled: bool
+) -> _Parsed:
     reasons: list[str] = []
     if not raw.get("patientid", "").strip():
         reasons.append("empty patientid")
@@ -228,8 +241,9 @@ def load(
     """
     csv_path = _metadata(path)
     folder = csv_path.parent.resolve()
-    parsed = [_parse(line, raw, folder, check_images, keep_unlabelled)
-              for line, raw in _read(csv_path)]
+    parsed = [
+        _parse(line, raw, folder, check_images, keep_unlabelled) for line, raw in _read(csv_path)
+    ]
     days = _days(parsed)
     anchors = _anchors(parsed, days)
     rows: list[ManifestRow] = []
@@ -243,7 +257,9 @@ def load(
         rel = PurePosixPath(raw["image"].strip())
         study_id = rel.stem
         if study_id in seen:
-            problems.append(RowProblem(p.line, f"duplicate image {study_id!r} (line {seen[study_id]})"))
+            problems.append(
+                RowProblem(p.line, f"duplicate image {study_id!r} (line {seen[study_id]})")
+            )
             continue
         seen[study_id] = p.line
         pid = raw["patientid"].strip()
@@ -276,12 +292,14 @@ def attribution(path: str | Path) -> list[dict[str, str]]:
     """
     out: list[dict[str, str]] = []
     for _, raw in _read(_metadata(path)):
-        out.append({
-            "study_id": PurePosixPath(raw.get("image", "").strip()).stem,
-            "patient_id": f"covid-{raw.get('patientid', '').strip()}",
-            "doi": raw.get("doi", "").strip(),
-            "url": raw.get("url", "").strip(),
-            "license": raw.get("license", "").strip(),
-            "source_filename": raw.get("source_filename", "").strip(),
-        })
+        out.append(
+            {
+                "study_id": PurePosixPath(raw.get("image", "").strip()).stem,
+                "patient_id": f"covid-{raw.get('patientid', '').strip()}",
+                "doi": raw.get("doi", "").strip(),
+                "url": raw.get("url", "").strip(),
+                "license": raw.get("license", "").strip(),
+                "source_filename": raw.get("source_filename", "").strip(),
+            }
+        )
     return sorted(out, key=lambda d: d["study_id"])

@@ -116,7 +116,7 @@ def _answer(text: str) -> str:
         return ""
     last = paragraphs[-1]
     header = _HEADER.match(last)
-    return last[header.end():].strip() if header else last
+    return last[header.end() :].strip() if header else last
 
 
 def _when(date: str, time: str) -> float:
@@ -161,7 +161,9 @@ def load(
     for line, r in _csv(root, METADATA, columns):
         if split is not None:
             if r["dicom_id"] not in splits:
-                problems.append(RowProblem(line, f"dicom_id {r['dicom_id']!r} not in the split file"))
+                problems.append(
+                    RowProblem(line, f"dicom_id {r['dicom_id']!r} not in the split file")
+                )
                 continue
             if splits[r["dicom_id"]] != split:
                 continue
@@ -172,7 +174,9 @@ def load(
         try:
             rows.append(_study(root, reports, subject, study, images))
         except ValueError as exc:
-            problems.append(RowProblem(line, f"study {study or '?'} of subject {subject or '?'}: {exc}"))
+            problems.append(
+                RowProblem(line, f"study {study or '?'} of subject {subject or '?'}: {exc}")
+            )
     rows.sort(key=lambda r: (r.patient_id, r.timestamp, r.study_id))
     problems.sort(key=lambda p: p.line)
     return rows, problems
@@ -200,10 +204,14 @@ def _study(
         raise ValueError("report has no text")
     ranked = sorted(
         (r for _, r in images),
-        key=lambda r: (_VIEW_RANK.get(r["ViewPosition"], 2 if r["ViewPosition"] else 3), r["dicom_id"]),
+        key=lambda r: (
+            _VIEW_RANK.get(r["ViewPosition"], 2 if r["ViewPosition"] else 3),
+            r["dicom_id"],
+        ),
     )
     chosen = next(
-        (r for r in ranked if (root / folder / f"s{study}" / f"{r['dicom_id']}.jpg").is_file()), None
+        (r for r in ranked if (root / folder / f"s{study}" / f"{r['dicom_id']}.jpg").is_file()),
+        None,
     )
     if chosen is None:
         raise ValueError(f"no image file in {folder / f's{study}'}")

@@ -349,9 +349,12 @@ def verify_hashes_only(
     """Check seq column, payload hash and links of ``rows`` without parsing JSON.
 
     ``rows`` are ``(seq, payload, event_hash)`` in ``seq`` order, starting at ``start_seq``
-    whose ``prev_hash`` must be ``start_prev``. Sound for payloads written by this module
-    (canonical, so ``,"seq":`` and ``,"prev_hash":`` occur once, outside strings); use
-    :func:`verify_chain` to also prove schema and canonical form.
+    whose ``prev_hash`` must be ``start_prev``. The link is read after the first
+    ``,"prev_hash":"`` in the payload: in canonical JSON every ``"`` inside a string is
+    escaped, so that needle can only be an object key. Only the first payload's own ``seq``
+    is read: by induction from it, each accepted link pins the next slot to the one event
+    that was hashed after its predecessor, whose seq is the slot's. Use :func:`verify_chain`
+    to also prove schema, every seq field and canonical form.
     """
     _check_start(start_seq, start_prev)
     sha256 = hashlib.sha256
@@ -373,6 +376,9 @@ def verify_hashes_only(
         at = payload.find(needle)
         if at < 0 or not payload.startswith(prev, at + 14):
             return _bad(count, head, expected, "prev_hash does not link to the previous event")
+        if count == 0 and b',"seq":%d,' % expected not in payload:
+            # The base of the induction in the docstring: the first payload's own seq.
+            return _bad(count, head, expected, "payload seq disagrees with the seq column")
         head = digest
         prev = (digest + '"').encode("ascii")
         expected += 1

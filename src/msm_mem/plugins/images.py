@@ -177,24 +177,26 @@ def to_rgb_uint8(img: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
     return np.ascontiguousarray(a)
 
 
-def resize(img: npt.NDArray[Any], size: int | tuple[int, int]) -> npt.NDArray[Any]:
-    """Resize with Pillow's bilinear filter (antialiased when shrinking).
+def resize(
+    img: npt.NDArray[Any], size: int | tuple[int, int], *, bicubic: bool = False
+) -> npt.NDArray[Any]:
+    """Resize with Pillow's bilinear filter (or bicubic), antialiased when shrinking.
 
     ``size`` is ``(height, width)`` in pixels, or one int for a square. A 2-D float image is
-    resized in float32 (values keep their range); an ``(h, w, 3)`` uint8 image stays uint8.
+    resized in float32 (bicubic may overshoot the input range slightly); an ``(h, w, 3)``
+    uint8 image stays uint8.
     """
+    flt = Image.Resampling.BICUBIC if bicubic else Image.Resampling.BILINEAR
     h, w = (size, size) if isinstance(size, int) else size
     if h < 1 or w < 1:
         raise ValueError(f"size must be positive, got {size!r}")
     a = np.asarray(img)
     if a.ndim == 2:
         pil = Image.fromarray(np.ascontiguousarray(a, dtype=np.float32), mode="F")
-        out = pil.resize((w, h), Image.Resampling.BILINEAR)
+        out = pil.resize((w, h), flt)
         return np.asarray(out, dtype=np.float32).copy()
     if a.ndim == 3 and a.shape[2] == 3 and a.dtype == np.uint8:
-        out = Image.fromarray(np.ascontiguousarray(a), mode="RGB").resize(
-            (w, h), Image.Resampling.BILINEAR
-        )
+        out = Image.fromarray(np.ascontiguousarray(a), mode="RGB").resize((w, h), flt)
         return np.asarray(out, dtype=np.uint8).copy()
     raise ImageError(f"cannot resize an array of shape {a.shape} and dtype {a.dtype}")
 

@@ -8,13 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from .._records import EpisodicRecord, Impression, SemanticState, State, VisualRecord
+from .._errors import InvalidVector
+from .._records import EpisodicRecord, Impression, SemanticState, State, Vector, VisualRecord
 from .base import PII_FIELDS, FieldCodec
 
 __all__ = [
     "EPISODIC_COLUMNS",
     "SEMANTIC_COLUMNS",
     "VISUAL_COLUMNS",
+    "check_vector",
     "episode_from_row",
     "episode_to_row",
     "semantic_from_row",
@@ -36,6 +38,14 @@ SEMANTIC_COLUMNS = (
     "id", "patient_id", "category", "version", "state", "created_at", "supersedes",
     "evidence_tier", "impressions",
 )  # fmt: skip
+
+
+def check_vector(z: Vector, dim: int, what: str) -> None:
+    """Refuse anything but a finite, L2-normalised (|1 - z.z| <= 1e-3) float32 vector of ``dim``."""
+    if not isinstance(z, np.ndarray) or z.dtype != np.float32 or z.shape != (dim,):
+        raise InvalidVector(f"{what}: expected a float32 vector of dimension {dim}")
+    if not np.all(np.isfinite(z)) or abs(float(np.dot(z, z)) - 1.0) > 1e-3:
+        raise InvalidVector(f"{what}: vector must be finite and L2-normalised")
 
 
 def _enc(codec: FieldCodec, table: str, rid: str, pid: str, name: str, value: str) -> str:

@@ -82,9 +82,10 @@ class SqliteStore(Store):
         self.dim = int(meta["dim"])
         self.encoder_name = meta["encoder"]
         self._index: dict[VectorKind, VectorIndex] = {}
+        self._ids: dict[VectorKind, list[str]] = {}  # position -> record id
         self._next: dict[VectorKind, int] = {}
         for kind in ("episodic", "visual"):
-            self._index[kind] = self._open_index(kind)
+            self._index[kind], self._ids[kind] = self._open_index(kind)
             self._next[kind] = self._index[kind].ntotal
 
     # opening ------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ class SqliteStore(Store):
         row = self._conn.execute(f"SELECT z FROM {kind} WHERE pos = ?", (pos,)).fetchone()
         return None if row is None else bytes(row[0])
 
-    def _open_index(self, kind: VectorKind) -> VectorIndex:
+    def _open_index(self, kind: VectorKind) -> tuple[VectorIndex, list[str]]:
         count = self._conn.execute(f"SELECT COUNT(*) FROM {kind}").fetchone()[0]
         loaded = VectorIndex.load(self._index_path(kind), self.dim)
         index, start = VectorIndex(self.dim), 0
@@ -153,9 +154,9 @@ class SqliteStore(Store):
             if n <= count and (n == 0 or (tail is not None and side.get("last_sha") == vector_sha(tail))):
                 index, start = cached, n
         scopes: list[str] = []
-        for _pos, pid, state in self._conn.execute(
-            f"SELECT pos, patient_id, state FROM {kind} ORDER BY pos"
-        ):
+        ids: list[str] = []
+        for rid, pid, state in self._conn.execute(f"SELECT id, patient_id, state FROM {kind} ORDER BY pos"):
+            ids.append(rid)
             scopes.append(pid if state in (State.ACTIVE, State.ANONYMIZED) else _RETIRED)
         index.add_scopes_only(scopes[:start], 0)
         cursor = self._conn.execute(f"SELECT z FROM {kind} WHERE pos >= ? ORDER BY pos", (start,))
@@ -166,7 +167,7 @@ class SqliteStore(Store):
             pos += len(chunk)
         if pos != count:
             raise StoreError(f"{kind}: rows are not numbered 0..{count - 1}; the store is damaged")
-        return index
+        return index, ids
 
     def flush(self) -> None:
         """Persist the FAISS caches (atomic replace); the database is always durable already."""
@@ -195,7 +196,8 @@ class SqliteStore(Store):
     def _check_vector(self, z: Vector, what: str) -> None:
         if not isinstance(z, np.ndarray) or z.dtype != np.float32 or z.shape != (self.dim,):
             raise InvalidVector(f"{what}: expected a float32 vector of dimension {self.dim}")
-        if not np.all(np.isfinite(z)) or abs(float(np.dot(z, z)) - 1.0) > 1e-3:
+        norm2 = float(np.dot(z, z))  # NaN or Inf anywhere makes this non-finite
+        if not abs(norm2 - 1.0) <= 1e-3:
             raise InvalidVector(f"{what}: vector must be finite and L2-normalised")
 
     def write(self, batch: WriteBatch) -> None:
@@ -205,7 +207,7 @@ class SqliteStore(Store):
             self._check_vector(v.z, f"visual {v.visual_id}")
         with self._lock:
             self._check_open()
-            moves: list[tuple[VectorKind, int, str, str]] = []
+            moves: list[tuple[VectorKind, int, str, str, str]] = []
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -219,7 +221,7 @@ class SqliteStore(Store):
                 raise
             self._after_commit(batch, moves)
 
-    def _apply(self, batch: WriteBatch) -> list[tuple[VectorKind, int, str, str]]:
+    def _apply(self, batch: WriteBatch) -> list[tuple[VectorKind, int, str, str, str]]:
         conn, codec = self._conn, self._codec
         e_pos, v_pos = self._next["episodic"], self._next["visual"]
         if batch.episodes:
@@ -256,7 +258,7 @@ class SqliteStore(Store):
                 ) from exc
         return moves
 
-    def _apply_change(self, c: StateChange) -> tuple[VectorKind, int, str, str] | None:
+    def _apply_change(self, c: StateChange) -> tuple[VectorKind, int, str, str, str] | None:
         conn = self._conn
         table = c.table
         row = conn.execute(f"SELECT patient_id, state{', pos' if table != 'semantic' else ''}"
@@ -282,18 +284,21 @@ class SqliteStore(Store):
         live = c.to in (State.ACTIVE, State.ANONYMIZED)
         kind: VectorKind = "episodic" if table == "episodic" else "visual"
         old_scope = old_pid if c.expect in (State.ACTIVE, State.ANONYMIZED) else _RETIRED
-        return (kind, int(row[2]), old_scope, new_pid if live else _RETIRED)
+        return (kind, int(row[2]), old_scope, new_pid if live else _RETIRED, new_id)
 
-    def _after_commit(self, batch: WriteBatch, moves: list[tuple[VectorKind, int, str, str]]) -> None:
+    def _after_commit(self, batch: WriteBatch, moves: list[tuple[VectorKind, int, str, str, str]]) -> None:
         if batch.episodes:
             mat = np.stack([e.z for e in batch.episodes])
             self._index["episodic"].add(mat, [e.patient_id for e in batch.episodes])
+            self._ids["episodic"].extend(e.episode_id for e in batch.episodes)
             self._next["episodic"] += len(batch.episodes)
         if batch.visuals:
             mat = np.stack([v.z for v in batch.visuals])
             self._index["visual"].add(mat, [v.patient_id for v in batch.visuals])
+            self._ids["visual"].extend(v.visual_id for v in batch.visuals)
             self._next["visual"] += len(batch.visuals)
-        for kind, pos, old, new in moves:
+        for kind, pos, old, new, new_id in moves:
+            self._ids[kind][pos] = new_id
             if old != new:
                 self._index[kind].move(pos, old, new)
 
@@ -302,7 +307,8 @@ class SqliteStore(Store):
     def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
         self._check_vector(z, "query")
         with self._lock:
-            self._check_open()
+            if self._closed:
+                raise StoreError("the store is closed")
             index = self._index[kind]
             if scope is None:
                 hits = index.search(z, k + self._retired_count(kind), None)
@@ -312,18 +318,11 @@ class SqliteStore(Store):
                 if scope == _RETIRED:
                     return []
                 hits = index.search(z, k, scope)
-            if not hits:
-                return []
-            ids = self._ids_at(kind, [p for p, _ in hits])
+            ids = self._ids[kind]
             return [(ids[p], s) for p, s in hits]
 
     def _retired_count(self, kind: VectorKind) -> int:
         return int(self._index[kind].positions(_RETIRED).size)
-
-    def _ids_at(self, kind: VectorKind, positions: list[int]) -> dict[int, str]:
-        marks = ",".join("?" * len(positions))
-        rows = self._conn.execute(f"SELECT pos, id FROM {kind} WHERE pos IN ({marks})", positions)
-        return dict(rows.fetchall())
 
     def _get(self, table: str, ids: Sequence[str], conv: Any) -> list[Any]:
         with self._lock:

@@ -34,15 +34,17 @@ class VectorIndex:
         self._index = faiss.IndexFlatIP(dim)
         self._by_scope: dict[str, array[int]] = {}
         self._view: npt.NDArray[np.float32] | None = None
+        self._n = 0  # mirrors self._index.ntotal (a SWIG attribute, slow to read on the hot path)
 
     @property
     def ntotal(self) -> int:
-        return int(self._index.ntotal)
+        return self._n
 
     def add(self, vectors: npt.NDArray[np.float32], scopes: list[str]) -> None:
         """Append unit vectors (n, dim) and the scope (patient id) of each."""
         start = self.ntotal
         self._index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+        self._n = int(self._index.ntotal)
         self._view = None
         for offset, scope in enumerate(scopes):
             self._by_scope.setdefault(scope, array("q")).append(start + offset)
@@ -66,8 +68,8 @@ class VectorIndex:
 
     def vectors(self) -> npt.NDArray[np.float32]:
         """A read-only zero-copy view (ntotal, dim) of the stored vectors."""
-        if self._view is None or self._view.shape[0] != self.ntotal:
-            n = self.ntotal
+        if self._view is None:
+            n = self._n
             if n == 0:
                 self._view = np.zeros((0, self.dim), dtype=np.float32)
             else:
@@ -88,22 +90,24 @@ class VectorIndex:
 
     def search(self, z: Vector, k: int, scope: str | None) -> list[tuple[int, float]]:
         """Top-k ``(position, cosine)``: descending cosine, ties by ascending position."""
-        if k <= 0 or self.ntotal == 0:
+        if k <= 0 or self._n == 0:
             return []
         if scope is None:
             return self._search_all(z, k)
-        pos = self.positions(scope)
-        if pos.size == 0:
+        bucket = self._by_scope.get(scope)
+        if not bucket:
             return []
-        scores = self.vectors()[pos] @ z
-        if pos.size > k:
+        pos = np.frombuffer(bucket, dtype=np.int64)
+        scores = (self._view if self._view is not None else self.vectors())[pos] @ z
+        if pos.size > 4 * k:
             # keep every candidate tied with the k-th score, then order exactly
             kth = np.partition(scores, pos.size - k)[pos.size - k]
-            keep = np.nonzero(scores >= kth)[0]
+            keep = np.flatnonzero(scores >= kth)
+            # positions ascend within a scope, so a stable sort breaks ties by position
+            order = keep[np.argsort(-scores[keep], kind="stable")[:k]]
         else:
-            keep = np.arange(pos.size)
-        order = keep[np.lexsort((pos[keep], -scores[keep]))][:k]
-        return [(int(pos[i]), float(scores[i])) for i in order]
+            order = np.argsort(-scores, kind="stable")[:k]
+        return list(zip(pos[order].tolist(), scores[order].tolist(), strict=True))
 
     def _search_all(self, z: Vector, k: int) -> list[tuple[int, float]]:
         n = self.ntotal
@@ -143,6 +147,7 @@ class VectorIndex:
             return None
         vi = cls(dim)
         vi._index = index
+        vi._n = int(index.ntotal)
         return vi, side
 
 

@@ -1,0 +1,440 @@
+"""The server store: PostgreSQL with pgvector, same tables and behaviour as the SQLite store.
+
+One store is one PostgreSQL schema (default ``msm_mem``) holding the tables ``meta``,
+``episodic``, ``visual`` and ``semantic`` with the SQLite store's columns in the same order;
+vectors are pgvector ``vector(dim)`` columns. Rows go through the converters of ``_sql.py``; a
+psycopg loader turns a stored vector into the native float32 bytes those converters expect,
+so vectors come back bit for bit.
+
+Search (``z <#> q`` is pgvector's negative inner product; on unit vectors, minus the cosine):
+
+- patient scope: ``WHERE patient_id = p`` inside a ``MATERIALIZED`` CTE, then ``ORDER BY
+  z <#> q, pos LIMIT k`` outside it. The CTE fences the ordering off from the HNSW index (an
+  HNSW scan with a filter returns at most ``hnsw.ef_search`` candidates before filtering, so it
+  could return fewer than k, or not the best), so the rows come from the btree on
+  ``patient_id`` and are scored exactly: O(rows of the patient). :meth:`explain_search` shows
+  the plan.
+- population scope (``None``): by default the same exact CTE over every live row, a sequential
+  scan, O(rows); this keeps the contract (exact top-k, ties by insertion order). With
+  ``population_search="hnsw"`` it uses the partial HNSW index (``vector_ip_ops``, live rows
+  only) with ``hnsw.ef_search = clamp(4k, 40, 1000)``: sub-linear but approximate, outside the
+  contract. The index is not built for ``dim > 2000`` (pgvector's limit); search stays exact.
+
+Writes are one transaction that first takes ``EXCLUSIVE`` locks on the three tables (readers
+go on; writers queue, as with SQLite's ``BEGIN IMMEDIATE``), so positions stay dense (the i-th
+record has ``pos`` i) and supersession cannot race. Text containing NUL characters, which
+PostgreSQL cannot store, is refused with :class:`InvalidInput`.
+
+Scaling (DESIGN.md section 4): past one machine, the tables are distributed with Citus by
+``patient_id`` (a patient's memory, keys and consent co-located on one shard, so a
+patient-scoped search touches one node; ``pos`` then becomes per-shard order plus a global
+sequence) and retrieval reads go to streaming read replicas. Nothing here assumes one node
+except the table locks, which become per-shard advisory locks in that setting.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.adapt import Buffer, Dumper, Loader
+from psycopg.pq import Format
+from psycopg.types import TypeInfo
+
+from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError
+from .._records import EpisodicRecord, SemanticState, State, Vector, VisualRecord
+from . import _sql
+from .base import PII_FIELDS, FieldCodec, PlainCodec, StateChange, Store, VectorKind, WriteBatch
+
+__all__ = ["PostgresStore"]
+
+FORMAT = "msm-mem-store"
+SCHEMA_VERSION = "1"
+HNSW_MAX_DIM = 2000
+_LIVE = "state IN ('active', 'anonymized')"
+_KINDS = ("episodic", "visual")
+PopulationSearch = Literal["exact", "hnsw"]
+
+SCHEMA = """
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE episodic(
+  pos BIGINT PRIMARY KEY, id TEXT COLLATE "C" NOT NULL UNIQUE, patient_id TEXT COLLATE "C" NOT NULL,
+  study_id TEXT COLLATE "C" NOT NULL, timestamp FLOAT8 NOT NULL, z vector({dim}) NOT NULL,
+  question TEXT NOT NULL, answer TEXT NOT NULL, decision TEXT NOT NULL, media_path TEXT NOT NULL,
+  media_description TEXT NOT NULL, state TEXT NOT NULL, confidence FLOAT8 NOT NULL,
+  evidence_tier TEXT NOT NULL, source TEXT NOT NULL, created_at FLOAT8 NOT NULL, decay_at FLOAT8,
+  supersedes TEXT);
+CREATE INDEX episodic_patient ON episodic(patient_id, study_id);
+CREATE TABLE visual(
+  pos BIGINT PRIMARY KEY, id TEXT COLLATE "C" NOT NULL UNIQUE, patient_id TEXT COLLATE "C" NOT NULL,
+  timestamp FLOAT8 NOT NULL, z vector({dim}) NOT NULL, media_path TEXT NOT NULL,
+  visual_tag TEXT NOT NULL, source_episode_id TEXT NOT NULL, state TEXT NOT NULL,
+  confidence FLOAT8 NOT NULL, evidence_tier TEXT NOT NULL, source TEXT NOT NULL,
+  created_at FLOAT8 NOT NULL, decay_at FLOAT8, supersedes TEXT);
+CREATE INDEX visual_patient ON visual(patient_id);
+CREATE TABLE semantic(
+  id TEXT COLLATE "C" PRIMARY KEY, patient_id TEXT COLLATE "C" NOT NULL,
+  category TEXT COLLATE "C" NOT NULL, version BIGINT NOT NULL, state TEXT NOT NULL,
+  created_at FLOAT8 NOT NULL, supersedes TEXT, evidence_tier TEXT NOT NULL, impressions TEXT NOT NULL);
+CREATE UNIQUE INDEX semantic_one_active ON semantic(patient_id, category) WHERE state = 'active';
+CREATE INDEX semantic_key ON semantic(patient_id, category, version);
+"""
+HNSW = "CREATE INDEX {kind}_hnsw ON {kind} USING hnsw (z vector_ip_ops) WHERE " + _LIVE + ";"
+
+
+class _Vec:
+    """A float32 vector (native-endian bytes) to be sent as a pgvector ``vector``."""
+
+    __slots__ = ("blob",)
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
+
+
+class _VecDumper(Dumper):
+    format = Format.BINARY
+
+    def dump(self, obj: _Vec) -> Buffer:
+        # pgvector's binary form: int16 dim, int16 unused (0), dim big-endian float4
+        f = np.frombuffer(obj.blob, dtype=np.float32)
+        return struct.pack(">HH", f.size, 0) + f.astype(">f4").tobytes()
+
+
+class _VecLoader(Loader):
+    format = Format.BINARY
+
+    def load(self, data: Buffer) -> bytes:
+        (dim,) = struct.unpack_from(">H", data)
+        return np.frombuffer(data, dtype=">f4", count=dim, offset=4).astype(np.float32).tobytes()
+
+
+def _connect(dsn: str) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.connect(dsn, autocommit=True)
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot connect to the PostgreSQL server: {exc}") from exc
+
+
+def _vector_schema(conn: psycopg.Connection[Any]) -> str | None:
+    row = conn.execute(
+        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
+        " WHERE e.extname = 'vector'"
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+class PostgresStore(Store):
+    """The server store of record. Thread-safe (one connection behind a lock)."""
+
+    def __init__(
+        self, conn: psycopg.Connection[Any], schema: str, codec: FieldCodec,
+        population_search: PopulationSearch = "exact",
+    ) -> None:  # fmt: skip
+        if population_search not in ("exact", "hnsw"):
+            raise InvalidInput(f"population_search must be 'exact' or 'hnsw', got {population_search!r}")
+        self.schema = schema
+        self.population_search: PopulationSearch = population_search
+        self._conn = conn
+        self._codec = codec
+        self._lock = threading.RLock()
+        self._closed = False
+        ext = _vector_schema(conn)
+        if ext is None:
+            raise StoreError("the pgvector extension is not installed in this database")
+        path = dict.fromkeys([schema, ext])
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.SQL(", ").join(map(sql.Identifier, path))))
+        info = TypeInfo.fetch(conn, "vector")
+        if info is None:  # pragma: no cover - the extension was found just above
+            raise StoreError("the pgvector type 'vector' is not visible")
+        conn.adapters.register_dumper(_Vec, type("VecDumper", (_VecDumper,), {"oid": info.oid}))
+        conn.adapters.register_loader(info.oid, _VecLoader)
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        self.dim = int(meta["dim"])
+        self.encoder_name = meta["encoder"]
+
+    # opening ------------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, dsn: str, *, dim: int, encoder: str, codec: FieldCodec | None = None,
+        schema: str = "msm_mem", population_search: PopulationSearch = "exact",
+    ) -> PostgresStore:  # fmt: skip
+        """Create a new store in ``schema`` (created if needed; must not hold a store).
+
+        Installs the pgvector extension when the database lacks it (that needs the privilege
+        to create extensions). Raises :class:`StoreError` when the schema already holds a
+        store or tables of the same names, or the server cannot be reached.
+        """
+        if not isinstance(dim, int) or dim < 1:
+            raise InvalidInput(f"dim must be a positive integer, got {dim!r}")
+        conn = _connect(dsn)
+        try:
+            if _vector_schema(conn) is None:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            ident = sql.Identifier(schema)
+            with conn.transaction():
+                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+                if conn.execute("SELECT to_regclass(%s)", (f"{ident.as_string(conn)}.meta",)).fetchone() != (None,):
+                    raise StoreError(f"schema {schema!r} already holds a store")
+                conn.execute(sql.SQL("SET LOCAL search_path TO {}, {}").format(ident, sql.Identifier(_vector_schema(conn) or "public")))
+                conn.execute(SCHEMA.format(dim=dim).encode())
+                if dim <= HNSW_MAX_DIM:
+                    conn.execute("".join(HNSW.format(kind=k) for k in _KINDS).encode())
+                rows = [("format", FORMAT), ("schema", SCHEMA_VERSION), ("dim", str(dim)), ("encoder", encoder)]
+                conn.cursor().executemany("INSERT INTO meta VALUES (%s, %s)", rows)
+            return cls(conn, schema, codec or PlainCodec(), population_search)
+        except psycopg.Error as exc:
+            conn.close()
+            raise StoreError(f"cannot create a store in schema {schema!r}: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+
+    @classmethod
+    def open(
+        cls, dsn: str, *, codec: FieldCodec | None = None, schema: str = "msm_mem",
+        population_search: PopulationSearch = "exact",
+    ) -> PostgresStore:  # fmt: skip
+        """Open an existing store; a schema that is not one raises :class:`StoreError`."""
+        conn = _connect(dsn)
+        try:
+            meta_table = f"{sql.Identifier(schema).as_string(conn)}.meta"
+            if conn.execute("SELECT to_regclass(%s)", (meta_table,)).fetchone() == (None,):
+                raise StoreError(f"schema {schema!r} is not an msm-mem store (no meta table); run `msm-mem init`")
+            try:
+                meta = dict(conn.execute(f"SELECT key, value FROM {meta_table}").fetchall())  # type: ignore[call-overload]
+            except psycopg.Error as exc:
+                raise StoreError(f"schema {schema!r} is not a readable msm-mem store: {exc}") from exc
+            if meta.get("format") != FORMAT:
+                raise StoreError(f"schema {schema!r} is not an msm-mem store (format {meta.get('format')!r})")
+            if meta.get("schema") != SCHEMA_VERSION:
+                raise StoreError(f"schema {schema!r} has store schema {meta.get('schema')!r}, expected {SCHEMA_VERSION}")
+            return cls(conn, schema, codec or PlainCodec(), population_search)
+        except BaseException:
+            conn.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._conn.close()
+                self._closed = True
+
+    @contextmanager
+    def _db(self) -> Iterator[psycopg.Connection[Any]]:
+        """The connection, under the lock, with database errors mapped to the library's."""
+        with self._lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            try:
+                yield self._conn
+            except psycopg.DataError as exc:
+                raise InvalidInput(f"value refused by the database: {exc}") from exc
+            except psycopg.OperationalError as exc:
+                raise StoreError(f"database error: {exc}") from exc
+
+    # writing ------------------------------------------------------------------------------
+
+    def write(self, batch: WriteBatch) -> None:
+        for e in batch.episodes:
+            _sql.check_vector(e.z, self.dim, f"episode {e.episode_id}")
+        for v in batch.visuals:
+            _sql.check_vector(v.z, self.dim, f"visual {v.visual_id}")
+        with self._db() as conn:
+            try:
+                with conn.transaction():
+                    conn.execute("LOCK TABLE episodic, visual, semantic IN EXCLUSIVE MODE")
+                    self._apply(conn, batch)
+            except psycopg.IntegrityError as exc:
+                raise InvalidInput(f"write refused by the store: {exc}") from exc
+
+    def _insert(self, conn: psycopg.Connection[Any], kind: VectorKind, rows: list[tuple[Any, ...]]) -> None:
+        if not rows:
+            return
+        columns = _sql.EPISODIC_COLUMNS if kind == "episodic" else _sql.VISUAL_COLUMNS
+        z = columns.index("z")
+        rows = [(*r[:z], _Vec(r[z]), *r[z + 1 :]) for r in rows]
+        marks = ",".join(["%s"] * len(columns))
+        conn.cursor().executemany(f"INSERT INTO {kind} VALUES ({marks})", rows)  # type: ignore[arg-type]
+
+    def _apply(self, conn: psycopg.Connection[Any], batch: WriteBatch) -> None:
+        codec = self._codec
+        nxt = {k: int(conn.execute(f"SELECT COALESCE(MAX(pos) + 1, 0) FROM {k}").fetchone()[0])  # type: ignore[index]
+               for k in _KINDS}  # fmt: skip
+        self._insert(conn, "episodic", [_sql.episode_to_row(e, nxt["episodic"] + i, codec) for i, e in enumerate(batch.episodes)])
+        self._insert(conn, "visual", [_sql.visual_to_row(v, nxt["visual"] + i, codec) for i, v in enumerate(batch.visuals)])
+        for c in batch.changes:
+            self._apply_change(conn, c)
+        marks = ",".join(["%s"] * len(_sql.SEMANTIC_COLUMNS))
+        for s in batch.semantic:
+            if s.supersedes is not None and not batch.restore:
+                cur = conn.execute(
+                    "UPDATE semantic SET state = 'superseded' WHERE id = %s AND state = 'active'"
+                    " AND patient_id = %s AND category = %s",
+                    (s.supersedes, s.patient_id, s.category),
+                )
+                if cur.rowcount != 1:
+                    raise IllegalTransition(
+                        f"semantic state {s.supersedes!r} is not the active version of this key"
+                    )
+            try:
+                with conn.transaction():  # a savepoint, so the error below is ours to report
+                    conn.execute(f"INSERT INTO semantic VALUES ({marks})", _sql.semantic_to_row(s, codec))  # type: ignore[arg-type]
+            except psycopg.IntegrityError as exc:
+                raise IllegalTransition(
+                    f"semantic key ({s.patient_id!r}, {s.category!r}) already has an active "
+                    f"version; a new version must supersede it ({exc})"
+                ) from exc
+
+    def _apply_change(self, conn: psycopg.Connection[Any], c: StateChange) -> None:
+        table = c.table
+        if table not in ("episodic", "visual", "semantic"):
+            raise InvalidInput(f"unknown table {table!r}")
+        row = conn.execute(f"SELECT patient_id, state FROM {table} WHERE id = %s", (c.record_id,)).fetchone()  # type: ignore[arg-type]
+        if row is None:
+            raise NotFound(f"no {table} record {c.record_id!r}")
+        if row[1] != c.expect.value:
+            raise IllegalTransition(
+                f"{table} record {c.record_id!r} is {row[1]}, expected {c.expect.value}"
+            )
+        new_pid = row[0] if c.new_patient_id is None else c.new_patient_id
+        new_id = c.new_id or c.record_id
+        sets = {"state": c.to.value, "patient_id": new_pid, "id": new_id}
+        for name, value in c.fields:
+            if name not in PII_FIELDS.get(table, ()) and name not in ("source", "study_id"):
+                raise InvalidInput(f"field {name!r} of {table} cannot be changed in place")
+            sets[name] = self._codec.encode(table, new_id, name, new_pid, value)
+        assignments = ", ".join(f"{k} = %s" for k in sets)
+        conn.execute(f"UPDATE {table} SET {assignments} WHERE id = %s", (*sets.values(), c.record_id))  # type: ignore[arg-type]
+
+    # searching ----------------------------------------------------------------------------
+
+    def _search_sql(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> tuple[str, dict[str, Any]]:
+        if kind not in _KINDS:
+            raise InvalidInput(f"unknown vector kind {kind!r}")
+        params: dict[str, Any] = {"q": _Vec(z.tobytes()), "k": k}
+        if scope is None and self.population_search == "hnsw" and self.dim <= HNSW_MAX_DIM:
+            return (f"SELECT id, -(z <#> %(q)s), pos FROM {kind} WHERE {_LIVE}"
+                    " ORDER BY z <#> %(q)s LIMIT %(k)s"), params  # fmt: skip
+        where = _LIVE
+        if scope is not None:
+            where, params["p"] = where + " AND patient_id = %(p)s", scope
+        return (f"WITH c AS MATERIALIZED (SELECT pos, id, z <#> %(q)s AS d FROM {kind} WHERE {where})"
+                " SELECT id, -d, pos FROM c ORDER BY d, pos LIMIT %(k)s"), params  # fmt: skip
+
+    def _run_search(self, conn: psycopg.Connection[Any], query: str, params: dict[str, Any], k: int) -> list[tuple[Any, ...]]:
+        with conn.transaction():
+            conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(4 * k, 40), 1000)}")
+            return conn.execute(query, params, binary=True).fetchall()  # type: ignore[call-overload, no-any-return]
+
+    def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
+        _sql.check_vector(z, self.dim, "query")
+        if k <= 0 or (scope is not None and "\x00" in scope):
+            return []  # no stored patient id holds NUL
+        query, params = self._search_sql(kind, z, k, scope)
+        with self._db() as conn:
+            rows = self._run_search(conn, query, params, k)
+        rows.sort(key=lambda r: (-r[1], r[2]))  # the HNSW path orders by score only
+        return [(str(r[0]), float(r[1])) for r in rows]
+
+    def explain_search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> str:
+        """The server's plan (``EXPLAIN`` text) for :meth:`search` with these arguments."""
+        _sql.check_vector(z, self.dim, "query")
+        query, params = self._search_sql(kind, z, max(k, 1), scope)
+        with self._db() as conn:
+            rows = self._run_search(conn, "EXPLAIN " + query, params, k)
+        return "\n".join(str(r[0]) for r in rows)
+
+    # reading ------------------------------------------------------------------------------
+
+    def _get(self, table: str, ids: Sequence[str], conv: Any) -> list[Any]:
+        with self._db() as conn:
+            if not ids:
+                return []
+            unique = list(dict.fromkeys(ids))
+            rows = conn.execute(f"SELECT * FROM {table} WHERE id = ANY(%s)", (unique,), binary=True)  # type: ignore[call-overload]
+            found = {r[1]: conv(r, self._codec) for r in rows}
+        missing = [i for i in unique if i not in found]
+        if missing:
+            raise NotFound(f"no {table} record {missing[0]!r}")
+        return [found[i] for i in ids]
+
+    def get_episodes(self, ids: Sequence[str]) -> list[EpisodicRecord]:
+        return self._get("episodic", ids, _sql.episode_from_row)
+
+    def get_visuals(self, ids: Sequence[str]) -> list[VisualRecord]:
+        return self._get("visual", ids, _sql.visual_from_row)
+
+    def _semantic(self, where: str, args: tuple[str, ...], order: str) -> list[SemanticState]:
+        with self._db() as conn:
+            rows = conn.execute(f"SELECT * FROM semantic WHERE {where} ORDER BY {order}", args, binary=True)  # type: ignore[call-overload]
+            return [_sql.semantic_from_row(r, self._codec) for r in rows]
+
+    def semantic_active(self, patient_id: str, category: str | None = None) -> list[SemanticState]:
+        where, args = "patient_id = %s AND state = 'active'", (patient_id,)
+        if category is not None:
+            where, args = where + " AND category = %s", (patient_id, category)
+        return self._semantic(where, args, "category")
+
+    def semantic_history(self, patient_id: str, category: str) -> list[SemanticState]:
+        return self._semantic("patient_id = %s AND category = %s", (patient_id, category), "version")
+
+    def _iter(self, table: str, columns: tuple[str, ...], conv: Any, keys: tuple[str, ...]) -> Iterator[Any]:
+        """Keyset pagination in ``keys`` order, 1000 rows a page, the lock held per page only."""
+        cols, at = ", ".join(keys), [columns.index(k) for k in keys]
+        last: tuple[Any, ...] | None = None
+        while True:
+            where = "" if last is None else f"WHERE ({cols}) > ({', '.join(['%s'] * len(keys))})"
+            with self._db() as conn:
+                rows = conn.execute(f"SELECT * FROM {table} {where} ORDER BY {cols} LIMIT 1000", last, binary=True).fetchall()  # type: ignore[call-overload]
+                records = [conv(r, self._codec) for r in rows]
+            yield from records
+            if len(rows) < 1000:
+                return
+            last = tuple(rows[-1][i] for i in at)
+
+    def iter_episodes(self) -> Iterator[EpisodicRecord]:
+        return self._iter("episodic", _sql.EPISODIC_COLUMNS, _sql.episode_from_row, ("pos",))
+
+    def iter_visuals(self) -> Iterator[VisualRecord]:
+        return self._iter("visual", _sql.VISUAL_COLUMNS, _sql.visual_from_row, ("pos",))
+
+    def iter_semantic(self) -> Iterator[SemanticState]:
+        keys = ("patient_id", "category", "version")
+        return self._iter("semantic", _sql.SEMANTIC_COLUMNS, _sql.semantic_from_row, keys)
+
+    def count(self, kind: Literal["episodic", "visual", "semantic"]) -> int:
+        if kind not in ("episodic", "visual", "semantic"):
+            raise InvalidInput(f"unknown table {kind!r}")
+        with self._db() as conn:
+            return int(conn.execute(f"SELECT COUNT(*) FROM {kind}").fetchone()[0])  # type: ignore[index]
+
+    def patients(self) -> list[str]:
+        with self._db() as conn:
+            rows = conn.execute(
+                "SELECT patient_id FROM episodic UNION SELECT patient_id FROM visual"
+                " UNION SELECT patient_id FROM semantic"
+            ).fetchall()
+        return sorted(r[0] for r in rows if r[0])
+
+    def has_patient(self, patient_id: str) -> bool:
+        if not patient_id or "\x00" in patient_id:
+            return False  # the anonymised pool is nobody; no stored id holds NUL
+        with self._db() as conn:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM episodic WHERE patient_id = %(p)s)"
+                " OR EXISTS (SELECT 1 FROM semantic WHERE patient_id = %(p)s)"
+                " OR EXISTS (SELECT 1 FROM visual WHERE patient_id = %(p)s)", {"p": patient_id},
+            ).fetchone()  # fmt: skip
+        return bool(row and row[0])
+
+    def studies(self, patient_id: str) -> set[str]:
+        with self._db() as conn:
+            rows = conn.execute("SELECT study_id FROM episodic WHERE patient_id = %s", (patient_id,)).fetchall()
+        return {r[0] for r in rows if r[0]}

@@ -1,0 +1,99 @@
+"""The embedded SQLite store: directory handling and the rebuildable FAISS cache."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from msm_mem import EpisodicRecord, SqliteStore, StoreError, WriteBatch
+from tests.conftest import random_unit
+
+
+def make(path: Path, n: int, seed: int = 0) -> tuple[SqliteStore, list[np.ndarray]]:
+    store = SqliteStore.create(path, dim=16, encoder="t")
+    rng = np.random.default_rng(seed)
+    zs = [random_unit(rng) for _ in range(n)]
+    store.write(WriteBatch(episodes=[EpisodicRecord(f"E-{i}", f"p{i % 4}", 1e9, z, "q", "a") for i, z in enumerate(zs)]))
+    return store, zs
+
+
+def results(store: SqliteStore, zs: list[np.ndarray]) -> list[object]:
+    return [store.search("episodic", z, 5, scope) for z in zs[:5] for scope in ("p0", "p1", None)]
+
+
+def test_deleting_the_index_rebuilds_identical_results(tmp_path: Path) -> None:
+    """Index files removed: reopening rebuilds them from SQLite with the same answers."""
+    store, zs = make(tmp_path / "s", 40)
+    before = results(store, zs)
+    store.close()
+    shutil.rmtree(tmp_path / "s" / "index")
+    reopened = SqliteStore.open(tmp_path / "s")
+    assert results(reopened, zs) == before
+    reopened.close()
+    assert (tmp_path / "s" / "index" / "episodic.faiss").is_file()
+
+
+def test_stale_or_foreign_index_is_caught_up_or_rebuilt(tmp_path: Path) -> None:
+    """An index file older than the database, or from another store, is not trusted."""
+    store, zs = make(tmp_path / "s", 10)
+    store.close()
+    shutil.copytree(tmp_path / "s" / "index", tmp_path / "old-index")
+    store = SqliteStore.open(tmp_path / "s")
+    more = [random_unit(np.random.default_rng(9)) for _ in range(5)]
+    store.write(WriteBatch(episodes=[EpisodicRecord(f"E-x{i}", "p0", 1e9, z, "q", "a") for i, z in enumerate(more)]))
+    want = results(store, zs + more)
+    store.close()
+    shutil.rmtree(tmp_path / "s" / "index")
+    shutil.copytree(tmp_path / "old-index", tmp_path / "s" / "index")  # simulate a crash before the save
+    store = SqliteStore.open(tmp_path / "s")
+    assert results(store, zs + more) == want
+    store.close()
+    other, _ = make(tmp_path / "other", 15, seed=5)
+    other.close()
+    shutil.rmtree(tmp_path / "s" / "index")
+    shutil.copytree(tmp_path / "other" / "index", tmp_path / "s" / "index")
+    store = SqliteStore.open(tmp_path / "s")
+    assert results(store, zs + more) == want
+    store.close()
+
+
+def test_corrupt_index_file_is_rebuilt(tmp_path: Path) -> None:
+    """Garbage in the FAISS file is ignored and the cache rebuilt."""
+    store, zs = make(tmp_path / "s", 12)
+    want = results(store, zs)
+    store.close()
+    (tmp_path / "s" / "index" / "episodic.faiss").write_bytes(b"garbage")
+    store = SqliteStore.open(tmp_path / "s")
+    assert results(store, zs) == want
+    store.close()
+
+
+def test_directories_that_are_not_stores_are_refused(tmp_path: Path) -> None:
+    """Opening an empty dir, a file, or a non-msm-mem SQLite file raises StoreError."""
+    with pytest.raises(StoreError, match="not an msm-mem store"):
+        SqliteStore.open(tmp_path)
+    (tmp_path / "msm-mem.sqlite").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError):
+        SqliteStore.open(tmp_path)
+    import sqlite3
+
+    other = tmp_path / "other"
+    other.mkdir()
+    sqlite3.connect(other / "msm-mem.sqlite").execute("CREATE TABLE meta(key TEXT, value TEXT)").connection.commit()
+    with pytest.raises(StoreError):
+        SqliteStore.open(other)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StoreError):
+        SqliteStore.create(tmp_path / "file", dim=4, encoder="t")
+
+
+def test_create_refuses_an_existing_store(tmp_path: Path) -> None:
+    """init twice on one directory fails without touching the first store."""
+    store, _ = make(tmp_path / "s", 3)
+    store.close()
+    with pytest.raises(StoreError, match="already holds a store"):
+        SqliteStore.create(tmp_path / "s", dim=16, encoder="t")
+    assert SqliteStore.open(tmp_path / "s").count("episodic") == 3

@@ -1,0 +1,194 @@
+"""The store contract: every backend in conftest.BACKENDS must pass these tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from msm_mem import (
+    EpisodicRecord,
+    IllegalTransition,
+    Impression,
+    InvalidInput,
+    InvalidVector,
+    NotFound,
+    SemanticState,
+    State,
+    StateChange,
+    Store,
+    StoreError,
+    VisualRecord,
+    WriteBatch,
+)
+from tests.conftest import DIM, StoreFactory, random_unit
+
+
+def episode(i: int, patient: str, z: np.ndarray, **kw: object) -> EpisodicRecord:
+    return EpisodicRecord(episode_id=f"E-{i}", patient_id=patient, timestamp=1e9 + i, z=z,
+                          question="q?", answer=f"answer {i}", study_id=f"s{i}", **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+def visual(i: int, patient: str, z: np.ndarray) -> VisualRecord:
+    return VisualRecord(visual_id=f"V-{i}", patient_id=patient, timestamp=1e9 + i, z=z, source_episode_id=f"E-{i}")
+
+
+def state(sid: str, patient: str, text: str, version: int = 1, supersedes: str | None = None) -> SemanticState:
+    return SemanticState(sid, patient, "impression", (Impression(1e9, text),), version=version, supersedes=supersedes)
+
+
+def fill(store: Store, n: int, patients: int, seed: int = 0) -> list[EpisodicRecord]:
+    rng = np.random.default_rng(seed)
+    records = [episode(i, f"p{i % patients}", random_unit(rng)) for i in range(n)]
+    store.write(WriteBatch(episodes=records))
+    return records
+
+
+def test_round_trip_of_records(store: Store) -> None:
+    """Stored records come back field for field, vectors bit for bit, in the order asked."""
+    rng = np.random.default_rng(1)
+    e = episode(1, "p1", random_unit(rng), decision="treat", media_path="/img/1.png", confidence=0.5)
+    v = visual(1, "p1", e.z)
+    store.write(WriteBatch(episodes=[e], visuals=[v]))
+    got = store.get_episodes(["E-1"])[0]
+    assert got == e and np.array_equal(got.z, e.z)
+    assert store.get_visuals(["V-1"])[0] == v
+    assert store.count("episodic") == 1 and store.count("visual") == 1
+
+
+def test_iteration_keeps_insertion_order(store: Store) -> None:
+    """The i-th record iterated is the i-th inserted, across several writes."""
+    records = fill(store, 7, 3)
+    more = fill_more = [episode(100 + i, "p9", random_unit(np.random.default_rng(i))) for i in range(3)]
+    store.write(WriteBatch(episodes=fill_more))
+    assert [r.episode_id for r in store.iter_episodes()] == [r.episode_id for r in records + more]
+
+
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 60), patients=st.integers(1, 5), k=st.integers(1, 12), seed=st.integers(0, 10**6))
+def test_patient_scope_is_exact_top_k(make_store: StoreFactory, n: int, patients: int, k: int, seed: int) -> None:
+    """Patient-scoped top-k equals numpy brute force over that patient's vectors."""
+    store = make_store()
+    records = fill(store, n, patients, seed)
+    rng = np.random.default_rng(seed + 1)
+    zq = random_unit(rng)
+    for p in {r.patient_id for r in records}:
+        mine = [r for r in records if r.patient_id == p]
+        scores = np.array([float(np.dot(r.z, zq)) for r in mine])
+        want = sorted(scores, reverse=True)[:k]
+        got = store.search("episodic", zq, k, p)
+        assert len(got) == len(want)
+        assert np.allclose([s for _, s in got], want, atol=1e-5)
+        assert all(i.startswith("E-") and store.get_episodes([i])[0].patient_id == p for i, _ in got)
+
+
+def test_population_scope_searches_every_patient(store: Store) -> None:
+    """scope=None ranks all records; the best match of another patient is found."""
+    records = fill(store, 30, 6)
+    target = records[17]
+    got = store.search("episodic", target.z, 3, None)
+    assert got[0][0] == target.episode_id and got[0][1] == pytest.approx(1.0, abs=1e-5)
+    assert store.search("episodic", target.z, 3, "nobody") == []
+
+
+def test_bad_vectors_are_refused_and_nothing_is_written(store: Store) -> None:
+    """Wrong dimension, NaN and zero vectors raise InvalidVector; the store is unchanged."""
+    rng = np.random.default_rng(2)
+    good = episode(1, "p", random_unit(rng))
+    bad_dim = episode(2, "p", random_unit(rng, DIM + 1))
+    nan = episode(3, "p", np.full(DIM, np.nan, dtype=np.float32))
+    zero = episode(4, "p", np.zeros(DIM, dtype=np.float32))
+    for bad in (bad_dim, nan, zero):
+        with pytest.raises(InvalidVector):
+            store.write(WriteBatch(episodes=[good, bad]))
+    assert store.count("episodic") == 0
+    with pytest.raises(InvalidVector):
+        store.search("episodic", np.zeros(DIM, dtype=np.float32), 1, "p")
+
+
+def test_a_failing_batch_stores_nothing(store: Store) -> None:
+    """A duplicate id late in a batch rolls back the whole batch, index included."""
+    rng = np.random.default_rng(3)
+    fill(store, 2, 1)
+    dup = episode(0, "p0", random_unit(rng))  # E-0 exists already
+    fresh = episode(50, "p0", random_unit(rng))
+    with pytest.raises(InvalidInput):
+        store.write(WriteBatch(episodes=[fresh, dup], semantic=[state("S-x", "p0", "t")]))
+    assert store.count("episodic") == 2 and store.count("semantic") == 0
+    assert all(i != "E-50" for i, _ in store.search("episodic", fresh.z, 5, "p0"))
+    store.write(WriteBatch(episodes=[fresh]))  # positions stay consistent after the rollback
+    assert store.search("episodic", fresh.z, 1, "p0")[0][0] == "E-50"
+
+
+def test_semantic_supersession_keeps_one_active_version(store: Store) -> None:
+    """A new version supersedes the active one; history keeps both; only one is active."""
+    store.write(WriteBatch(semantic=[state("S-1", "p", "first")]))
+    store.write(WriteBatch(semantic=[state("S-2", "p", "second", 2, supersedes="S-1")]))
+    active = store.semantic_active("p")
+    assert [s.state_id for s in active] == ["S-2"]
+    history = store.semantic_history("p", "impression")
+    assert [(s.state_id, s.state) for s in history] == [("S-1", State.SUPERSEDED), ("S-2", State.ACTIVE)]
+
+
+def test_second_active_semantic_version_is_refused(store: Store) -> None:
+    """A version that does not supersede the active one fails and writes nothing."""
+    store.write(WriteBatch(semantic=[state("S-1", "p", "first")]))
+    with pytest.raises(IllegalTransition):
+        store.write(WriteBatch(semantic=[state("S-2", "p", "rogue", 2)]))
+    with pytest.raises(IllegalTransition):
+        store.write(WriteBatch(semantic=[state("S-3", "p", "late", 2, supersedes="S-404")]))
+    assert [s.state_id for s in store.semantic_history("p", "impression")] == ["S-1"]
+
+
+def test_state_changes_move_records_between_scopes(store: Store) -> None:
+    """Anonymisation moves a record to the anonymous pool; supersession hides it from search."""
+    records = fill(store, 4, 1)
+    a, b = records[0], records[1]
+    store.write(WriteBatch(changes=[
+        StateChange("episodic", a.episode_id, State.ACTIVE, State.ANONYMIZED, new_id="E-anon", new_patient_id=""),
+        StateChange("episodic", b.episode_id, State.ACTIVE, State.SUPERSEDED),
+    ]))  # fmt: skip
+    ids = [i for i, _ in store.search("episodic", a.z, 10, "p0")]
+    assert a.episode_id not in ids and b.episode_id not in ids and len(ids) == 2
+    assert store.search("episodic", a.z, 1, "")[0][0] == "E-anon"
+    assert b.episode_id not in [i for i, _ in store.search("episodic", b.z, 10, None)]
+    anon = store.get_episodes(["E-anon"])[0]
+    assert anon.patient_id == "" and anon.state == State.ANONYMIZED
+    with pytest.raises(NotFound):
+        store.get_episodes([a.episode_id])
+
+
+def test_state_change_from_the_wrong_state_is_refused(store: Store) -> None:
+    """A change whose expected state does not match fails and leaves the record as it was."""
+    records = fill(store, 2, 1)
+    with pytest.raises(IllegalTransition):
+        store.write(WriteBatch(changes=[StateChange("episodic", records[0].episode_id, State.SUPERSEDED, State.ACTIVE)]))
+    with pytest.raises(NotFound):
+        store.write(WriteBatch(changes=[StateChange("episodic", "E-missing", State.ACTIVE, State.SUPERSEDED)]))
+    assert store.get_episodes([records[0].episode_id])[0].state == State.ACTIVE
+
+
+def test_unknown_ids_raise_not_found(store: Store) -> None:
+    """get_* with an unknown id raises NotFound (a LookupError)."""
+    fill(store, 1, 1)
+    with pytest.raises(LookupError):
+        store.get_episodes(["E-0", "E-nope"])
+    with pytest.raises(NotFound):
+        store.get_visuals(["V-nope"])
+
+
+def test_patients_and_studies(store: Store) -> None:
+    """patients() lists identified patients; studies() the stored study ids of one."""
+    fill(store, 5, 2)
+    assert store.patients() == ["p0", "p1"]
+    assert store.studies("p1") == {"s1", "s3"}
+    assert store.has_patient("p0") and not store.has_patient("p7")
+
+
+def test_closed_store_refuses_use(make_store: StoreFactory) -> None:
+    """After close(), every call raises StoreError."""
+    store = make_store()
+    store.close()
+    with pytest.raises(StoreError):
+        store.count("episodic")
