@@ -9,7 +9,7 @@ N/10 patients of about 10 studies each, 1024-d vectors) it measures, in one proc
   raw vector bytes (N x 1024 x 4 per memory);
 - patient-scoped retrieval S+E+V, k=10 (5 episodic + 5 visual + the semantic state, records
   hydrated from SQLite) through Memory.retrieve, median over 1,000 random patients;
-- the search part alone (Store.search for E and V: validation, lock, exact top-k, ids) against
+- the search part alone (Store.search_many for E and V: validation, lock, exact top-k, ids) against
   numpy brute force over that patient's vectors (given the patient's row numbers: gather, one
   matrix-vector product, argsort), same patients, same run, interleaved, so the ratio is
   measured side by side.
@@ -113,8 +113,7 @@ def run_one(n: int, workdir: Path) -> dict[str, float]:
             r = memory.retrieve(pid, zq, k_epi=5, k_vis=5)
             full.append(time.perf_counter() - t)
             t = time.perf_counter()
-            store.search("episodic", zq, 5, pid)
-            store.search("visual", zq, 5, pid)
+            store.search_many(zq, [("episodic", 5), ("visual", 5)], pid)
             search.append(time.perf_counter() - t)
             e, v = mats[p]
             t = time.perf_counter()

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import tempfile
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -33,7 +38,89 @@ def _sqlite_factory(tmp_path: Path) -> StoreFactory:
     return make
 
 
+# PostgreSQL: one server per test session (MSM_MEM_DATABASE_URL, else one started with
+# pgserver), one fresh schema per store. When the server cannot start, every postgres test
+# fails with the reason; people without pgserver opt out with MSM_MEM_SKIP_POSTGRES=1.
+SKIP_POSTGRES = os.environ.get("MSM_MEM_SKIP_POSTGRES", "") not in ("", "0")
+_PG: dict[str, object] = {}  # "dsn" | "error" | "seconds" (server start time), cached per session
+
+
+def postgres_dsn() -> str:
+    """The test session's PostgreSQL DSN, starting a throwaway pgserver on first use."""
+    if "error" in _PG:
+        raise RuntimeError(str(_PG["error"]))
+    if "dsn" not in _PG:
+        url = os.environ.get("MSM_MEM_DATABASE_URL", "")
+        if url:
+            _PG["dsn"] = url
+            atexit.register(_drop_test_schemas, url)
+            return url
+        start = time.perf_counter()
+        try:
+            from msm_mem.storage.pgserver_util import local_server
+
+            datadir = Path(tempfile.mkdtemp(prefix="msm-mem-pg-")) / "data"
+            dsn = local_server(datadir, delete_at_exit=True)
+            _relax_durability(dsn)
+            _PG["dsn"] = dsn
+        except Exception as exc:
+            _PG["error"] = (
+                f"the 'postgres' store backend could not start a server ({exc!r}); set "
+                "MSM_MEM_DATABASE_URL to use an existing server, or MSM_MEM_SKIP_POSTGRES=1 "
+                "to leave the backend out"
+            )
+            raise RuntimeError(str(_PG["error"])) from exc
+        _PG["seconds"] = time.perf_counter() - start
+    return str(_PG["dsn"])
+
+
+_SESSION = uuid.uuid4().hex[:8]
+
+
+def _relax_durability(dsn: str) -> None:
+    """The throwaway test server need not survive a power cut: skip fsync (much faster DDL)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            conn.execute(f"ALTER SYSTEM SET {setting} = off")
+        conn.execute("SELECT pg_reload_conf()")
+
+
+def _drop_test_schemas(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE %s", (f"t{_SESSION}%",)
+        ).fetchall()
+        for (name,) in rows:
+            conn.execute(f'DROP SCHEMA "{name}" CASCADE')
+
+
+def _postgres_factory(tmp_path: Path) -> StoreFactory:
+    from msm_mem.storage.postgres import PostgresStore
+
+    dsn = postgres_dsn()
+
+    def make(dim: int = DIM, encoder: str = "test") -> Store:
+        schema = f"t{_SESSION}_{uuid.uuid4().hex[:12]}"
+        return PostgresStore.create(dsn, dim=dim, encoder=encoder, schema=schema)
+
+    return make
+
+
 BACKENDS: dict[str, Callable[[Path], StoreFactory]] = {"sqlite": _sqlite_factory}
+if not SKIP_POSTGRES:
+    BACKENDS["postgres"] = _postgres_factory
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The session's PostgreSQL DSN (fails, not skips, when no server can be had)."""
+    if SKIP_POSTGRES:
+        pytest.skip("MSM_MEM_SKIP_POSTGRES is set")
+    return postgres_dsn()
 
 
 @pytest.fixture(params=sorted(BACKENDS))

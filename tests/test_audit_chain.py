@@ -99,6 +99,7 @@ def test_builder_links_and_continues_from_head() -> None:
     "override",
     [
         {"outcome": "ok"},
+        {"outcome": ["success"]},
         {"time": float("nan")},
         {"time": "now"},
         {"actor": ""},
@@ -117,9 +118,7 @@ def test_builder_rejects_bad_fields_without_moving(override: dict[str, Any]) -> 
     assert (builder.head_seq, builder.head_hash) == (0, GENESIS)
 
 
-@pytest.mark.parametrize(
-    ("seq", "head"), [(-1, GENESIS), (0, "a" * 64), (3, "A" * 64), (3, "0" * 63), (True, GENESIS)]
-)
+@pytest.mark.parametrize(("seq", "head"), [(-1, GENESIS), (0, "a" * 64), (3, "A" * 64), (3, "0" * 63), (True, GENESIS)])
 def test_builder_rejects_bad_head(seq: int, head: str) -> None:
     """A head must be a non-negative seq with a lowercase hex hash, GENESIS when empty."""
     with pytest.raises(InvalidInput):
@@ -181,11 +180,13 @@ def test_empty_and_intact_chains_verify(verify: Verifier) -> None:
 
 @BOTH
 def test_suffix_verifies_from_a_known_head(verify: Verifier) -> None:
-    """Rows from seq k verify given start_seq=k and the hash of event k-1, not otherwise."""
+    """Rows from seq k verify given start_seq=k and the hash of event k-1, and only then."""
     rows = chain(6)
     assert verify(rows[3:], start_seq=4, start_prev=rows[2][2]).ok
     assert verify(rows[3:], start_seq=4).first_bad_seq == 4
     assert verify(rows[3:], start_seq=5, start_prev=rows[2][2]).first_bad_seq == 5
+    renumbered = [(s + 1, p, h) for s, p, h in rows[3:]]  # columns agree with start_seq=5
+    assert verify(renumbered, start_seq=5, start_prev=rows[2][2]).first_bad_seq == 5
 
 
 @BOTH
@@ -242,14 +243,14 @@ def _rehash(row: Row, payload: bytes) -> Row:
         (lambda p: b"{ " + p[1:], "canonical"),
         (lambda p: p[:-1] + b',"x":1}', "unknown"),
         (lambda p: p.replace(b'"success"', b'"maybe"'), "outcome"),
+        (lambda p: p.replace(b'"success"', b"[]"), "outcome"),
+        (lambda p: p.replace(b'"E-0001"', b'["E-0001"]'), "record_ids"),
         (lambda p: p.replace(b'"reason":""', b'"reason":"\\ud800"'), "surrogate"),
         (lambda p: p.replace(b'"seq":2', b'"seq":3'), "seq 3"),
         (lambda p: b"\xff" + p, "UTF-8"),
     ],
 )
-def test_full_mode_checks_schema_and_canonical_form(
-    edit: Callable[[bytes], bytes], reason: str
-) -> None:
+def test_full_mode_checks_schema_and_canonical_form(edit: Callable[[bytes], bytes], reason: str) -> None:
     """Rewritten payloads with matching hashes pass hash-only but fail full verification."""
     rows = chain(3)
     rows[1] = _rehash(rows[1], edit(rows[1][1]))
@@ -305,9 +306,7 @@ def test_chain_verifies_after_any_appends(batches: list[list[dict[str, Any]]]) -
     st.lists(event_fields, min_size=1, max_size=5),
     st.data(),
 )
-def test_any_one_byte_change_fails_at_or_before_its_row(
-    many: list[dict[str, Any]], data: st.DataObject
-) -> None:
+def test_any_one_byte_change_fails_at_or_before_its_row(many: list[dict[str, Any]], data: st.DataObject) -> None:
     """Any one-byte change to a payload, hash or seq column fails at or before that seq."""
     builder = ChainBuilder()
     rows = [builder.next(**f).row() for f in many]

@@ -158,9 +158,7 @@ def test_log_refuses_shrinking_or_forked_heads(tmp_path: Path, signer: Checkpoin
     ("tail", "match"),
     [(b'{"origin"', "line 2: incomplete"), (b"\n", "line 2"), (b'{"a":1 }\n', "line 2")],
 )
-def test_log_reading_is_strict(
-    tmp_path: Path, signer: CheckpointSigner, tail: bytes, match: str
-) -> None:
+def test_log_reading_is_strict(tmp_path: Path, signer: CheckpointSigner, tail: bytes, match: str) -> None:
     """A torn last line, an empty line or a non-checkpoint line is refused with its number."""
     log = CheckpointLog(tmp_path / "checkpoints.jsonl")
     log.append(signer.sign("n", 0, GENESIS, 1.0))

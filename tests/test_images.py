@@ -190,9 +190,7 @@ def test_load_image_bytes_matches_load_image(tmp_path: Path) -> None:
         (b"\xff\xd8\xff\xe0" + b"\x13" * 40, "cannot decode"),
     ],
 )
-def test_bad_files_raise_image_error_naming_file(
-    tmp_path: Path, content: bytes, problem: str
-) -> None:
+def test_bad_files_raise_image_error_naming_file(tmp_path: Path, content: bytes, problem: str) -> None:
     """Empty, unsupported and corrupt files raise ImageError with the file name and problem."""
     p = tmp_path / "bad_file.bin"
     p.write_bytes(content)
@@ -253,9 +251,7 @@ def test_resize_shapes_and_preserves_constant() -> None:
     assert resize(to_rgb_uint8(img), 8).shape == (8, 8, 3)
 
 
-def test_keyframe_without_video_backend_raises_missing_extra(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_keyframe_without_video_backend_raises_missing_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With neither imageio nor cv2 importable, loading a video raises MissingExtra('video')."""
     monkeypatch.setitem(sys.modules, "imageio.v3", None)
     monkeypatch.setitem(sys.modules, "cv2", None)
@@ -266,9 +262,7 @@ def test_keyframe_without_video_backend_raises_missing_extra(
     assert info.value.extra == "video"
 
 
-def test_keyframe_is_the_middle_decoded_frame(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_keyframe_is_the_middle_decoded_frame(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With a video backend, the frame at index n // 2 of the decoded frames is returned."""
 
     def imiter(path: str) -> Iterator[np.ndarray]:
@@ -286,9 +280,7 @@ def test_keyframe_is_the_middle_decoded_frame(
     np.testing.assert_array_equal(load_image(p), frame)
 
 
-def test_undecodable_video_raises_image_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_undecodable_video_raises_image_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A backend failure or a video with no frames becomes ImageError naming the file."""
 
     def broken(path: str) -> Iterator[np.ndarray]:

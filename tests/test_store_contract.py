@@ -22,6 +22,7 @@ from msm_mem import (
     VisualRecord,
     WriteBatch,
 )
+from msm_mem.storage.base import PII_FIELDS
 from tests.conftest import DIM, StoreFactory, random_unit
 
 
@@ -146,7 +147,8 @@ def test_state_changes_move_records_between_scopes(store: Store) -> None:
     records = fill(store, 4, 1)
     a, b = records[0], records[1]
     store.write(WriteBatch(changes=[
-        StateChange("episodic", a.episode_id, State.ACTIVE, State.ANONYMIZED, new_id="E-anon", new_patient_id=""),
+        StateChange("episodic", a.episode_id, State.ACTIVE, State.ANONYMIZED, new_id="E-anon", new_patient_id="",
+                    fields=tuple((f, "scrubbed") for f in PII_FIELDS["episodic"])),
         StateChange("episodic", b.episode_id, State.ACTIVE, State.SUPERSEDED),
     ]))  # fmt: skip
     ids = [i for i, _ in store.search("episodic", a.z, 10, "p0")]
@@ -154,9 +156,19 @@ def test_state_changes_move_records_between_scopes(store: Store) -> None:
     assert store.search("episodic", a.z, 1, "")[0][0] == "E-anon"
     assert b.episode_id not in [i for i, _ in store.search("episodic", b.z, 10, None)]
     anon = store.get_episodes(["E-anon"])[0]
-    assert anon.patient_id == "" and anon.state == State.ANONYMIZED
+    assert anon.patient_id == "" and anon.state == State.ANONYMIZED and anon.answer == "scrubbed"
     with pytest.raises(NotFound):
         store.get_episodes([a.episode_id])
+
+
+def test_rekeying_without_rewriting_phi_is_refused(store: Store) -> None:
+    """Anonymisation must rewrite every PHI field (old ciphertexts are bound to the old id)."""
+    records = fill(store, 1, 1)
+    change = StateChange("episodic", records[0].episode_id, State.ACTIVE, State.ANONYMIZED, new_id="E-new",
+                         new_patient_id="", fields=(("answer", "x"),))
+    with pytest.raises(InvalidInput, match="every PHI field"):
+        store.write(WriteBatch(changes=[change]))
+    assert store.get_episodes([records[0].episode_id])[0].state == State.ACTIVE
 
 
 def test_state_change_from_the_wrong_state_is_refused(store: Store) -> None:

@@ -71,10 +71,13 @@ def unit_vector(z: object, dim: int) -> Vector:
         raise InvalidVector(f"expected dimension {dim}, got {arr.shape[0]}")
     if not np.all(np.isfinite(arr)):
         raise InvalidVector("vector contains NaN or infinite values")
-    norm = float(np.linalg.norm(arr))
-    if norm == 0.0 or not math.isfinite(norm):
+    # scale by the largest magnitude first: squares of huge (or subnormal) entries would
+    # overflow (or underflow) the norm although the direction is well defined
+    scale = float(np.max(np.abs(arr))) if arr.size else 0.0
+    if scale == 0.0:
         raise InvalidVector("vector has zero norm and cannot be normalised")
-    return np.ascontiguousarray(arr / norm, dtype=np.float32)
+    arr = arr / scale
+    return np.ascontiguousarray(arr / np.linalg.norm(arr), dtype=np.float32)
 
 
 def _check_text(name: str, value: object, *, required: bool = False) -> None:
@@ -84,9 +87,21 @@ def _check_text(name: str, value: object, *, required: bool = False) -> None:
         raise InvalidInput(f"{name} must not be empty")
 
 
+# UTC seconds of 0001-01-01 and 9999-12-31T23:59:59: times outside cannot be shown as dates
+_MIN_TIME, _MAX_TIME = -62_135_596_800.0, 253_402_300_799.0
+
+
 def _check_time(name: str, value: object) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise InvalidInput(f"{name} must be a finite number of UTC seconds, got {value!r}")
+    if not _MIN_TIME <= value <= _MAX_TIME:
+        raise InvalidInput(f"{name} is outside the years 1-9999, got {value!r}")
+
+
+def _check_confidence(value: object) -> None:
+    if (not isinstance(value, (int, float)) or isinstance(value, bool)
+            or not 0.0 <= value <= 1.0):  # fmt: skip
+        raise InvalidInput(f"confidence must be in [0, 1], got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +132,7 @@ class EpisodicRecord:
         _check_time("timestamp", self.timestamp)
         for name in ("question", "answer", "decision", "media_path", "media_description"):
             _check_text(name, getattr(self, name))
-        if not 0.0 <= self.confidence <= 1.0:
-            raise InvalidInput(f"confidence must be in [0, 1], got {self.confidence!r}")
+        _check_confidence(self.confidence)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +160,7 @@ class VisualRecord:
         _check_time("timestamp", self.timestamp)
         for name in ("media_path", "visual_tag", "source_episode_id"):
             _check_text(name, getattr(self, name))
-        if not 0.0 <= self.confidence <= 1.0:
-            raise InvalidInput(f"confidence must be in [0, 1], got {self.confidence!r}")
+        _check_confidence(self.confidence)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +195,17 @@ class SemanticState:
     supersedes: str | None = None
     evidence_tier: str = "agent"
 
+    def __post_init__(self) -> None:
+        _check_text("state_id", self.state_id, required=True)
+        _check_text("patient_id", self.patient_id)
+        _check_text("category", self.category)
+        if not isinstance(self.impressions, tuple) or not all(
+            isinstance(i, Impression) for i in self.impressions
+        ):
+            raise InvalidInput("impressions must be a tuple of Impression")
+        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
+            raise InvalidInput(f"version must be a positive integer, got {self.version!r}")
+
     def summary(self) -> str:
         """A deterministic text summary: one ``[time] impression (decision)`` line each, oldest first."""
         from datetime import UTC, datetime
@@ -189,8 +213,9 @@ class SemanticState:
         lines = []
         for imp in self.impressions:
             when = datetime.fromtimestamp(imp.timestamp, UTC).strftime("%Y-%m-%d")
-            tail = f" (decision: {imp.decision})" if imp.decision else ""
-            lines.append(f"[{when}] {imp.text}{tail}")
+            tail = f" (decision: {' '.join(imp.decision.split())})" if imp.decision else ""
+            text = " ".join(imp.text.split())  # one line per impression, whatever the text holds
+            lines.append(f"[{when}] {text}{tail}")
         return "\n".join(lines)
 
     @property

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -10,6 +12,10 @@ from typing import Any
 from ._errors import InvalidInput
 
 __all__ = ["Settings"]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -25,7 +31,9 @@ class Settings:
     - ``semantic_history``: impressions kept per patient and category (paper: N=5).
     - ``prompt_budget_chars``: fused prompt budget; the lowest-ranked evidence goes first.
     - ``encoder``: name of the image encoder plugin.
-    - ``stm_ttl_s``: lifetime of a short-term item in seconds.
+    - ``stm_ttl_s``: lifetime of a short-term item in seconds (default one day).
+    - ``consolidate_after_s``: age after which ``maintain`` retries the gate on a held STM item
+      once (consolidate or discard); until then a critic may promote it.
     """
 
     k_epi: int = 5
@@ -37,20 +45,23 @@ class Settings:
     semantic_history: int = 5
     prompt_budget_chars: int = 6000
     encoder: str = "pixels"
-    stm_ttl_s: float = 3600.0
+    stm_ttl_s: float = 86400.0
+    consolidate_after_s: float = 3600.0
 
     def __post_init__(self) -> None:
         for name in ("k_epi", "k_vis", "top_k", "semantic_history", "prompt_budget_chars"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidInput(f"setting {name} must be a positive integer, got {value!r}")
-        if not isinstance(self.min_answer_words, int) or self.min_answer_words < 0:
-            raise InvalidInput(f"setting min_answer_words must be >= 0, got {self.min_answer_words!r}")
-        if not (-1.0 <= float(self.tau) <= 1.0):
+        words = self.min_answer_words
+        if not isinstance(words, int) or isinstance(words, bool) or words < 0:
+            raise InvalidInput(f"setting min_answer_words must be an integer >= 0, got {words!r}")
+        # numbers are checked by type first: float("x") would escape as a bare ValueError
+        if not _is_number(self.tau) or not (-1.0 <= float(self.tau) <= 1.0):
             raise InvalidInput(f"setting tau must be a cosine in [-1, 1], got {self.tau!r}")
-        if not (float(self.stm_ttl_s) > 0):
-            raise InvalidInput(f"setting stm_ttl_s must be > 0, got {self.stm_ttl_s!r}")
-        if not self.encoder:
+        if not _is_number(self.stm_ttl_s) or not (0 < float(self.stm_ttl_s) < math.inf):
+            raise InvalidInput(f"setting stm_ttl_s must be finite and > 0, got {self.stm_ttl_s!r}")
+        if not isinstance(self.encoder, str) or not self.encoder.strip():
             raise InvalidInput("setting encoder must name an encoder plugin")
 
     def with_(self, **changes: Any) -> Settings:
@@ -68,8 +79,8 @@ class Settings:
                 continue
             try:
                 if f.name == "lexicon_path":
-                    values[f.name] = Path(raw)
-                elif f.name in ("tau", "stm_ttl_s"):
+                    values[f.name] = Path(raw) if raw.strip() else None  # empty: the packaged one
+                elif f.name in ("tau", "stm_ttl_s", "consolidate_after_s"):
                     values[f.name] = float(raw)
                 elif f.name == "encoder":
                     values[f.name] = raw

@@ -27,6 +27,7 @@ __all__ = ["COLUMNS", "ManifestRow", "RowProblem", "parse_timestamp", "read_mani
 
 COLUMNS = ("patient_id", "study_id", "timestamp", "image", "question", "answer", "report", "decision")
 OPTIONAL = ("view",)
+REQUIRED = ("patient_id", "study_id", "timestamp", "image", "question")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +83,21 @@ def parse_timestamp(value: object) -> float:
         raise ValueError(f"missing or empty timestamp: {value!r}")
     if not math.isfinite(seconds):
         raise ValueError(f"timestamp is not finite: {value!r}")
+    try:  # ManifestRow.to_dict must be able to write it back as ISO 8601
+        datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise ValueError(f"timestamp out of range: {value!r}") from exc
     return seconds
 
 
 def _validate(raw: dict[str, Any], line: int, base: Path) -> ManifestRow:
-    missing = [c for c in ("patient_id", "study_id", "timestamp", "image", "question") if not raw.get(c)]
+    # absent (or null) and empty are told apart; a number such as epoch 0 is a value
+    missing = [c for c in REQUIRED if raw.get(c) is None]
     if missing:
         raise ManifestError(f"missing required column(s): {', '.join(missing)}", line)
+    empty = [c for c in REQUIRED if isinstance(raw[c], str) and not raw[c].strip()]
+    if empty:
+        raise ManifestError(f"empty required column(s): {', '.join(empty)}", line)
     unknown = sorted(set(raw) - set(COLUMNS) - set(OPTIONAL))
     if unknown:
         raise ManifestError(f"unknown column(s): {', '.join(unknown)}", line)
@@ -127,7 +136,7 @@ def _validate(raw: dict[str, Any], line: int, base: Path) -> ManifestRow:
 
 def _raw_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | ManifestError]]:
     suffix = path.suffix.lower()
-    with path.open(encoding="utf-8", newline="") as fh:
+    with path.open(encoding="utf-8-sig", newline="") as fh:  # -sig: drop a leading BOM
         if suffix == ".jsonl":
             for number, text in enumerate(fh, start=1):
                 if not text.strip():
@@ -142,20 +151,41 @@ def _raw_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | ManifestError]
                     continue
                 yield number, obj
         elif suffix == ".csv":
-            reader = csv.DictReader(fh, strict=True)
-            if reader.fieldnames is None:
-                return
-            try:
-                for row in reader:
-                    number = reader.line_num
-                    if None in row:
-                        yield number, ManifestError("more fields than the header has", number)
-                        continue
-                    yield number, dict(row)
-            except csv.Error as exc:
-                yield reader.line_num, ManifestError(f"malformed CSV: {exc}", reader.line_num)
+            yield from _csv_rows(fh, path)
         else:
             raise ManifestError(f"{path}: manifest must be .csv or .jsonl, got {suffix or 'no suffix'!r}")
+
+
+def _csv_rows(
+    fh: Iterator[str], path: Path
+) -> Iterator[tuple[int, dict[str, Any] | ManifestError]]:
+    # A row is numbered by the line it starts on (a quoted field may span lines), and a
+    # malformed row is reported without ending the file: the reader resumes at the next line.
+    reader = csv.reader(fh, strict=True)
+    header: list[str] | None = None
+    end = 0  # the last physical line the reader has consumed
+    while True:
+        start = end + 1
+        try:
+            record = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            end = reader.line_num
+            if header is None:
+                raise ManifestError(f"{path}: malformed CSV header: {exc}", start) from exc
+            yield start, ManifestError(f"malformed CSV: {exc}", start)
+            continue
+        end = reader.line_num
+        if not record:  # a blank line
+            continue
+        if header is None:
+            header = record
+        elif len(record) > len(header):
+            yield start, ManifestError("more fields than the header has", start)
+        else:
+            values: list[str | None] = [*record, *([None] * (len(header) - len(record)))]
+            yield start, dict(zip(header, values, strict=True))
 
 
 def read_manifest(path: str | Path) -> tuple[list[ManifestRow], list[RowProblem]]:
@@ -188,20 +218,23 @@ def read_manifest(path: str | Path) -> tuple[list[ManifestRow], list[RowProblem]
             rows.append(row)
     except UnicodeDecodeError as exc:
         raise ManifestError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read the manifest ({exc.strerror or exc})") from exc
     return rows, problems
 
 
 def write_manifest(rows: list[ManifestRow], path: str | Path) -> None:
     """Write rows as JSONL (``.jsonl``) or CSV (``.csv``) with absolute image paths."""
     path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".jsonl"):  # checked first: a refused name leaves no empty file
+        raise ManifestError(f"{path}: manifest must be .csv or .jsonl")
     dicts = [r.to_dict() for r in rows]
     with path.open("w", encoding="utf-8", newline="") as fh:
-        if path.suffix.lower() == ".jsonl":
+        if suffix == ".jsonl":
             for d in dicts:
                 fh.write(json.dumps(d, ensure_ascii=False) + "\n")
-        elif path.suffix.lower() == ".csv":
+        else:
             writer = csv.DictWriter(fh, fieldnames=list(COLUMNS + OPTIONAL))
             writer.writeheader()
             writer.writerows(dicts)
-        else:
-            raise ManifestError(f"{path}: manifest must be .csv or .jsonl")

@@ -68,9 +68,7 @@ PAYLOAD_FIELDS = tuple(
 
 _PAYLOAD_KEYS = frozenset(PAYLOAD_FIELDS)
 _EVENT_KEYS = _PAYLOAD_KEYS | {"event_hash"}
-_STR_FIELDS = tuple(
-    "actor role action source_tier target_tier patient consent_id purpose reason".split()
-)
+_STR_FIELDS = tuple("actor role action source_tier target_tier patient consent_id purpose reason".split())
 _NONEMPTY = ("actor", "action")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _PREV_NEEDLE = b',"prev_hash":"'
@@ -107,7 +105,7 @@ def _field_problem(d: dict[str, Any], keys: frozenset[str] = _PAYLOAD_KEYS) -> s
     for name in _NONEMPTY:
         if not d[name]:
             return f"{name} is empty"
-    if d["outcome"] not in OUTCOMES:
+    if not isinstance(d["outcome"], str) or d["outcome"] not in OUTCOMES:
         return f"outcome {d['outcome']!r} is not one of {sorted(OUTCOMES)}"
     ids = d["record_ids"]
     if not isinstance(ids, list | tuple) or not all(isinstance(i, str) for i in ids):
@@ -343,9 +341,7 @@ def _bad(count: int, head: str, seq: int, reason: str) -> VerifyResult:
     return VerifyResult(False, count, head, seq, f"seq {seq}: {reason}")
 
 
-def verify_hashes_only(
-    rows: Iterable[Row], *, start_seq: int = 1, start_prev: str = GENESIS
-) -> VerifyResult:
+def verify_hashes_only(rows: Iterable[Row], *, start_seq: int = 1, start_prev: str = GENESIS) -> VerifyResult:
     """Check seq column, payload hash and links of ``rows`` without parsing JSON.
 
     ``rows`` are ``(seq, payload, event_hash)`` in ``seq`` order, starting at ``start_seq``
@@ -386,9 +382,7 @@ def verify_hashes_only(
     return VerifyResult(True, count, head, None, "")
 
 
-def verify_chain(
-    rows: Iterable[Row], *, start_seq: int = 1, start_prev: str = GENESIS
-) -> VerifyResult:
+def verify_chain(rows: Iterable[Row], *, start_seq: int = 1, start_prev: str = GENESIS) -> VerifyResult:
     """Fully verify ``rows`` (``(seq, payload, event_hash)`` in ``seq`` order).
 
     Every check of :func:`verify_hashes_only`, plus: each payload parses as strict JSON, has

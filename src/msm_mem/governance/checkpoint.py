@@ -317,11 +317,7 @@ def verify_against_checkpoints(
         if previous is not None and checkpoint.size < previous.size:
             reason = f"{where}: size decreased from {previous.size}"
             return VerifyResult(False, good_size, good_hash, None, reason)
-        if (
-            previous is not None
-            and checkpoint.size == previous.size
-            and checkpoint.head_hash != previous.head_hash
-        ):
+        if previous is not None and checkpoint.size == previous.size and checkpoint.head_hash != previous.head_hash:
             reason = f"{where}: conflicts with the previous checkpoint of the same size"
             return VerifyResult(False, good_size, good_hash, None, reason)
         if checkpoint.size > chain_size:
@@ -329,10 +325,7 @@ def verify_against_checkpoints(
             return VerifyResult(False, good_size, good_hash, chain_size + 1, reason)
         stored = GENESIS if checkpoint.size == 0 else hashes_by_seq(checkpoint.size)
         if stored != checkpoint.head_hash:
-            reason = (
-                f"{where}: stored hash differs; chain rewritten in seqs "
-                f"{good_size + 1}..{checkpoint.size}"
-            )
+            reason = f"{where}: stored hash differs; chain rewritten in seqs {good_size + 1}..{checkpoint.size}"
             return VerifyResult(False, good_size, good_hash, checkpoint.size, reason)
         previous = checkpoint
         if checkpoint.size >= good_size:

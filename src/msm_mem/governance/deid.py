@@ -142,14 +142,13 @@ _NOT_NAMES = frozenset(
 _UP, _LO = "A-ZÀ-ÖØ-ÞĀ-Ž", "a-zß-öø-ÿĀ-ž"  # Latin-1 and Latin Extended-A letters
 _NW = (
     rf"(?:(?:Mc|Mac|O['’])[{_UP}][{_LO}]+|[{_UP}][{_LO}]*[{_UP}][{_LO}]+"
-    rf"|[{_UP}][{_LO}]+(?:['’-][{_UP}]?[{_LO}]+)*)"
+    rf"|[{_UP}][{_LO}]+(?:['’-][{_UP}]?[{_LO}]+)*)(?!\w)"
 )
 _PART = r"(?:(?:van|von|de|da|del|der|di|du|le|la|dos|bin|ibn|al)\s+)"
 _NAMES = rf"(?:[A-Z]\.\s*)*{_NW}(?:\s+(?:[A-Z]\.?\s+)?{_PART}?{_NW}){{0,3}}"
 _CAPS = r"[A-Z]{2,}(?:['’-][A-Z]{2,})?(?:\s+[A-Z]{2,}){0,2}\b"
 _TITLE = r"(?<![\w.])(?:Dr|Drs|Dra|Mr|Mrs|Ms|Mx|Miss|Prof|Sr|Sra|Srta|Doctor|Professor)\.?\s+"
-_LVAL = r"[:#=]?\s*(?:number|num|no|nr|#)?\.?\s*[:#=]?\s*"
-_VALUE = r"(?P<v>(?=[A-Za-z0-9-]*\d)[A-Za-z0-9]+(?:[-/.][A-Za-z0-9]+)*(?:[ -]\d+)*)"
+_VALUE = r"(?P<v>(?=[A-Za-z0-9-]*\d)[A-Za-z0-9]+(?:[-/.][A-Za-z0-9]+)*(?:[ -]\d{3,})*)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +191,7 @@ def _numeric_date_ok(m: re.Match[str]) -> bool:
 
 
 def _ipv6_ok(m: re.Match[str]) -> bool:
-    text = m.group(0)
+    text: str = m.group(0)
     if len(text) < 3 or not re.search(r"[0-9A-Fa-f]", text):
         return False
     try:
@@ -203,7 +202,8 @@ def _ipv6_ok(m: re.Match[str]) -> bool:
 
 
 def _phone_ok(m: re.Match[str]) -> bool:
-    return 7 <= sum(ch.isdigit() for ch in m.group("v")) <= 15
+    value: str = m.group("v")
+    return 7 <= sum(ch.isdigit() for ch in value) <= 15
 
 
 def _phone_category(m: re.Match[str]) -> str:
@@ -267,7 +267,10 @@ _STREET = (
     r"|Terrace|Parkway|Pkwy|Highway|Hwy|Circle|Square|Sq|Trail|Alley|Crescent|Close|Plaza)"
 )
 _URL_END = r"[^\s<>\"'\[\]]*[^\s<>\"'\[\].,;:!?)]"
-_TLD = r"(?:com|org|net|edu|gov|mil|info|io|co\.uk|ac\.uk|nhs\.uk|de|fr|es|it|nl|ca|au|cn|jp|kr|br|ch|se|eu|health)"
+_TLD = (
+    r"(?:com|org|net|edu|gov|mil|info|io|co\.uk|ac\.uk|nhs\.uk|de|fr|es|it|nl|ca|au|cn|jp|kr"
+    r"|br|ch|se|eu|health)"
+)
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1?\d?\d)"
 _AGE = r"(?:9\d|1[01]\d)"
 _NAME_CUE = (
@@ -290,15 +293,16 @@ _NUM_END = r"(?![\d/.-]?\d)"
 
 # Order matters only for ties (same start, same length): the rule listed first wins.
 _RULES: tuple[_Rule, ...] = (
-    _rule(Category.EMAIL, r"(?<![\w.%+-])[\w.%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
+    _rule(Category.EMAIL, r"(?<![\w.%+-])[\w.%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*"
+          r"\.[A-Za-z]{2,}\b"),
     _rule(Category.URL, rf"\b(?:(?:https?|ftp)://|www\.){_URL_END}", re.I),
     _rule(Category.URL, rf"(?<![\w@.-])(?:[A-Za-z0-9-]+\.)+{_TLD}\b(?:/{_URL_END})?"),
     _rule(Category.IP, rf"(?<![\w.])(?:{_OCTET}\.){{3}}{_OCTET}(?![\w.]?\d)"),
     _rule(Category.IP, r"(?<![\w:])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?:%\w+)?(?![\w:])",
           check=_ipv6_ok),
     _rule(Category.SSN, r"(?<![\d-])\d{3}-\d{2}-\d{4}(?![\d-])"),
-    _rule(Category.SSN, r"\b(?:SSN|social security)\b\D{0,12}?(?P<v>\d{3}[- ]?\d{2}[- ]?\d{4})(?!\d)",
-          re.I),
+    _rule(Category.SSN, r"\b(?:SSN|social security)\b\D{0,12}?"
+          r"(?P<v>\d{3}[- ]?\d{2}[- ]?\d{4})(?!\d)", re.I),
     _labelled(Category.MRN, r"MRN|medical record|med\.? rec\.?|hospital (?:number|no|id)|patient id"
               r"|unit number|UR number", r"record|chart"),
     _labelled(Category.HEALTHPLAN, r"health plan(?: beneficiary)?|beneficiary|medicaid|medicare",
@@ -334,8 +338,8 @@ _RULES: tuple[_Rule, ...] = (
           check=_numeric_date_ok, replace=_date_replacement),
     _rule(Category.DATE, rf"(?<![\d/.-])(?:0[1-9]|1[0-2])[/-](?P<y>{_YEAR}){_NUM_END}"
           rf"|(?<![\d/.-])(?P<y2>{_YEAR})-(?:0[1-9]|1[0-2]){_NUM_END}", replace=_date_replacement),
-    _rule(Category.DATE, r"(?<!\d)(?P<y>(?:19|20)\d\d)(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])(?!\d)",
-          replace=_date_replacement),
+    _rule(Category.DATE, r"(?<!\d)(?P<y>(?:19|20)\d\d)(?:0[1-9]|1[0-2])"
+          r"(?:0[1-9]|[12]\d|3[01])(?!\d)", replace=_date_replacement),
     _rule(Category.AGE, rf"(?<![\w.])(?P<v>{_AGE})\s*-?\s*(?:years?|yrs?|y)\.?\s*-?\s*"
           rf"(?:old|o\b\.?|of age)|(?<![\w.])(?P<v2>{_AGE})\s*-?\s*(?:y/o|yo[mf]?)\b", re.I),
     _rule(Category.AGE, rf"\bage[ds]?\s*(?:of\s*)?[:=]?\s*(?P<v>{_AGE})(?![\d.]?\d)", re.I),
@@ -352,16 +356,17 @@ _RULES: tuple[_Rule, ...] = (
           r"(?:\s*,?\s*(?:Apt|Apartment|Suite|Ste|Unit|Floor|Fl|Room|Rm|#)\.?\s*#?\s*[A-Za-z0-9-]+)?"),
     _rule(Category.ADDRESS, r"\b(?:P\.?\s?O\.?\s*Box|Post Office Box)\s*#?\s*\d+", re.I),
     _rule(Category.LOCATION, rf"(?<![\w-])(?P<v>[A-Z][a-z]+(?:[ -][A-Z][a-z]+){{0,2}}),\s*(?:"
-          rf"(?:{_ST_CLEAR})(?![\w-])(?!\s*-?\d{{1,4}}(?!\d))|(?:{_ST_AMBIG})\b(?=\.?,?\s+\d{{5}})"
-          rf"|(?:{_STATES}|{_COUNTRIES})\b)", adjust=_trim_city),
-    _rule(Category.LOCATION, r"(?:[A-Z][a-z]+\s){1,3}(?:County|Parish|Borough|Township|Precinct)\b",
-          adjust=_trim_place),
-    _rule(Category.LOCATION, r"(?:(?:St\.?|Saint)\s+)?(?:[A-Z][A-Za-z'-]+\s+){1,4}(?:Hospital|"
-          r"Medical Cent(?:er|re)|Clinic|Infirmary|Health Cent(?:er|re)|Nursing Home|Hospice)\b",
-          adjust=_trim_place),
+          rf"(?:{_ST_CLEAR})(?![\w-])(?!\s*-?\d{{1,4}}(?!\d))"
+          rf"|(?:{_ST_AMBIG})\b(?=\.?,?\s+\d{{5}})|(?:{_STATES}|{_COUNTRIES})\b)",
+          adjust=_trim_city),
+    _rule(Category.LOCATION, r"(?<![\w'-])(?:[A-Z][a-z]+\s){1,3}"
+          r"(?:County|Parish|Borough|Township|Precinct)\b", adjust=_trim_place),
+    _rule(Category.LOCATION, r"(?<![\w'-])(?:(?:St\.?|Saint)\s+)?(?:[A-Z][A-Za-z'-]+\s+){1,4}"
+          r"(?:Hospital|Medical Cent(?:er|re)|Clinic|Infirmary|Health Cent(?:er|re)|Nursing Home"
+          r"|Hospice)\b", adjust=_trim_place),
     _rule(Category.NAME, rf"{_TITLE}(?P<v>{_NAMES}|{_CAPS})", adjust=_trim_name),
-    _rule(Category.NAME, rf"(?P<v>{_NW}(?:\s+(?:[A-Z]\.\s+)?{_NW}){{1,3}}),?\s+{_CREDENTIAL}",
-          adjust=_trim_name),
+    _rule(Category.NAME, rf"(?<![\w'’-])(?P<v>{_NW}(?:\s+(?:[A-Z]\.\s+)?{_NW}){{1,3}}),?\s+"
+          rf"{_CREDENTIAL}", adjust=_trim_name),
     _rule(Category.NAME, rf"{_NAME_CUE},?\s+(?:(?:named|called|is)\s+)?(?P<v>{_NAMES})",
           adjust=_trim_name),
     _rule(Category.NAME, rf"{_BY_CUE}{_OPT_TITLE}(?P<v>{_NAMES})", adjust=_trim_name),

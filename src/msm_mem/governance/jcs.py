@@ -54,9 +54,7 @@ def canonicalize(value: object) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise CanonicalJSONError(
-            f"string contains a lone surrogate at position {exc.start}"
-        ) from None
+        raise CanonicalJSONError(f"string contains a lone surrogate at position {exc.start}") from None
 
 
 def _utf16_key(key: str) -> bytes:
@@ -216,9 +214,7 @@ def loads_strict(data: str | bytes | bytearray | memoryview) -> Any:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise CanonicalJSONError(
-                f"text contains a lone surrogate at position {exc.start}"
-            ) from None
+            raise CanonicalJSONError(f"text contains a lone surrogate at position {exc.start}") from None
     elif isinstance(data, bytes | bytearray | memoryview):
         try:
             text = bytes(data).decode("utf-8")

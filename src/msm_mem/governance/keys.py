@@ -32,11 +32,12 @@ import re
 import stat
 import threading
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from .._errors import DecryptionError, InvalidInput, NotFound
+from .._tier_records import WrappedKey
 
 __all__ = [
     "InMemoryKeyProvider",
@@ -81,23 +82,6 @@ class KeyProvider(Protocol):
     def retire(self, kek_id: str) -> None:
         """Destroy a non-current KEK; what it wrapped can no longer be unwrapped."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class WrappedKey:
-    """One patient's data key as stored: wrapped under a KEK, or a shredded tombstone.
-
-    ``key_id`` is random (never derived from patient data); ``patient_ref`` is the patient's
-    identifier as the caller gave it; ``created_at`` is UTC seconds; a shredded key has
-    ``shredded=True`` and empty ``wrapped`` bytes.
-    """
-
-    key_id: str
-    patient_ref: str
-    kek_id: str
-    wrapped: bytes
-    created_at: float
-    shredded: bool = False
 
 
 @runtime_checkable

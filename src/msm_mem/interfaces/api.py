@@ -1,61 +1,122 @@
-"""The Python API: a store directory opened with its encoder, memory and agent."""
+"""The Python API: a governed memory store directory with its encoder, memory and agent.
+
+A store directory holds::
+
+    msm-mem.sqlite            store of record (PHI fields envelope-encrypted)
+    index/                    FAISS caches (rebuildable)
+    keys/kek.json             local key-encryption keys (mode 0600); use a KMS in production
+    keys/checkpoint.key       Ed25519 key signing audit checkpoints (mode 0600)
+    audit/checkpoints.jsonl   signed checkpoints of the audit chain
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from .._clock import Clock
+from .._clock import Clock, SystemClock
 from .._errors import EncoderMismatch
 from .._settings import Settings
+from .._tier_records import ConsentRecord
 from ..agent.agent import AgentAnswer, MemoryAgent, Query
 from ..agent.offline import IngestReport, ingest_rows
 from ..datasets.manifest import ManifestRow
+from ..governance.audit import AuditLog
+from ..governance.codec import EnvelopeCodec
+from ..governance.consent import default_policy
+from ..governance.crypto import EnvelopeCipher
+from ..governance.keys import KeyProvider, LocalKeyFileProvider
+from ..memory.maintenance import Maintainer, MaintenanceReport
 from ..memory.msm import Memory
+from ..memory.tiers import Actor, GovernedMemory
 from ..plugins.backbones import get_backbone
 from ..plugins.encoders import get_encoder
+from ..storage.base import WriteBatch
 from ..storage.paper_layout import export_paper, import_paper
 from ..storage.sqlite import SqliteStore
 
-__all__ = ["MsmMem"]
+__all__ = ["ADMIN", "MsmMem"]
+
+ADMIN = Actor("msm-mem-admin", "admin")
+
+
+def _remove_new_store(directory: Path, existed: bool) -> None:
+    """Undo a half-made ``init``: remove only what init created."""
+    import shutil
+
+    for name in ("msm-mem.sqlite", "msm-mem.sqlite-wal", "msm-mem.sqlite-shm"):
+        (directory / name).unlink(missing_ok=True)
+    for sub in ("keys", "audit", "index"):
+        shutil.rmtree(directory / sub, ignore_errors=True)
+    if not existed:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 class MsmMem:
-    """One memory store directory, ready to ingest, ask, export and import.
+    """One governed memory store directory: ingest, ask, correct, maintain, export, audit.
 
-    Open with :meth:`init` (new directory) or :meth:`open` (existing); close it (or use it as a
-    context manager) so the vector caches are saved.
+    Open with :meth:`init` (new directory) or :meth:`open`; close it (or use it as a context
+    manager) so the vector caches are saved.
     """
 
-    def __init__(self, store: SqliteStore, settings: Settings, clock: Clock | None = None,
-                 backbone: str = "nonparametric") -> None:  # fmt: skip
+    def __init__(self, directory: Path, store: SqliteStore, provider: KeyProvider, settings: Settings,
+                 clock: Clock | None = None, backbone: str = "nonparametric") -> None:  # fmt: skip
+        self.directory = directory
         self.store = store
         self.settings = settings
+        self.clock = clock or SystemClock()
         self.encoder = get_encoder(store.encoder_name)
         if self.encoder.dim != store.dim:
             raise EncoderMismatch(f"encoder {store.encoder_name} is {self.encoder.dim}-d; the store is {store.dim}-d")
-        self.memory = Memory(store, settings, clock)
-        self.agent = MemoryAgent(self.memory, self.encoder, get_backbone(backbone))
+        self.cipher = EnvelopeCipher(store.tenant, provider, store.keys(), self.clock.now)
+        store.use_codec(EnvelopeCodec(self.cipher, store.keys()))
+        self.audit = AuditLog(store, self.cipher, directory, self.clock)
+        self.memory = Memory(store, settings, self.clock)
+        self.governed = GovernedMemory(self.memory, self.audit)
+        self.maintainer = Maintainer(self.governed, self.cipher, consolidate_after_s=settings.consolidate_after_s)
+        self.agent = MemoryAgent(self.governed, self.encoder, get_backbone(backbone))
 
     @classmethod
-    def init(cls, directory: str | Path, *, settings: Settings | None = None, clock: Clock | None = None) -> MsmMem:
-        """Create a store in ``directory`` for the settings' encoder (default ``pixels``)."""
+    def init(cls, directory: str | Path, *, settings: Settings | None = None, clock: Clock | None = None,
+             policy: list[ConsentRecord] | None = None) -> MsmMem:  # fmt: skip
+        """Create a store in ``directory`` for the settings' encoder (default ``pixels``), a
+        local key file, and the default consent policy (see governance.consent.default_policy)."""
+        directory = Path(directory)
         settings = settings or Settings()
         encoder = get_encoder(settings.encoder)
+        existed = directory.exists()
         store = SqliteStore.create(directory, dim=encoder.dim, encoder=encoder.name)
-        return cls(store, settings, clock)
+        try:
+            (directory / "keys").mkdir(mode=0o700, exist_ok=True)
+            provider = LocalKeyFileProvider.create(directory / "keys" / "kek.json")
+            mem = cls(directory, store, provider, settings, clock)
+            consents = default_policy(mem.clock.now()) if policy is None else policy
+            mem.grant(consents, ADMIN)
+        except BaseException:
+            store.close()
+            _remove_new_store(directory, existed)
+            raise
+        return mem
 
     @classmethod
     def open(cls, directory: str | Path, *, settings: Settings | None = None, clock: Clock | None = None,
              backbone: str = "nonparametric") -> MsmMem:  # fmt: skip
         """Open an existing store directory; its recorded encoder is used."""
+        directory = Path(directory)
         store = SqliteStore.open(directory)
-        settings = (settings or Settings()).with_(encoder=store.encoder_name)
-        return cls(store, settings, clock, backbone)
+        try:
+            provider = LocalKeyFileProvider.open(directory / "keys" / "kek.json")
+            settings = (settings or Settings()).with_(encoder=store.encoder_name)
+            return cls(directory, store, provider, settings, clock, backbone)
+        except BaseException:
+            store.close()
+            raise
+
+    # data ----------------------------------------------------------------------------------
 
     def ingest(self, rows: list[ManifestRow], *, progress: bool = False) -> IngestReport:
-        """Encode and store manifest rows (base memory); see :func:`ingest_rows`."""
-        return ingest_rows(self.memory, self.encoder, rows, progress=progress)
+        """Encode and store manifest rows as base memory; see :func:`ingest_rows`."""
+        return ingest_rows(self.governed, self.encoder, rows, progress=progress)
 
     def ask(self, patient_id: str, image: Any, question: str, **options: Any) -> AgentAnswer:
         """Run the online loop for one query; see :meth:`MemoryAgent.ask`."""
@@ -64,12 +125,39 @@ class MsmMem:
         return self.agent.ask(Query(patient_id, image, question, **options), write_back=write_back, **flags)
 
     def export_paper(self, out: str | Path) -> dict[str, int]:
-        """Write the paper's layout into ``out``."""
-        return export_paper(self.store, out)
+        """Write the paper's layout (decrypted) into ``out``; audited as an export."""
+        spec = self.audit.spec(actor=ADMIN.id, role=ADMIN.role, action="export", source_tier="ltm",
+                               target_tier="source", purpose="export", reason="paper layout")  # fmt: skip
+        counts = export_paper(self.store, out)
+        self.audit.write(WriteBatch(), [spec])
+        return counts
 
     def import_paper(self, src: str | Path) -> dict[str, int]:
-        """Read the paper's layout from ``src`` into this (empty) store."""
-        return import_paper(self.store, src)
+        """Read the paper's layout from ``src`` into this (empty) store; audited."""
+        counts = import_paper(self.store, src)
+        spec = self.audit.spec(actor=ADMIN.id, role=ADMIN.role, action="import", source_tier="source",
+                               target_tier="ltm", purpose="operations", reason="paper layout")  # fmt: skip
+        self.audit.write(WriteBatch(), [spec])
+        return counts
+
+    # governance ----------------------------------------------------------------------------
+
+    def grant(self, consents: list[ConsentRecord], actor: Actor = ADMIN) -> None:
+        """Store consent records (audited, one event each)."""
+        specs = [self.audit.spec(actor=actor.id, role=actor.role, action="consent_grant", source_tier="source",
+                                 target_tier="ltm", purpose=c.purpose, record_ids=[c.consent_id],
+                                 patient=c.patient_id, consent_id=c.consent_id) for c in consents]  # fmt: skip
+        self.audit.write(WriteBatch(consents=list(consents)), specs)
+
+    def revoke(self, consent_id: str, actor: Actor = ADMIN) -> None:
+        """Revoke a consent from now on (audited)."""
+        spec = self.audit.spec(actor=actor.id, role=actor.role, action="consent_revoke", source_tier="source",
+                               target_tier="ltm", purpose="operations", record_ids=[consent_id], consent_id=consent_id)  # fmt: skip
+        self.audit.write(WriteBatch(revocations=[(consent_id, self.clock.now())]), [spec])
+
+    def maintain(self) -> MaintenanceReport:
+        """Expire STM, consolidate by age, decay LTM, checkpoint the audit chain."""
+        return self.maintainer.run()
 
     def close(self) -> None:
         self.store.close()

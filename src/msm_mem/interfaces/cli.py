@@ -6,6 +6,7 @@ Each command is a thin layer over the Python API; its docstring is its --help te
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -19,10 +20,14 @@ from .api import MsmMem
 __all__ = ["COMMANDS", "main"]
 
 Command = Callable[[argparse.Namespace], int]
-COMMANDS: dict[str, tuple[Command, Callable[[argparse.ArgumentParser], None]]] = {}
+COMMANDS: dict[str, tuple[Command, Callable[[argparse.ArgumentParser], object]]] = {}
 
 
-def command(name: str, configure: Callable[[argparse.ArgumentParser], None]) -> Callable[[Command], Command]:
+def command(name: str, configure: Callable[[argparse.ArgumentParser], object]) -> Callable[[Command], Command]:
+    """Register the decorated function as command ``name``; ``configure`` adds its arguments.
+
+    The function's docstring is the command's --help text (its first line the summary)."""
+
     def register(fn: Command) -> Command:
         COMMANDS[name] = (fn, configure)
         return fn
@@ -72,7 +77,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
         rows, problems = load_dataset(args.dataset[0], args.dataset[1])
     _print_problems(problems)
-    with MsmMem.open(args.dir) as mem:
+    with MsmMem.open(args.dir, settings=Settings.from_env()) as mem:
         report = mem.ingest(rows, progress=not args.no_progress)
     _print_problems(report.problems)
     report.problems = [*problems, *report.problems]
@@ -98,7 +103,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     Prints the answer, the evidence trail (memory id, kind, cosine) and the write-back gate
     decision; --json prints one object with keys answer, evidence [{id, kind, score}], gate
     {written, reasons}, backbone and source."""
-    with MsmMem.open(args.dir) as mem:
+    with MsmMem.open(args.dir, settings=Settings.from_env()) as mem:
         result = mem.ask(args.patient, args.image, args.question, write_back=not args.no_write_back,
                          use_sem=not args.no_sem, use_epi=not args.no_epi, use_vis=not args.no_vis)
     if args.json:
@@ -150,13 +155,13 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every registered command."""
-    from . import cli_extra  # noqa: F401  (registers the remaining commands)
+    from . import cli_extra, cli_governance  # noqa: F401  (register the remaining commands)
 
     parser = argparse.ArgumentParser(prog="msm-mem", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (fn, configure) in COMMANDS.items():
-        doc = fn.__doc__ or ""
-        p = sub.add_parser(name, help=doc.splitlines()[0], description=doc,
+        doc = inspect.cleandoc(fn.__doc__ or "")  # a command without one still parses
+        p = sub.add_parser(name, help=doc.splitlines()[0] if doc else None, description=doc,
                            formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
         configure(p)
         p.set_defaults(func=fn)
@@ -164,12 +169,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 1 error, 2 usage)."""
-    args = build_parser().parse_args(argv)
+    """Run the CLI; returns the exit status (0 ok, 1 error, 2 usage).
+
+    Errors print one line, ``error: <message>``, on stderr; ``--help`` and usage errors
+    return their status instead of raising ``SystemExit``, so callers in-process get a code.
+    """
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse exits on --help (0) and on usage errors (2)
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         return int(args.func(args))
-    except MsmMemError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (MsmMemError, OSError) as exc:  # OSError: unreadable or unwritable paths
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -3,7 +3,7 @@
 Steps: generate the set; create a store; ingest every patient's first study as base memory;
 then ask about every later study in time order through the online loop with write-back (the
 reference impression arrives afterwards, as a signed report would, and is written back as
-ground truth). Prints example answers with their evidence trail and the mean token F1 of the
+ground truth, as a critic verdict). Prints example answers with their evidence trail and the mean token F1 of the
 answers with memory against a memory-free baseline (population nearest neighbour).
 """
 
@@ -16,10 +16,12 @@ from .._settings import Settings
 from ..agent.agent import Query
 from ..datasets.synthetic import generate
 from ..eval.metrics import token_f1
-from ..memory.msm import Interaction
+from ..memory.tiers import Actor
 from .api import MsmMem
 
 __all__ = ["run_demo"]
+
+CRITIC = Actor("report-signer", "critic")
 
 
 def run_demo(out: Path, *, seed: int = 0, patients: int = 40, verbose: bool = True) -> int:
@@ -49,11 +51,10 @@ def run_demo(out: Path, *, seed: int = 0, patients: int = 40, verbose: bool = Tr
             answer = mem.agent.ask(q)
             f1_mem.append(token_f1(answer.answer, row.answer))
             f1_none.append(token_f1(blind.answer, row.answer))
-            # the signed report arrives: ground truth written back (critic verdict)
-            z = mem.encoder.encode_paths([row.image])[0]
-            mem.memory.write_back(Interaction(row.patient_id, z, row.question, row.answer, row.timestamp + 1,
-                                              decision=row.decision, media_path=row.image, study_id=row.study_id,
-                                              evidence_tier="ground_truth", source="report"))  # fmt: skip
+            # the signed report arrives: a critic verdict supersedes the agent's impression
+            correct = answer.answer.strip().lower() == row.answer.strip().lower()
+            mem.maintainer.critic_verdict(CRITIC, row.patient_id, row.study_id, accept=correct,
+                                          correction="" if correct else row.answer, decision=row.decision)  # fmt: skip
             if verbose and shown < 3 and answer.evidence:
                 shown += 1
                 print(f"\n{row.patient_id} {row.study_id}: {row.question}")

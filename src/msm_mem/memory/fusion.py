@@ -45,7 +45,7 @@ def _episode_line(hit: Hit) -> str:
 def _visual_line(hit: Hit) -> str:
     r = hit.record
     assert isinstance(r, VisualRecord)
-    tag = f" | tag: {r.visual_tag}" if r.visual_tag else ""
+    tag = f" | tag: {_one_line(r.visual_tag)}" if r.visual_tag else ""
     src = f" | from {r.source_episode_id}" if r.source_episode_id else ""
     return f"[{hit.id}] cos={hit.score:.3f} | {_day(r.timestamp)}{tag}{src}"
 
@@ -92,9 +92,11 @@ def fuse(
             else:
                 dropped.append(epi.pop().id)
         else:
-            oldest = next((i for i, (s, skip) in enumerate(sem) if len(s.impressions) > skip), None)
-            if oldest is None:
+            # the oldest impression left over all categories (each history is oldest first)
+            left = [i for i, (s, skip) in enumerate(sem) if len(s.impressions) > skip]
+            if not left:
                 break
+            oldest = min(left, key=lambda i: sem[i][0].impressions[sem[i][1]].timestamp)
             state, skip = sem[oldest]
             sem[oldest] = (state, skip + 1)
             if skip + 1 == len(state.impressions):

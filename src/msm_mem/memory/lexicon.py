@@ -19,11 +19,19 @@ class Lexicon:
     """
 
     def __init__(self, terms: list[str]) -> None:
-        cleaned = sorted({t.strip().lower() for t in terms if t.strip()}, key=lambda t: (-len(t), t))
+        """Build from terms (blank ones ignored); no term at all raises :class:`InvalidInput`.
+
+        Terms are lower-cased with inner whitespace collapsed; a phrase matches across any run
+        of whitespace in the text (a report may break a line inside "pleural effusion").
+        """
+        if isinstance(terms, str):  # a bare string would become one term per character
+            raise InvalidInput("terms must be a list of strings, not one string")
+        cleaned = sorted({" ".join(t.lower().split()) for t in terms if t.strip()},
+                         key=lambda t: (-len(t), t))  # fmt: skip
         if not cleaned:
             raise InvalidInput("the clinical keyword lexicon is empty")
         self.terms = tuple(cleaned)
-        alternatives = "|".join(re.escape(t) for t in cleaned)
+        alternatives = "|".join(r"\s+".join(re.escape(w) for w in t.split(" ")) for t in cleaned)
         self._pattern = re.compile(rf"(?<![\w-])(?:{alternatives})(?![\w-])", re.IGNORECASE)
 
     @classmethod
@@ -43,11 +51,13 @@ class Lexicon:
 
     @classmethod
     def parse(cls, text: str) -> Lexicon:
+        """A lexicon from file text: one term a line, ``#`` starts a comment."""
         return cls([line.split("#", 1)[0] for line in text.splitlines()])
 
     def find(self, text: str) -> list[str]:
         """The lexicon terms present in ``text``, lower-cased, in order of appearance."""
-        return [m.group(0).lower() for m in self._pattern.finditer(text)]
+        return [" ".join(m.group(0).lower().split()) for m in self._pattern.finditer(text)]
 
     def __contains__(self, text: object) -> bool:
+        """Whether ``text`` (a string) contains at least one term."""
         return isinstance(text, str) and self._pattern.search(text) is not None

@@ -11,13 +11,14 @@ from .._clock import Clock, SystemClock
 from .._errors import InvalidInput
 from .._records import EpisodicRecord, Impression, SemanticState, Vector, VisualRecord, new_id, unit_vector
 from .._settings import Settings
-from ..storage.base import Store, WriteBatch
+from ..storage.base import Store, VectorKind, WriteBatch
 from .gate import GateDecision, WriteBackGate
 from .lexicon import Lexicon
+from .ranking import decay_at
 from .retrieval import Retrieval, Scope, query
 from .semantic import DEFAULT_CATEGORY, SemanticMemory
 
-__all__ = ["Interaction", "Memory", "WriteResult"]
+__all__ = ["Interaction", "Memory", "Staging", "WriteResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,11 @@ class WriteResult:
 
 
 @dataclass
-class _Pending:
+class Staging:
+    """Writes prepared but not yet committed: the batch, plus what later staged interactions of
+    the same batch must see (vectors for novelty, the newest semantic version per key)."""
+
+    batch: WriteBatch = field(default_factory=WriteBatch)
     vectors: dict[str, list[Vector]] = field(default_factory=dict)
     semantic: dict[tuple[str, str], SemanticState] = field(default_factory=dict)
 
@@ -97,14 +102,20 @@ class Memory:
         k_e = self.settings.k_epi if k_epi is None else k_epi
         k_v = self.settings.k_vis if k_vis is None else k_vis
         sem = tuple(self.semantic.get(patient_id)) if use_sem else ()
-        epi = tuple(query(self.store, "episodic", zq, k_e, patient_id, scope)) if use_epi else ()
-        vis = tuple(query(self.store, "visual", zq, k_v, patient_id, scope)) if use_vis else ()
+        requests: list[tuple[VectorKind, int]] = []
+        if use_epi:
+            requests.append(("episodic", k_e))
+        if use_vis:
+            requests.append(("visual", k_v))
+        hits = iter(query(self.store, zq, requests, patient_id, scope)) if requests else iter(())
+        epi = tuple(next(hits)) if use_epi else ()
+        vis = tuple(next(hits)) if use_vis else ()
         return Retrieval(sem, epi, vis)
 
     def max_cosine(self, patient_id: str, z: Vector) -> float | None:
         """Maximum cosine of ``z`` against the patient's stored embeddings (None if none)."""
-        scores = [s for kind in ("episodic", "visual")
-                  for _, s in self.store.search(kind, z, 1, patient_id)]  # type: ignore[arg-type]  # fmt: skip
+        found = self.store.search_many(z, [("episodic", 1), ("visual", 1)], patient_id)
+        scores = [s for hits in found for _, s in hits]
         return max(scores) if scores else None
 
     # write-back ---------------------------------------------------------------------------
@@ -119,8 +130,16 @@ class Memory:
         Impression(it.timestamp, it.answer, it.decision)  # validates time and text
         return self.vector(it.z)
 
-    def _plan(self, it: Interaction, z: Vector, pending: _Pending, batch: WriteBatch,
-              force: bool) -> WriteResult:  # fmt: skip
+    def stage(self, it: Interaction, staging: Staging, *, force: bool = False) -> WriteResult:
+        """Validate one interaction, apply the gate and add its writes to ``staging.batch``.
+
+        Nothing is stored until the batch is written; later interactions staged into the same
+        :class:`Staging` see this one (novelty and semantic versions).
+        """
+        return self._plan(it, self._check(it), staging, force)
+
+    def _plan(self, it: Interaction, z: Vector, pending: Staging, force: bool) -> WriteResult:
+        batch = pending.batch
         stored = self.max_cosine(it.patient_id, z)
         extra = pending.vectors.get(it.patient_id, [])
         if extra:
@@ -133,8 +152,8 @@ class Memory:
         epi_id = vis_id = None
         if decision.written:
             epi_id, vis_id = new_id("E"), new_id("V")
-            common = {"confidence": it.confidence, "evidence_tier": it.evidence_tier,
-                      "source": it.source, "created_at": now}  # fmt: skip
+            common = {"confidence": it.confidence, "evidence_tier": it.evidence_tier, "source": it.source,
+                      "created_at": now, "decay_at": decay_at(now, it.confidence, it.evidence_tier, "episodic")}  # fmt: skip
             batch.episodes.append(EpisodicRecord(
                 episode_id=epi_id, patient_id=it.patient_id, timestamp=it.timestamp, z=z,
                 question=it.question, answer=it.answer, decision=it.decision,
@@ -171,8 +190,8 @@ class Memory:
         truth); the decision then carries the reason ``forced`` before the gate's own codes.
         """
         vectors = [self._check(it) for it in interactions]
-        pending, batch = _Pending(), WriteBatch()
-        results = [self._plan(it, z, pending, batch, force) for it, z in zip(interactions, vectors, strict=True)]
-        if batch:
-            self.store.write(batch)
+        staging = Staging()
+        results = [self._plan(it, z, staging, force) for it, z in zip(interactions, vectors, strict=True)]
+        if staging.batch:
+            self.store.write(staging.batch)
         return results

@@ -46,13 +46,20 @@ def _store_scope(patient_id: str, scope: Scope) -> str | None:
     raise InvalidInput(f"unknown retrieval scope {scope!r}: use patient, population or anonymous")
 
 
-def query(store: Store, kind: VectorKind, z: Vector, k: int, patient_id: str, scope: Scope = "patient") -> list[Hit]:
-    """Top-k hits of one memory with their records, descending cosine."""
-    if not isinstance(k, int) or k < 0:
-        raise InvalidInput(f"k must be a non-negative integer, got {k!r}")
-    pairs = store.search(kind, z, k, _store_scope(patient_id, scope))
-    if not pairs:
-        return []
-    ids = [i for i, _ in pairs]
-    records = store.get_episodes(ids) if kind == "episodic" else store.get_visuals(ids)
-    return [Hit(i, kind, s, r) for (i, s), r in zip(pairs, records, strict=True)]
+def query(
+    store: Store, z: Vector, requests: list[tuple[VectorKind, int]], patient_id: str, scope: Scope = "patient"
+) -> list[list[Hit]]:
+    """Top-k hits of each requested memory with their records, descending cosine."""
+    for _, k in requests:
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+            raise InvalidInput(f"k must be a non-negative integer, got {k!r}")
+    results = store.search_many(z, requests, _store_scope(patient_id, scope))
+    out: list[list[Hit]] = []
+    for (kind, _), pairs in zip(requests, results, strict=True):
+        ids = [i for i, _ in pairs]
+        if not ids:
+            out.append([])
+            continue
+        records = store.get_episodes(ids) if kind == "episodic" else store.get_visuals(ids)
+        out.append([Hit(i, kind, s, r) for (i, s), r in zip(pairs, records, strict=True)])
+    return out

@@ -177,9 +177,7 @@ def to_rgb_uint8(img: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
     return np.ascontiguousarray(a)
 
 
-def resize(
-    img: npt.NDArray[Any], size: int | tuple[int, int], *, bicubic: bool = False
-) -> npt.NDArray[Any]:
+def resize(img: npt.NDArray[Any], size: int | tuple[int, int], *, bicubic: bool = False) -> npt.NDArray[Any]:
     """Resize with Pillow's bilinear filter (or bicubic), antialiased when shrinking.
 
     ``size`` is ``(height, width)`` in pixels, or one int for a square. A 2-D float image is

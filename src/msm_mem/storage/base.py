@@ -18,9 +18,19 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from .._records import EpisodicRecord, SemanticState, State, Vector, VisualRecord
+from .._tier_records import (
+    AuditRow,
+    Claim,
+    ConsentRecord,
+    Entity,
+    Relationship,
+    StmChange,
+    StmItem,
+    StmState,
+)
 
 __all__ = [
     "PII_FIELDS",
@@ -39,6 +49,9 @@ PII_FIELDS: dict[str, tuple[str, ...]] = {
     "episodic": ("question", "answer", "decision", "media_path", "media_description"),
     "visual": ("media_path",),
     "semantic": ("impressions",),
+    "stm": ("payload",),
+    "claims": ("content", "source"),
+    "entities": ("name",),
 }
 
 
@@ -69,7 +82,7 @@ class StateChange:
     state the record must be in, or the whole batch fails.
     """
 
-    table: Literal["episodic", "visual", "semantic"]
+    table: Literal["episodic", "visual", "semantic", "claims"]
     record_id: str
     expect: State
     to: State
@@ -86,11 +99,39 @@ class WriteBatch:
     visuals: list[VisualRecord] = field(default_factory=list)
     semantic: list[SemanticState] = field(default_factory=list)
     changes: list[StateChange] = field(default_factory=list)
+    stm: list[StmItem] = field(default_factory=list)
+    stm_changes: list[StmChange] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
+    entities: list[Entity] = field(default_factory=list)
+    relationships: list[Relationship] = field(default_factory=list)
+    consents: list[ConsentRecord] = field(default_factory=list)
+    #: (consent_id, revoked_at) pairs
+    revocations: list[tuple[str, float]] = field(default_factory=list)
+    #: audit rows appended in the same transaction; seqs must continue the stored chain
+    audit: list[AuditRow] = field(default_factory=list)
     #: store semantic versions exactly as given (import/restore): no supersession flips
     restore: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.episodes or self.visuals or self.semantic or self.changes)
+        return any(bool(getattr(self, name)) for name in self.__dataclass_fields__ if name != "restore")
+
+
+class WrappedKeyTable(Protocol):
+    """Storage of wrapped data keys and the encrypted pseudonym of each patient."""
+
+    def get(self, patient_ref: str) -> Any: ...
+
+    def get_by_id(self, key_id: str) -> Any: ...
+
+    def put(self, key: Any) -> None: ...
+
+    def shred(self, patient_ref: str) -> None: ...
+
+    def all(self) -> list[Any]: ...
+
+    def pseudonym(self, key_id: str) -> tuple[str, str] | None: ...
+
+    def put_pseudonym(self, key_id: str, pseudonym: str, token: str) -> None: ...
 
 
 class Store(ABC):
@@ -107,6 +148,13 @@ class Store(ABC):
 
     dim: int
     encoder_name: str
+    #: random id of this store, bound into every ciphertext's AAD
+    tenant: str
+    _codec: FieldCodec
+
+    def use_codec(self, codec: FieldCodec) -> None:
+        """Set the PHI codec (before any read or write of PHI fields)."""
+        self._codec = codec
 
     @abstractmethod
     def write(self, batch: WriteBatch) -> None:
@@ -115,6 +163,16 @@ class Store(ABC):
     @abstractmethod
     def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
         """Top-k ``(record id, cosine)`` among ACTIVE and ANONYMIZED records of the scope."""
+
+    def search_many(
+        self, z: Vector, requests: Sequence[tuple[VectorKind, int]], scope: str | None
+    ) -> list[list[tuple[str, float]]]:
+        """Several searches with one query vector and scope (for example E and V), in order.
+
+        Same results as calling :meth:`search` for each ``(kind, k)``; a backend may do it in
+        one round trip.
+        """
+        return [self.search(kind, z, k, scope) for kind, k in requests]
 
     @abstractmethod
     def get_episodes(self, ids: Sequence[str]) -> list[EpisodicRecord]:
@@ -153,8 +211,63 @@ class Store(ABC):
         """Sorted ids of the patients that have any record (anonymised pool excluded)."""
 
     @abstractmethod
+    def record_ids(self, table: Literal["episodic", "visual", "semantic", "claims"], patient_id: str) -> list[str]:
+        """Ids of a patient's ACTIVE and SUPERSEDED rows of one table, oldest first."""
+
+    @abstractmethod
     def studies(self, patient_id: str) -> set[str]:
         """Study ids already stored for a patient (to make ingest idempotent)."""
+
+    # governed tiers -----------------------------------------------------------------------
+
+    @abstractmethod
+    def stm_get(self, item_ids: Sequence[str]) -> list[StmItem]:
+        """Short-term items in the order asked; raises NotFound for an unknown id."""
+
+    @abstractmethod
+    def stm_list(self, *, patient_id: str | None = None, state: StmState | None = None,
+                 expires_before: float | None = None, created_before: float | None = None) -> list[StmItem]:
+        """Short-term items matching every given filter, oldest first."""
+
+    @abstractmethod
+    def claims_active(self, patient_id: str, key: str | None = None) -> list[Claim]:
+        """ACTIVE claims of a patient (optionally one key), by key."""
+
+    @abstractmethod
+    def claim_history(self, patient_id: str, key: str) -> list[Claim]:
+        """Every version of one claim key, oldest first."""
+
+    @abstractmethod
+    def get_claims(self, ids: Sequence[str]) -> list[Claim]:
+        """Claims in the order asked; raises NotFound for an unknown id."""
+
+    @abstractmethod
+    def decay_due(self, now: float) -> list[tuple[str, str]]:
+        """``(table, record id)`` of ACTIVE or SUPERSEDED long-term records with decay_at <= now."""
+
+    @abstractmethod
+    def consents(self, patient_id: str | None = None) -> list[ConsentRecord]:
+        """Consent records for a patient and for every patient (``*``); all when None."""
+
+    @abstractmethod
+    def audit_head(self) -> tuple[int, str]:
+        """``(seq, event_hash)`` of the last audit event, or ``(base seq, base hash)``."""
+
+    @abstractmethod
+    def audit_base(self) -> tuple[int, str]:
+        """``(seq, hash)`` the stored chain continues from: (0, GENESIS) unless purged."""
+
+    @abstractmethod
+    def iter_audit(self, start_seq: int = 1) -> Iterator[AuditRow]:
+        """Stored audit rows with seq >= start_seq, ascending."""
+
+    @abstractmethod
+    def audit_purge(self, through_seq: int) -> int:
+        """Delete audit rows with seq <= through_seq (retention is checked by the caller)."""
+
+    @abstractmethod
+    def keys(self) -> WrappedKeyTable:
+        """The table of wrapped per-patient data keys (see governance.keys.WrappedKeyStore)."""
 
     @abstractmethod
     def close(self) -> None:

@@ -34,23 +34,20 @@ except the table locks, which become per-shard advisory locks in that setting.
 
 from __future__ import annotations
 
-import struct
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
-import numpy as np
 import psycopg
 from psycopg import sql
-from psycopg.adapt import Buffer, Dumper, Loader
-from psycopg.pq import Format
-from psycopg.types import TypeInfo
 
 from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError
-from .._records import EpisodicRecord, SemanticState, State, Vector, VisualRecord
+from .._records import EpisodicRecord, SemanticState, Vector, VisualRecord
 from . import _sql
+from ._pgvector import Vec, connect, use_schema, vector_schema
 from .base import PII_FIELDS, FieldCodec, PlainCodec, StateChange, Store, VectorKind, WriteBatch
+from .postgres_gov import GOV_SCHEMA, PgGovernanceTables, PgKeyTable
 
 __all__ = ["PostgresStore"]
 
@@ -81,55 +78,15 @@ CREATE INDEX visual_patient ON visual(patient_id);
 CREATE TABLE semantic(
   id TEXT COLLATE "C" PRIMARY KEY, patient_id TEXT COLLATE "C" NOT NULL,
   category TEXT COLLATE "C" NOT NULL, version BIGINT NOT NULL, state TEXT NOT NULL,
-  created_at FLOAT8 NOT NULL, supersedes TEXT, evidence_tier TEXT NOT NULL, impressions TEXT NOT NULL);
+  created_at FLOAT8 NOT NULL, supersedes TEXT, evidence_tier TEXT NOT NULL, impressions TEXT NOT NULL,
+  ord BIGINT GENERATED ALWAYS AS IDENTITY);
 CREATE UNIQUE INDEX semantic_one_active ON semantic(patient_id, category) WHERE state = 'active';
 CREATE INDEX semantic_key ON semantic(patient_id, category, version);
 """
 HNSW = "CREATE INDEX {kind}_hnsw ON {kind} USING hnsw (z vector_ip_ops) WHERE " + _LIVE + ";"
 
 
-class _Vec:
-    """A float32 vector (native-endian bytes) to be sent as a pgvector ``vector``."""
-
-    __slots__ = ("blob",)
-
-    def __init__(self, blob: bytes) -> None:
-        self.blob = blob
-
-
-class _VecDumper(Dumper):
-    format = Format.BINARY
-
-    def dump(self, obj: _Vec) -> Buffer:
-        # pgvector's binary form: int16 dim, int16 unused (0), dim big-endian float4
-        f = np.frombuffer(obj.blob, dtype=np.float32)
-        return struct.pack(">HH", f.size, 0) + f.astype(">f4").tobytes()
-
-
-class _VecLoader(Loader):
-    format = Format.BINARY
-
-    def load(self, data: Buffer) -> bytes:
-        (dim,) = struct.unpack_from(">H", data)
-        return np.frombuffer(data, dtype=">f4", count=dim, offset=4).astype(np.float32).tobytes()
-
-
-def _connect(dsn: str) -> psycopg.Connection[Any]:
-    try:
-        return psycopg.connect(dsn, autocommit=True)
-    except psycopg.Error as exc:
-        raise StoreError(f"cannot connect to the PostgreSQL server: {exc}") from exc
-
-
-def _vector_schema(conn: psycopg.Connection[Any]) -> str | None:
-    row = conn.execute(
-        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
-        " WHERE e.extname = 'vector'"
-    ).fetchone()
-    return None if row is None else str(row[0])
-
-
-class PostgresStore(Store):
+class PostgresStore(PgGovernanceTables, Store):
     """The server store of record. Thread-safe (one connection behind a lock)."""
 
     def __init__(
@@ -144,19 +101,11 @@ class PostgresStore(Store):
         self._codec = codec
         self._lock = threading.RLock()
         self._closed = False
-        ext = _vector_schema(conn)
-        if ext is None:
-            raise StoreError("the pgvector extension is not installed in this database")
-        path = dict.fromkeys([schema, ext])
-        conn.execute(sql.SQL("SET search_path TO {}").format(sql.SQL(", ").join(map(sql.Identifier, path))))
-        info = TypeInfo.fetch(conn, "vector")
-        if info is None:  # pragma: no cover - the extension was found just above
-            raise StoreError("the pgvector type 'vector' is not visible")
-        conn.adapters.register_dumper(_Vec, type("VecDumper", (_VecDumper,), {"oid": info.oid}))
-        conn.adapters.register_loader(info.oid, _VecLoader)
+        use_schema(conn, schema)
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         self.dim = int(meta["dim"])
         self.encoder_name = meta["encoder"]
+        self._keys = PgKeyTable(self._db)
 
     # opening ------------------------------------------------------------------------------
 
@@ -173,20 +122,23 @@ class PostgresStore(Store):
         """
         if not isinstance(dim, int) or dim < 1:
             raise InvalidInput(f"dim must be a positive integer, got {dim!r}")
-        conn = _connect(dsn)
+        conn = connect(dsn)
         try:
-            if _vector_schema(conn) is None:
+            if vector_schema(conn) is None:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-            ident = sql.Identifier(schema)
+            ident, ext = sql.Identifier(schema), sql.Identifier(vector_schema(conn) or "public")
             with conn.transaction():
                 conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-                if conn.execute("SELECT to_regclass(%s)", (f"{ident.as_string(conn)}.meta",)).fetchone() != (None,):
+                meta = f"{ident.as_string(conn)}.meta"
+                if conn.execute("SELECT to_regclass(%s)", (meta,)).fetchone() != (None,):
                     raise StoreError(f"schema {schema!r} already holds a store")
-                conn.execute(sql.SQL("SET LOCAL search_path TO {}, {}").format(ident, sql.Identifier(_vector_schema(conn) or "public")))
-                conn.execute(SCHEMA.format(dim=dim).encode())
+                conn.execute(sql.SQL("SET LOCAL search_path TO {}, {}").format(ident, ext))
+                ddl = SCHEMA.format(dim=dim) + GOV_SCHEMA
                 if dim <= HNSW_MAX_DIM:
-                    conn.execute("".join(HNSW.format(kind=k) for k in _KINDS).encode())
-                rows = [("format", FORMAT), ("schema", SCHEMA_VERSION), ("dim", str(dim)), ("encoder", encoder)]
+                    ddl += "".join(HNSW.format(kind=k) for k in _KINDS)
+                conn.execute(ddl.encode())
+                rows = [("format", FORMAT), ("schema", SCHEMA_VERSION), ("dim", str(dim)),
+                        ("encoder", encoder)]  # fmt: skip
                 conn.cursor().executemany("INSERT INTO meta VALUES (%s, %s)", rows)
             return cls(conn, schema, codec or PlainCodec(), population_search)
         except psycopg.Error as exc:
@@ -202,19 +154,21 @@ class PostgresStore(Store):
         population_search: PopulationSearch = "exact",
     ) -> PostgresStore:  # fmt: skip
         """Open an existing store; a schema that is not one raises :class:`StoreError`."""
-        conn = _connect(dsn)
+        conn = connect(dsn)
         try:
             meta_table = f"{sql.Identifier(schema).as_string(conn)}.meta"
             if conn.execute("SELECT to_regclass(%s)", (meta_table,)).fetchone() == (None,):
                 raise StoreError(f"schema {schema!r} is not an msm-mem store (no meta table); run `msm-mem init`")
             try:
-                meta = dict(conn.execute(f"SELECT key, value FROM {meta_table}").fetchall())  # type: ignore[call-overload]
+                meta = dict(conn.execute(f"SELECT key, value FROM {meta_table}").fetchall())
             except psycopg.Error as exc:
                 raise StoreError(f"schema {schema!r} is not a readable msm-mem store: {exc}") from exc
             if meta.get("format") != FORMAT:
                 raise StoreError(f"schema {schema!r} is not an msm-mem store (format {meta.get('format')!r})")
             if meta.get("schema") != SCHEMA_VERSION:
-                raise StoreError(f"schema {schema!r} has store schema {meta.get('schema')!r}, expected {SCHEMA_VERSION}")
+                raise StoreError(
+                    f"schema {schema!r} has store schema {meta.get('schema')!r}, expected {SCHEMA_VERSION}"
+                )
             return cls(conn, schema, codec or PlainCodec(), population_search)
         except BaseException:
             conn.close()
@@ -225,6 +179,9 @@ class PostgresStore(Store):
             if not self._closed:
                 self._conn.close()
                 self._closed = True
+
+    def keys(self) -> PgKeyTable:
+        return self._keys
 
     @contextmanager
     def _db(self) -> Iterator[psycopg.Connection[Any]]:
@@ -259,18 +216,23 @@ class PostgresStore(Store):
             return
         columns = _sql.EPISODIC_COLUMNS if kind == "episodic" else _sql.VISUAL_COLUMNS
         z = columns.index("z")
-        rows = [(*r[:z], _Vec(r[z]), *r[z + 1 :]) for r in rows]
+        rows = [(*r[:z], Vec(r[z]), *r[z + 1 :]) for r in rows]
         marks = ",".join(["%s"] * len(columns))
-        conn.cursor().executemany(f"INSERT INTO {kind} VALUES ({marks})", rows)  # type: ignore[arg-type]
+        conn.cursor().executemany(f"INSERT INTO {kind} VALUES ({marks})", rows)
 
     def _apply(self, conn: psycopg.Connection[Any], batch: WriteBatch) -> None:
         codec = self._codec
         nxt = {k: int(conn.execute(f"SELECT COALESCE(MAX(pos) + 1, 0) FROM {k}").fetchone()[0])  # type: ignore[index]
                for k in _KINDS}  # fmt: skip
-        self._insert(conn, "episodic", [_sql.episode_to_row(e, nxt["episodic"] + i, codec) for i, e in enumerate(batch.episodes)])
-        self._insert(conn, "visual", [_sql.visual_to_row(v, nxt["visual"] + i, codec) for i, v in enumerate(batch.visuals)])
+        self._insert(
+            conn, "episodic", [_sql.episode_to_row(e, nxt["episodic"] + i, codec) for i, e in enumerate(batch.episodes)]
+        )
+        self._insert(
+            conn, "visual", [_sql.visual_to_row(v, nxt["visual"] + i, codec) for i, v in enumerate(batch.visuals)]
+        )
         for c in batch.changes:
             self._apply_change(conn, c)
+        self._apply_governance(conn, batch)
         marks = ",".join(["%s"] * len(_sql.SEMANTIC_COLUMNS))
         for s in batch.semantic:
             if s.supersedes is not None and not batch.restore:
@@ -280,12 +242,9 @@ class PostgresStore(Store):
                     (s.supersedes, s.patient_id, s.category),
                 )
                 if cur.rowcount != 1:
-                    raise IllegalTransition(
-                        f"semantic state {s.supersedes!r} is not the active version of this key"
-                    )
+                    raise IllegalTransition(f"semantic state {s.supersedes!r} is not the active version of this key")
             try:
-                with conn.transaction():  # a savepoint, so the error below is ours to report
-                    conn.execute(f"INSERT INTO semantic VALUES ({marks})", _sql.semantic_to_row(s, codec))  # type: ignore[arg-type]
+                conn.execute(f"INSERT INTO semantic VALUES ({marks})", _sql.semantic_to_row(s, codec))
             except psycopg.IntegrityError as exc:
                 raise IllegalTransition(
                     f"semantic key ({s.patient_id!r}, {s.category!r}) already has an active "
@@ -294,15 +253,13 @@ class PostgresStore(Store):
 
     def _apply_change(self, conn: psycopg.Connection[Any], c: StateChange) -> None:
         table = c.table
-        if table not in ("episodic", "visual", "semantic"):
+        if table not in ("episodic", "visual", "semantic", "claims"):
             raise InvalidInput(f"unknown table {table!r}")
-        row = conn.execute(f"SELECT patient_id, state FROM {table} WHERE id = %s", (c.record_id,)).fetchone()  # type: ignore[arg-type]
+        row = conn.execute(f"SELECT patient_id, state FROM {table} WHERE id = %s", (c.record_id,)).fetchone()
         if row is None:
             raise NotFound(f"no {table} record {c.record_id!r}")
         if row[1] != c.expect.value:
-            raise IllegalTransition(
-                f"{table} record {c.record_id!r} is {row[1]}, expected {c.expect.value}"
-            )
+            raise IllegalTransition(f"{table} record {c.record_id!r} is {row[1]}, expected {c.expect.value}")
         new_pid = row[0] if c.new_patient_id is None else c.new_patient_id
         new_id = c.new_id or c.record_id
         sets = {"state": c.to.value, "patient_id": new_pid, "id": new_id}
@@ -311,14 +268,14 @@ class PostgresStore(Store):
                 raise InvalidInput(f"field {name!r} of {table} cannot be changed in place")
             sets[name] = self._codec.encode(table, new_id, name, new_pid, value)
         assignments = ", ".join(f"{k} = %s" for k in sets)
-        conn.execute(f"UPDATE {table} SET {assignments} WHERE id = %s", (*sets.values(), c.record_id))  # type: ignore[arg-type]
+        conn.execute(f"UPDATE {table} SET {assignments} WHERE id = %s", (*sets.values(), c.record_id))
 
     # searching ----------------------------------------------------------------------------
 
     def _search_sql(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> tuple[str, dict[str, Any]]:
         if kind not in _KINDS:
             raise InvalidInput(f"unknown vector kind {kind!r}")
-        params: dict[str, Any] = {"q": _Vec(z.tobytes()), "k": k}
+        params: dict[str, Any] = {"q": Vec(z.tobytes()), "k": k}
         if scope is None and self.population_search == "hnsw" and self.dim <= HNSW_MAX_DIM:
             return (f"SELECT id, -(z <#> %(q)s), pos FROM {kind} WHERE {_LIVE}"
                     " ORDER BY z <#> %(q)s LIMIT %(k)s"), params  # fmt: skip
@@ -328,10 +285,14 @@ class PostgresStore(Store):
         return (f"WITH c AS MATERIALIZED (SELECT pos, id, z <#> %(q)s AS d FROM {kind} WHERE {where})"
                 " SELECT id, -d, pos FROM c ORDER BY d, pos LIMIT %(k)s"), params  # fmt: skip
 
-    def _run_search(self, conn: psycopg.Connection[Any], query: str, params: dict[str, Any], k: int) -> list[tuple[Any, ...]]:
+    def _run_search(
+        self, conn: psycopg.Connection[Any], query: str, params: dict[str, Any], k: int
+    ) -> list[tuple[Any, ...]]:
+        if "WITH c AS MATERIALIZED" in query:  # exact: one round trip
+            return conn.execute(query, params, binary=True).fetchall()
         with conn.transaction():
             conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(4 * k, 40), 1000)}")
-            return conn.execute(query, params, binary=True).fetchall()  # type: ignore[call-overload, no-any-return]
+            return conn.execute(query, params, binary=True).fetchall()
 
     def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
         _sql.check_vector(z, self.dim, "query")
@@ -358,7 +319,7 @@ class PostgresStore(Store):
             if not ids:
                 return []
             unique = list(dict.fromkeys(ids))
-            rows = conn.execute(f"SELECT * FROM {table} WHERE id = ANY(%s)", (unique,), binary=True)  # type: ignore[call-overload]
+            rows = conn.execute(f"SELECT * FROM {table} WHERE id = ANY(%s)", (unique,), binary=True)
             found = {r[1]: conv(r, self._codec) for r in rows}
         missing = [i for i in unique if i not in found]
         if missing:
@@ -371,15 +332,15 @@ class PostgresStore(Store):
     def get_visuals(self, ids: Sequence[str]) -> list[VisualRecord]:
         return self._get("visual", ids, _sql.visual_from_row)
 
-    def _semantic(self, where: str, args: tuple[str, ...], order: str) -> list[SemanticState]:
+    def _semantic(self, where: str, args: Sequence[str], order: str) -> list[SemanticState]:
         with self._db() as conn:
-            rows = conn.execute(f"SELECT * FROM semantic WHERE {where} ORDER BY {order}", args, binary=True)  # type: ignore[call-overload]
+            rows = conn.execute(f"SELECT * FROM semantic WHERE {where} ORDER BY {order}", args, binary=True)
             return [_sql.semantic_from_row(r, self._codec) for r in rows]
 
     def semantic_active(self, patient_id: str, category: str | None = None) -> list[SemanticState]:
-        where, args = "patient_id = %s AND state = 'active'", (patient_id,)
+        where, args = "patient_id = %s AND state = 'active'", [patient_id]
         if category is not None:
-            where, args = where + " AND category = %s", (patient_id, category)
+            where, args = where + " AND category = %s", [patient_id, category]
         return self._semantic(where, args, "category")
 
     def semantic_history(self, patient_id: str, category: str) -> list[SemanticState]:
@@ -392,7 +353,9 @@ class PostgresStore(Store):
         while True:
             where = "" if last is None else f"WHERE ({cols}) > ({', '.join(['%s'] * len(keys))})"
             with self._db() as conn:
-                rows = conn.execute(f"SELECT * FROM {table} {where} ORDER BY {cols} LIMIT 1000", last, binary=True).fetchall()  # type: ignore[call-overload]
+                rows = conn.execute(
+                    f"SELECT * FROM {table} {where} ORDER BY {cols} LIMIT 1000", last, binary=True
+                ).fetchall()
                 records = [conv(r, self._codec) for r in rows]
             yield from records
             if len(rows) < 1000:
@@ -433,6 +396,15 @@ class PostgresStore(Store):
                 " OR EXISTS (SELECT 1 FROM visual WHERE patient_id = %(p)s)", {"p": patient_id},
             ).fetchone()  # fmt: skip
         return bool(row and row[0])
+
+    def record_ids(self, table: Literal["episodic", "visual", "semantic", "claims"], patient_id: str) -> list[str]:
+        order = {"episodic": "pos", "visual": "pos", "semantic": "ord", "claims": "ord"}.get(table)
+        if order is None:
+            raise InvalidInput(f"unknown table {table!r}")
+        with self._db() as conn:
+            rows = conn.execute(f"SELECT id FROM {table} WHERE patient_id = %s"
+                                f" AND state IN ('active', 'superseded') ORDER BY {order}", (patient_id,))  # fmt: skip
+            return [r[0] for r in rows]
 
     def studies(self, patient_id: str) -> set[str]:
         with self._db() as conn:

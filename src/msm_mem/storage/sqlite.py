@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +27,7 @@ from .._errors import IllegalTransition, InvalidInput, InvalidVector, NotFound, 
 from .._records import EpisodicRecord, SemanticState, State, Vector, VisualRecord
 from . import _sql
 from .base import FieldCodec, PlainCodec, StateChange, Store, VectorKind, WriteBatch
+from .sqlite_gov import GOV_SCHEMA, GovernanceTables, SqliteKeyTable
 from .vector_index import VectorIndex, vector_sha
 
 __all__ = ["SqliteStore"]
@@ -34,6 +36,8 @@ DB_NAME = "msm-mem.sqlite"
 FORMAT = "msm-mem-store"
 SCHEMA_VERSION = "1"
 _RETIRED = "\x00retired"  # scope of superseded / retracted vectors: never searched
+#: non-PHI identifiers that anonymisation may blank (PHI fields are always rewritable)
+_PLAIN_REWRITABLE = {"episodic": ("source", "study_id"), "visual": ("source",)}
 
 SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -69,7 +73,7 @@ def _connect(path: Path, durable: bool) -> sqlite3.Connection:
     return conn
 
 
-class SqliteStore(Store):
+class SqliteStore(GovernanceTables, Store):
     """The embedded store of record. Thread-safe (one connection behind a lock)."""
 
     def __init__(self, directory: Path, conn: sqlite3.Connection, codec: FieldCodec) -> None:
@@ -78,9 +82,11 @@ class SqliteStore(Store):
         self._codec = codec
         self._lock = threading.RLock()
         self._closed = False
+        self._keys = SqliteKeyTable(conn, self._lock)
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         self.dim = int(meta["dim"])
         self.encoder_name = meta["encoder"]
+        self.tenant = meta["tenant"]
         self._index: dict[VectorKind, VectorIndex] = {}
         self._ids: dict[VectorKind, list[str]] = {}  # position -> record id
         self._next: dict[VectorKind, int] = {}
@@ -105,11 +111,12 @@ class SqliteStore(Store):
             raise StoreError(f"{directory} already holds a store")
         directory.mkdir(parents=True, exist_ok=True)
         conn = _connect(directory / DB_NAME, durable)
-        conn.executescript(SCHEMA)
+        conn.executescript(SCHEMA + GOV_SCHEMA)
         conn.execute("BEGIN")
         conn.executemany(
             "INSERT INTO meta VALUES (?, ?)",
-            [("format", FORMAT), ("schema", SCHEMA_VERSION), ("dim", str(dim)), ("encoder", encoder)],
+            [("format", FORMAT), ("schema", SCHEMA_VERSION), ("dim", str(dim)), ("encoder", encoder),
+             ("tenant", uuid.uuid4().hex)],
         )
         conn.execute("COMMIT")
         return cls(directory, conn, codec or PlainCodec())
@@ -187,9 +194,8 @@ class SqliteStore(Store):
             self._conn.close()
             self._closed = True
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreError("the store is closed")
+    def keys(self) -> SqliteKeyTable:
+        return self._keys
 
     # writing ------------------------------------------------------------------------------
 
@@ -235,6 +241,7 @@ class SqliteStore(Store):
                 [_sql.visual_to_row(v, v_pos + i, codec) for i, v in enumerate(batch.visuals)],
             )
         moves = [m for c in batch.changes if (m := self._apply_change(c)) is not None]
+        self._apply_governance(batch)
         for s in batch.semantic:
             if s.supersedes is not None and not batch.restore:
                 cur = conn.execute(
@@ -261,7 +268,7 @@ class SqliteStore(Store):
     def _apply_change(self, c: StateChange) -> tuple[VectorKind, int, str, str, str] | None:
         conn = self._conn
         table = c.table
-        row = conn.execute(f"SELECT patient_id, state{', pos' if table != 'semantic' else ''}"
+        row = conn.execute(f"SELECT patient_id, state{', pos' if table in ('episodic', 'visual') else ''}"
                            f" FROM {table} WHERE id = ?", (c.record_id,)).fetchone()  # fmt: skip
         if row is None:
             raise NotFound(f"no {table} record {c.record_id!r}")
@@ -272,14 +279,21 @@ class SqliteStore(Store):
         old_pid = row[0]
         new_pid = old_pid if c.new_patient_id is None else c.new_patient_id
         new_id = c.new_id or c.record_id
-        sets = {"state": c.to.value, "patient_id": new_pid, "id": new_id}
-        for name, value in c.fields:
-            if name not in _sql.PII_FIELDS.get(table, ()) and name not in ("source", "study_id"):
+        sets: dict[str, object] = {"state": c.to.value, "patient_id": new_pid, "id": new_id}
+        pii = _sql.PII_FIELDS.get(table, ())
+        given = dict(c.fields)
+        if (new_id != c.record_id or new_pid != old_pid) and not set(pii) <= set(given):
+            raise InvalidInput(f"re-keying a {table} record must rewrite every PHI field {pii}")
+        for name, value in given.items():
+            if name in pii:
+                sets[name] = self._codec.encode(table, new_id, name, new_pid, value)
+            elif name in _PLAIN_REWRITABLE.get(table, ()):
+                sets[name] = value
+            else:
                 raise InvalidInput(f"field {name!r} of {table} cannot be changed in place")
-            sets[name] = self._codec.encode(table, new_id, name, new_pid, value)
         assignments = ", ".join(f"{k} = ?" for k in sets)
         conn.execute(f"UPDATE {table} SET {assignments} WHERE id = ?", (*sets.values(), c.record_id))
-        if table == "semantic":
+        if table not in ("episodic", "visual"):
             return None
         live = c.to in (State.ACTIVE, State.ANONYMIZED)
         kind: VectorKind = "episodic" if table == "episodic" else "visual"
@@ -305,21 +319,29 @@ class SqliteStore(Store):
     # reading ------------------------------------------------------------------------------
 
     def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
+        return self.search_many(z, [(kind, k)], scope)[0]
+
+    def search_many(
+        self, z: Vector, requests: Sequence[tuple[VectorKind, int]], scope: str | None
+    ) -> list[list[tuple[str, float]]]:
         self._check_vector(z, "query")
+        out: list[list[tuple[str, float]]] = []
         with self._lock:
             if self._closed:
                 raise StoreError("the store is closed")
-            index = self._index[kind]
-            if scope is None:
-                hits = index.search(z, k + self._retired_count(kind), None)
-                retired = set(index.positions(_RETIRED).tolist())
-                hits = [h for h in hits if h[0] not in retired][:k]
-            else:
-                if scope == _RETIRED:
-                    return []
-                hits = index.search(z, k, scope)
-            ids = self._ids[kind]
-            return [(ids[p], s) for p, s in hits]
+            for kind, k in requests:
+                index = self._index[kind]
+                if scope is None:
+                    hits = index.search(z, k + self._retired_count(kind), None)
+                    retired = set(index.positions(_RETIRED).tolist())
+                    hits = [h for h in hits if h[0] not in retired][:k]
+                elif scope == _RETIRED:
+                    hits = []
+                else:
+                    hits = index.search(z, k, scope)
+                ids = self._ids[kind]
+                out.append([(ids[p], s) for p, s in hits])
+        return out
 
     def _retired_count(self, kind: VectorKind) -> int:
         return int(self._index[kind].positions(_RETIRED).size)
@@ -413,6 +435,14 @@ class SqliteStore(Store):
                 if self._conn.execute(q, (patient_id,)).fetchone():
                     return bool(patient_id)
         return False
+
+    def record_ids(self, table: str, patient_id: str) -> list[str]:
+        if table not in ("episodic", "visual", "semantic", "claims"):
+            raise InvalidInput(f"unknown table {table!r}")
+        with self._lock:
+            self._check_open()
+            rows = self._conn.execute(f"SELECT id, state FROM {table} WHERE patient_id = ? ORDER BY rowid", (patient_id,))
+            return [r[0] for r in rows if r[1] in ("active", "superseded")]
 
     def studies(self, patient_id: str) -> set[str]:
         with self._lock:

@@ -8,7 +8,7 @@ Use it to exercise :class:`~msm_mem.plugins.backbones.openai_http.OpenAICompatib
         reply = backbone.generate(request)
         assert server.requests[0].json["model"] == "fake-model"
 
-Every ``POST .../chat/completions`` consumes the next scripted :class:`FakeReply` (a plain
+Every ``POST /v1/chat/completions`` consumes the next scripted :class:`FakeReply` (a plain
 string is shorthand for a 200 completion with that text); once the script is used up, the
 ``default`` reply answers (``None``: HTTP 500). Other paths and methods get 404. Received
 requests are recorded in order in :attr:`FakeChatServer.requests`. The server binds port 0
@@ -116,10 +116,11 @@ class _Handler(BaseHTTPRequestHandler):
             parsed = None
         owner = self.server.owner
         owner._record(
-            RecordedRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()},
-                            raw, parsed)  # fmt: skip
+            RecordedRequest(
+                "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, raw, parsed
+            )  # fmt: skip
         )
-        if not self.path.rstrip("/").endswith("/chat/completions"):
+        if self.path.split("?", 1)[0].rstrip("/") != "/v1/chat/completions":
             self._send(FakeReply(404, {"error": {"message": f"no route {self.path}"}}))
             return
         reply = owner._next()
@@ -128,7 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(reply)
 
     def do_GET(self) -> None:  # noqa: N802 (stdlib name)
-        self._send(FakeReply(404, {"error": {"message": "only POST /chat/completions"}}))
+        self._send(FakeReply(404, {"error": {"message": "only POST /v1/chat/completions"}}))
 
 
 class FakeChatServer:

@@ -119,7 +119,7 @@ class TransformersBackbone:
         return f"USER: {image}{prompt} ASSISTANT:"
 
     def generate(self, request: BackboneRequest) -> BackboneReply:
-        """Greedy generation of at most ``max_new_tokens`` tokens; raises BackendError on failure."""
+        """Greedy decoding of at most ``max_new_tokens`` tokens; raises BackendError on failure."""
         images = None
         if request.image is not None:
             images = Image.fromarray(to_rgb_uint8(np.asarray(request.image)), mode="RGB")

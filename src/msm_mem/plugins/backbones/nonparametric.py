@@ -40,7 +40,7 @@ class NonparametricBackbone:
         latest: dict[str, float] = defaultdict(lambda: float("-inf"))
         first: dict[str, Candidate] = {}
         cited: dict[str, list[str]] = defaultdict(list)
-        last_semantic = max((c for c in usable if c.kind == "semantic"), key=lambda c: c.time, default=None)
+        last_semantic = max((c for c in usable if c.kind == "semantic"), key=lambda c: (c.time, c.id), default=None)
         for c in usable:
             k = _key(c.text)
             bonus = self.semantic_weight if c is last_semantic else 0.0

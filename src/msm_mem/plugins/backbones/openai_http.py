@@ -65,8 +65,9 @@ MAX_RETRY_AFTER_S = 30.0
 
 _EXCERPT = 200  # characters of a response body quoted in an error message
 _BRACKETED = re.compile(r"\[([^\[\]\n]{1,200})\]")
-_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_]*-[A-Za-z0-9_.:-]+$")
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_ID = re.compile(  # starts with a letter, so bracketed dates like [2024-01-31] never match
+    r"^[A-Za-z][A-Za-z0-9_]*-[A-Za-z0-9_.:-]+$"
+)
 
 
 def cited_ids(prompt: str, reply: str, known: Iterable[str] = ()) -> tuple[str, ...]:
@@ -80,7 +81,7 @@ def cited_ids(prompt: str, reply: str, known: Iterable[str] = ()) -> tuple[str, 
     citable = {t.strip() for t in known if t.strip()}
     for bracketed in _BRACKETED.finditer(prompt):
         token = bracketed.group(1).strip()
-        if _ID.match(token) and not _DATE.match(token):
+        if _ID.match(token):
             citable.add(token)
     found: list[tuple[int, str]] = []
     for ident in citable:

@@ -54,14 +54,18 @@ def known_encoders() -> list[str]:
 def available_encoders() -> list[str]:
     """Registered encoder names whose dependencies are importable here, sorted.
 
-    Checks with :func:`importlib.util.find_spec` only (nothing is imported); ``pixels`` is
-    always present.
+    Checks with :func:`importlib.util.find_spec` only (nothing is imported, so an installed
+    but broken package still counts; :func:`get_encoder` then raises
+    :class:`MissingExtra` with the import error). ``pixels`` is always present.
     """
-    return sorted(
-        name
-        for name, plugin in _REGISTRY.items()
-        if all(importlib.util.find_spec(mod) is not None for mod in plugin.needs)
-    )
+    return sorted(name for name, plugin in _REGISTRY.items() if all(_installed(m) for m in plugin.needs))
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # already imported without a spec (a module built at run time)
+        return True
 
 
 def get_encoder(name: str, **options: Any) -> Encoder:
@@ -75,7 +79,7 @@ def get_encoder(name: str, **options: Any) -> Encoder:
     if plugin is None:
         raise InvalidInput(f"unknown encoder {name!r}; known: {', '.join(known_encoders())}")
     for mod in plugin.needs:
-        if importlib.util.find_spec(mod) is None:
+        if not _installed(mod):
             raise MissingExtra(mod, plugin.extra or name)
     try:
         module = importlib.import_module(f"{__name__}.{plugin.module}")

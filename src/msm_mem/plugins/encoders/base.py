@@ -36,7 +36,9 @@ class Encoder(Protocol):
 
     Invariants: ``encode`` returns shape ``(len(images), dim)``, dtype float32, every row with
     L2 norm 1 (within float32 rounding), so the dot product of two rows is their cosine in
-    ``[-1, 1]``; the same input gives the same output.
+    ``[-1, 1]``; the same input gives the same output. ``name`` identifies the vector space:
+    the registry name, with ``:variant`` appended for non-default weights (``:random`` for
+    randomly initialised ones).
     """
 
     name: str
@@ -46,9 +48,7 @@ class Encoder(Protocol):
         """Encode grayscale ``(h, w)`` float images in ``[0, 1]``; returns ``(n, dim)``."""
         ...
 
-    def encode_paths(
-        self, paths: Sequence[PathLike], *, batch_size: int = 32, progress: bool = False
-    ) -> Matrix:
+    def encode_paths(self, paths: Sequence[PathLike], *, batch_size: int = 32, progress: bool = False) -> Matrix:
         """Load and encode image files in batches; returns ``(len(paths), dim)``."""
         ...
 
@@ -95,8 +95,7 @@ class BaseEncoder(ABC):
         raw = np.asarray(self._encode_batch(checked))
         if raw.shape != (len(checked), self.dim):
             raise InvalidVector(
-                f"encoder {self.name!r} returned shape {raw.shape}, "
-                f"expected {(len(checked), self.dim)}"
+                f"encoder {self.name!r} returned shape {raw.shape}, expected {(len(checked), self.dim)}"
             )
         return l2_normalise(raw)
 
@@ -111,17 +110,13 @@ class BaseEncoder(ABC):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")
         items = list(paths)
-        with tqdm(
-            total=len(items), disable=not progress, unit="img", desc=f"encode[{self.name}]"
-        ) as bar:
+        with tqdm(total=len(items), disable=not progress, unit="img", desc=f"encode[{self.name}]") as bar:
             for start in range(0, len(items), batch_size):
                 chunk = items[start : start + batch_size]
                 yield self.encode([load_image(p) for p in chunk])
                 bar.update(len(chunk))
 
-    def encode_paths(
-        self, paths: Sequence[PathLike], *, batch_size: int = 32, progress: bool = False
-    ) -> Matrix:
+    def encode_paths(self, paths: Sequence[PathLike], *, batch_size: int = 32, progress: bool = False) -> Matrix:
         """Load image files (PNG, JPEG, DICOM, video keyframe) and encode them in batches.
 
         Returns float32 ``(len(paths), dim)`` in the order of ``paths``; ``progress=True``

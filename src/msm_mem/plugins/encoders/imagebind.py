@@ -8,9 +8,11 @@ file hub into ``./.checkpoints`` on first use (needs a network; failure is a
 Package: the adapter uses ImageBind's documented API (``imagebind.models.imagebind_model``:
 ``imagebind_huge``, ``ModalityType.VISION``; the model returns L2-normalised embeddings).
 PyPI has no official release (the ``imagebind`` name there is an empty placeholder); install
-ImageBind from its source repository. Importing it also needs its audio/video dependencies
-(torchaudio, pytorchvideo). The project's tests exercise the preprocessing and the loading
-path with a stand-in module, not the real network.
+ImageBind from its source repository, or the third-party ``imagebind-unofficial`` repackage,
+which has the same API. Importing the package also imports its audio/video loaders, so
+torchaudio, pytorchvideo and ``pkg_resources`` (setuptools < 81) must be importable. The
+project's tests exercise the preprocessing and the loading path with a stand-in module; the
+real architecture (randomly initialised) was checked by hand, not in the test suite.
 
 Preprocessing (ImageBind's ``load_and_transform_vision_data``): centre square crop, bicubic
 resize to 224 x 224, gray repeated to RGB, CLIP mean/std normalisation.
@@ -37,9 +39,7 @@ class ImageBindEncoder(TorchEncoder):
     std = CLIP_STD
     bicubic = True
 
-    def __init__(
-        self, *, weights_path: str | None = None, pretrained: bool = True, device: str = "cpu"
-    ) -> None:
+    def __init__(self, *, weights_path: str | None = None, pretrained: bool = True, device: str = "cpu") -> None:
         super().__init__(_EXTRA, device)
         ib = import_optional("imagebind.models.imagebind_model", _EXTRA)
         self._vision = ib.ModalityType.VISION

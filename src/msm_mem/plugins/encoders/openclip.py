@@ -42,9 +42,7 @@ class OpenCLIPEncoder(TorchEncoder):
         try:
             net = oc.create_model(model, pretrained=pretrained, device=device)
         except Exception as exc:  # unknown model names, download and checkpoint errors
-            raise BackendError(
-                f"cannot create open_clip model {model!r}/{pretrained!r}: {exc}"
-            ) from exc
+            raise BackendError(f"cannot create open_clip model {model!r}/{pretrained!r}: {exc}") from exc
         cfg = dict(oc.get_model_preprocess_cfg(net))
         size = cfg.get("size", 224)
         self.size = int(size if isinstance(size, int) else size[0])

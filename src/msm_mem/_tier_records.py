@@ -1,0 +1,183 @@
+"""Typed records of the governed tiers: short-term items, claims, entities, relationships,
+consent records and stored audit rows. Times are UTC seconds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ._errors import InvalidInput
+from ._records import State, Vector
+
+__all__ = [
+    "AuditRow",
+    "Claim",
+    "ConsentRecord",
+    "Entity",
+    "Relationship",
+    "StmChange",
+    "StmItem",
+    "StmState",
+    "WrappedKey",
+]
+
+
+class StmState(StrEnum):
+    """Lifecycle of a short-term item."""
+
+    ACTIVE = "active"
+    CONSOLIDATED = "consolidated"
+    EXPIRED = "expired"
+    DISCARDED = "discarded"
+
+
+@dataclass(frozen=True, slots=True)
+class StmItem:
+    """One working item of a turn, scoped to a patient, alive until ``expires_at``.
+
+    ``payload`` is JSON text (question, answer, decision, media reference...) and is PHI;
+    ``z`` the image embedding of the turn, when there is one.
+    """
+
+    item_id: str
+    patient_id: str
+    kind: str
+    payload: str
+    created_at: float
+    expires_at: float
+    z: Vector | None = None
+    state: StmState = StmState.ACTIVE
+    actor: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.patient_id:
+            raise InvalidInput("a short-term item needs a patient scope")
+        if not self.expires_at > self.created_at:
+            raise InvalidInput("expires_at must be later than created_at")
+
+
+@dataclass(frozen=True, slots=True)
+class StmChange:
+    """Flip a short-term item's state (``expect`` must match) or refresh its TTL.
+
+    ``purge`` blanks the payload and embedding (forgetting on expiry or discard).
+    """
+
+    item_id: str
+    expect: StmState
+    to: StmState
+    expires_at: float | None = None
+    purge: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A long-term finding: content about a subject patient, from a source, with confidence
+    in [0, 1] and an evidence tier; versioned by supersession (one ACTIVE per ``key``)."""
+
+    claim_id: str
+    patient_id: str
+    key: str
+    content: str
+    source: str
+    confidence: float
+    evidence_tier: str
+    created_at: float
+    decay_at: float | None = None
+    state: State = State.ACTIVE
+    supersedes: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.confidence <= 1.0:
+            raise InvalidInput(f"claim confidence must be in [0, 1], got {self.confidence!r}")
+        if not self.key:
+            raise InvalidInput("a claim needs a key")
+
+
+@dataclass(frozen=True, slots=True)
+class Entity:
+    """A named thing a patient's claims refer to (finding, device, anatomy, drug)."""
+
+    entity_id: str
+    patient_id: str
+    type: str
+    name: str
+    created_at: float
+    state: State = State.ACTIVE
+
+
+@dataclass(frozen=True, slots=True)
+class Relationship:
+    """A typed edge between two entities or claims of one patient."""
+
+    relationship_id: str
+    patient_id: str
+    source_id: str
+    target_id: str
+    type: str
+    created_at: float
+    state: State = State.ACTIVE
+
+
+@dataclass(frozen=True, slots=True)
+class ConsentRecord:
+    """A FHIR-like consent: who (``grantee``: ``actor:<id>`` or ``role:<role>``) may do what
+    (``purpose``) with which ``data_classes`` of a patient (``*`` = any patient) in a period.
+
+    ``decision`` is ``permit`` or ``deny``; deny wins over permit; no match means denied.
+    """
+
+    consent_id: str
+    patient_id: str
+    grantee: str
+    purpose: str
+    decision: str
+    data_classes: tuple[str, ...]
+    start: float
+    end: float | None = None
+    created_at: float = 0.0
+    revoked_at: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.decision not in ("permit", "deny"):
+            raise InvalidInput(f"consent decision must be permit or deny, got {self.decision!r}")
+        if not (self.grantee.startswith("actor:") or self.grantee.startswith("role:")) or len(self.grantee) < 6:
+            raise InvalidInput(f"consent grantee must be actor:<id> or role:<role>, got {self.grantee!r}")
+        if not self.purpose or not self.patient_id:
+            raise InvalidInput("consent needs a patient (or *) and a purpose")
+        if not self.data_classes:
+            raise InvalidInput("consent needs at least one data class (or *)")
+        if self.end is not None and self.end <= self.start:
+            raise InvalidInput("consent period must end after it starts")
+
+    def active_at(self, when: float) -> bool:
+        """Whether the consent is in force at ``when`` (inside its period and not revoked)."""
+        if self.revoked_at is not None and self.revoked_at <= when:
+            return False
+        return self.start <= when and (self.end is None or when < self.end)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRow:
+    """One stored audit event: canonical payload bytes (without its hash) and its SHA-256."""
+
+    seq: int
+    payload: bytes
+    event_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class WrappedKey:
+    """One patient's data key as stored: wrapped under a KEK, or a shredded tombstone.
+
+    ``key_id`` is random (never derived from patient data); ``patient_ref`` is the patient's
+    identifier as the caller gave it; ``created_at`` is UTC seconds; a shredded key has
+    ``shredded=True`` and empty ``wrapped`` bytes.
+    """
+
+    key_id: str
+    patient_ref: str
+    kek_id: str
+    wrapped: bytes
+    created_at: float
+    shredded: bool = False

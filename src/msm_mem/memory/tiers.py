@@ -1,0 +1,239 @@
+"""The governed tiers over the memory core: consent, short-term memory, ranked reads,
+consolidation into long-term memory, all audited and written atomically per turn.
+
+One clinical turn (DESIGN.md section 2)::
+
+    turn = gm.begin(actor, patient, purpose)        consent check (audited; deny -> ConsentDenied)
+    item = gm.observe(turn, z, question, ...)       source -> STM (scope required, TTL)
+    ranked = gm.retrieve(turn, z, ...)              LTM read, reranked by cosine x composite_k
+    result = gm.consolidate(turn, item, answer)     STM -> LTM through the write-back gate;
+                                                    semantic state and claim superseded
+    gm.commit(turn)                                 one transaction: STM, LTM, audit rows
+
+A held item (the gate said no) stays in STM until a critic promotes it or its TTL ends. A
+failing turn still records its reads and the failure in the audit tier, and nothing else.
+Every move is checked against :mod:`msm_mem.governance.transitions` (fail closed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .._errors import ConsentDenied, IllegalTransition, InvalidInput, MsmMemError
+from .._records import Hit, Vector, new_id
+from .._tier_records import Claim, StmChange, StmItem, StmState
+from ..governance import transitions
+from ..governance.audit import AuditLog
+from ..governance.consent import DATA_CLASSES, evaluate
+from ..storage.base import WriteBatch
+from .msm import Interaction, Memory, Staging, WriteResult
+from .ranking import Score, decay_at, rerank
+from .retrieval import Retrieval, Scope
+
+__all__ = ["Actor", "GovernedMemory", "Ranked", "Turn"]
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who acts: an id (never a patient identifier) and a role from the transition table."""
+
+    id: str
+    role: str
+
+    def __post_init__(self) -> None:
+        if not self.id or self.role not in transitions.ROLES:
+            raise InvalidInput(f"actor needs an id and a role in {sorted(transitions.ROLES)}, got {self.role!r}")
+
+
+@dataclass
+class Turn:
+    """The writes and audit rows of one turn, committed together."""
+
+    actor: Actor
+    patient_id: str
+    purpose: str
+    consent_id: str
+    staging: Staging = field(default_factory=Staging)
+    #: audit events of the turn, chained and written at commit
+    audit: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def batch(self) -> WriteBatch:
+        return self.staging.batch
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """A retrieval reranked by ``cosine x composite_k``, with every factor per hit."""
+
+    retrieval: Retrieval
+    ranked: tuple[tuple[Hit, Score], ...]
+
+
+class GovernedMemory:
+    """Consent, tiers, transitions and audit around a :class:`Memory`."""
+
+    def __init__(self, memory: Memory, audit: AuditLog) -> None:
+        self.memory = memory
+        self.store = memory.store
+        self.audit = audit
+        self.clock = memory.clock
+        self.settings = memory.settings
+
+    # consent -------------------------------------------------------------------------------
+
+    def begin(self, actor: Actor, patient_id: str, purpose: str = "treatment",
+              classes: Sequence[str] = DATA_CLASSES) -> Turn:  # fmt: skip
+        """Check consent for a turn; a denial is audited and raises :class:`ConsentDenied`."""
+        if not isinstance(patient_id, str) or not patient_id.strip():
+            raise InvalidInput("a turn needs a patient scope (patient_id)")
+        decision = evaluate(self.store.consents(patient_id), patient=patient_id, actor=actor.id, role=actor.role,
+                            purpose=purpose, classes=classes, when=self.clock.now())  # fmt: skip
+        row = self.audit.spec(actor=actor.id, role=actor.role, action="consent", source_tier="source",
+                               target_tier="ltm", purpose=purpose, patient=patient_id,
+                               consent_id=decision.consent_id, outcome="success" if decision.permitted else "denied",
+                               reason="" if decision.permitted else decision.reason)  # fmt: skip
+        if not decision.permitted:
+            self._write_audit_only([row])
+            raise ConsentDenied(f"{actor.role} {actor.id!r} has no consent for {purpose!r} on this patient "
+                                f"({decision.reason})")  # fmt: skip
+        return Turn(actor, patient_id, purpose, decision.consent_id, audit=[row])
+
+    def _event(self, turn: Turn, action: str, source: str, target: str, ids: Sequence[str], *,
+               outcome: str = "success", reason: str = "") -> None:  # fmt: skip
+        turn.audit.append(self.audit.spec(
+            actor=turn.actor.id, role=turn.actor.role, action=action, source_tier=source, target_tier=target,
+            purpose=turn.purpose, outcome=outcome, record_ids=ids, patient=turn.patient_id,
+            consent_id=turn.consent_id, reason=reason))  # fmt: skip
+
+    def _check(self, turn: Turn, source: str, target: str, trigger: str, reason: str = "") -> None:
+        try:
+            transitions.check(source, target, trigger, turn.actor.role, reason=reason)
+        except IllegalTransition:
+            self._event(turn, trigger, source.split(":")[0], target.split(":")[0], (), outcome="denied",
+                        reason="illegal_transition")  # fmt: skip
+            denied, turn.audit = turn.audit, []
+            self._write_audit_only(denied)
+            raise
+
+    # short-term ----------------------------------------------------------------------------
+
+    def observe(self, turn: Turn, z: object, question: str, *, timestamp: float | None = None,
+                media_path: str = "", visual_tag: str = "", study_id: str = "", media_description: str = "",
+                kind: str = "interaction") -> StmItem:  # fmt: skip
+        """Write the current interaction into short-term memory (source -> STM)."""
+        self._check(turn, "source:-", "stm:active", "write")
+        if not isinstance(question, str) or not question.strip():
+            raise InvalidInput("question must not be empty")
+        now = self.clock.now()
+        payload = {"question": question, "timestamp": now if timestamp is None else timestamp,
+                   "media_path": media_path, "visual_tag": visual_tag, "study_id": study_id,
+                   "media_description": media_description}  # fmt: skip
+        item = StmItem(new_id("M"), turn.patient_id, kind, json.dumps(payload), created_at=now,
+                       expires_at=now + self.settings.stm_ttl_s, z=self.memory.vector(z), actor=turn.actor.id)  # fmt: skip
+        turn.batch.stm.append(item)
+        self._event(turn, "write", "source", "stm", [item.item_id])
+        return item
+
+    # reads ---------------------------------------------------------------------------------
+
+    def retrieve(self, turn: Turn, z: object, *, at: float | None = None, use_sem: bool = True,
+                 use_epi: bool = True, use_vis: bool = True, scope: Scope = "patient") -> Ranked:  # fmt: skip
+        """Read S, E, V for the turn's patient; rerank by cosine x composite_k; audit the ids."""
+        self._check(turn, "ltm:active", "ltm:active", "read")
+        r = self.memory.retrieve(turn.patient_id, z, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, scope=scope)
+        ranked = rerank(r.evidence(), self.clock.now() if at is None else at)
+        self._event(turn, "read", "ltm", "stm", [h.id for h, _ in ranked])
+        return Ranked(r, tuple(ranked))
+
+    # consolidation -------------------------------------------------------------------------
+
+    def consolidate(self, turn: Turn, item: StmItem, answer: str, *, decision: str = "", trigger: str = "consolidate",
+                    evidence_tier: str = "agent", confidence: float = 0.6, source: str = "agent",
+                    force: bool = False) -> WriteResult:  # fmt: skip
+        """STM -> LTM through the write-back gate; semantic state and the study's claim are
+        superseded whatever the gate says; a held item stays in STM."""
+        self._check(turn, "stm:active", "ltm:active", trigger)
+        self._check(turn, "stm:active", "ltm:superseded", "semantic_update")
+        info = json.loads(item.payload)
+        if item.z is None:
+            raise InvalidInput(f"short-term item {item.item_id} has no embedding to consolidate")
+        it = Interaction(patient_id=item.patient_id, z=item.z, question=info["question"], answer=answer,
+                         timestamp=float(info["timestamp"]), decision=decision, media_path=info.get("media_path", ""),
+                         visual_tag=info.get("visual_tag", ""), study_id=info.get("study_id", ""),
+                         media_description=info.get("media_description", ""),
+                         evidence_tier=evidence_tier, confidence=confidence, source=source)  # fmt: skip
+        result = self.memory.stage(it, turn.staging, force=force)
+        # an item staged in this turn carries its answer, for a later critic or age sweep
+        for i, staged in enumerate(turn.batch.stm):
+            if staged.item_id == item.item_id:
+                turn.batch.stm[i] = replace(staged, payload=json.dumps({**info, "answer": answer, "decision": decision}))
+        if result.gate.written:
+            turn.batch.stm_changes.append(StmChange(item.item_id, StmState.ACTIVE, StmState.CONSOLIDATED))
+            ids = [item.item_id, result.episode_id or "", result.visual_id or ""]
+            self._event(turn, trigger, "stm", "ltm", ids, reason=",".join(result.gate.reasons))
+        else:
+            self._event(turn, "hold", "stm", "stm", [item.item_id], reason=",".join(result.gate.reasons))
+        claim = self._claim(turn, it, item, result)
+        ids = [result.semantic.state_id, claim.claim_id]
+        ids += [x for x in (result.semantic.supersedes, claim.supersedes) if x]
+        self._event(turn, "semantic_update", "stm", "ltm", ids)
+        return result
+
+    def _claim(self, turn: Turn, it: Interaction, item: StmItem, result: WriteResult) -> Claim:
+        key = f"study:{it.study_id or item.item_id}"
+        current = next((c for c in turn.batch.claims if c.patient_id == it.patient_id and c.key == key
+                        and not any(n.supersedes == c.claim_id for n in turn.batch.claims)), None)  # fmt: skip
+        if current is None:
+            active = self.store.claims_active(it.patient_id, key)
+            current = active[0] if active else None
+        now = self.clock.now()
+        provenance = {"by": it.source, "stm": item.item_id, "episode": result.episode_id or ""}
+        claim = Claim(new_id("C"), it.patient_id, key, it.answer, json.dumps(provenance), it.confidence,
+                      it.evidence_tier, now, decay_at(now, it.confidence, it.evidence_tier, "claims"),
+                      supersedes=current.claim_id if current else None)  # fmt: skip
+        turn.batch.claims.append(claim)
+        return claim
+
+    # committing ----------------------------------------------------------------------------
+
+    def commit(self, turn: Turn) -> None:
+        """Write the turn's batch and its audit events in one transaction.
+
+        When the write fails, the turn's consent decision and reads (which did happen) and the
+        error are audited in a transaction of their own, and the error is raised.
+        """
+        try:
+            self.audit.write(turn.batch, turn.audit)
+        except MsmMemError as exc:
+            self.fail(turn, exc)
+            raise
+        turn.audit = []
+
+    def commit_many(self, turns: Sequence[Turn]) -> None:
+        """Commit several turns (of different patients) in one transaction, in order."""
+        merged, specs = WriteBatch(), []
+        for turn in turns:
+            for name in merged.__dataclass_fields__:
+                if name not in ("restore", "audit"):
+                    getattr(merged, name).extend(getattr(turn.batch, name))
+            specs.extend(turn.audit)
+        self.audit.write(merged, specs)
+        for turn in turns:
+            turn.audit = []
+
+    def fail(self, turn: Turn, exc: BaseException) -> None:
+        """Record a turn that failed (for example a backbone timeout): its consent decision and
+        reads, then the error; nothing else of the turn is written."""
+        kept = [e for e in turn.audit if e["action"] in ("consent", "read")]
+        kept.append(self.audit.spec(actor=turn.actor.id, role=turn.actor.role, action="turn", source_tier="stm",
+                                    target_tier="ltm", purpose=turn.purpose, outcome="error", patient=turn.patient_id,
+                                    consent_id=turn.consent_id, reason=type(exc).__name__))  # fmt: skip
+        turn.audit = []
+        self._write_audit_only(kept)
+
+    def _write_audit_only(self, specs: list[dict[str, Any]]) -> None:
+        self.audit.write(WriteBatch(), specs)

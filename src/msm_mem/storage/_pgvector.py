@@ -1,0 +1,80 @@
+"""psycopg plumbing of the PostgreSQL store: connecting, and pgvector's binary wire format.
+
+Vectors travel in pgvector's binary form (``int16 dim, int16 0, dim big-endian float4``) both
+ways, so a stored vector comes back bit for bit as the native float32 bytes that the row
+converters of ``_sql.py`` expect; no decimal text is ever parsed.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.adapt import Buffer, Dumper, Loader
+from psycopg.pq import Format
+from psycopg.types import TypeInfo
+
+from .._errors import StoreError
+
+__all__ = ["Vec", "connect", "use_schema", "vector_schema"]
+
+
+class Vec:
+    """A float32 vector (native-endian bytes, as ``ndarray.tobytes()``) sent as a pgvector ``vector``."""
+
+    __slots__ = ("blob",)
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
+
+
+class _VecDumper(Dumper):
+    format = Format.BINARY
+
+    def dump(self, obj: Vec) -> Buffer:
+        f = np.frombuffer(obj.blob, dtype=np.float32)
+        return struct.pack(">HH", f.size, 0) + f.astype(">f4").tobytes()
+
+
+class _VecLoader(Loader):
+    format = Format.BINARY
+
+    def load(self, data: Buffer) -> bytes:
+        (dim,) = struct.unpack_from(">H", data)
+        return np.frombuffer(data, dtype=">f4", count=dim, offset=4).astype(np.float32).tobytes()
+
+
+def connect(dsn: str) -> psycopg.Connection[Any]:
+    """An autocommit connection; :class:`StoreError` when the server cannot be reached."""
+    try:
+        return psycopg.connect(dsn, autocommit=True)
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot connect to the PostgreSQL server: {exc}") from exc
+
+
+def vector_schema(conn: psycopg.Connection[Any]) -> str | None:
+    """The schema holding the pgvector extension, or None when it is not installed."""
+    row = conn.execute(
+        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def use_schema(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Point the session at ``schema`` (then pgvector's schema) and register the vector adapters.
+
+    Vectors are then dumped from :class:`Vec` and loaded, in binary results, as float32 bytes.
+    """
+    ext = vector_schema(conn)
+    if ext is None:
+        raise StoreError("the pgvector extension is not installed in this database")
+    path = sql.SQL(", ").join(map(sql.Identifier, dict.fromkeys([schema, ext])))
+    conn.execute(sql.SQL("SET search_path TO {}").format(path))
+    info = TypeInfo.fetch(conn, "vector")
+    if info is None:  # pragma: no cover - the extension was found just above
+        raise StoreError("the pgvector type 'vector' is not visible")
+    conn.adapters.register_dumper(Vec, type("VecDumper", (_VecDumper,), {"oid": info.oid}))
+    conn.adapters.register_loader(info.oid, _VecLoader)

@@ -1,0 +1,286 @@
+"""The governed tiers' tables in the embedded store (mixed into :class:`SqliteStore`)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError
+from .._tier_records import AuditRow, Claim, ConsentRecord, StmItem, StmState, WrappedKey
+from . import _sql_gov as g
+from .base import FieldCodec, WriteBatch
+
+__all__ = ["GOV_SCHEMA", "GovernanceTables", "SqliteKeyTable"]
+
+GENESIS = "0" * 64
+
+GOV_SCHEMA = """
+CREATE TABLE stm(
+  id TEXT PRIMARY KEY, patient_id TEXT NOT NULL, kind TEXT NOT NULL, payload TEXT NOT NULL, z BLOB,
+  created_at REAL NOT NULL, expires_at REAL NOT NULL, state TEXT NOT NULL, actor TEXT NOT NULL);
+CREATE INDEX stm_state ON stm(state, expires_at);
+CREATE INDEX stm_patient ON stm(patient_id, state);
+CREATE TABLE claims(
+  id TEXT PRIMARY KEY, patient_id TEXT NOT NULL, key TEXT NOT NULL, content TEXT NOT NULL,
+  source TEXT NOT NULL, confidence REAL NOT NULL, evidence_tier TEXT NOT NULL, state TEXT NOT NULL,
+  supersedes TEXT, created_at REAL NOT NULL, decay_at REAL);
+CREATE UNIQUE INDEX claims_one_active ON claims(patient_id, key) WHERE state = 'active';
+CREATE INDEX claims_decay ON claims(decay_at);
+CREATE TABLE entities(
+  id TEXT PRIMARY KEY, patient_id TEXT NOT NULL, type TEXT NOT NULL, name TEXT NOT NULL,
+  created_at REAL NOT NULL, state TEXT NOT NULL);
+CREATE TABLE relationships(
+  id TEXT PRIMARY KEY, patient_id TEXT NOT NULL, source_id TEXT NOT NULL, target_id TEXT NOT NULL,
+  type TEXT NOT NULL, created_at REAL NOT NULL, state TEXT NOT NULL);
+CREATE TABLE consents(
+  id TEXT PRIMARY KEY, patient_id TEXT NOT NULL, grantee TEXT NOT NULL, purpose TEXT NOT NULL,
+  decision TEXT NOT NULL, data_classes TEXT NOT NULL, start REAL NOT NULL, "end" REAL,
+  created_at REAL NOT NULL, revoked_at REAL);
+CREATE INDEX consents_patient ON consents(patient_id);
+CREATE TABLE audit(seq INTEGER PRIMARY KEY, payload BLOB NOT NULL, event_hash TEXT NOT NULL);
+CREATE TABLE keys(
+  key_id TEXT PRIMARY KEY, patient_ref TEXT NOT NULL UNIQUE, kek_id TEXT NOT NULL,
+  wrapped BLOB NOT NULL, created_at REAL NOT NULL, shredded INTEGER NOT NULL);
+CREATE TABLE pseudonyms(key_id TEXT PRIMARY KEY, pseudonym TEXT NOT NULL UNIQUE, token TEXT NOT NULL);
+CREATE INDEX episodic_decay ON episodic(decay_at);
+CREATE INDEX visual_decay ON visual(decay_at);
+"""
+
+
+class SqliteKeyTable:
+    """Wrapped data keys and pseudonyms in the store's database (own short transactions)."""
+
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
+        self._conn, self._lock = conn, lock
+
+    @staticmethod
+    def _key(r: Sequence[Any]) -> WrappedKey:
+        return WrappedKey(key_id=r[0], patient_ref=r[1], kek_id=r[2], wrapped=bytes(r[3]), created_at=r[4],
+                          shredded=bool(r[5]))  # fmt: skip
+
+    def _one(self, where: str, value: str) -> WrappedKey | None:
+        with self._lock:
+            row = self._conn.execute(f"SELECT * FROM keys WHERE {where} = ?", (value,)).fetchone()
+        return None if row is None else self._key(row)
+
+    def get(self, patient_ref: str) -> WrappedKey | None:
+        return self._one("patient_ref", patient_ref)
+
+    def get_by_id(self, key_id: str) -> WrappedKey | None:
+        return self._one("key_id", key_id)
+
+    def put(self, key: WrappedKey) -> None:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute("DELETE FROM keys WHERE patient_ref = ? AND key_id != ?", (key.patient_ref, key.key_id))
+                self._conn.execute("INSERT OR REPLACE INTO keys VALUES (?, ?, ?, ?, ?, ?)",
+                                   (key.key_id, key.patient_ref, key.kek_id, key.wrapped, key.created_at,
+                                    int(key.shredded)))  # fmt: skip
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def shred(self, patient_ref: str) -> None:
+        """Destroy the wrapped key and the pseudonym link of a patient in one transaction."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._conn.execute("SELECT key_id FROM keys WHERE patient_ref = ?", (patient_ref,)).fetchone()
+                if row is not None:
+                    self._conn.execute("UPDATE keys SET wrapped = x'', shredded = 1 WHERE key_id = ?", (row[0],))
+                    self._conn.execute("DELETE FROM pseudonyms WHERE key_id = ?", (row[0],))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def all(self) -> list[WrappedKey]:
+        with self._lock:
+            return [self._key(r) for r in self._conn.execute("SELECT * FROM keys ORDER BY created_at, key_id")]
+
+    def pseudonym(self, key_id: str) -> tuple[str, str] | None:
+        """``(pseudonym, encrypted patient reference)`` of a key, or None."""
+        with self._lock:
+            row = self._conn.execute("SELECT pseudonym, token FROM pseudonyms WHERE key_id = ?", (key_id,)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def put_pseudonym(self, key_id: str, pseudonym: str, token: str) -> None:
+        with self._lock:
+            self._conn.execute("INSERT INTO pseudonyms VALUES (?, ?, ?)", (key_id, pseudonym, token))
+
+
+class GovernanceTables:
+    """Methods of :class:`~msm_mem.storage.base.Store` for the governed tiers (SQLite)."""
+
+    _conn: sqlite3.Connection
+    _lock: threading.RLock
+    _codec: FieldCodec
+    _closed: bool
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the store is closed")
+
+    def _apply_governance(self, batch: WriteBatch) -> None:
+        conn, codec = self._conn, self._codec
+        if batch.stm:
+            conn.executemany("INSERT INTO stm VALUES (?,?,?,?,?,?,?,?,?)", [g.stm_to_row(s, codec) for s in batch.stm])
+        for c in batch.stm_changes:
+            row = conn.execute("SELECT state FROM stm WHERE id = ?", (c.item_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no short-term item {c.item_id!r}")
+            if row[0] != c.expect.value:
+                raise IllegalTransition(f"short-term item {c.item_id!r} is {row[0]}, expected {c.expect.value}")
+            sets, args = ["state = ?"], [c.to.value]
+            if c.expires_at is not None:
+                sets.append("expires_at = ?")
+                args.append(c.expires_at)
+            if c.purge:
+                sets.append("payload = '', z = NULL")
+            conn.execute(f"UPDATE stm SET {', '.join(sets)} WHERE id = ?", (*args, c.item_id))
+        for claim in batch.claims:
+            if claim.supersedes is not None and not batch.restore:
+                cur = conn.execute("UPDATE claims SET state = 'superseded' WHERE id = ? AND state = 'active'"
+                                   " AND patient_id = ? AND key = ?", (claim.supersedes, claim.patient_id, claim.key))  # fmt: skip
+                if cur.rowcount != 1:
+                    raise IllegalTransition(f"claim {claim.supersedes!r} is not the active version of its key")
+            try:
+                conn.execute("INSERT INTO claims VALUES (?,?,?,?,?,?,?,?,?,?,?)", g.claim_to_row(claim, codec))
+            except sqlite3.IntegrityError as exc:
+                raise IllegalTransition(f"claim key {claim.key!r} already has an active version ({exc})") from exc
+        if batch.entities:
+            conn.executemany("INSERT INTO entities VALUES (?,?,?,?,?,?)", [g.entity_to_row(e, codec) for e in batch.entities])
+        if batch.relationships:
+            conn.executemany("INSERT INTO relationships VALUES (?,?,?,?,?,?,?)",
+                             [g.relationship_to_row(r) for r in batch.relationships])  # fmt: skip
+        if batch.consents:
+            conn.executemany("INSERT INTO consents VALUES (?,?,?,?,?,?,?,?,?,?)", [g.consent_to_row(c) for c in batch.consents])
+        for consent_id, when in batch.revocations:
+            cur = conn.execute("UPDATE consents SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (when, consent_id))
+            if cur.rowcount != 1:
+                raise NotFound(f"no unrevoked consent {consent_id!r}")
+        if batch.audit:
+            head_seq, _ = self._audit_head_locked()
+            if batch.audit[0].seq != head_seq + 1 or any(
+                b.seq != a.seq + 1 for a, b in zip(batch.audit, batch.audit[1:], strict=False)
+            ):
+                raise InvalidInput(f"audit rows must continue the chain at seq {head_seq + 1}")
+            conn.executemany("INSERT INTO audit VALUES (?, ?, ?)", [(r.seq, r.payload, r.event_hash) for r in batch.audit])
+
+    # reads ---------------------------------------------------------------------------------
+
+    def stm_get(self, item_ids: Sequence[str]) -> list[StmItem]:
+        with self._lock:
+            self._check_open()
+            found = {}
+            for i in dict.fromkeys(item_ids):
+                row = self._conn.execute("SELECT * FROM stm WHERE id = ?", (i,)).fetchone()
+                if row is None:
+                    raise NotFound(f"no short-term item {i!r}")
+                found[i] = g.stm_from_row(row, self._codec)
+            return [found[i] for i in item_ids]
+
+    def stm_list(self, *, patient_id: str | None = None, state: StmState | None = None,
+                 expires_before: float | None = None, created_before: float | None = None) -> list[StmItem]:  # fmt: skip
+        where, args = [], []
+        for clause, value in (("patient_id = ?", patient_id), ("state = ?", state.value if state else None),
+                              ("expires_at <= ?", expires_before), ("created_at <= ?", created_before)):  # fmt: skip
+            if value is not None:
+                where.append(clause)
+                args.append(value)
+        sql = "SELECT * FROM stm" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created_at, id"
+        with self._lock:
+            self._check_open()
+            return [g.stm_from_row(r, self._codec) for r in self._conn.execute(sql, args)]
+
+    def _claims(self, sql: str, args: Sequence[Any]) -> list[Claim]:
+        with self._lock:
+            self._check_open()
+            return [g.claim_from_row(r, self._codec) for r in self._conn.execute(sql, args)]
+
+    def claims_active(self, patient_id: str, key: str | None = None) -> list[Claim]:
+        if key is None:
+            return self._claims("SELECT * FROM claims WHERE patient_id = ? AND state = 'active' ORDER BY key", (patient_id,))
+        return self._claims("SELECT * FROM claims WHERE patient_id = ? AND key = ? AND state = 'active'", (patient_id, key))
+
+    def claim_history(self, patient_id: str, key: str) -> list[Claim]:
+        return self._claims("SELECT * FROM claims WHERE patient_id = ? AND key = ? ORDER BY created_at, rowid",
+                            (patient_id, key))  # fmt: skip
+
+    def get_claims(self, ids: Sequence[str]) -> list[Claim]:
+        out = {c.claim_id: c for c in self._claims(
+            f"SELECT * FROM claims WHERE id IN ({','.join('?' * len(ids))})", list(ids))} if ids else {}  # fmt: skip
+        missing = [i for i in ids if i not in out]
+        if missing:
+            raise NotFound(f"no claim {missing[0]!r}")
+        return [out[i] for i in ids]
+
+    def decay_due(self, now: float) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        with self._lock:
+            self._check_open()
+            for table in ("episodic", "visual", "claims"):
+                rows = self._conn.execute(
+                    f"SELECT id FROM {table} WHERE decay_at IS NOT NULL AND decay_at <= ?"
+                    " AND state IN ('active', 'superseded') ORDER BY decay_at, id", (now,))  # fmt: skip
+                out += [(table, r[0]) for r in rows]
+        return out
+
+    def consents(self, patient_id: str | None = None) -> list[ConsentRecord]:
+        with self._lock:
+            self._check_open()
+            if patient_id is None:
+                rows = self._conn.execute("SELECT * FROM consents ORDER BY created_at, id")
+            else:
+                rows = self._conn.execute("SELECT * FROM consents WHERE patient_id IN (?, '*') ORDER BY created_at, id",
+                                          (patient_id,))  # fmt: skip
+            return [g.consent_from_row(r) for r in rows]
+
+    def _audit_head_locked(self) -> tuple[int, str]:
+        row = self._conn.execute("SELECT seq, event_hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+        return (int(row[0]), str(row[1])) if row else self.audit_base()
+
+    def audit_head(self) -> tuple[int, str]:
+        with self._lock:
+            self._check_open()
+            return self._audit_head_locked()
+
+    def audit_base(self) -> tuple[int, str]:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = 'audit_base'").fetchone()
+        if row is None:
+            return 0, GENESIS
+        seq, digest = str(row[0]).split(":", 1)
+        return int(seq), digest
+
+    def iter_audit(self, start_seq: int = 1) -> Iterator[AuditRow]:
+        seq = start_seq
+        while True:
+            with self._lock:
+                self._check_open()
+                rows = self._conn.execute("SELECT seq, payload, event_hash FROM audit WHERE seq >= ? ORDER BY seq LIMIT 10000",
+                                          (seq,)).fetchall()  # fmt: skip
+            for r in rows:
+                yield AuditRow(int(r[0]), bytes(r[1]), str(r[2]))
+            if len(rows) < 10000:
+                return
+            seq = int(rows[-1][0]) + 1
+
+    def audit_purge(self, through_seq: int) -> int:
+        with self._lock:
+            self._check_open()
+            row = self._conn.execute("SELECT event_hash FROM audit WHERE seq = ?", (through_seq,)).fetchone()
+            if row is None:
+                raise NotFound(f"no audit event {through_seq}")
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self._conn.execute("DELETE FROM audit WHERE seq <= ?", (through_seq,))
+                self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('audit_base', ?)", (f"{through_seq}:{row[0]}",))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            return int(cur.rowcount)

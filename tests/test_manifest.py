@@ -1,0 +1,354 @@
+"""Tests of msm_mem.datasets.manifest: reading, validation, line numbers and round trips."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from msm_mem import ManifestError, ManifestRow, RowProblem, read_manifest, write_manifest
+from msm_mem.datasets.manifest import COLUMNS, parse_timestamp
+
+HEADER = ",".join(COLUMNS)
+GOOD = "p1,s1,2020-01-02,img/a.png,What is seen?,small effusion,report text,follow up"
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _obj(**changes: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "patient_id": "p1",
+        "study_id": "s1",
+        "timestamp": "2020-01-02T03:04:05Z",
+        "image": "a.png",
+        "question": "What is seen?",
+        "answer": "small effusion",
+        "report": "",
+        "decision": "",
+    }
+    base.update(changes)
+    return base
+
+
+def _jsonl(path: Path, items: list[object]) -> Path:
+    lines = [x if isinstance(x, str) else json.dumps(x) for x in items]
+    return _write(path, "\n".join(lines) + "\n")
+
+
+def _by_line(problems: list[RowProblem]) -> dict[int, str]:
+    return {p.line: p.reason for p in problems}
+
+
+# reading --------------------------------------------------------------------------------------
+
+
+def test_csv_good_rows_are_read_with_all_fields(tmp_path: Path) -> None:
+    """A valid CSV row becomes a ManifestRow with every column and its line number."""
+    path = _write(tmp_path / "m.csv", f"{HEADER},view\n{GOOD},PA\n")
+    rows, problems = read_manifest(path)
+    assert problems == []
+    (row,) = rows
+    assert (row.patient_id, row.study_id, row.question) == ("p1", "s1", "What is seen?")
+    assert (row.answer, row.report, row.decision, row.view) == (
+        "small effusion",
+        "report text",
+        "follow up",
+        "PA",
+    )
+    assert row.timestamp == datetime(2020, 1, 2, tzinfo=UTC).timestamp()
+    assert row.line == 2
+
+
+def test_jsonl_good_rows_are_read(tmp_path: Path) -> None:
+    """Each JSONL object becomes a row numbered by its 1-based line; blank lines are skipped."""
+    path = _write(
+        tmp_path / "m.jsonl",
+        json.dumps(_obj()) + "\n\n" + json.dumps(_obj(study_id="s2")) + "\n",
+    )
+    rows, problems = read_manifest(path)
+    assert problems == []
+    assert [(r.study_id, r.line) for r in rows] == [("s1", 1), ("s2", 3)]
+
+
+def test_optional_columns_may_be_absent_in_jsonl(tmp_path: Path) -> None:
+    """answer, report, decision and view default to empty strings when absent."""
+    obj = {k: v for k, v in _obj().items() if k not in ("answer", "report", "decision")}
+    rows, problems = read_manifest(_jsonl(tmp_path / "m.jsonl", [obj]))
+    assert problems == []
+    assert (rows[0].answer, rows[0].report, rows[0].decision, rows[0].view) == ("", "", "", "")
+
+
+def test_csv_bom_is_ignored(tmp_path: Path) -> None:
+    """A UTF-8 byte-order mark before the header does not corrupt the first column name."""
+    path = tmp_path / "m.csv"
+    path.write_bytes(("\ufeff" + f"{HEADER}\n{GOOD}\n").encode("utf-8"))
+    rows, problems = read_manifest(path)
+    assert problems == []
+    assert rows[0].patient_id == "p1"
+
+
+# bad rows -------------------------------------------------------------------------------------
+
+
+def test_csv_every_bad_row_kind_is_reported_with_its_line(tmp_path: Path) -> None:
+    """Each kind of bad CSV row is a problem on its own 1-based line; good rows survive."""
+    text = "\n".join(
+        [
+            HEADER,  # 1
+            GOOD,  # 2 good
+            "p1,s2,2020-01-03,a.png,,answer,,",  # 3 empty question
+            "p1,s3,yesterday,a.png,Q?,answer,,",  # 4 bad timestamp
+            "p1,s4,2020-01-04,a.png,Q?,answer,,,extra",  # 5 extra field
+            "p1,s1,2020-01-05,a.png,Q?,dup,,",  # 6 duplicate of line 2
+            ",s5,2020-01-06,a.png,Q?,answer,,",  # 7 empty patient id
+            "p1,s6",  # 8 missing columns
+            "p1,s7,2020-01-07,b.png,Q?,fine,,",  # 9 good
+        ]
+    )
+    rows, problems = read_manifest(_write(tmp_path / "m.csv", text + "\n"))
+    assert [(r.study_id, r.line) for r in rows] == [("s1", 2), ("s7", 9)]
+    reasons = _by_line(problems)
+    assert sorted(reasons) == [3, 4, 5, 6, 7, 8]
+    assert "question" in reasons[3] and "empty" in reasons[3]
+    assert "yesterday" in reasons[4]
+    assert "more fields" in reasons[5]
+    assert "duplicate" in reasons[6] and "line 2" in reasons[6]
+    assert "patient_id" in reasons[7]
+    assert "missing" in reasons[8] and "timestamp" in reasons[8] and "question" in reasons[8]
+
+
+def test_csv_unknown_column_is_reported(tmp_path: Path) -> None:
+    """A header column outside the schema makes its rows problems that name the column."""
+    text = f"{HEADER},colour\n{GOOD},red\n"
+    rows, problems = read_manifest(_write(tmp_path / "m.csv", text))
+    assert rows == []
+    assert problems == [RowProblem(2, "unknown column(s): colour")]
+
+
+def test_csv_missing_header_column_is_reported(tmp_path: Path) -> None:
+    """A header without a required column reports every row as missing that column."""
+    cols = [c for c in COLUMNS if c != "question"]
+    text = ",".join(cols) + "\np1,s1,2020-01-02,a.png,ans,,\n"
+    rows, problems = read_manifest(_write(tmp_path / "m.csv", text))
+    assert rows == []
+    assert problems == [RowProblem(2, "missing required column(s): question")]
+
+
+def test_csv_multiline_field_numbers_rows_by_their_first_line(tmp_path: Path) -> None:
+    """A quoted report spanning lines keeps the row on its first line and later rows exact."""
+    text = (
+        f"{HEADER}\n"
+        'p1,s1,2020-01-02,a.png,Q?,ans,"line one\nline two\nline three",\n'  # lines 2-4
+        "p1,s2,2020-01-03,a.png,,ans,,\n"  # line 5: empty question
+    )
+    rows, problems = read_manifest(_write(tmp_path / "m.csv", text))
+    assert [(r.study_id, r.line) for r in rows] == [("s1", 2)]
+    assert rows[0].report == "line one\nline two\nline three"
+    assert [p.line for p in problems] == [5]
+
+
+def test_csv_malformed_quoting_does_not_stop_reading(tmp_path: Path) -> None:
+    """A row with broken quoting is a problem on its line; the rows after it are still read."""
+    text = f'{HEADER}\np1,s1,2020-01-02,a.png,"Q?"x,ans,,\np1,s2,2020-01-03,a.png,Q?,ans,,\n'
+    rows, problems = read_manifest(_write(tmp_path / "m.csv", text))
+    assert [r.study_id for r in rows] == ["s2"]
+    assert rows[0].line == 3
+    assert len(problems) == 1 and problems[0].line == 2
+    assert "malformed CSV" in problems[0].reason
+
+
+def test_csv_blank_lines_keep_line_numbers_physical(tmp_path: Path) -> None:
+    """Blank lines are skipped but still counted, so numbers match an editor's."""
+    text = f"{HEADER}\n\n{GOOD}\n\np1,s2,x,a.png,Q?,a,,\n"
+    rows, problems = read_manifest(_write(tmp_path / "m.csv", text))
+    assert [r.line for r in rows] == [3]
+    assert [p.line for p in problems] == [5]
+
+
+def test_jsonl_every_bad_row_kind_is_reported_with_its_line(tmp_path: Path) -> None:
+    """Invalid JSON, non-objects, unknown/missing columns and duplicates each name their line."""
+    items: list[object] = [
+        _obj(),  # 1 good
+        "{not json",  # 2 invalid JSON
+        [1, 2, 3],  # 3 not an object
+        _obj(study_id="s2", colour="red"),  # 4 unknown column
+        {k: v for k, v in _obj(study_id="s3").items() if k != "image"},  # 5 missing image
+        _obj(study_id="s4", question="   "),  # 6 blank question
+        _obj(study_id="s5", timestamp="2020-13-45"),  # 7 bad timestamp
+        _obj(),  # 8 duplicate of line 1
+        _obj(study_id="s6", answer=["a", "list"]),  # 9 non-text column
+        _obj(study_id="s7", timestamp=None),  # 10 null timestamp
+        _obj(study_id="s8"),  # 11 good
+    ]
+    rows, problems = read_manifest(_jsonl(tmp_path / "m.jsonl", items))
+    assert [(r.study_id, r.line) for r in rows] == [("s1", 1), ("s8", 11)]
+    reasons = _by_line(problems)
+    assert sorted(reasons) == list(range(2, 11))
+    assert reasons[2].startswith("invalid JSON")
+    assert "object" in reasons[3]
+    assert reasons[4] == "unknown column(s): colour"
+    assert reasons[5] == "missing required column(s): image"
+    assert "question" in reasons[6] and "empty" in reasons[6]
+    assert "2020-13-45" in reasons[7]
+    assert "duplicate" in reasons[8] and "first on line 1" in reasons[8]
+    assert "answer" in reasons[9]
+    assert "timestamp" in reasons[10]
+
+
+def test_manifest_error_reason_and_line_match_row_problem(tmp_path: Path) -> None:
+    """A problem's reason carries no 'line N:' prefix; the line is a separate field."""
+    path = _jsonl(tmp_path / "m.jsonl", [_obj(question="")])
+    _, problems = read_manifest(path)
+    assert problems[0].line == 1
+    assert not problems[0].reason.startswith("line")
+
+
+# timestamps -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("2020-01-02", datetime(2020, 1, 2, tzinfo=UTC)),
+        ("2020-01-02T03:04:05", datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)),
+        ("2020-01-02T03:04:05Z", datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)),
+        ("2020-01-02T05:04:05+02:00", datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)),
+        ("1577934245", datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)),
+        (1577934245, datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)),
+        (1577934245.5, datetime(2020, 1, 2, 3, 4, 5, 500000, tzinfo=UTC)),
+        (0, datetime(1970, 1, 1, tzinfo=UTC)),
+    ],
+)
+def test_parse_timestamp_accepts_iso_dates_and_epoch(raw: object, expected: datetime) -> None:
+    """ISO dates, date-times (naive = UTC, Z, offsets) and epoch seconds give UTC seconds."""
+    assert parse_timestamp(raw) == expected.timestamp()
+
+
+@pytest.mark.parametrize("raw", ["", "  ", "soon", "nan", "inf", "1e400", True, None, [], 1e300])
+def test_parse_timestamp_rejects_bad_values(raw: object) -> None:
+    """Empty, unparseable, non-finite, boolean, non-scalar and out-of-range values raise."""
+    with pytest.raises(ValueError):
+        parse_timestamp(raw)
+
+
+def test_epoch_zero_timestamp_is_a_value_not_missing(tmp_path: Path) -> None:
+    """A JSONL timestamp of 0 (the epoch) is accepted, not mistaken for a missing column."""
+    rows, problems = read_manifest(_jsonl(tmp_path / "m.jsonl", [_obj(timestamp=0)]))
+    assert problems == []
+    assert rows[0].timestamp == 0.0
+
+
+# image paths ----------------------------------------------------------------------------------
+
+
+def test_relative_image_paths_resolve_against_the_manifest_folder(tmp_path: Path) -> None:
+    """A relative image path is joined to the manifest's folder; an absolute one is kept."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    absolute = tmp_path / "elsewhere" / "b.png"
+    items: list[object] = [
+        _obj(image="img/a.png"),
+        _obj(study_id="s2", image=str(absolute)),
+    ]
+    rows, _ = read_manifest(_jsonl(folder / "m.jsonl", items))
+    assert rows[0].image == str(folder / "img" / "a.png")
+    assert rows[1].image == str(absolute)
+
+
+# file-level errors ----------------------------------------------------------------------------
+
+
+def test_wrong_suffix_raises_manifest_error(tmp_path: Path) -> None:
+    """A manifest that is neither .csv nor .jsonl raises ManifestError naming the suffix."""
+    path = _write(tmp_path / "m.txt", f"{HEADER}\n{GOOD}\n")
+    with pytest.raises(ManifestError, match=r"\.txt"):
+        read_manifest(path)
+
+
+def test_missing_file_raises_manifest_error(tmp_path: Path) -> None:
+    """A path that does not exist raises ManifestError, not FileNotFoundError."""
+    with pytest.raises(ManifestError, match="no such manifest"):
+        read_manifest(tmp_path / "absent.csv")
+
+
+def test_directory_raises_manifest_error(tmp_path: Path) -> None:
+    """A directory named like a manifest raises ManifestError."""
+    (tmp_path / "d.csv").mkdir()
+    with pytest.raises(ManifestError):
+        read_manifest(tmp_path / "d.csv")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_non_utf8_file_raises_manifest_error(tmp_path: Path, suffix: str) -> None:
+    """A file that is not UTF-8 raises ManifestError saying so."""
+    path = tmp_path / f"m{suffix}"
+    path.write_bytes(f"{HEADER}\n".encode() + "p\xe9,s1\n".encode("latin-1"))
+    with pytest.raises(ManifestError, match="UTF-8"):
+        read_manifest(path)
+
+
+def test_empty_files_give_no_rows_and_no_problems(tmp_path: Path) -> None:
+    """An empty CSV or JSONL holds nothing and is not an error."""
+    assert read_manifest(_write(tmp_path / "m.csv", "")) == ([], [])
+    assert read_manifest(_write(tmp_path / "m.jsonl", "")) == ([], [])
+
+
+def test_manifest_error_carries_the_line() -> None:
+    """ManifestError keeps the line and the bare reason, and prefixes the message."""
+    err = ManifestError("bad", 7)
+    assert (err.line, err.reason, str(err)) == (7, "bad", "line 7: bad")
+    assert ManifestError("file-level").line is None
+
+
+# writing --------------------------------------------------------------------------------------
+
+
+def _rows(tmp_path: Path) -> list[ManifestRow]:
+    return [
+        ManifestRow(
+            "p1",
+            "s1",
+            1577934245.0,
+            str(tmp_path / "a.png"),
+            "What, if anything, is seen?",
+            'effusion "small"',
+            "multi\nline report",
+            "follow up",
+            "PA",
+            line=1,
+        ),
+        ManifestRow("p2", "s1", 0.0, str(tmp_path / "b.png"), "Q?", "", line=2),
+    ]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_write_then_read_round_trips(tmp_path: Path, suffix: str) -> None:
+    """write_manifest then read_manifest returns the same rows (quotes, commas, newlines)."""
+    rows = _rows(tmp_path)
+    path = tmp_path / f"out{suffix}"
+    write_manifest(rows, path)
+    back, problems = read_manifest(path)
+    assert problems == []
+    strip = [r.to_dict() for r in rows]
+    assert [r.to_dict() for r in back] == strip
+    assert [r.timestamp for r in back] == [r.timestamp for r in rows]
+
+
+def test_write_manifest_refuses_unknown_suffix(tmp_path: Path) -> None:
+    """Writing to a name that is neither .csv nor .jsonl raises ManifestError, creating nothing."""
+    with pytest.raises(ManifestError):
+        write_manifest(_rows(tmp_path), tmp_path / "out.txt")
+    assert not (tmp_path / "out.txt").exists()
+
+
+def test_to_dict_uses_iso_utc_and_omits_line(tmp_path: Path) -> None:
+    """to_dict writes the timestamp as ISO 8601 UTC and leaves out the line number."""
+    d = _rows(tmp_path)[0].to_dict()
+    assert d["timestamp"] == "2020-01-02T03:04:05+00:00"
+    assert "line" not in d
+    assert set(d) == set(COLUMNS) | {"view"}
