@@ -64,7 +64,7 @@ def test_base_is_a_plain_exception() -> None:
         assert not hasattr(builtins, name), f"{name} shadows a builtin"
 
 
-@pytest.mark.parametrize("cls", sorted(EXPECTED, key=lambda c: c.__name__))
+@pytest.mark.parametrize("cls", list(EXPECTED), ids=[c.__name__ for c in EXPECTED])
 def test_every_error_subclasses_base_parent_and_builtin(cls: type[Exception]) -> None:
     """Each error is an MsmMemError, a subclass of its parent and of its documented builtin."""
     parent, builtin = EXPECTED[cls]

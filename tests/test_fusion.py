@@ -208,9 +208,7 @@ def test_included_and_dropped_partition_the_cited_ids(
     """included and dropped never overlap, cover every id, and included ids appear in the text."""
     scores = data.draw(st.lists(st.floats(-1, 1), min_size=n_epi + n_vis, max_size=n_epi + n_vis))
     epi = sorted((_epi(i, s) for i, s in enumerate(scores[:n_epi])), key=lambda h: -h.score)
-    vis = sorted(
-        (_vis(10 + i, s) for i, s in enumerate(scores[n_epi:])), key=lambda h: -h.score
-    )
+    vis = sorted((_vis(10 + i, s) for i, s in enumerate(scores[n_epi:])), key=lambda h: -h.score)
     sem = [_sem("S-1", *[(f"imp{i}", i) for i in range(n_imp)])]
     p = fuse(sem, epi, vis, QUESTION, budget_chars=budget)
     assert isinstance(p, FusedPrompt)

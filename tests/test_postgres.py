@@ -23,21 +23,24 @@ from msm_mem import (
     WriteBatch,
 )
 from msm_mem._tier_records import AuditRow, Claim, WrappedKey
+from msm_mem.storage.base import PII_FIELDS
 from msm_mem.storage.postgres import PostgresStore
 from tests.conftest import DIM, random_unit
 
 pytestmark = pytest.mark.postgres
 
 Make = Callable[..., PostgresStore]
+SCRUB = tuple((name, "") for name in PII_FIELDS["episodic"])  # anonymisation rewrites every PHI field
 
 
 @pytest.fixture
 def make_pg(postgres_url: str) -> Iterator[Make]:
     """A factory of PostgresStores, each in a fresh schema; every store made is closed afterwards."""
     made: list[PostgresStore] = []
+    prefix = f"tpg_{uuid.uuid4().hex[:8]}_"
 
     def make(schema: str | None = None, *, reopen: bool = False, **kw: object) -> PostgresStore:
-        schema = schema or f"tpg_{uuid.uuid4().hex[:12]}"
+        schema = schema or f"{prefix}{uuid.uuid4().hex[:8]}"
         if reopen:
             store = PostgresStore.open(postgres_url, schema=schema, **kw)  # type: ignore[arg-type]
         else:
@@ -45,9 +48,13 @@ def make_pg(postgres_url: str) -> Iterator[Make]:
         made.append(store)
         return store
 
+    make.prefix = prefix  # type: ignore[attr-defined]  # for schemas a test makes by hand
     yield make
     for store in made:
         store.close()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:  # leave a shared server clean
+        for (name,) in conn.execute("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (prefix,)):
+            conn.execute(f'DROP SCHEMA "{name}" CASCADE')
 
 
 def episodes(n: int, patients: int, seed: int = 0, start: int = 0) -> list[EpisodicRecord]:
@@ -66,10 +73,8 @@ def test_reopen_gives_identical_search_results(make_pg: Make) -> None:
     store = make_pg()
     records = episodes(60, 6)
     store.write(WriteBatch(episodes=records))
-    store.write(WriteBatch(changes=[
-        StateChange("episodic", "E-3", State.ACTIVE, State.ANONYMIZED, new_id="E-anon", new_patient_id=""),
-        StateChange("episodic", "E-4", State.ACTIVE, State.SUPERSEDED),
-    ]))  # fmt: skip
+    anonymise = StateChange("episodic", "E-3", State.ACTIVE, State.ANONYMIZED, "E-anon", "", SCRUB)
+    store.write(WriteBatch(changes=[anonymise, StateChange("episodic", "E-4", State.ACTIVE, State.SUPERSEDED)]))
     queries = [random_unit(np.random.default_rng(100 + i)) for i in range(5)]
     scopes: list[str | None] = [None, "", "p0", "p3", "p5"]
     before = [store.search("episodic", q, 7, s) for q in queries for s in scopes]
@@ -126,7 +131,7 @@ def test_opening_something_that_is_not_a_store_raises_store_error(make_pg: Make,
     """A missing schema, a foreign meta table, a second create and a bad DSN all raise StoreError."""
     with pytest.raises(StoreError, match="not an msm-mem store"):
         PostgresStore.open(postgres_url, schema=f"nothing_{uuid.uuid4().hex[:8]}")
-    other = f"other_{uuid.uuid4().hex[:8]}"
+    other = f"{make_pg.prefix}other"  # type: ignore[attr-defined]
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{other}"')
         conn.execute(f'CREATE TABLE "{other}".meta(key TEXT, value TEXT)')
@@ -163,7 +168,8 @@ def test_ties_are_broken_by_insertion_order(make_pg: Make) -> None:
     for scope in ("p", None):
         assert [i for i, _ in store.search("episodic", z, 3, scope)] == ["E-d", "E-b", "E-c"]
     # an UPDATE moves a row to the end of the heap; its position (and rank among ties) stays
-    store.write(WriteBatch(changes=[StateChange("episodic", "E-d", State.ACTIVE, State.ANONYMIZED, new_patient_id="")]))
+    anonymise = StateChange("episodic", "E-d", State.ACTIVE, State.ANONYMIZED, new_patient_id="", fields=SCRUB)
+    store.write(WriteBatch(changes=[anonymise]))
     assert [i for i, _ in store.search("episodic", z, 3, None)] == ["E-d", "E-b", "E-c"]
 
 

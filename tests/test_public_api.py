@@ -128,8 +128,7 @@ def test_importing_the_package_does_not_import_optional_extras() -> None:
     import sys
 
     code = (
-        "import sys, msm_mem; "
-        "print(','.join(m for m in ('torch', 'open_clip', 'torchxrayvision') if m in sys.modules))"
+        "import sys, msm_mem; print(','.join(m for m in ('torch', 'open_clip', 'torchxrayvision') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -139,4 +138,3 @@ def test_importing_the_package_does_not_import_optional_extras() -> None:
         env={"PYTHONPATH": str(Path(msm_mem.__file__).parents[1])},
     )
     assert out.stdout.strip() == ""
-

@@ -83,9 +83,9 @@ def test_unit_vector_handles_extreme_magnitudes(scale: float) -> None:
 
 
 @given(
-    st.lists(
-        st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=3, max_size=3
-    ).filter(lambda v: any(abs(x) > 1e-3 for x in v))
+    st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=3, max_size=3).filter(
+        lambda v: any(abs(x) > 1e-3 for x in v)
+    )
 )
 def test_unit_vector_always_has_unit_norm(values: list[float]) -> None:
     """For any non-zero finite vector the result has norm 1 (float32 precision)."""
@@ -114,9 +114,7 @@ def test_new_id_is_prefixed_and_unique() -> None:
 
 
 def _episode(**changes: Any) -> EpisodicRecord:
-    base: dict[str, Any] = dict(
-        episode_id="E-1", patient_id="p1", timestamp=T2020, z=Z, question="Q?", answer="A."
-    )
+    base: dict[str, Any] = dict(episode_id="E-1", patient_id="p1", timestamp=T2020, z=Z, question="Q?", answer="A.")
     base.update(changes)
     return EpisodicRecord(**base)
 
@@ -226,9 +224,7 @@ def test_summary_format_is_one_dated_line_per_impression_oldest_first() -> None:
         Impression(T2020, "small left effusion", "follow up"),
         Impression(T2020 + 86400 * 31, "effusion resolved"),
     )
-    assert s.summary() == (
-        "[2020-01-02] small left effusion (decision: follow up)\n[2020-02-02] effusion resolved"
-    )
+    assert s.summary() == ("[2020-01-02] small left effusion (decision: follow up)\n[2020-02-02] effusion resolved")
 
 
 def test_summary_is_deterministic_and_empty_for_no_history() -> None:

@@ -111,7 +111,7 @@ class MemoryAgent:
     def _candidates(self, ranked: Sequence[tuple[Hit, Score]]) -> tuple[Candidate, ...]:
         out: list[Candidate] = []
         visuals = [h for h, _ in ranked if isinstance(h.record, VisualRecord) and h.record.source_episode_id]
-        sources = self._episodes([h.record.source_episode_id for h in visuals])  # type: ignore[union-attr]
+        sources = self._episodes([h.record.source_episode_id for h in visuals], ranked)  # type: ignore[union-attr]
         for h, sc in ranked:
             r = h.record
             if isinstance(r, SemanticState):
@@ -123,13 +123,11 @@ class MemoryAgent:
                 out.append(Candidate(h.id, "visual", src.answer, src.decision, max(sc.rank, 0.0), src.timestamp))
         return tuple(out)
 
-    def _episodes(self, ids: Sequence[str]) -> dict[str, EpisodicRecord]:
-        found: dict[str, EpisodicRecord] = {}
-        for i in dict.fromkeys(ids):
-            try:
-                found[i] = self.memory.store.get_episodes([i])[0]
-            except NotFound:  # a source episode may have been anonymised under a new id
-                continue
+    def _episodes(self, ids: Sequence[str], known: Sequence[tuple[Hit, Score]]) -> dict[str, EpisodicRecord]:
+        found = {h.id: h.record for h, _ in known if isinstance(h.record, EpisodicRecord)}
+        missing = [i for i in dict.fromkeys(ids) if i not in found]
+        if missing:
+            found.update(self.memory.store.find_episodes(missing))  # anonymised sources are absent
         return found
 
     def ask(self, query: Query, *, use_sem: bool = True, use_epi: bool = True, use_vis: bool = True,

@@ -55,7 +55,7 @@ def default_archive() -> Path:
     """
     spec = importlib.util.find_spec("torchxrayvision")
     if spec is None or spec.origin is None:
-        raise MissingExtra("torchxrayvision", "torchxrayvision")
+        raise MissingExtra("torchxrayvision", "xrv")
     return Path(spec.origin).parent / "data" / ARCHIVE
 
 

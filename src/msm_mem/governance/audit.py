@@ -50,6 +50,7 @@ class AuditLog:
         self.checkpoint_seconds = checkpoint_seconds
         self._lock = threading.RLock()
         self._pseudonyms: dict[str, str] = {}
+        self._head: tuple[int, str] | None = None  # chain head after our last write
         last = self.log.latest()
         self._last_checkpoint = (last.size, last.time) if last else (0, clock.now())
 
@@ -103,14 +104,20 @@ class AuditLog:
         failed write leaves the head where the store has it.
         """
         with self._lock:
-            builder = ChainBuilder(*self.store.audit_head())
+            head = self._head if self._head is not None else self.store.audit_head()
+            builder = ChainBuilder(*head)
             batch.audit = [AuditRow(*builder.next(**spec).row()) for spec in specs]
-            self.store.write(batch)
+            try:
+                self.store.write(batch)
+            except BaseException:
+                self._head = None  # re-read from the store next time
+                raise
+            self._head = (builder.head_seq, builder.head_hash)
         self.committed()
 
     def committed(self) -> None:
         """Call after a batch with audit rows committed: checkpoints when one is due."""
-        seq, _ = self.store.audit_head()
+        seq, _ = self._head if self._head is not None else self.store.audit_head()
         size, when = self._last_checkpoint
         if seq - size >= self.checkpoint_every or (seq > size and self.clock.now() - when >= self.checkpoint_seconds):
             self.checkpoint()

@@ -70,14 +70,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     Bad rows are reported with their line number and reason; good rows are ingested; rows
     already stored (same patient and study) are skipped, so ingest can be re-run."""
-    if args.manifest is not None:
-        rows, problems = read_manifest(args.manifest)
-    else:
-        from ..datasets.registry import load_dataset
+    with MsmMem.open(args.dir, settings=Settings.from_env()) as mem:  # a bad DIR fails first
+        if args.manifest is not None:
+            rows, problems = read_manifest(args.manifest)
+        else:
+            from ..datasets.registry import load_dataset
 
-        rows, problems = load_dataset(args.dataset[0], args.dataset[1])
-    _print_problems(problems)
-    with MsmMem.open(args.dir, settings=Settings.from_env()) as mem:
+            rows, problems = load_dataset(args.dataset[0], args.dataset[1])
+        _print_problems(problems)
         report = mem.ingest(rows, progress=not args.no_progress)
     _print_problems(report.problems)
     report.problems = [*problems, *report.problems]

@@ -32,15 +32,15 @@ def _configure_audit(p: argparse.ArgumentParser) -> None:
 
 @command("audit", _configure_audit)
 def cmd_audit(args: argparse.Namespace) -> int:
-    """Audit tier: verify (exit 0 when intact, else 2 naming the first bad seq), checkpoint,
-    export --fhir OUT."""
+    """Audit tier: verify (exit 0 when intact, 3 when broken, naming the first bad seq),
+    checkpoint, export --fhir OUT."""
     with MsmMem.open(args.dir) as mem:
         if args.action == "verify":
             result = mem.audit.verify(full=not args.hashes_only)
             if not result.ok:
                 where = f"first bad seq {result.first_bad_seq}" if result.first_bad_seq else "checkpoints"
                 print(f"audit chain BROKEN: {where}: {result.reason}")
-                return 2
+                return 3
             print(f"audit chain intact: {result.count} events, head {result.head_hash}")
             return 0
         if args.action == "checkpoint":

@@ -8,14 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import InvalidVector
+from .._errors import InvalidInput, InvalidVector
 from .._records import EpisodicRecord, Impression, SemanticState, State, Vector, VisualRecord
-from .base import PII_FIELDS, FieldCodec
+from .base import PII_FIELDS, FieldCodec, StateChange
 
 __all__ = [
     "EPISODIC_COLUMNS",
     "SEMANTIC_COLUMNS",
     "VISUAL_COLUMNS",
+    "change_sets",
     "check_vector",
     "episode_from_row",
     "episode_to_row",
@@ -46,6 +47,35 @@ def check_vector(z: Vector, dim: int, what: str) -> None:
         raise InvalidVector(f"{what}: expected a float32 vector of dimension {dim}")
     if not np.all(np.isfinite(z)) or abs(float(np.dot(z, z)) - 1.0) > 1e-3:
         raise InvalidVector(f"{what}: vector must be finite and L2-normalised")
+
+
+#: non-PHI fields a state change may rewrite in place (anonymisation scrubs them)
+PLAIN_REWRITABLE: dict[str, tuple[str, ...]] = {"episodic": ("source", "study_id"), "visual": ("source",)}
+
+
+def change_sets(c: StateChange, old_patient_id: str, codec: FieldCodec) -> dict[str, object]:
+    """Column -> new value of the UPDATE that applies ``c`` to a row of ``old_patient_id``.
+
+    Re-keying (a new id or patient id) must rewrite every PHI field, because their ciphertexts
+    are bound to the old id; PHI values go through ``codec``; other fields are refused unless
+    listed in :data:`PLAIN_REWRITABLE`. Raises :class:`InvalidInput`.
+    """
+    table = c.table
+    new_pid = old_patient_id if c.new_patient_id is None else c.new_patient_id
+    new_id = c.new_id or c.record_id
+    sets: dict[str, object] = {"state": c.to.value, "patient_id": new_pid, "id": new_id}
+    pii = PII_FIELDS.get(table, ())
+    given = dict(c.fields)
+    if (new_id != c.record_id or new_pid != old_patient_id) and not set(pii) <= set(given):
+        raise InvalidInput(f"re-keying a {table} record must rewrite every PHI field {pii}")
+    for name, value in given.items():
+        if name in pii:
+            sets[name] = codec.encode(table, new_id, name, new_pid, value)
+        elif name in PLAIN_REWRITABLE.get(table, ()):
+            sets[name] = value
+        else:
+            raise InvalidInput(f"field {name!r} of {table} cannot be changed in place")
+    return sets
 
 
 def _enc(codec: FieldCodec, table: str, rid: str, pid: str, name: str, value: str) -> str:

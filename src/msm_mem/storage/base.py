@@ -178,6 +178,16 @@ class Store(ABC):
     def get_episodes(self, ids: Sequence[str]) -> list[EpisodicRecord]:
         """Records in the order of ``ids``; raises NotFound for an unknown id."""
 
+    def find_episodes(self, ids: Sequence[str]) -> dict[str, EpisodicRecord]:
+        """The records of those ids that exist (unknown ids are left out)."""
+        found: dict[str, EpisodicRecord] = {}
+        for i in dict.fromkeys(ids):
+            try:
+                found[i] = self.get_episodes([i])[0]
+            except LookupError:
+                continue
+        return found
+
     @abstractmethod
     def get_visuals(self, ids: Sequence[str]) -> list[VisualRecord]:
         """Records in the order of ``ids``; raises NotFound for an unknown id."""

@@ -9,11 +9,13 @@ so vectors come back bit for bit.
 Search (``z <#> q`` is pgvector's negative inner product; on unit vectors, minus the cosine):
 
 - patient scope: ``WHERE patient_id = p`` inside a ``MATERIALIZED`` CTE, then ``ORDER BY
-  z <#> q, pos LIMIT k`` outside it. The CTE fences the ordering off from the HNSW index (an
-  HNSW scan with a filter returns at most ``hnsw.ef_search`` candidates before filtering, so it
-  could return fewer than k, or not the best), so the rows come from the btree on
-  ``patient_id`` and are scored exactly: O(rows of the patient). :meth:`explain_search` shows
-  the plan.
+  z <#> q, pos LIMIT k`` outside it. The CTE fences the ordering off from the HNSW index: a
+  filtered HNSW scan returns at most ``hnsw.ef_search`` candidates before filtering, so it can
+  miss the best rows or return fewer than k, and the planner does pick it for the plain
+  ``WHERE patient_id = p ORDER BY z <#> q LIMIT k`` when one patient holds most rows
+  (measured: 90% of 20,000). Here the rows come from the btree on ``patient_id`` (a sequential
+  scan when the patient is most of the table) and are scored exactly: O(rows of the patient).
+  :meth:`explain_search` shows the plan.
 - population scope (``None``): by default the same exact CTE over every live row, a sequential
   scan, O(rows); this keeps the contract (exact top-k, ties by insertion order). With
   ``population_search="hnsw"`` it uses the partial HNSW index (``vector_ip_ops``, live rows
@@ -27,9 +29,8 @@ PostgreSQL cannot store, is refused with :class:`InvalidInput`.
 
 Scaling (DESIGN.md section 4): past one machine, the tables are distributed with Citus by
 ``patient_id`` (a patient's memory, keys and consent co-located on one shard, so a
-patient-scoped search touches one node; ``pos`` then becomes per-shard order plus a global
-sequence) and retrieval reads go to streaming read replicas. Nothing here assumes one node
-except the table locks, which become per-shard advisory locks in that setting.
+patient-scoped search touches one node) and retrieval reads go to streaming read replicas. What assumes one node: the
+table locks and ``max(pos) + 1`` positions, which become per-shard.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError
 from .._records import EpisodicRecord, SemanticState, Vector, VisualRecord
 from . import _sql
 from ._pgvector import Vec, connect, use_schema, vector_schema
-from .base import PII_FIELDS, FieldCodec, PlainCodec, StateChange, Store, VectorKind, WriteBatch
+from .base import FieldCodec, PlainCodec, StateChange, Store, VectorKind, WriteBatch
 from .postgres_gov import GOV_SCHEMA, PgGovernanceTables, PgKeyTable
 
 __all__ = ["PostgresStore"]
@@ -97,6 +98,7 @@ class PostgresStore(PgGovernanceTables, Store):
             raise InvalidInput(f"population_search must be 'exact' or 'hnsw', got {population_search!r}")
         self.schema = schema
         self.population_search: PopulationSearch = population_search
+        self._approximate = population_search == "hnsw"  # (and dim <= HNSW_MAX_DIM, below)
         self._conn = conn
         self._codec = codec
         self._lock = threading.RLock()
@@ -105,6 +107,7 @@ class PostgresStore(PgGovernanceTables, Store):
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         self.dim = int(meta["dim"])
         self.encoder_name = meta["encoder"]
+        self._approximate = self._approximate and self.dim <= HNSW_MAX_DIM
         self._keys = PgKeyTable(self._db)
 
     # opening ------------------------------------------------------------------------------
@@ -260,57 +263,40 @@ class PostgresStore(PgGovernanceTables, Store):
             raise NotFound(f"no {table} record {c.record_id!r}")
         if row[1] != c.expect.value:
             raise IllegalTransition(f"{table} record {c.record_id!r} is {row[1]}, expected {c.expect.value}")
-        new_pid = row[0] if c.new_patient_id is None else c.new_patient_id
-        new_id = c.new_id or c.record_id
-        sets = {"state": c.to.value, "patient_id": new_pid, "id": new_id}
-        for name, value in c.fields:
-            if name not in PII_FIELDS.get(table, ()) and name not in ("source", "study_id"):
-                raise InvalidInput(f"field {name!r} of {table} cannot be changed in place")
-            sets[name] = self._codec.encode(table, new_id, name, new_pid, value)
+        sets = _sql.change_sets(c, row[0], self._codec)
         assignments = ", ".join(f"{k} = %s" for k in sets)
         conn.execute(f"UPDATE {table} SET {assignments} WHERE id = %s", (*sets.values(), c.record_id))
 
     # searching ----------------------------------------------------------------------------
 
-    def _search_sql(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> tuple[str, dict[str, Any]]:
+    def _search(self, kind: VectorKind, z: Vector, k: int, scope: str | None, prefix: str = "") -> list[Any]:
+        """Rows ``(id, cosine, pos)`` of the search, or of ``EXPLAIN`` with ``prefix``."""
         if kind not in _KINDS:
             raise InvalidInput(f"unknown vector kind {kind!r}")
-        params: dict[str, Any] = {"q": Vec(z.tobytes()), "k": k}
-        if scope is None and self.population_search == "hnsw" and self.dim <= HNSW_MAX_DIM:
-            return (f"SELECT id, -(z <#> %(q)s), pos FROM {kind} WHERE {_LIVE}"
-                    " ORDER BY z <#> %(q)s LIMIT %(k)s"), params  # fmt: skip
-        where = _LIVE
-        if scope is not None:
-            where, params["p"] = where + " AND patient_id = %(p)s", scope
-        return (f"WITH c AS MATERIALIZED (SELECT pos, id, z <#> %(q)s AS d FROM {kind} WHERE {where})"
-                " SELECT id, -d, pos FROM c ORDER BY d, pos LIMIT %(k)s"), params  # fmt: skip
-
-    def _run_search(
-        self, conn: psycopg.Connection[Any], query: str, params: dict[str, Any], k: int
-    ) -> list[tuple[Any, ...]]:
-        if "WITH c AS MATERIALIZED" in query:  # exact: one round trip
-            return conn.execute(query, params, binary=True).fetchall()
-        with conn.transaction():
-            conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(4 * k, 40), 1000)}")
-            return conn.execute(query, params, binary=True).fetchall()
+        params: dict[str, Any] = {"q": Vec(z.tobytes()), "k": k, "p": scope}
+        with self._db() as conn:
+            if scope is None and self._approximate:
+                with conn.transaction():
+                    conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(4 * k, 40), 1000)}")
+                    query = f"SELECT id, -(z <#> %(q)s), pos FROM {kind} WHERE {_LIVE} ORDER BY z <#> %(q)s LIMIT %(k)s"
+                    return conn.execute(prefix + query, params, binary=True).fetchall()
+            where = _LIVE if scope is None else _LIVE + " AND patient_id = %(p)s"
+            query = (f"WITH c AS MATERIALIZED (SELECT pos, id, z <#> %(q)s AS d FROM {kind} WHERE {where})"
+                     " SELECT id, -d, pos FROM c ORDER BY d, pos LIMIT %(k)s")  # fmt: skip
+            return conn.execute(prefix + query, params, binary=True).fetchall()
 
     def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
         _sql.check_vector(z, self.dim, "query")
         if k <= 0 or (scope is not None and "\x00" in scope):
             return []  # no stored patient id holds NUL
-        query, params = self._search_sql(kind, z, k, scope)
-        with self._db() as conn:
-            rows = self._run_search(conn, query, params, k)
+        rows = self._search(kind, z, k, scope)
         rows.sort(key=lambda r: (-r[1], r[2]))  # the HNSW path orders by score only
         return [(str(r[0]), float(r[1])) for r in rows]
 
     def explain_search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> str:
-        """The server's plan (``EXPLAIN`` text) for :meth:`search` with these arguments."""
+        """The server's plan (``EXPLAIN`` text) of :meth:`search` with these arguments."""
         _sql.check_vector(z, self.dim, "query")
-        query, params = self._search_sql(kind, z, max(k, 1), scope)
-        with self._db() as conn:
-            rows = self._run_search(conn, "EXPLAIN " + query, params, k)
-        return "\n".join(str(r[0]) for r in rows)
+        return "\n".join(str(r[0]) for r in self._search(kind, z, max(k, 1), scope, "EXPLAIN "))
 
     # reading ------------------------------------------------------------------------------
 

@@ -83,7 +83,11 @@ class SqliteStore(GovernanceTables, Store):
         self._lock = threading.RLock()
         self._closed = False
         self._keys = SqliteKeyTable(conn, self._lock)
+        self._consent_cache = {}
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        missing = {"dim", "encoder", "tenant"} - set(meta)
+        if missing:
+            raise StoreError(f"{directory} is an incomplete msm-mem store (meta lacks {sorted(missing)})")
         self.dim = int(meta["dim"])
         self.encoder_name = meta["encoder"]
         self.tenant = meta["tenant"]
@@ -346,22 +350,29 @@ class SqliteStore(GovernanceTables, Store):
     def _retired_count(self, kind: VectorKind) -> int:
         return int(self._index[kind].positions(_RETIRED).size)
 
-    def _get(self, table: str, ids: Sequence[str], conv: Any) -> list[Any]:
+    def find_episodes(self, ids: Sequence[str]) -> dict[str, EpisodicRecord]:
+        return self._find("episodic", ids, _sql.episode_from_row)
+
+    def _find(self, table: str, ids: Sequence[str], conv: Any) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        unique = list(dict.fromkeys(ids))
         with self._lock:
             self._check_open()
-            if not ids:
-                return []
-            unique = list(dict.fromkeys(ids))
-            found: dict[str, Any] = {}
             for start in range(0, len(unique), 500):
                 part = unique[start : start + 500]
                 marks = ",".join("?" * len(part))
                 for row in self._conn.execute(f"SELECT * FROM {table} WHERE id IN ({marks})", part):
                     found[row[1]] = conv(row, self._codec)
-            missing = [i for i in unique if i not in found]
-            if missing:
-                raise NotFound(f"no {table} record {missing[0]!r}")
-            return [found[i] for i in ids]
+        return found
+
+    def _get(self, table: str, ids: Sequence[str], conv: Any) -> list[Any]:
+        if not ids:
+            return []
+        found = self._find(table, ids, conv)
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise NotFound(f"no {table} record {missing[0]!r}")
+        return [found[i] for i in ids]
 
     def get_episodes(self, ids: Sequence[str]) -> list[EpisodicRecord]:
         return self._get("episodic", ids, _sql.episode_from_row)

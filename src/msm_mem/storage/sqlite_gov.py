@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError
@@ -54,6 +55,9 @@ class SqliteKeyTable:
 
     def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
         self._conn, self._lock = conn, lock
+        # read cache; every write through this table updates it. A shred made by another
+        # process is seen after reopening (as with any data key already unwrapped in memory).
+        self._by_patient: dict[str, WrappedKey | None] = {}
 
     @staticmethod
     def _key(r: Sequence[Any]) -> WrappedKey:
@@ -66,37 +70,58 @@ class SqliteKeyTable:
         return None if row is None else self._key(row)
 
     def get(self, patient_ref: str) -> WrappedKey | None:
-        return self._one("patient_ref", patient_ref)
+        with self._lock:
+            if patient_ref in self._by_patient:
+                return self._by_patient[patient_ref]
+            key = self._one("patient_ref", patient_ref)
+            if key is not None and not self._conn.in_transaction:
+                self._by_patient[patient_ref] = key
+            return key
+
+    def _forget(self, patient_ref: str) -> None:
+        self._by_patient.pop(patient_ref, None)
 
     def get_by_id(self, key_id: str) -> WrappedKey | None:
         return self._one("key_id", key_id)
 
-    def put(self, key: WrappedKey) -> None:
+    def _atomic(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """Run statements in a transaction of their own, or inside the caller's open one.
+
+        A data key created while a batch is being written (a new patient's first record) joins
+        that batch's transaction: if the batch rolls back, the key goes with the ciphertexts
+        that used it, so no stored token ever names a key that does not exist.
+        """
         with self._lock:
+            if self._conn.in_transaction:
+                for sql, args in statements:
+                    self._conn.execute(sql, args)
+                return
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                self._conn.execute("DELETE FROM keys WHERE patient_ref = ? AND key_id != ?", (key.patient_ref, key.key_id))
-                self._conn.execute("INSERT OR REPLACE INTO keys VALUES (?, ?, ?, ?, ?, ?)",
-                                   (key.key_id, key.patient_ref, key.kek_id, key.wrapped, key.created_at,
-                                    int(key.shredded)))  # fmt: skip
+                for sql, args in statements:
+                    self._conn.execute(sql, args)
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
 
+    def put(self, key: WrappedKey) -> None:
+        self._forget(key.patient_ref)
+        self._atomic([
+            ("DELETE FROM keys WHERE patient_ref = ? AND key_id != ?", (key.patient_ref, key.key_id)),
+            ("INSERT OR REPLACE INTO keys VALUES (?, ?, ?, ?, ?, ?)",
+             (key.key_id, key.patient_ref, key.kek_id, key.wrapped, key.created_at, int(key.shredded))),
+        ])  # fmt: skip
+
     def shred(self, patient_ref: str) -> None:
         """Destroy the wrapped key and the pseudonym link of a patient in one transaction."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = self._conn.execute("SELECT key_id FROM keys WHERE patient_ref = ?", (patient_ref,)).fetchone()
-                if row is not None:
-                    self._conn.execute("UPDATE keys SET wrapped = x'', shredded = 1 WHERE key_id = ?", (row[0],))
-                    self._conn.execute("DELETE FROM pseudonyms WHERE key_id = ?", (row[0],))
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+            self._forget(patient_ref)
+            row = self._conn.execute("SELECT key_id FROM keys WHERE patient_ref = ?", (patient_ref,)).fetchone()
+            if row is None:
+                return
+            self._atomic([("UPDATE keys SET wrapped = x'', shredded = 1 WHERE key_id = ?", (row[0],)),
+                          ("DELETE FROM pseudonyms WHERE key_id = ?", (row[0],))])  # fmt: skip
 
     def all(self) -> list[WrappedKey]:
         with self._lock:
@@ -113,6 +138,16 @@ class SqliteKeyTable:
             self._conn.execute("INSERT INTO pseudonyms VALUES (?, ?, ?)", (key_id, pseudonym, token))
 
 
+class _Blank:
+    """Codec for a purged payload: stored as the empty string, not as a ciphertext."""
+
+    def encode(self, table: str, record_id: str, field: str, patient_id: str, value: str) -> str:
+        return value
+
+    def decode(self, table: str, record_id: str, field: str, patient_id: str, value: str) -> str:
+        return value
+
+
 class GovernanceTables:
     """Methods of :class:`~msm_mem.storage.base.Store` for the governed tiers (SQLite)."""
 
@@ -127,21 +162,31 @@ class GovernanceTables:
 
     def _apply_governance(self, batch: WriteBatch) -> None:
         conn, codec = self._conn, self._codec
+        changes = {c.item_id: c for c in batch.stm_changes}
         if batch.stm:
-            conn.executemany("INSERT INTO stm VALUES (?,?,?,?,?,?,?,?,?)", [g.stm_to_row(s, codec) for s in batch.stm])
-        for c in batch.stm_changes:
-            row = conn.execute("SELECT state FROM stm WHERE id = ?", (c.item_id,)).fetchone()
-            if row is None:
-                raise NotFound(f"no short-term item {c.item_id!r}")
-            if row[0] != c.expect.value:
-                raise IllegalTransition(f"short-term item {c.item_id!r} is {row[0]}, expected {c.expect.value}")
+            rows = []
+            for item in batch.stm:
+                c = changes.pop(item.item_id, None)
+                if c is not None:  # born and changed in this batch: store the final row at once
+                    if c.expect != item.state:
+                        raise IllegalTransition(f"short-term item {item.item_id!r} is {item.state.value}, expected {c.expect.value}")
+                    item = replace(item, state=c.to, expires_at=c.expires_at or item.expires_at,
+                                   **({"payload": "", "z": None} if c.purge else {}))  # fmt: skip
+                rows.append(g.stm_to_row(item, codec) if item.payload else g.stm_to_row(item, _Blank()))
+            conn.executemany("INSERT INTO stm VALUES (?,?,?,?,?,?,?,?,?)", rows)
+        for c in changes.values():
             sets, args = ["state = ?"], [c.to.value]
             if c.expires_at is not None:
                 sets.append("expires_at = ?")
                 args.append(c.expires_at)
             if c.purge:
                 sets.append("payload = '', z = NULL")
-            conn.execute(f"UPDATE stm SET {', '.join(sets)} WHERE id = ?", (*args, c.item_id))
+            cur = conn.execute(f"UPDATE stm SET {', '.join(sets)} WHERE id = ? AND state = ?", (*args, c.item_id, c.expect.value))
+            if cur.rowcount != 1:
+                row = conn.execute("SELECT state FROM stm WHERE id = ?", (c.item_id,)).fetchone()
+                if row is None:
+                    raise NotFound(f"no short-term item {c.item_id!r}")
+                raise IllegalTransition(f"short-term item {c.item_id!r} is {row[0]}, expected {c.expect.value}")
         for claim in batch.claims:
             if claim.supersedes is not None and not batch.restore:
                 cur = conn.execute("UPDATE claims SET state = 'superseded' WHERE id = ? AND state = 'active'"
@@ -157,6 +202,8 @@ class GovernanceTables:
         if batch.relationships:
             conn.executemany("INSERT INTO relationships VALUES (?,?,?,?,?,?,?)",
                              [g.relationship_to_row(r) for r in batch.relationships])  # fmt: skip
+        if batch.consents or batch.revocations:
+            self._consent_cache.clear()
         if batch.consents:
             conn.executemany("INSERT INTO consents VALUES (?,?,?,?,?,?,?,?,?,?)", [g.consent_to_row(c) for c in batch.consents])
         for consent_id, when in batch.revocations:
@@ -230,15 +277,24 @@ class GovernanceTables:
                 out += [(table, r[0]) for r in rows]
         return out
 
+    _consent_cache: dict[str, list[ConsentRecord]]
+
     def consents(self, patient_id: str | None = None) -> list[ConsentRecord]:
         with self._lock:
             self._check_open()
+            if patient_id is not None and patient_id in self._consent_cache:
+                return list(self._consent_cache[patient_id])
             if patient_id is None:
                 rows = self._conn.execute("SELECT * FROM consents ORDER BY created_at, id")
             else:
                 rows = self._conn.execute("SELECT * FROM consents WHERE patient_id IN (?, '*') ORDER BY created_at, id",
                                           (patient_id,))  # fmt: skip
-            return [g.consent_from_row(r) for r in rows]
+            found = [g.consent_from_row(r) for r in rows]
+            if patient_id is not None:
+                if len(self._consent_cache) > 10_000:
+                    self._consent_cache.clear()
+                self._consent_cache[patient_id] = found
+            return list(found)
 
     def _audit_head_locked(self) -> tuple[int, str]:
         row = self._conn.execute("SELECT seq, event_hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()

@@ -1,0 +1,293 @@
+"""Tests of consent (msm_mem.governance.consent): permits, denies, periods, revocation, audit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from msm_mem._errors import ConsentDenied, InvalidInput
+from msm_mem._records import new_id
+from msm_mem._tier_records import ConsentRecord
+from msm_mem.governance.audit_chain import AuditEvent
+from msm_mem.governance.consent import DATA_CLASSES, ConsentDecision, default_policy, evaluate
+from msm_mem.interfaces.api import MsmMem
+from msm_mem.memory.tiers import Actor
+from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
+from msm_mem.testing import FixedClock
+
+T0 = 1_700_000_000.0
+ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
+
+
+class FakeBackbone:
+    """A backbone that always gives the same clinical answer."""
+
+    name = "fake"
+
+    def generate(self, request: BackboneRequest) -> BackboneReply:
+        return BackboneReply(ANSWER, decision="treat", source="fake")
+
+
+def _png(folder: Path, seed: int) -> Path:
+    path = folder / f"img{seed}.png"
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 256, (64, 64), dtype=np.uint8), mode="L").save(path)
+    return path
+
+
+def _consent(patient: str = "P1", grantee: str = "role:agent", purpose: str = "treatment", decision: str = "permit",
+             classes: tuple[str, ...] = ("*",), start: float = 0.0, end: float | None = None,
+             revoked_at: float | None = None) -> ConsentRecord:  # fmt: skip
+    return ConsentRecord(new_id("C"), patient, grantee, purpose, decision, classes, start, end, T0, revoked_at)
+
+
+def _ask(consents: list[ConsentRecord], *, patient: str = "P1", actor: str = "a1", role: str = "agent",
+         purpose: str = "treatment", classes: tuple[str, ...] = DATA_CLASSES, when: float = T0) -> ConsentDecision:  # fmt: skip
+    return evaluate(consents, patient=patient, actor=actor, role=role, purpose=purpose, classes=classes, when=when)
+
+
+def _events(mem: MsmMem) -> list[AuditEvent]:
+    return [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in mem.store.iter_audit()]
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(T0)
+
+
+@pytest.fixture
+def bare(tmp_path: Path, clock: FixedClock) -> Iterator[MsmMem]:
+    """A store with no consent records at all (everything denied)."""
+    mem = MsmMem.init(tmp_path / "s", clock=clock, policy=[])
+    mem.agent.backbone = FakeBackbone()
+    yield mem
+    mem.close()
+
+
+# evaluate -----------------------------------------------------------------------------------
+
+
+def test_no_consent_denies() -> None:
+    """Silence denies: no records means no permit and no deciding consent id."""
+    decision = _ask([])
+    assert decision == ConsentDecision(False, "", "no matching permit")
+
+
+def test_role_and_actor_grantees_permit() -> None:
+    """A permit names a role or a single actor; both match."""
+    by_role, by_actor = _consent(grantee="role:agent"), _consent(grantee="actor:a1")
+    assert _ask([by_role]) == ConsentDecision(True, by_role.consent_id, "permitted")
+    assert _ask([by_actor]).permitted
+    assert not _ask([by_actor], actor="a2").permitted
+    assert not _ask([by_role], role="clinician").permitted
+
+
+def test_patient_and_purpose_must_match() -> None:
+    """Another patient's permit or another purpose does not match; ``*`` matches any."""
+    assert not _ask([_consent(patient="P2")]).permitted
+    assert _ask([_consent(patient="*")]).permitted
+    assert not _ask([_consent(purpose="research")]).permitted
+    assert _ask([_consent(purpose="*")], purpose="research").permitted
+
+
+@pytest.mark.parametrize("order", ["deny_first", "permit_first"])
+def test_deny_wins_over_permit(order: str) -> None:
+    """A matching deny wins whatever the record order, and names the deny as the decider."""
+    permit, deny = _consent(), _consent(decision="deny", grantee="actor:a1")
+    records = [deny, permit] if order == "deny_first" else [permit, deny]
+    decision = _ask(records)
+    assert decision == ConsentDecision(False, deny.consent_id, "denied by consent")
+
+
+def test_deny_of_an_untouched_class_does_not_deny() -> None:
+    """A deny on visual data does not block a request that touches only semantic data."""
+    records = [_consent(), _consent(decision="deny", classes=("visual",))]
+    assert _ask(records, classes=("semantic",)).permitted
+    assert not _ask(records, classes=("semantic", "visual")).permitted
+
+
+@pytest.mark.parametrize("cls", DATA_CLASSES)
+def test_permit_must_cover_every_requested_class(cls: str) -> None:
+    """A permit for some classes does not cover a request that also needs another class."""
+    only = _consent(classes=(cls,))
+    assert _ask([only], classes=(cls,)).permitted
+    assert not _ask([only], classes=DATA_CLASSES).permitted
+    assert _ask([_consent(classes=DATA_CLASSES)], classes=DATA_CLASSES).permitted
+
+
+def test_data_classes_are_the_five_memories() -> None:
+    """The data classes are the three LTM memories, short-term memory and claims."""
+    assert set(DATA_CLASSES) == {"episodic", "visual", "semantic", "stm", "claims"}
+
+
+def test_period_bounds() -> None:
+    """A consent is in force from start (inclusive) to end (exclusive)."""
+    c = _consent(start=T0, end=T0 + 100)
+    assert not _ask([c], when=T0 - 1).permitted
+    assert _ask([c], when=T0).permitted
+    assert _ask([c], when=T0 + 99.5).permitted
+    assert not _ask([c], when=T0 + 100).permitted
+
+
+def test_revoked_consent_denies_from_revocation_on() -> None:
+    """A revoked permit still covered the time before its revocation, not after."""
+    c = _consent(revoked_at=T0 + 10)
+    assert _ask([c], when=T0 + 9).permitted
+    assert not _ask([c], when=T0 + 10).permitted
+
+
+def test_revoked_deny_no_longer_denies() -> None:
+    """Revoking a deny lets the permit through again."""
+    records = [_consent(), _consent(decision="deny", revoked_at=T0 - 1)]
+    assert _ask(records).permitted
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"decision": "maybe"}, {"grantee": "agent"}, {"grantee": "role:"}, {"purpose": ""}, {"patient": ""},
+     {"classes": ()}, {"start": T0, "end": T0}],  # fmt: skip
+)
+def test_malformed_consent_records_are_refused(kwargs: dict[str, object]) -> None:
+    """Consent records validate decision, grantee, purpose, patient, classes and period."""
+    with pytest.raises(InvalidInput):
+        _consent(**kwargs)  # type: ignore[arg-type]
+
+
+def test_default_policy_is_treatment_and_operations_only() -> None:
+    """The demo policy permits the care team for treatment and the system for operations, nothing else."""
+    policy = default_policy(T0)
+    assert _ask(policy, role="agent").permitted
+    assert _ask(policy, role="critic").permitted
+    assert _ask(policy, role="clinician", purpose="export").permitted
+    assert _ask(policy, role="system", purpose="operations").permitted
+    assert not _ask(policy, role="agent", purpose="research").permitted
+    assert not _ask(policy, role="auditor").permitted
+    assert not _ask(policy, role="admin").permitted
+    assert not _ask(policy, role="system", purpose="treatment").permitted
+
+
+# governed turns ------------------------------------------------------------------------------
+
+
+def test_begin_without_permit_raises_and_audits_denial(bare: MsmMem) -> None:
+    """No permit: ConsentDenied, nothing in STM, and one 'consent' event with outcome denied."""
+    before = bare.store.audit_head()[0]
+    with pytest.raises(ConsentDenied, match="no matching permit"):
+        bare.governed.begin(Actor("a1", "agent"), "P1")
+    new = _events(bare)[before:]
+    assert len(new) == 1
+    event = new[0]
+    assert (event.action, event.outcome, event.reason, event.consent_id) == ("consent", "denied", "no matching permit", "")
+    assert event.actor == "a1" and event.role == "agent" and event.purpose == "treatment"
+    assert event.patient.startswith("pt-") and "P1" not in event.patient
+    assert bare.store.stm_list() == []
+    assert bare.audit.verify().ok
+
+
+def test_deny_record_names_itself_in_the_audit(bare: MsmMem) -> None:
+    """A deny that wins is the deciding consent id of the audited denial."""
+    permit, deny = _consent(), _consent(decision="deny")
+    bare.grant([permit, deny])
+    with pytest.raises(ConsentDenied, match="denied by consent"):
+        bare.governed.begin(Actor("a1", "agent"), "P1")
+    last = _events(bare)[-1]
+    assert (last.outcome, last.consent_id, last.reason) == ("denied", deny.consent_id, "denied by consent")
+
+
+def test_permit_is_audited_with_its_consent_id(bare: MsmMem) -> None:
+    """A permitted turn carries the deciding consent id into every event it writes."""
+    permit = _consent()
+    bare.grant([permit])
+    bare.ask("P1", _png(bare.directory.parent, 1), "Any consolidation?")
+    turn_events = [e for e in _events(bare) if e.action != "consent_grant"]
+    assert turn_events and all(e.consent_id == permit.consent_id for e in turn_events)
+    assert turn_events[0].action == "consent" and turn_events[0].outcome == "success"
+
+
+def test_ask_without_consent_writes_nothing(bare: MsmMem) -> None:
+    """The agent's turn is refused before any STM or LTM write."""
+    with pytest.raises(ConsentDenied):
+        bare.ask("P1", _png(bare.directory.parent, 1), "Any consolidation?")
+    assert bare.store.stm_list() == []
+    assert bare.store.count("episodic") == bare.store.count("visual") == bare.store.count("semantic") == 0
+    assert bare.store.claims_active("P1") == []
+
+
+def test_revocation_denies_the_next_turn(bare: MsmMem, clock: FixedClock) -> None:
+    """After revoke() the same actor is denied; the revocation itself is audited."""
+    permit = _consent()
+    bare.grant([permit])
+    bare.governed.begin(Actor("a1", "agent"), "P1")
+    clock.advance(60)
+    bare.revoke(permit.consent_id)
+    assert _events(bare)[-1].action == "consent_revoke"
+    assert _events(bare)[-1].record_ids == (permit.consent_id,)
+    with pytest.raises(ConsentDenied):
+        bare.governed.begin(Actor("a1", "agent"), "P1")
+    assert bare.store.consents("P1")[0].revoked_at == clock.now()
+
+
+def test_expired_period_denies(bare: MsmMem, clock: FixedClock) -> None:
+    """A consent whose period ended no longer permits once the clock passes its end."""
+    bare.grant([_consent(start=T0, end=T0 + 3600)])
+    bare.governed.begin(Actor("a1", "agent"), "P1")
+    clock.advance(3600)
+    with pytest.raises(ConsentDenied):
+        bare.governed.begin(Actor("a1", "agent"), "P1")
+
+
+def test_turn_requests_every_class_by_default(bare: MsmMem) -> None:
+    """A turn needs every data class; a permit for fewer is refused, a narrower request is not."""
+    bare.grant([_consent(classes=("episodic", "visual", "semantic"))])
+    with pytest.raises(ConsentDenied):
+        bare.governed.begin(Actor("a1", "agent"), "P1")
+    turn = bare.governed.begin(Actor("a1", "agent"), "P1", classes=("episodic", "semantic"))
+    assert turn.consent_id
+
+
+def test_other_patients_permit_does_not_leak(bare: MsmMem) -> None:
+    """A permit for P2 does not let anyone act on P1."""
+    bare.grant([_consent(patient="P2")])
+    bare.governed.begin(Actor("a1", "agent"), "P2")
+    with pytest.raises(ConsentDenied):
+        bare.governed.begin(Actor("a1", "agent"), "P1")
+
+
+def test_turn_needs_a_patient_scope(bare: MsmMem) -> None:
+    """A turn without a patient id is invalid input, before any consent check."""
+    for patient in ("", "  "):
+        with pytest.raises(InvalidInput):
+            bare.governed.begin(Actor("a1", "agent"), patient)
+
+
+def test_grant_is_audited_with_pseudonym(bare: MsmMem) -> None:
+    """Granting consent appends one event per record naming the consent id and the pseudonym."""
+    c = _consent(patient="P-secret-42")
+    bare.grant([c])
+    event = _events(bare)[-1]
+    assert (event.action, event.record_ids, event.consent_id) == ("consent_grant", (c.consent_id,), c.consent_id)
+    assert event.patient.startswith("pt-")
+    assert b"P-secret-42" not in next(iter(reversed(list(bare.store.iter_audit())))).payload
+
+
+@pytest.mark.xfail(strict=True, reason="population-prior reads other patients' identified records without "
+                   "checking those patients' consent (retrieve(scope='population') checks only the turn's patient)")  # fmt: skip
+def test_population_prior_respects_other_patients_deny(tmp_path: Path, clock: FixedClock) -> None:
+    """A patient who denied the agent must not feed another patient's answer."""
+    mem = MsmMem.init(tmp_path / "s", clock=clock, policy=[])
+    try:
+        mem.agent.backbone = FakeBackbone()
+        mem.grant([_consent(patient="*")])
+        mem.ask("P2", _png(tmp_path, 2), "Any consolidation?")
+        mem.grant([_consent(patient="P2", decision="deny")])
+        answer = mem.ask("P1", _png(tmp_path, 3), "Any consolidation?")
+        p2_ids = set(mem.store.record_ids("episodic", "P2")) | set(mem.store.record_ids("visual", "P2"))
+        read = {i for e in _events(mem) if e.action == "read" for i in e.record_ids}
+        assert not (p2_ids & read), "P2's records were read in P1's turn despite P2's deny"
+        assert answer.answer
+    finally:
+        mem.close()
