@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -59,8 +60,9 @@ def postgres_dsn() -> str:
         try:
             from msm_mem.storage.pgserver_util import local_server
 
-            datadir = Path(tempfile.mkdtemp(prefix="msm-mem-pg-")) / "data"
-            dsn = local_server(datadir, delete_at_exit=True)
+            parent = tempfile.mkdtemp(prefix="msm-mem-pg-")
+            atexit.register(shutil.rmtree, parent, True)  # runs after pgserver's own exit handler
+            dsn = local_server(Path(parent) / "data", delete_at_exit=True)
             _relax_durability(dsn)
             _PG["dsn"] = dsn
         except Exception as exc:

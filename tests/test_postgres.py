@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import psycopg
@@ -14,6 +16,7 @@ from msm_mem import (
     EpisodicRecord,
     Impression,
     InvalidInput,
+    MissingExtra,
     NotFound,
     SemanticState,
     State,
@@ -24,6 +27,7 @@ from msm_mem import (
 )
 from msm_mem._tier_records import AuditRow, Claim, WrappedKey
 from msm_mem.storage.base import PII_FIELDS
+from msm_mem.storage.pgserver_util import local_server
 from msm_mem.storage.postgres import PostgresStore
 from tests.conftest import DIM, random_unit
 
@@ -229,3 +233,17 @@ def test_governed_tables_round_trip(make_pg: Make) -> None:
     shredded = keys.get("p")
     assert shredded is not None and shredded.shredded and shredded.wrapped == b""
     assert keys.pseudonym("K-1") is None
+
+
+def test_local_server_without_pgserver_names_the_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No pgserver package: MissingExtra with the install hint, not a bare ImportError."""
+    monkeypatch.setitem(sys.modules, "pgserver", None)
+    with pytest.raises(MissingExtra, match=r"msm-mem\[postgres\]"):
+        local_server(tmp_path / "data")
+
+
+def test_local_server_that_cannot_start_raises_store_error(tmp_path: Path) -> None:
+    """A data directory that cannot be made (its parent is a file) raises StoreError naming it."""
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(StoreError, match="could not start PostgreSQL"):
+        local_server(tmp_path / "file" / "data")

@@ -93,16 +93,20 @@ def _configure_ask(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("--no-write-back", action="store_true", help="answer without writing to memory")
     for flag in ("sem", "epi", "vis"):
-        p.add_argument(f"--no-{flag}", action="store_true", help=f"ablation: do not use {flag} memory")
+        name = {"sem": "semantic", "epi": "episodic", "vis": "visual"}[flag]
+        p.add_argument(f"--no-{flag}", action="store_true", help=f"ablation: do not use {name} memory")
 
 
 @command("ask", _configure_ask)
 def cmd_ask(args: argparse.Namespace) -> int:
     """Answer a clinical question about an image with the patient's memory.
 
-    Prints the answer, the evidence trail (memory id, kind, cosine) and the write-back gate
-    decision; --json prints one object with keys answer, evidence [{id, kind, score}], gate
-    {written, reasons}, backbone and source."""
+    Runs the governed online loop as the agent role (consent check, short-term write, ranked
+    retrieval, fusion, backbone, write-back gate, audit). Prints the answer, the evidence
+    trail (memory id, kind, score = cosine x composite_k, and each factor) and the gate
+    decision; --json prints one object with keys answer, evidence [{id, kind, score, cosine,
+    confidence, freshness, tier_weight}], gate {written, reasons} (null with
+    --no-write-back), backbone, source and decision."""
     with MsmMem.open(args.dir, settings=Settings.from_env()) as mem:
         result = mem.ask(args.patient, args.image, args.question, write_back=not args.no_write_back,
                          use_sem=not args.no_sem, use_epi=not args.no_epi, use_vis=not args.no_vis)
@@ -113,7 +117,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     print(f"  (backbone {result.backbone}: {result.source})")
     print("evidence:")
     for e in result.evidence or ():
-        print(f"  {e.kind:<9} {e.id}  score={e.score:.3f}")
+        print(f"  {e.kind:<9} {e.id}  score={e.score:.4f} (cosine {e.cosine:.3f} x confidence {e.confidence:.2f}"
+              f" x freshness {e.freshness:.3f} x tier {e.tier_weight:.2f})")  # fmt: skip
     if not result.evidence:
         print("  (none)")
     if result.gate is not None:

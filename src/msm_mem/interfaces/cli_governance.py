@@ -32,8 +32,11 @@ def _configure_audit(p: argparse.ArgumentParser) -> None:
 
 @command("audit", _configure_audit)
 def cmd_audit(args: argparse.Namespace) -> int:
-    """Audit tier: verify (exit 0 when intact, 3 when broken, naming the first bad seq),
-    checkpoint, export --fhir OUT."""
+    """Audit tier: verify the chain, sign a checkpoint, export FHIR AuditEvents.
+
+    verify exits 0 when the chain and its checkpoints are intact and 3 when not, naming the
+    first bad seq; export --fhir OUT writes FHIR R5 AuditEvent resources (IHE BALP), one JSON
+    object a line."""
     with MsmMem.open(args.dir) as mem:
         if args.action == "verify":
             result = mem.audit.verify(full=not args.hashes_only)
@@ -139,8 +142,12 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 @command("maintain", lambda p: p.add_argument("dir", type=Path))
 def cmd_maintain(args: argparse.Namespace) -> int:
-    """Maintenance: expire short-term items, consolidate aged ones, decay long-term records
-    past decay_at (anonymise in place), then checkpoint the audit chain."""
+    """Maintenance: expire STM, consolidate aged STM, decay LTM, checkpoint the audit chain.
+
+    Short-term items past their TTL are forgotten; held items older than the consolidation
+    age go through the gate once more; long-term records past decay_at are anonymised in place
+    (identifiers removed, content scrubbed); then the audit head is signed. Prints a JSON
+    summary."""
     with MsmMem.open(args.dir) as mem:
         report = mem.maintain()
     print(json.dumps({"expired": report.expired, "consolidated": report.consolidated, "discarded": report.discarded,

@@ -50,12 +50,12 @@ def local_server(datadir: str | Path, *, delete_at_exit: bool = False) -> str:
     """
     pgserver = _import_pgserver()
     path = Path(datadir).expanduser().resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             server = pgserver.get_server(path, cleanup_mode="delete" if delete_at_exit else "stop")
-    except Exception as exc:  # pgserver raises bare subprocess / assertion errors
+    except Exception as exc:  # OSError, or pgserver's bare subprocess / assertion errors
         log = path / "log"
         tail = log.read_text(errors="replace")[-2000:] if log.is_file() else ""
         raise StoreError(f"could not start PostgreSQL in {path}: {exc!r}\n{tail}".rstrip()) from exc

@@ -1,10 +1,11 @@
 """The server store: PostgreSQL with pgvector, same tables and behaviour as the SQLite store.
 
 One store is one PostgreSQL schema (default ``msm_mem``) holding the tables ``meta``,
-``episodic``, ``visual`` and ``semantic`` with the SQLite store's columns in the same order;
-vectors are pgvector ``vector(dim)`` columns. Rows go through the converters of ``_sql.py``; a
-psycopg loader turns a stored vector into the native float32 bytes those converters expect,
-so vectors come back bit for bit.
+``episodic``, ``visual`` and ``semantic`` with the SQLite store's columns in the same order
+(``semantic`` has one more, trailing: ``ord``, insertion order, SQLite's ``rowid``), plus the
+governed tiers' tables of ``postgres_gov.py``. Vectors are pgvector ``vector(dim)`` columns.
+Rows go through the converters of ``_sql.py``; vectors travel in pgvector's binary format
+(``_pgvector.py``) and load as the native float32 bytes those converters expect, bit for bit.
 
 Search (``z <#> q`` is pgvector's negative inner product; on unit vectors, minus the cosine):
 
@@ -20,7 +21,8 @@ Search (``z <#> q`` is pgvector's negative inner product; on unit vectors, minus
   scan, O(rows); this keeps the contract (exact top-k, ties by insertion order). With
   ``population_search="hnsw"`` it uses the partial HNSW index (``vector_ip_ops``, live rows
   only) with ``hnsw.ef_search = clamp(4k, 40, 1000)``: sub-linear but approximate, outside the
-  contract. The index is not built for ``dim > 2000`` (pgvector's limit); search stays exact.
+  contract. The index is kept up to date on every insert (a write cost paid in both modes);
+  it is not built for ``dim > 2000`` (pgvector's limit), where search is always exact.
 
 Writes are one transaction that first takes ``EXCLUSIVE`` locks on the three tables (readers
 go on; writers queue, as with SQLite's ``BEGIN IMMEDIATE``), so positions stay dense (the i-th
@@ -29,8 +31,8 @@ PostgreSQL cannot store, is refused with :class:`InvalidInput`.
 
 Scaling (DESIGN.md section 4): past one machine, the tables are distributed with Citus by
 ``patient_id`` (a patient's memory, keys and consent co-located on one shard, so a
-patient-scoped search touches one node) and retrieval reads go to streaming read replicas. What assumes one node: the
-table locks and ``max(pos) + 1`` positions, which become per-shard.
+patient-scoped search touches one node) and retrieval reads go to streaming read replicas.
+What assumes one node here: the table locks and ``max(pos) + 1`` positions (per shard there).
 """
 
 from __future__ import annotations
