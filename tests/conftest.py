@@ -125,7 +125,9 @@ def postgres_url() -> str:
     return postgres_dsn()
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(
+    params=[pytest.param(name, marks=[pytest.mark.postgres] if name == "postgres" else []) for name in sorted(BACKENDS)]
+)
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """A factory of empty stores of one backend; every store made is closed afterwards."""
     made: list[Store] = []

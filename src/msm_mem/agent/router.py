@@ -274,7 +274,10 @@ def _finite(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _fit_one(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64], l2: float, iterations: int) -> npt.NDArray[np.float64]:
+Array = npt.NDArray[np.float64]
+
+
+def _fit_one(x: Array, y: Array, l2: float, iterations: int) -> Array:
     """Ridge-penalised logistic regression by Newton's method; returns [coef..., bias]."""
     a = np.hstack([x, np.ones((x.shape[0], 1))])
     w = np.zeros(a.shape[1])

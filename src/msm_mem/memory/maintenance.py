@@ -129,34 +129,47 @@ class Maintainer:
         """A critic's verdict on the agent's impression of one study (for example the signed
         report): accept, or reject with a correction. The claim and the semantic state are
         superseded at the critic's evidence tier; a consolidated episode is superseded by a
-        corrected copy; a held STM item is promoted through the gate with the correction."""
+        corrected copy; a held STM item is promoted with the correction (forced past the gate).
+        Only the critic and clinician roles may give a verdict, accepting or rejecting."""
         if not accept and not correction.strip():
             raise InvalidInput("a rejecting verdict needs the correction")
         turn = self.gm.begin(actor, patient_id, "treatment")
+        trigger = "supersede" if accept else "critic_reject"
+        # any verdict, an acceptance too, lifts the claim to the critic's evidence tier: only the
+        # roles that may reject may give one (checked before revealing whether the claim exists)
+        self.gm._check(turn, "ltm:active", "ltm:superseded", "critic_reject")
+        self.gm._check(turn, "ltm:active", "ltm:superseded", trigger)
         active = self.store.claims_active(patient_id, f"study:{study_id}")
         if not active:
             raise NotFound(f"no active claim for study {study_id!r} of this patient")
         old = active[0]
-        trigger = "supersede" if accept else "critic_reject"
-        self.gm._check(turn, "ltm:active", "ltm:superseded", trigger)
         text = old.content if accept else correction
         now = self.gm.clock.now()
-        provenance = json.loads(old.source)
-        claim = Claim(new_id("C"), patient_id, old.key, text, json.dumps({**provenance, "by": actor.id}), 1.0, "critic",
-                      now, decay_at(now, 1.0, "critic", "claims"), supersedes=old.claim_id)  # fmt: skip
-        turn.batch.claims.append(claim)
-        ids = [claim.claim_id, old.claim_id]
+        provenance = {**json.loads(old.source), "by": actor.id}
+        ids: list[str] = []
         episode_id = provenance.get("episode") or ""
         if episode_id and not accept:
-            ids += self._supersede_episode(turn.batch, episode_id, text, decision, now)
+            fixed = self._supersede_episode(turn.batch, episode_id, text, decision, now)
+            if fixed:  # a later verdict on this study corrects the corrected copy
+                provenance["episode"] = fixed[0]
+            ids += fixed
         item_id = provenance.get("stm") or ""
         if item_id and not episode_id:
             items = [i for i in self.store.stm_list(patient_id=patient_id, state=StmState.ACTIVE) if i.item_id == item_id]
             if items:
+                # the critic's verdict is the outcome the held item waited for: it is promoted even
+                # when the gate held it (a repeat image is never novel); the audit keeps "forced"
                 result = self.gm.consolidate(turn, items[0], text, decision=decision, trigger="critic_promote",
-                                             evidence_tier="critic", confidence=1.0, source=actor.id)  # fmt: skip
-                turn.batch.claims = [c for c in turn.batch.claims if c.key != old.key or c is claim]
+                                             evidence_tier="critic", confidence=1.0, source=actor.id,
+                                             force=True)  # fmt: skip
+                turn.batch.claims = [c for c in turn.batch.claims if c.key != old.key]
+                if result.episode_id:
+                    provenance["episode"] = result.episode_id
                 ids += [x for x in (result.episode_id, result.visual_id) if x]
+        claim = Claim(new_id("C"), patient_id, old.key, text, json.dumps(provenance), 1.0, "critic",
+                      now, decay_at(now, 1.0, "critic", "claims"), supersedes=old.claim_id)  # fmt: skip
+        turn.batch.claims.append(claim)
+        ids = [claim.claim_id, old.claim_id, *ids]
         ids += self._semantic_correction(turn.batch, patient_id, study_id, text, decision, now)
         self.gm._event(turn, trigger, "ltm", "ltm", ids)
         self.gm.commit(turn)

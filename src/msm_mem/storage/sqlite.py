@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._errors import IllegalTransition, InvalidInput, InvalidVector, NotFound, StoreError
+from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError
 from .._records import EpisodicRecord, SemanticState, State, Vector, VisualRecord
 from . import _sql
 from .base import FieldCodec, PlainCodec, StateChange, Store, VectorKind, WriteBatch
@@ -36,8 +36,6 @@ DB_NAME = "msm-mem.sqlite"
 FORMAT = "msm-mem-store"
 SCHEMA_VERSION = "1"
 _RETIRED = "\x00retired"  # scope of superseded / retracted vectors: never searched
-#: non-PHI identifiers that anonymisation may blank (PHI fields are always rewritable)
-_PLAIN_REWRITABLE = {"episodic": ("source", "study_id"), "visual": ("source",)}
 
 SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -204,11 +202,7 @@ class SqliteStore(GovernanceTables, Store):
     # writing ------------------------------------------------------------------------------
 
     def _check_vector(self, z: Vector, what: str) -> None:
-        if not isinstance(z, np.ndarray) or z.dtype != np.float32 or z.shape != (self.dim,):
-            raise InvalidVector(f"{what}: expected a float32 vector of dimension {self.dim}")
-        norm2 = float(np.dot(z, z))  # NaN or Inf anywhere makes this non-finite
-        if not abs(norm2 - 1.0) <= 1e-3:
-            raise InvalidVector(f"{what}: vector must be finite and L2-normalised")
+        _sql.check_vector(z, self.dim, what)
 
     def write(self, batch: WriteBatch) -> None:
         for e in batch.episodes:
@@ -281,20 +275,8 @@ class SqliteStore(GovernanceTables, Store):
                 f"{table} record {c.record_id!r} is {row[1]}, expected {c.expect.value}"
             )
         old_pid = row[0]
-        new_pid = old_pid if c.new_patient_id is None else c.new_patient_id
-        new_id = c.new_id or c.record_id
-        sets: dict[str, object] = {"state": c.to.value, "patient_id": new_pid, "id": new_id}
-        pii = _sql.PII_FIELDS.get(table, ())
-        given = dict(c.fields)
-        if (new_id != c.record_id or new_pid != old_pid) and not set(pii) <= set(given):
-            raise InvalidInput(f"re-keying a {table} record must rewrite every PHI field {pii}")
-        for name, value in given.items():
-            if name in pii:
-                sets[name] = self._codec.encode(table, new_id, name, new_pid, value)
-            elif name in _PLAIN_REWRITABLE.get(table, ()):
-                sets[name] = value
-            else:
-                raise InvalidInput(f"field {name!r} of {table} cannot be changed in place")
+        sets = _sql.change_sets(c, old_pid, self._codec)
+        new_pid, new_id = str(sets["patient_id"]), str(sets["id"])
         assignments = ", ".join(f"{k} = ?" for k in sets)
         conn.execute(f"UPDATE {table} SET {assignments} WHERE id = ?", (*sets.values(), c.record_id))
         if table not in ("episodic", "visual"):

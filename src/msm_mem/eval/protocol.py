@@ -1,0 +1,365 @@
+"""The paper's evaluation protocol over write-back phases (section 3.1, Table 1, Figure 6).
+
+Patients are split (:mod:`msm_mem.eval.split`): Base builds the base memory from ground truth
+(the offline loop); WB1..WB4 are the write-back phases; the validation patients are probed.
+Every *arm* (a memory configuration, one of the 8 subsets of S, E, V, or a baseline from
+:mod:`msm_mem.eval.baselines`) starts from its own copy of the same base memory and is probed
+in two modes, both recorded:
+
+- ``online`` (the paper's "probed at successive partitions"): each phase's studies are
+  processed in time order through the online loop; each is answered and scored *before* it is
+  written back, so a phase is scored on its own studies and the memory grows as it goes.
+- ``frozen``: after Base and after each phase, the validation patients are answered against a
+  scratch copy of the arm's memory (their own earlier studies answered and written back in
+  time order, then the copy is thrown away), so every phase is scored on the same queries.
+
+Feedback: with ``truth`` the reference arrives after each answer as a critic verdict (the
+signed report) and supersedes the agent's impression (accepted when it matches after
+normalisation, otherwise corrected); with ``none`` only the agent's own answers are written
+back, through the gate. The fine-tune split is unused (a nonparametric backbone trains on
+nothing); it is kept so the split has the paper's shape.
+
+Determinism: stores run on a :class:`~msm_mem.testing.FixedClock` (one day after the last
+study), rows are processed in a fixed order and ties are broken by ids that never reach the
+results, so the same rows, settings and seed give the same answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import queue
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from tqdm import tqdm
+
+from .._errors import InvalidInput
+from .._settings import Settings
+from ..agent.agent import Query
+from ..datasets.manifest import ManifestRow
+from ..interfaces.api import MsmMem
+from ..memory.tiers import Actor
+from ..plugins.encoders import get_encoder
+from ..testing import FixedClock
+from .baselines import BASELINES, Known, KnownStudies, Vector, baseline_answer
+from .metrics import normalize_answer
+from .split import PHASES, Split, split_patients
+
+__all__ = ["CONFIGS", "CRITIC", "MODES", "Answered", "ProtocolRun", "ProtocolSettings", "config_flags",
+           "fingerprint", "parse_configs", "run_protocol"]  # fmt: skip
+
+#: The 8 memory configurations (subsets of S, E, V), in the paper's Table 1 order.
+CONFIGS: tuple[str, ...] = ("none", "S", "E", "V", "SE", "SV", "EV", "SEV")
+MODES: tuple[str, ...] = ("online", "frozen")
+CRITIC = Actor("report-signer", "critic")
+Feedback = Literal["truth", "none"]
+
+
+def parse_configs(text: str) -> tuple[str, ...]:
+    """``"all"`` or a comma list of ``none`` and subsets of S, E, V (letters in any order, any
+    case) -> canonical names in :data:`CONFIGS` order; raises :class:`InvalidInput`."""
+    if text.strip().lower() == "all":
+        return CONFIGS
+    chosen: set[str] = set()
+    for token in (t.strip() for t in text.split(",")):
+        letters = token.upper()
+        if token.lower() == "none":
+            chosen.add("none")
+        elif letters and set(letters) <= set("SEV") and len(set(letters)) == len(letters):
+            chosen.add("".join(c for c in "SEV" if c in letters))
+        else:
+            raise InvalidInput(f"unknown memory configuration {token!r}; use all, none or a subset of S, E, V")
+    return tuple(c for c in CONFIGS if c in chosen)
+
+
+def config_flags(name: str) -> dict[str, bool]:
+    """``use_sem``/``use_epi``/``use_vis`` for a configuration name from :data:`CONFIGS`."""
+    if name not in CONFIGS:
+        raise InvalidInput(f"unknown memory configuration {name!r}")
+    return {"use_sem": "S" in name, "use_epi": "E" in name, "use_vis": "V" in name}
+
+
+def fingerprint(rows: Sequence[ManifestRow]) -> str:
+    """SHA-256 (hex) of the rows' content and image bytes, independent of folder and row order."""
+    digest = hashlib.sha256()
+    for r in sorted(rows, key=lambda r: (r.patient_id, r.study_id)):
+        image = hashlib.sha256(Path(r.image).read_bytes()).hexdigest()
+        fields = [r.patient_id, r.study_id, repr(r.timestamp), r.question, r.answer, r.report, r.decision, r.view,
+                  image]  # fmt: skip
+        digest.update(json.dumps(fields, ensure_ascii=False).encode() + b"\n")
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolSettings:
+    """What one evaluation runs: configurations, baselines, plugins, feedback, seed."""
+
+    configs: tuple[str, ...] = CONFIGS
+    baselines: tuple[str, ...] = BASELINES
+    backbone: str = "nonparametric"
+    encoder: str = "pixels"
+    feedback: Feedback = "truth"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.feedback not in ("truth", "none"):
+            raise InvalidInput(f"feedback must be truth or none, got {self.feedback!r}")
+        for c in self.configs:
+            config_flags(c)
+        if unknown := [b for b in self.baselines if b not in BASELINES]:
+            raise InvalidInput(f"unknown baseline(s) {unknown}; known: {', '.join(BASELINES)}")
+        if not self.configs and not self.baselines:
+            raise InvalidInput("nothing to evaluate: no configuration and no baseline")
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """One scored answer. ``gate`` is ``written``, ``discarded:<failed codes joined by +>``
+    (the agent's own answer at the write-back gate) or ``""`` for baselines."""
+
+    mode: str
+    phase: str
+    arm: str
+    patient_id: str
+    study_id: str
+    prediction: str
+    reference: str
+    gate: str = ""
+
+
+@dataclass(slots=True)
+class ProtocolRun:
+    """Everything one run produced: settings, the split, study counts and every answer."""
+
+    settings: ProtocolSettings
+    memory_settings: Settings
+    split: Split
+    data: dict[str, object]
+    answers: list[Answered] = field(default_factory=list)
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        return (*self.settings.configs, *self.settings.baselines)
+
+
+class _AgentArm:
+    """A memory configuration on its own store directory."""
+
+    def __init__(self, name: str, directory: Path, run: _Runner) -> None:
+        self.name, self.directory, self.run = name, directory, run
+        self.flags = config_flags(name)
+        self.mem = run.open(directory)
+
+    def fork(self, directory: Path) -> _AgentArm:
+        self.mem.close()  # a store is copied closed, so its vector caches are on disk
+        shutil.rmtree(directory, ignore_errors=True)
+        shutil.copytree(self.directory, directory)
+        self.mem = self.run.open(self.directory)
+        return _AgentArm(self.name, directory, self.run)
+
+    def answer(self, row: ManifestRow) -> tuple[str, str]:
+        q = Query(row.patient_id, row.image, row.question, timestamp=row.timestamp, study_id=row.study_id,
+                  visual_tag=row.view)  # fmt: skip
+        a = self.mem.agent.ask(q, **self.flags)
+        if a.gate is None:
+            return a.answer, ""
+        return a.answer, "written" if a.gate.written else "discarded:" + "+".join(a.gate.reasons)
+
+    def learn(self, row: ManifestRow, prediction: str) -> None:
+        if self.run.plan.settings.feedback == "truth" and row.answer.strip():
+            accept = normalize_answer(prediction) == normalize_answer(row.answer)
+            correction = "" if accept else row.answer
+            self.mem.maintainer.critic_verdict(CRITIC, row.patient_id, row.study_id, accept=accept,
+                                               correction=correction, decision=row.decision)  # fmt: skip
+
+    def close(self, *, discard: bool = False) -> None:
+        self.mem.close()
+        if discard:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class _BaselineArm:
+    """A baseline on its own list of known studies."""
+
+    def __init__(self, name: str, known: KnownStudies, run: _Runner) -> None:
+        self.name, self.known, self.run = name, known, run
+
+    def fork(self, directory: Path) -> _BaselineArm:
+        return _BaselineArm(self.name, self.known.copy(), self.run)
+
+    def answer(self, row: ManifestRow) -> tuple[str, str]:
+        return baseline_answer(self.name, self.known, row.patient_id, self.run.plan.z[_key(row)]), ""
+
+    def learn(self, row: ManifestRow, prediction: str) -> None:
+        text = row.answer if self.run.plan.settings.feedback == "truth" else prediction
+        self.known.add(Known(row.patient_id, row.timestamp, row.study_id, text, self.run.plan.z[_key(row)]))
+
+    def close(self, *, discard: bool = False) -> None:
+        return None
+
+
+_Arm = _AgentArm | _BaselineArm
+
+
+def _key(row: ManifestRow) -> tuple[str, str]:
+    return (row.patient_id, row.study_id)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What every arm shares (picklable, for worker processes)."""
+
+    settings: ProtocolSettings
+    memory: Settings
+    t0: float
+    parts: dict[str, list[ManifestRow]]
+    z: dict[tuple[str, str], Vector]
+    work: Path
+
+    def per_arm(self) -> int:
+        return sum(len(self.parts[p]) for p in PHASES[1:]) + len(PHASES) * len(self.parts["validation"])
+
+
+class _Runner:
+    """Runs arms one after the other; ``tick(n)`` reports progress."""
+
+    def __init__(self, plan: _Plan, tick: Callable[[int], object]) -> None:
+        self.plan, self.tick = plan, tick
+        self.answers: list[Answered] = []
+
+    def open(self, directory: Path) -> MsmMem:
+        p = self.plan
+        return MsmMem.open(directory, settings=p.memory, clock=FixedClock(p.t0), backbone=p.settings.backbone)
+
+    def probe(self, arm: _Arm, mode: str, phase: str, rows: Sequence[ManifestRow]) -> None:
+        for row in rows:
+            prediction, gate = arm.answer(row)
+            self.answers.append(Answered(mode, phase, arm.name, row.patient_id, row.study_id, prediction,
+                                         row.answer, gate))  # fmt: skip
+            arm.learn(row, prediction)
+            self.tick(1)
+
+    def frozen(self, arm: _Arm, phase: str) -> None:
+        scratch = arm.fork(self.plan.work / "scratch" / arm.name)
+        try:
+            self.probe(scratch, "frozen", phase, self.plan.parts["validation"])
+        finally:
+            scratch.close(discard=True)
+
+    def run_arm(self, arm: _Arm) -> list[Answered]:
+        try:
+            self.frozen(arm, PHASES[0])
+            for phase in PHASES[1:]:
+                self.probe(arm, "online", phase, self.plan.parts[phase])
+                self.frozen(arm, phase)
+        finally:
+            arm.close()
+        return self.answers
+
+
+_TICKS: Any = None  # a worker process's progress queue (set by _init_worker)
+
+
+def _init_worker(ticks: Any) -> None:
+    global _TICKS
+    _TICKS = ticks
+
+
+def _agent_arm(plan: _Plan, name: str, base: Path) -> list[Answered]:
+    """Run one memory configuration on a copy of ``base`` (a worker process's entry point)."""
+    directory = plan.work / "arms" / name
+    shutil.rmtree(directory, ignore_errors=True)
+    shutil.copytree(base, directory)
+    runner = _Runner(plan, _TICKS.put if _TICKS is not None else (lambda n: None))
+    try:
+        return runner.run_arm(_AgentArm(name, directory, runner))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _run_configs(plan: _Plan, base: Path, jobs: int, bar: tqdm[Any]) -> list[Answered]:
+    configs = plan.settings.configs
+    if jobs <= 1 or len(configs) <= 1:
+        out: list[Answered] = []
+        for name in configs:
+            bar.set_description(f"eval {name}")
+            _init_worker(None)
+            out += _agent_arm(plan, name, base)
+            bar.update(plan.per_arm())
+        return out
+    # spawn, not fork: the parent holds FAISS/OpenMP and tqdm threads that must not be forked
+    ctx = multiprocessing.get_context("spawn")
+    ticks = ctx.Queue()
+    bar.set_description(f"eval {len(configs)} configurations in {min(jobs, len(configs))} processes")
+    with ProcessPoolExecutor(min(jobs, len(configs)), mp_context=ctx, initializer=_init_worker,
+                             initargs=(ticks,)) as pool:  # fmt: skip
+        futures = [pool.submit(_agent_arm, plan, name, base) for name in configs]
+        while not all(f.done() for f in futures):
+            try:
+                bar.update(ticks.get(timeout=0.2))
+            except queue.Empty:
+                pass
+        answers = [a for f in futures for a in f.result()]
+    while not ticks.empty():
+        bar.update(ticks.get())
+    ticks.close()
+    return answers
+
+
+def run_protocol(rows: Sequence[ManifestRow], settings: ProtocolSettings | None = None, *,
+                 memory: Settings | None = None, work_dir: Path | None = None, dataset: str = "",
+                 jobs: int = 1, progress: bool = False) -> ProtocolRun:  # fmt: skip
+    """Run the protocol on labelled ``rows`` (rows with an empty answer are left out).
+
+    ``memory`` holds the store settings (k, tau, gate; its encoder is replaced by the
+    settings' encoder). Stores live in ``work_dir`` (a temporary folder when None, removed
+    afterwards). Memory configurations run in up to ``jobs`` worker processes; the answers do
+    not depend on ``jobs``. Returns every answer with its mode, phase and arm; metrics are
+    computed by :mod:`msm_mem.eval.report`. Raises :class:`InvalidInput` for fewer than 3
+    labelled patients.
+    """
+    settings = settings or ProtocolSettings()
+    labelled = [r for r in rows if r.answer.strip()]
+    if not labelled:
+        raise InvalidInput("no labelled rows to evaluate")
+    store_settings = (memory or Settings()).with_(encoder=settings.encoder)
+    split = split_patients({r.patient_id for r in labelled}, seed=settings.seed)
+    where = split.phase_of()
+    order = sorted(labelled, key=lambda r: (r.timestamp, r.patient_id, r.study_id))
+    parts = {name: [r for r in order if where[r.patient_id] == name] for name in (*PHASES, "validation")}
+    z: dict[tuple[str, str], Vector] = {}
+    if settings.baselines:
+        needed = [r for name in parts for r in parts[name]]
+        vectors = get_encoder(settings.encoder).encode_paths([r.image for r in needed], progress=progress)
+        z = {_key(r): v for r, v in zip(needed, vectors, strict=True)}
+    t0 = float(np.ceil(max(r.timestamp for r in labelled))) + 86_400.0
+    answers: list[Answered] = []
+    with tempfile.TemporaryDirectory(prefix="msm-mem-eval-") as tmp:
+        work = Path(work_dir) if work_dir is not None else Path(tmp)
+        plan = _Plan(settings, store_settings, t0, parts, z, work)
+        total = plan.per_arm() * (len(settings.configs) + len(settings.baselines))
+        with tqdm(total=total, desc="eval", unit="answer", disable=not progress) as bar:
+            if settings.configs:
+                base = work / "base"
+                with MsmMem.init(base, settings=store_settings, clock=FixedClock(t0)) as mem:
+                    mem.ingest(parts["Base"])
+                answers += _run_configs(plan, base, jobs, bar)
+            known = [Known(r.patient_id, r.timestamp, r.study_id, r.answer, z[_key(r)]) for r in parts["Base"]]
+            for name in settings.baselines:
+                bar.set_description(f"eval {name}")
+                runner = _Runner(plan, bar.update)
+                answers += runner.run_arm(_BaselineArm(name, KnownStudies(known), runner))
+    data: dict[str, object] = {
+        "name": dataset, "fingerprint": fingerprint(labelled), "rows": len(rows), "labelled": len(labelled),
+        "patients": len({r.patient_id for r in labelled}),
+        "studies": {name: len(part) for name, part in parts.items()},
+    }  # fmt: skip
+    return ProtocolRun(settings, store_settings, split, data, answers)

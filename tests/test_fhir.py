@@ -1,0 +1,396 @@
+"""Tests of msm_mem.governance.fhir: the audit tier as FHIR R5 AuditEvent resources (IHE BALP)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fhir.resources.auditevent import AuditEvent as FhirAuditEvent
+from hypothesis import given
+from hypothesis import strategies as st
+from PIL import Image
+
+import msm_mem
+from msm_mem import AuditChainBroken, ConsentDenied, InvalidInput, ManifestRow, SqliteStore
+from msm_mem._tier_records import ConsentRecord
+from msm_mem.governance.audit_chain import GENESIS, AuditEvent, ChainBuilder
+from msm_mem.governance.fhir import CHAIN_EXTENSION, export_fhir, iter_fhir, to_fhir, verify_fhir
+from msm_mem.interfaces.cli import main
+from msm_mem.memory.tiers import Actor
+from msm_mem.testing import FixedClock
+
+PATIENT = "PATIENT-SECRET-7731"
+QUESTION = "What is seen on the chest radiograph?"
+OUTCOME_SYSTEM = "http://terminology.hl7.org/CodeSystem/audit-event-outcome"
+DCM = "http://dicom.nema.org/resources/ontology/DCM"
+
+
+def _png(path: Path, seed: int) -> str:
+    """A 64x64 grey PNG with a seeded pattern; returns its absolute path."""
+    rng = np.random.default_rng(seed)
+    Image.fromarray((rng.random((64, 64)) * 255).astype(np.uint8), mode="L").save(path)
+    return str(path.resolve())
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A closed store with two ingested studies, one ask, and one consent DENY for research."""
+    root = tmp_path_factory.mktemp("fhir")
+    mem = msm_mem.MsmMem.init(root / "s", clock=FixedClock())
+    try:
+        images = [_png(root / f"i{i}.png", i) for i in range(3)]
+        mem.ingest([
+            ManifestRow(PATIENT, "s1", 1.6e9, images[0], QUESTION, "small left pleural effusion", "report"),
+            ManifestRow(PATIENT, "s2", 1.61e9, images[1], QUESTION, "pleural effusion resolved"),
+        ])  # fmt: skip
+        mem.ask(PATIENT, images[2], QUESTION)
+        deny = ConsentRecord(consent_id="C-deny-research", patient_id=PATIENT, grantee="actor:x",
+                             purpose="research", decision="deny", data_classes=("*",), start=0.0)  # fmt: skip
+        mem.grant([deny])
+        with pytest.raises(ConsentDenied):
+            mem.governed.begin(Actor("x", "agent"), PATIENT, "research")
+    finally:
+        mem.close()
+    return root / "s"
+
+
+@pytest.fixture()
+def store_dir(built: Path, tmp_path: Path) -> Path:
+    """A private copy of the built store (tests may change it)."""
+    return Path(shutil.copytree(built, tmp_path / "s"))
+
+
+@pytest.fixture()
+def exported(store_dir: Path, tmp_path: Path) -> Iterator[tuple[Path, list[dict[str, Any]], SqliteStore]]:
+    """The export of the copied store, its parsed lines, and the open store."""
+    store = SqliteStore.open(store_dir)
+    out = tmp_path / "audit.ndjson"
+    count = export_fhir(store, out)
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert count == len(lines)
+    try:
+        yield out, lines, store
+    finally:
+        store.close()
+
+
+def _payload(resource: dict[str, Any]) -> dict[str, Any]:
+    """The stored audit payload carried by a resource's chain extension."""
+    (ext,) = [e for e in resource["extension"] if e["url"] == CHAIN_EXTENSION]
+    parts = {p["url"]: p for p in ext["extension"]}
+    decoded: dict[str, Any] = json.loads(base64.b64decode(parts["payload"]["valueBase64Binary"]))
+    return decoded
+
+
+def _codes(concept: dict[str, Any]) -> dict[str, str]:
+    """``{system: code}`` of a CodeableConcept."""
+    return {c["system"]: c["code"] for c in concept.get("coding", [])}
+
+
+def _event(action: str = "write", *, outcome: str = "success", role: str = "agent", purpose: str = "treatment",
+           time: float = 1_700_000_000.0, reason: str = "", patient: str = "pt-abc", consent_id: str = "",
+           record_ids: tuple[str, ...] = ("E-1",)) -> AuditEvent:  # fmt: skip
+    """One chained event with the given fields."""
+    return ChainBuilder().next(time=time, actor="a1", role=role, action=action, source_tier="stm", target_tier="ltm",
+                               purpose=purpose, outcome=outcome, record_ids=record_ids, patient=patient,
+                               consent_id=consent_id, reason=reason)  # fmt: skip
+
+
+# the export as a whole ----------------------------------------------------------------------
+
+
+def test_every_line_is_a_valid_r5_auditevent(exported: tuple[Path, list[dict[str, Any]], SqliteStore]) -> None:
+    """Each exported line parses as an R5 AuditEvent; one per stored event, ids audit-<seq> in order."""
+    out, lines, store = exported
+    for raw in out.read_text(encoding="utf-8").splitlines():
+        FhirAuditEvent.model_validate_json(raw)
+    seqs = [row.seq for row in store.iter_audit()]
+    assert [r["id"] for r in lines] == [f"audit-{s}" for s in seqs]
+    assert len(seqs) > 15  # grants, consents, writes, consolidations, reads and the deny
+
+
+def test_chain_fields_match_the_store_and_reverify(exported: tuple[Path, list[dict[str, Any]], SqliteStore]) -> None:
+    """seq, prevHash, eventHash and payload come from the stored rows; the export re-verifies alone."""
+    out, lines, store = exported
+    for resource, row in zip(lines, store.iter_audit(), strict=True):
+        (ext,) = resource["extension"]
+        parts = {p["url"]: p for p in ext["extension"]}
+        assert parts["seq"]["valueInteger64"] == str(row.seq)
+        assert parts["eventHash"]["valueString"] == row.event_hash
+        assert base64.b64decode(parts["payload"]["valueBase64Binary"]) == bytes(row.payload)
+        assert parts["prevHash"]["valueString"] == _payload(resource)["prev_hash"]
+    result = verify_fhir(out)
+    assert result.ok and result.count == len(lines)
+    assert result.head_hash == store.audit_head()[1]
+
+
+def test_no_patient_identifier_anywhere_in_the_export(exported: tuple[Path, list[dict[str, Any]], SqliteStore]) -> None:
+    """The patient id appears nowhere (not even inside the payloads); the pseudonym stands in for it."""
+    out, lines, _ = exported
+    raw = out.read_bytes()
+    assert PATIENT.encode() not in raw
+    assert all(PATIENT not in json.dumps(_payload(r)) for r in lines)
+    patients = {r["patient"]["identifier"]["value"] for r in lines if "patient" in r}
+    assert len(patients) == 1 and next(iter(patients)).startswith("pt-")
+    assert {r["patient"]["identifier"]["system"] for r in lines if "patient" in r} == {"urn:msm-mem:pseudonym"}
+
+
+def test_patient_read_follows_the_balp_pattern(exported: tuple[Path, list[dict[str, Any]], SqliteStore]) -> None:
+    """A read: DCM 110110, rest read, action R, pseudonymous patient, one entity per record id, the actor."""
+    _, lines, _ = exported
+    reads = [r for r in lines if r["code"]["text"] == "read"]
+    assert reads
+    for r in reads:
+        stored = _payload(r)
+        assert _codes(r["category"][0]) == {DCM: "110110"}
+        assert _codes(r["code"])["http://hl7.org/fhir/restful-interaction"] == "read"
+        assert r["action"] == "R"
+        assert r["outcome"]["code"] == {"system": OUTCOME_SYSTEM, "code": "0", "display": "Success"}
+        assert r["recorded"].endswith("Z") and r["recorded"].startswith("2023-11-14T22:13:20")
+        assert r["patient"]["identifier"]["value"] == stored["patient"]
+        records = [e["what"]["identifier"]["value"] for e in r["entity"]
+                   if e["what"]["identifier"]["system"] == "urn:msm-mem:record"]  # fmt: skip
+        assert records == stored["record_ids"] and records
+        (agent,) = r["agent"]
+        assert agent["requestor"] is True and agent["who"]["identifier"]["value"] == stored["actor"]
+        assert r["source"]["observer"]["display"] == "msm-mem"
+        assert _codes(r["authorization"][0])["http://terminology.hl7.org/CodeSystem/v3-ActReason"] == "TREAT"
+
+
+def test_consent_deny_is_a_serious_failure_with_the_reason(
+    exported: tuple[Path, list[dict[str, Any]], SqliteStore],
+) -> None:
+    """The refused research access: AuthZconsent shape, outcome 8, the reason, the deny consent, HRESCH."""
+    _, lines, _ = exported
+    denied = lines[-1]
+    assert denied["code"]["text"] == "consent"
+    assert _codes(denied["category"][0]) == {DCM: "110113"}
+    assert _codes(denied["code"])["https://profiles.ihe.net/ITI/BALP/CodeSystem/AuthZsubType"] == "AuthZ-Consent"
+    assert denied["action"] == "E"
+    assert denied["outcome"]["code"]["code"] == "8"
+    (detail,) = denied["outcome"]["detail"]
+    assert detail["text"] == "denied by consent" and _codes(detail) == {"urn:msm-mem:audit-outcome": "denied"}
+    assert denied["severity"] == "warning"
+    consents = [e["what"]["identifier"]["value"] for e in denied["entity"] if e["what"].get("type") == "Consent"]
+    assert consents == ["C-deny-research"]
+    assert _codes(denied["authorization"][0])["http://terminology.hl7.org/CodeSystem/v3-ActReason"] == "HRESCH"
+    permits = [r for r in lines if r["code"]["text"] == "consent" and r["outcome"]["code"]["code"] == "0"]
+    assert permits and all("detail" not in r["outcome"] for r in permits)
+
+
+# the mapping, event by event ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("action", "verb", "category"),
+    [("write", "C", "110110"), ("consolidate", "C", "110110"), ("critic_promote", "C", "110110"),
+     ("semantic_update", "U", "110110"), ("supersede", "U", "110110"), ("decay", "U", "110110"),
+     ("expire", "D", "110110"), ("retract", "D", "110110"), ("discard", "D", "110110"), ("hold", "E", "110110"),
+     ("consent_grant", "C", "110113"), ("consent_revoke", "U", "110113"), ("key_rotate", "E", "110113"),
+     ("export", "R", "110106"), ("import", "C", "110107"), ("turn", "E", "110100"), ("no_such_action", "E", "110100")],
+)  # fmt: skip
+def test_action_mapping(action: str, verb: str, category: str) -> None:
+    """Each stored action maps to its documented AuditEvent.action and DICOM category; the action stays."""
+    resource = to_fhir(_event(action))
+    FhirAuditEvent.model_validate(resource)
+    assert resource["action"] == verb
+    assert _codes(resource["category"][0]) == {DCM: category}
+    assert _codes(resource["code"])["urn:msm-mem:audit-action"] == action and resource["code"]["text"] == action
+
+
+def test_error_outcome_is_serious_failure_kept_apart_from_denied() -> None:
+    """outcome error -> code 8, severity error, local code 'error' and the reason as detail text."""
+    resource = to_fhir(_event("turn", outcome="error", reason="BackendError"))
+    assert resource["outcome"]["code"]["code"] == "8" and resource["severity"] == "error"
+    (detail,) = resource["outcome"]["detail"]
+    assert _codes(detail) == {"urn:msm-mem:audit-outcome": "error"} and detail["text"] == "BackendError"
+
+
+@pytest.mark.parametrize(
+    ("purpose", "code"),
+    [("treatment", "TREAT"), ("operations", "HOPERAT"), ("research", "HRESCH"), ("export", "RECORDMGT"),
+     ("erasure", "RECORDMGT"), ("*", None), ("teaching file", None)],
+)  # fmt: skip
+def test_purpose_becomes_authorization(purpose: str, code: str | None) -> None:
+    """The purpose maps to its v3-ActReason code (when one is documented) and keeps its own text."""
+    (concept,) = to_fhir(_event(purpose=purpose))["authorization"]
+    assert _codes(concept).get("http://terminology.hl7.org/CodeSystem/v3-ActReason") == code
+    assert concept["text"] == purpose
+
+
+def test_role_types_and_consent_entities() -> None:
+    """Role -> agent.type; consent_grant record ids become Consent entities, not duplicated."""
+    grant = to_fhir(_event("consent_grant", role="admin", patient="*", consent_id="C-1", record_ids=("C-1",)))
+    FhirAuditEvent.model_validate(grant)
+    assert "patient" not in grant  # a grant for every patient names none
+    assert [e["what"]["identifier"] for e in grant["entity"]] == [{"system": "urn:msm-mem:consent", "value": "C-1"}]
+    assert _codes(grant["agent"][0]["type"]) == {"http://terminology.hl7.org/CodeSystem/extra-security-role-type":
+                                                 "humanuser"}  # fmt: skip
+    assert _codes(to_fhir(_event(role="agent"))["agent"][0]["type"]) == {DCM: "110150"}
+
+
+def test_recorded_is_a_utc_instant() -> None:
+    """Times become UTC instants with their fraction; times FHIR cannot hold are refused."""
+    assert to_fhir(_event(time=1_700_000_000.25))["recorded"] == "2023-11-14T22:13:20.25Z"
+    assert to_fhir(_event(time=-86400.0))["recorded"] == "1969-12-31T00:00:00Z"
+    with pytest.raises(InvalidInput):
+        to_fhir(_event(time=1e15))
+
+
+@given(
+    action=st.text(min_size=1, max_size=12), purpose=st.text(max_size=12), reason=st.text(max_size=20),
+    ids=st.lists(st.text(max_size=8), max_size=3), outcome=st.sampled_from(["success", "denied", "error"]),
+)  # fmt: skip
+def test_any_event_maps_to_a_valid_resource(action: str, purpose: str, reason: str, ids: list[str],
+                                            outcome: str) -> None:  # fmt: skip
+    """For any stored field values, the resource validates and has no empty string or array."""
+    try:
+        event = _event(action, purpose=purpose, reason=reason, record_ids=tuple(ids), outcome=outcome)
+    except InvalidInput:  # a lone surrogate cannot be stored at all
+        return
+    resource = to_fhir(event)
+    FhirAuditEvent.model_validate(resource)
+    assert not _has_empty(resource)
+
+
+def _has_empty(value: Any) -> bool:
+    """Whether a JSON value holds an empty string, array or object anywhere (FHIR JSON forbids them)."""
+    if isinstance(value, dict):
+        return not value or any(_has_empty(v) for v in value.values())
+    if isinstance(value, list):
+        return not value or any(_has_empty(v) for v in value)
+    return isinstance(value, str) and not value
+
+
+# verification of an export ----------------------------------------------------------------------
+
+
+def _rewrite(path: Path, index: int, change: Any) -> None:
+    """Apply ``change`` to the parsed line ``index`` of an export (None deletes it)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    new = change(json.loads(lines[index]))
+    if new is None:
+        del lines[index]
+    else:
+        lines[index] = json.dumps(new)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _set_outcome(r: dict[str, Any]) -> dict[str, Any]:
+    r["outcome"]["code"]["code"] = "8"
+    return r
+
+
+def _swap_payload(r: dict[str, Any]) -> dict[str, Any]:
+    payload = _payload(r)
+    payload["actor"] = "someone-else"
+    encoded = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+    for p in r["extension"][0]["extension"]:
+        if p["url"] == "payload":
+            p["valueBase64Binary"] = base64.b64encode(encoded).decode()
+    return r
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_set_outcome, _swap_payload, lambda r: None, lambda r: "not a resource"],
+    ids=["edited-field", "changed-payload", "dropped-line", "foreign-line"],
+)
+def test_verify_names_the_first_tampered_line(exported: tuple[Path, list[dict[str, Any]], SqliteStore],
+                                              change: Any) -> None:  # fmt: skip
+    """An edited field, a changed payload, a dropped line or a foreign line fails at that seq."""
+    out, _, _ = exported
+    _rewrite(out, 6, change)
+    result = verify_fhir(out)
+    assert not result.ok and result.first_bad_seq == 7 and result.count == 6
+
+
+def test_verify_after_purge_starts_at_the_base(store_dir: Path, tmp_path: Path) -> None:
+    """A purged store exports from base+1; the export verifies from its first line, not from genesis."""
+    with SqliteStore.open(store_dir) as store:
+        store.audit_purge(3)
+        assert export_fhir(store, tmp_path / "p.ndjson") == sum(1 for _ in store.iter_audit()) > 0
+    assert json.loads((tmp_path / "p.ndjson").read_text().splitlines()[0])["id"] == "audit-4"
+    assert verify_fhir(tmp_path / "p.ndjson").ok
+    assert not verify_fhir(tmp_path / "p.ndjson", start_seq=1, start_prev=GENESIS).ok
+
+
+# writing the file --------------------------------------------------------------------------------
+
+
+def test_empty_chain_exports_an_empty_file(tmp_path: Path) -> None:
+    """A store without audit events gives an empty file, 0 resources, and an ok verification."""
+    with SqliteStore.create(tmp_path / "e", dim=4, encoder="test") as store:
+        assert export_fhir(store, tmp_path / "e.ndjson") == 0
+    assert (tmp_path / "e.ndjson").read_bytes() == b""
+    assert verify_fhir(tmp_path / "e.ndjson").ok
+
+
+def test_refuses_to_overwrite(exported: tuple[Path, list[dict[str, Any]], SqliteStore]) -> None:
+    """An existing file is never overwritten (InvalidInput), and no temporary file is left."""
+    out, _, store = exported
+    out.write_bytes(b"keep me")
+    with pytest.raises(InvalidInput, match="exists"):
+        export_fhir(store, out)
+    assert out.read_bytes() == b"keep me"
+    assert sorted(os.listdir(out.parent)) == sorted([out.name, "s"])
+
+
+def _tamper(store_dir: Path, seq: int, *, delete: bool = False) -> None:
+    """Change audit event ``seq`` (or delete it) in the database, behind the store's back."""
+    with sqlite3.connect(store_dir / "msm-mem.sqlite") as conn:
+        if delete:
+            conn.execute("DELETE FROM audit WHERE seq = ?", (seq,))
+        else:
+            (payload,) = conn.execute("SELECT payload FROM audit WHERE seq = ?", (seq,)).fetchone()
+            forged = bytes(payload).replace(b'"outcome":"success"', b'"outcome":"denied"', 1)
+            assert forged != bytes(payload)
+            conn.execute("UPDATE audit SET payload = ? WHERE seq = ?", (forged, seq))
+    conn.close()
+
+
+@pytest.mark.parametrize("delete", [False, True], ids=["edited-event", "deleted-event"])
+def test_broken_chain_is_not_exported(store_dir: Path, tmp_path: Path, delete: bool) -> None:
+    """An edited or deleted event stops the export with AuditChainBroken naming its seq; no file appears."""
+    _tamper(store_dir, 5, delete=delete)
+    out = tmp_path / "x.ndjson"
+    with SqliteStore.open(store_dir) as store:
+        with pytest.raises(AuditChainBroken) as caught:
+            export_fhir(store, out)
+        assert caught.value.seq == 5
+        with pytest.raises(AuditChainBroken):
+            list(iter_fhir(store))
+    assert sorted(os.listdir(tmp_path)) == ["s"]
+
+
+# the command line -----------------------------------------------------------------------------
+
+
+def test_cli_audit_export(store_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`msm-mem audit export DIR --fhir OUT` writes a valid export and says how many resources."""
+    out = tmp_path / "cli.ndjson"
+    assert main(["audit", "export", str(store_dir), "--fhir", str(out)]) == 0
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert f"exported {len(lines)} AuditEvent resources" in capsys.readouterr().out
+    for raw in lines:
+        FhirAuditEvent.model_validate_json(raw)
+    assert verify_fhir(out).ok
+    assert main(["audit", "export", str(store_dir), "--fhir", str(out)]) == 1  # refuses to overwrite
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_broken_chain(store_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI verifies first: a tampered chain exits 1 with a refusal and writes nothing."""
+    _tamper(store_dir, 8)
+    out = tmp_path / "cli.ndjson"
+    assert main(["audit", "export", str(store_dir), "--fhir", str(out)]) == 1
+    assert "refusing to export a broken chain" in capsys.readouterr().err
+    assert not out.exists()

@@ -1,0 +1,341 @@
+"""Tests of the governed tiers (msm_mem.memory.tiers): fail-closed transitions, short-term items,
+consolidation, supersession of claims and semantic state, atomic turns."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from msm_mem._errors import IllegalTransition, InvalidInput, NotFound
+from msm_mem._records import State, new_id
+from msm_mem._tier_records import ConsentRecord, StmChange, StmItem, StmState
+from msm_mem.governance.audit_chain import AuditEvent
+from msm_mem.interfaces.api import MsmMem
+from msm_mem.memory.tiers import Actor
+from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
+from msm_mem.storage.base import WriteBatch
+from msm_mem.testing import FixedClock
+
+T0 = 1_700_000_000.0
+ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
+AGENT = Actor("agent-1", "agent")
+
+
+class FakeBackbone:
+    """A backbone that always gives the same clinical answer."""
+
+    name = "fake"
+
+    def __init__(self, answer: str = ANSWER) -> None:
+        self.answer = answer
+
+    def generate(self, request: BackboneRequest) -> BackboneReply:
+        return BackboneReply(self.answer, decision="treat", source="fake")
+
+
+def _png(folder: Path, seed: int) -> Path:
+    path = folder / f"img{seed}.png"
+    if not path.exists():
+        rng = np.random.default_rng(seed)
+        Image.fromarray(rng.integers(0, 256, (64, 64), dtype=np.uint8), mode="L").save(path)
+    return path
+
+
+def _z(mem: MsmMem, folder: Path, seed: int) -> np.ndarray:
+    from msm_mem.plugins.images import load_image
+
+    return mem.encoder.encode([load_image(_png(folder, seed))])[0]
+
+
+def _events(mem: MsmMem) -> list[AuditEvent]:
+    return [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in mem.store.iter_audit()]
+
+
+def _counts(mem: MsmMem) -> tuple[int, ...]:
+    s = mem.store
+    claims = sum(len(s.claim_history(p, f"study:{x}")) for p in ("P1", "P2") for x in ("S1", "S2", "S3"))
+    return (len(s.stm_list()), s.count("episodic"), s.count("visual"), s.count("semantic"), claims)
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(T0)
+
+
+@pytest.fixture
+def mem(tmp_path: Path, clock: FixedClock) -> Iterator[MsmMem]:
+    m = MsmMem.init(tmp_path / "s", clock=clock)
+    m.agent.backbone = FakeBackbone()
+    yield m
+    m.close()
+
+
+def _grant_auditor(mem: MsmMem) -> None:
+    mem.grant([ConsentRecord(new_id("C"), "*", "role:auditor", "treatment", "permit", ("*",), 0.0, created_at=T0)])
+
+
+# fail closed -------------------------------------------------------------------------------
+
+
+def test_auditor_cannot_write_to_stm(mem: MsmMem, tmp_path: Path) -> None:
+    """A refused observe raises IllegalTransition, writes no STM and audits the denial."""
+    _grant_auditor(mem)
+    before = mem.store.audit_head()[0]
+    turn = mem.governed.begin(Actor("aud-1", "auditor"), "P1")
+    with pytest.raises(IllegalTransition):
+        mem.governed.observe(turn, _z(mem, tmp_path, 1), "Any consolidation?")
+    assert mem.store.stm_list() == []
+    new = _events(mem)[before:]
+    assert [(e.action, e.outcome) for e in new] == [("consent", "success"), ("write", "denied")]
+    denied = new[-1]
+    assert (denied.role, denied.source_tier, denied.target_tier, denied.reason) == ("auditor", "source", "stm",
+                                                                                     "illegal_transition")  # fmt: skip
+    assert turn.audit == []  # nothing of the refused turn is left to commit
+    assert mem.audit.verify().ok
+
+
+def test_auditor_cannot_consolidate(mem: MsmMem, tmp_path: Path) -> None:
+    """Consolidation by a role outside the table is refused before anything is staged into LTM."""
+    _grant_auditor(mem)
+    agent_turn = mem.governed.begin(AGENT, "P1")
+    item = mem.governed.observe(agent_turn, _z(mem, tmp_path, 1), "Any consolidation?")
+    mem.governed.commit(agent_turn)
+    counts = _counts(mem)
+    turn = mem.governed.begin(Actor("aud-1", "auditor"), "P1")
+    with pytest.raises(IllegalTransition):
+        mem.governed.consolidate(turn, item, ANSWER)
+    assert not turn.batch.episodes and not turn.batch.claims and not turn.batch.semantic
+    assert _counts(mem) == counts
+    last = _events(mem)[-1]
+    assert (last.action, last.outcome, last.source_tier, last.target_tier) == ("consolidate", "denied", "stm", "ltm")
+
+
+def test_illegal_trigger_is_refused_even_for_admin(mem: MsmMem, tmp_path: Path) -> None:
+    """A consolidation trigger that is not in the table is refused for every caller."""
+    mem.grant([ConsentRecord(new_id("C"), "*", "role:admin", "treatment", "permit", ("*",), 0.0, created_at=T0)])
+    turn = mem.governed.begin(Actor("root", "admin"), "P1")
+    with pytest.raises(IllegalTransition):
+        mem.governed.observe(turn, _z(mem, tmp_path, 1), "q?")  # admin is not a writer
+    turn = mem.governed.begin(AGENT, "P1")
+    item = mem.governed.observe(turn, _z(mem, tmp_path, 1), "q?")
+    with pytest.raises(IllegalTransition):
+        mem.governed.consolidate(turn, item, ANSWER, trigger="rewrite")
+    assert _events(mem)[-1].outcome == "denied"
+
+
+def test_auditor_may_read(mem: MsmMem, tmp_path: Path) -> None:
+    """Reads are open to the auditor role and are audited with the ids returned."""
+    mem.ask("P1", _png(tmp_path, 1), "Any consolidation?")
+    _grant_auditor(mem)
+    turn = mem.governed.begin(Actor("aud-1", "auditor"), "P1")
+    ranked = mem.governed.retrieve(turn, _z(mem, tmp_path, 2))
+    mem.governed.commit(turn)
+    ids = tuple(h.id for h, _ in ranked.ranked)
+    assert len(ids) == 3
+    assert _events(mem)[-1].action == "read" and _events(mem)[-1].record_ids == ids
+
+
+# short-term memory -------------------------------------------------------------------------
+
+
+def test_stm_item_needs_scope_and_positive_ttl() -> None:
+    """A short-term item without a patient or with expires_at <= created_at is refused."""
+    with pytest.raises(InvalidInput):
+        StmItem("M-1", "", "interaction", "{}", T0, T0 + 1)
+    with pytest.raises(InvalidInput):
+        StmItem("M-1", "P1", "interaction", "{}", T0, T0)
+
+
+def test_observe_writes_scoped_item_with_ttl(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
+    """observe lands the turn in STM with the patient scope, embedding and a TTL from settings."""
+    turn = mem.governed.begin(AGENT, "P1")
+    z = _z(mem, tmp_path, 1)
+    item = mem.governed.observe(turn, z, "Any consolidation?", study_id="S1")
+    assert mem.store.stm_list() == []  # nothing before commit
+    mem.governed.commit(turn)
+    (stored,) = mem.store.stm_list()
+    assert stored.item_id == item.item_id and stored.patient_id == "P1" and stored.state == StmState.ACTIVE
+    assert stored.expires_at == clock.now() + mem.settings.stm_ttl_s
+    assert np.allclose(stored.z, z) and stored.actor == AGENT.id
+    assert json.loads(stored.payload)["question"] == "Any consolidation?"
+    event = _events(mem)[-1]
+    assert (event.action, event.source_tier, event.target_tier, event.record_ids) == ("write", "source", "stm",
+                                                                                      (item.item_id,))  # fmt: skip
+
+
+def test_observe_refuses_an_empty_question(mem: MsmMem, tmp_path: Path) -> None:
+    """An empty question is invalid input and stages nothing."""
+    turn = mem.governed.begin(AGENT, "P1")
+    with pytest.raises(InvalidInput):
+        mem.governed.observe(turn, _z(mem, tmp_path, 1), "   ")
+    assert not turn.batch.stm
+
+
+def test_stm_refresh_exists_only_as_a_store_change(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
+    """There is no governed refresh; a StmChange ACTIVE->ACTIVE with expires_at extends the TTL."""
+    assert not hasattr(mem.governed, "refresh")
+    mem.ask("P1", _png(tmp_path, 1), "Any consolidation?")
+    mem.ask("P1", _png(tmp_path, 1), "Again?")  # held: not novel, stays ACTIVE
+    held = mem.store.stm_list(state=StmState.ACTIVE)[0]
+    later = held.expires_at + 3600
+    mem.store.write(WriteBatch(stm_changes=[StmChange(held.item_id, StmState.ACTIVE, StmState.ACTIVE, expires_at=later)]))
+    clock.advance(mem.settings.stm_ttl_s + 1)
+    assert mem.maintainer.expire() == 0
+    assert mem.store.stm_get([held.item_id])[0].expires_at == later
+
+
+def test_stm_change_expecting_wrong_state_is_refused(mem: MsmMem, tmp_path: Path) -> None:
+    """A consolidated item cannot be flipped again (the store checks the expected state)."""
+    mem.ask("P1", _png(tmp_path, 1), "Any consolidation?")
+    (item,) = mem.store.stm_list()
+    assert item.state == StmState.CONSOLIDATED
+    with pytest.raises(IllegalTransition):
+        mem.store.write(WriteBatch(stm_changes=[StmChange(item.item_id, StmState.ACTIVE, StmState.EXPIRED)]))
+
+
+def test_consolidated_and_held_items(mem: MsmMem, tmp_path: Path) -> None:
+    """A novel answer is consolidated (STM CONSOLIDATED, episode + visual); a repeat image is held ACTIVE."""
+    first = mem.ask("P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
+    second = mem.ask("P1", _png(tmp_path, 1), "Again?", study_id="S2")
+    assert first.gate is not None and first.gate.written
+    assert second.gate is not None and not second.gate.written and "not_novel" in second.gate.reasons
+    states = {json.loads(i.payload)["study_id"]: i.state for i in mem.store.stm_list()}
+    assert states == {"S1": StmState.CONSOLIDATED, "S2": StmState.ACTIVE}
+    assert mem.store.count("episodic") == mem.store.count("visual") == 1
+    held = [e for e in _events(mem) if e.action == "hold"]
+    assert len(held) == 1 and held[0].reason == "not_novel"
+    # the held item keeps its answer so a critic or the age sweep can promote it later
+    assert json.loads(mem.store.stm_list(state=StmState.ACTIVE)[0].payload)["answer"] == ANSWER
+
+
+# long-term memory: supersession -----------------------------------------------------------
+
+
+def test_semantic_state_and_claim_superseded_every_turn(mem: MsmMem, tmp_path: Path) -> None:
+    """Each turn adds a semantic version superseding the last and a claim per study; old rows stay."""
+    for i, study in enumerate(["S1", "S2", "S1"]):
+        mem.ask("P1", _png(tmp_path, i + 1), f"Question {i}?", study_id=study)
+    history = mem.store.semantic_history("P1", "impression")
+    assert [s.version for s in history] == [1, 2, 3]
+    assert [s.state for s in history] == [State.SUPERSEDED, State.SUPERSEDED, State.ACTIVE]
+    assert [s.supersedes for s in history] == [None, history[0].state_id, history[1].state_id]
+    claims = mem.store.claim_history("P1", "study:S1")
+    assert [c.state for c in claims] == [State.SUPERSEDED, State.ACTIVE]
+    assert claims[1].supersedes == claims[0].claim_id
+    assert len(mem.store.claims_active("P1")) == 2
+
+
+def test_store_refuses_a_second_active_claim(mem: MsmMem, tmp_path: Path) -> None:
+    """Writing a claim for an active key without superseding it fails and stores nothing."""
+    from msm_mem._tier_records import Claim
+
+    mem.ask("P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
+    seq = mem.store.audit_head()[0]
+    rogue = Claim(new_id("C"), "P1", "study:S1", "rewritten", "{}", 0.5, "agent", T0)
+    with pytest.raises(IllegalTransition):
+        mem.store.write(WriteBatch(claims=[rogue]))
+    assert len(mem.store.claim_history("P1", "study:S1")) == 1
+    assert mem.store.audit_head()[0] == seq
+
+
+def test_failed_commit_audits_reads_and_error_only(mem: MsmMem, tmp_path: Path) -> None:
+    """Two racing turns of one patient: the second commit fails, stores nothing, audits consent, reads, error."""
+    g = mem.governed
+    turns = []
+    for seed in (1, 2):
+        turn = g.begin(AGENT, "P1")
+        z = _z(mem, tmp_path, seed)
+        item = g.observe(turn, z, "Any consolidation?", study_id=f"S{seed}")
+        g.retrieve(turn, z)
+        g.consolidate(turn, item, ANSWER)
+        turns.append(turn)
+    g.commit(turns[0])
+    counts, before = _counts(mem), mem.store.audit_head()[0]
+    with pytest.raises(IllegalTransition):
+        g.commit(turns[1])
+    assert _counts(mem) == counts
+    new = _events(mem)[before:]
+    assert [(e.action, e.outcome) for e in new] == [("consent", "success"), ("read", "success"), ("turn", "error")]
+    assert new[-1].reason == "IllegalTransition"
+    assert mem.audit.verify().ok
+
+
+# property: supersession never rewrites, at most one ACTIVE version --------------------------
+
+_STEP = st.one_of(
+    st.tuples(st.just("ask"), st.sampled_from(["P1", "P2"]), st.integers(0, 3), st.sampled_from(["S1", "S2", "S3"])),
+    st.tuples(st.just("verdict"), st.sampled_from(["P1", "P2"]), st.booleans(), st.sampled_from(["S1", "S2", "S3"])),
+)
+
+
+def _snapshot(mem: MsmMem) -> dict[str, tuple[str, str]]:
+    """id -> (state, content) of every claim, episode and semantic version."""
+    s = mem.store
+    out: dict[str, tuple[str, str]] = {}
+    for p in ("P1", "P2"):
+        for x in ("S1", "S2", "S3"):
+            for c in s.claim_history(p, f"study:{x}"):
+                out[c.claim_id] = (c.state.value, c.content)
+    for e in s.iter_episodes():
+        out[e.episode_id] = (e.state.value, e.answer)
+    for v in s.iter_semantic():
+        out[v.state_id] = (v.state.value, repr(v.impressions))
+    return out
+
+
+def _check_invariants(mem: MsmMem, before: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    s = mem.store
+    for p in ("P1", "P2"):
+        for x in ("S1", "S2", "S3"):
+            history = s.claim_history(p, f"study:{x}")
+            active = [c for c in history if c.state == State.ACTIVE]
+            assert len(active) == (1 if history else 0)
+            assert len(s.claims_active(p, f"study:{x}")) == len(active)
+            for older, newer in zip(history, history[1:], strict=False):
+                assert newer.supersedes == older.claim_id and older.state == State.SUPERSEDED
+        sem = s.semantic_history(p, "impression")
+        assert len([v for v in sem if v.state == State.ACTIVE]) == (1 if sem else 0)
+        assert len(s.semantic_active(p)) <= 1
+        assert [v.version for v in sem] == list(range(1, len(sem) + 1))
+    after = _snapshot(mem)
+    for rid, (state, content) in before.items():
+        assert rid in after, f"{rid} disappeared"
+        new_state, new_content = after[rid]
+        assert new_content == content, f"{rid} rewritten in place"
+        assert (state, new_state) in {("active", "active"), ("active", "superseded"), ("superseded", "superseded")}
+    return after
+
+
+@settings(max_examples=25)
+@given(steps=st.lists(_STEP, min_size=1, max_size=8))
+def test_supersession_property(steps: list[tuple[str, str, object, str]]) -> None:
+    """Over any asks and critic verdicts: one ACTIVE claim per key and semantic state per patient,
+    linear supersession chains, and no stored row ever changes its content."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        mem = MsmMem.init(folder / "s", clock=FixedClock(T0))
+        try:
+            mem.agent.backbone = FakeBackbone()
+            snap = _snapshot(mem)
+            for kind, patient, arg, study in steps:
+                if kind == "ask":
+                    mem.ask(patient, _png(folder, int(arg)), f"Question about {study}?", study_id=study)  # type: ignore[call-overload]
+                else:
+                    try:
+                        mem.maintainer.critic_verdict(Actor("rad-1", "critic"), patient, study, accept=bool(arg),
+                                                      correction="Right lower lobe consolidation, pneumonia")  # fmt: skip
+                    except NotFound:
+                        pass  # no claim for that study yet
+                mem.clock.advance(60)  # type: ignore[attr-defined]
+                snap = _check_invariants(mem, snap)
+            assert mem.audit.verify().ok
+        finally:
+            mem.close()
