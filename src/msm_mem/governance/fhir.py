@@ -174,11 +174,20 @@ _CONSENT_ACTIONS = frozenset({"consent_grant", "consent_revoke"})
 
 
 _FHIR_CODE = re.compile(r"[^\s]+(\s[^\s]+)*")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _string(value: str) -> str:
+    """``value`` as a FHIR string: as is, unless it holds control characters or only whitespace
+    (FHIR strings must not), then JSON-escaped in ASCII with its quotes, so still readable."""
+    if _CONTROL.search(value) or not value.strip():
+        return json.dumps(value)
+    return value
 
 
 def _local(system: str, value: str) -> tuple[Code, ...]:
     """A local coding of ``value``, or none when it is not a valid FHIR code (then text keeps it)."""
-    return ((system, value, value),) if _FHIR_CODE.fullmatch(value) else ()
+    return ((system, value, value),) if _FHIR_CODE.fullmatch(value) and not _CONTROL.search(value) else ()
 
 
 def _coding(code: Code) -> dict[str, str]:
@@ -188,7 +197,7 @@ def _coding(code: Code) -> dict[str, str]:
 def _concept(*codes: Code, text: str = "") -> dict[str, Any]:
     d: dict[str, Any] = {"coding": [_coding(c) for c in codes]} if codes else {}
     if text:  # FHIR JSON has no empty strings or arrays
-        d["text"] = text
+        d["text"] = _string(text)
     return d
 
 
@@ -203,7 +212,7 @@ def _instant(seconds: float) -> str:
 
 
 def _identifier(system: str, value: str) -> dict[str, str]:
-    return {"system": system, "value": value}
+    return {"system": system, "value": _string(value)}
 
 
 def _consent_entity(consent_id: str) -> dict[str, Any]:
@@ -236,7 +245,7 @@ def _chain_extension(event: AuditEvent) -> dict[str, Any]:
         {"url": "prevHash", "valueString": event.prev_hash},
         {"url": "eventHash", "valueString": event.event_hash},
     ]
-    parts += [{"url": url, "valueString": v} for url, v in (("sourceTier", event.source_tier),
+    parts += [{"url": url, "valueString": _string(v)} for url, v in (("sourceTier", event.source_tier),
                                                             ("targetTier", event.target_tier)) if v]  # fmt: skip
     parts.append({"url": "payload", "valueBase64Binary": base64.b64encode(event.payload()).decode("ascii")})
     return {"url": CHAIN_EXTENSION, "extension": parts}

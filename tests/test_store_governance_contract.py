@@ -1,0 +1,112 @@
+"""The governed tiers' part of the store contract, on every backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from msm_mem import IllegalTransition, InvalidInput, NotFound, State, Store, WriteBatch
+from msm_mem._tier_records import AuditRow, Claim, ConsentRecord, StmChange, StmItem, StmState, WrappedKey
+from msm_mem.governance.audit_chain import GENESIS, ChainBuilder
+from tests.conftest import random_unit
+
+
+def item(i: int, patient: str = "p", created: float = 100.0) -> StmItem:
+    return StmItem(f"M-{i}", patient, "interaction", '{"question": "q"}', created, created + 50,
+                   z=random_unit(np.random.default_rng(i)))  # fmt: skip
+
+
+def claim(cid: str, key: str = "study:1", supersedes: str | None = None, decay: float | None = None) -> Claim:
+    return Claim(cid, "p", key, "content", "source", 0.5, "agent", 1.0, decay, supersedes=supersedes)
+
+
+def rows(n: int) -> list[AuditRow]:
+    b = ChainBuilder()
+    return [AuditRow(*b.next(time=1.0, actor="a", role="agent", action="read", source_tier="ltm",
+                             target_tier="stm", purpose="treatment", outcome="success").row()) for _ in range(n)]  # fmt: skip
+
+
+def test_stm_items_round_trip_and_filter(store: Store) -> None:
+    """STM items come back whole; filters by patient, state, expiry and age select them."""
+    store.write(WriteBatch(stm=[item(1), item(2, "q", created=200.0)]))
+    got = store.stm_get(["M-1"])[0]
+    assert got.payload == '{"question": "q"}' and np.array_equal(got.z, item(1).z)
+    assert [i.item_id for i in store.stm_list(patient_id="q")] == ["M-2"]
+    assert [i.item_id for i in store.stm_list(expires_before=160.0)] == ["M-1"]
+    assert [i.item_id for i in store.stm_list(created_before=150.0, state=StmState.ACTIVE)] == ["M-1"]
+    with pytest.raises(NotFound):
+        store.stm_get(["M-9"])
+
+
+def test_stm_changes_check_the_expected_state(store: Store) -> None:
+    """A change applies only from the expected state; purge forgets payload and embedding."""
+    store.write(WriteBatch(stm=[item(1)]))
+    store.write(WriteBatch(stm_changes=[StmChange("M-1", StmState.ACTIVE, StmState.EXPIRED, purge=True)]))
+    expired = store.stm_get(["M-1"])[0]
+    assert expired.state == StmState.EXPIRED and expired.payload == "" and expired.z is None
+    with pytest.raises(IllegalTransition):
+        store.write(WriteBatch(stm_changes=[StmChange("M-1", StmState.ACTIVE, StmState.CONSOLIDATED)]))
+    with pytest.raises(NotFound):
+        store.write(WriteBatch(stm_changes=[StmChange("M-2", StmState.ACTIVE, StmState.CONSOLIDATED)]))
+
+
+def test_an_item_born_and_changed_in_one_batch(store: Store) -> None:
+    """Inserting and consolidating in the same batch stores the final state."""
+    store.write(WriteBatch(stm=[item(3)], stm_changes=[StmChange("M-3", StmState.ACTIVE, StmState.CONSOLIDATED)]))
+    assert store.stm_get(["M-3"])[0].state == StmState.CONSOLIDATED
+
+
+def test_claims_supersede_and_keep_one_active(store: Store) -> None:
+    """A claim version supersedes the active one; a second active version is refused."""
+    store.write(WriteBatch(claims=[claim("C-1")]))
+    store.write(WriteBatch(claims=[claim("C-2", supersedes="C-1")]))
+    assert [c.claim_id for c in store.claims_active("p")] == ["C-2"]
+    assert [(c.claim_id, c.state) for c in store.claim_history("p", "study:1")] == [
+        ("C-1", State.SUPERSEDED), ("C-2", State.ACTIVE)]  # fmt: skip
+    with pytest.raises(IllegalTransition):
+        store.write(WriteBatch(claims=[claim("C-3")]))
+    assert store.get_claims(["C-1", "C-2"])[1].claim_id == "C-2"
+
+
+def test_decay_due_lists_expired_long_term_records(store: Store) -> None:
+    """Records whose decay_at has passed are due; future ones and anonymised ones are not."""
+    store.write(WriteBatch(claims=[claim("C-1", "k1", decay=5.0), claim("C-2", "k2", decay=50.0)]))
+    assert store.decay_due(10.0) == [("claims", "C-1")]
+
+
+def test_consents_are_stored_and_revoked(store: Store) -> None:
+    """Consents for a patient include the every-patient ones; revocation sets revoked_at once."""
+    mine = ConsentRecord("C-a", "p", "role:agent", "treatment", "permit", ("*",), 0.0)
+    everyone = ConsentRecord("C-b", "*", "role:clinician", "treatment", "permit", ("*",), 0.0)
+    other = ConsentRecord("C-c", "q", "role:agent", "treatment", "permit", ("*",), 0.0)
+    store.write(WriteBatch(consents=[mine, everyone, other]))
+    assert {c.consent_id for c in store.consents("p")} == {"C-a", "C-b"}
+    store.write(WriteBatch(revocations=[("C-a", 7.0)]))
+    assert next(c for c in store.consents("p") if c.consent_id == "C-a").revoked_at == 7.0
+    with pytest.raises(NotFound):
+        store.write(WriteBatch(revocations=[("C-a", 8.0)]))
+
+
+def test_audit_rows_continue_the_chain(store: Store) -> None:
+    """Audit rows must continue the stored head; they come back byte for byte."""
+    assert store.audit_head() == (0, GENESIS)
+    chain = rows(5)
+    store.write(WriteBatch(audit=chain[:3]))
+    with pytest.raises(InvalidInput):
+        store.write(WriteBatch(audit=chain[4:]))
+    store.write(WriteBatch(audit=chain[3:]))
+    assert list(store.iter_audit()) == chain
+    assert store.audit_head() == (5, chain[-1].event_hash)
+    assert store.audit_purge(2) == 2
+    assert store.audit_base() == (2, chain[1].event_hash) and [r.seq for r in store.iter_audit()] == [3, 4, 5]
+
+
+def test_key_table_keeps_one_key_per_patient_and_shreds(store: Store) -> None:
+    """Keys are stored per patient; shredding destroys the wrapped bytes and the pseudonym."""
+    keys = store.keys()
+    keys.put(WrappedKey("K-1", "p", "kek-1", b"wrapped", 1.0))
+    keys.put_pseudonym("K-1", "pt-1", "token")
+    assert keys.get("p").wrapped == b"wrapped" and keys.pseudonym("K-1") == ("pt-1", "token")
+    keys.shred("p")
+    assert keys.get("p").shredded and keys.get("p").wrapped == b"" and keys.pseudonym("K-1") is None
+    assert keys.get_by_id("K-1").shredded
