@@ -97,9 +97,9 @@ def _codes(concept: dict[str, Any]) -> dict[str, str]:
 
 def _event(action: str = "write", *, outcome: str = "success", role: str = "agent", purpose: str = "treatment",
            time: float = 1_700_000_000.0, reason: str = "", patient: str = "pt-abc", consent_id: str = "",
-           record_ids: tuple[str, ...] = ("E-1",)) -> AuditEvent:  # fmt: skip
+           record_ids: tuple[str, ...] = ("E-1",), actor: str = "a1", tier: str = "stm") -> AuditEvent:  # fmt: skip
     """One chained event with the given fields."""
-    return ChainBuilder().next(time=time, actor="a1", role=role, action=action, source_tier="stm", target_tier="ltm",
+    return ChainBuilder().next(time=time, actor=actor, role=role, action=action, source_tier=tier, target_tier="ltm",
                                purpose=purpose, outcome=outcome, record_ids=record_ids, patient=patient,
                                consent_id=consent_id, reason=reason)  # fmt: skip
 
@@ -245,20 +245,35 @@ def test_recorded_is_a_utc_instant() -> None:
         to_fhir(_event(time=1e15))
 
 
+def test_strings_fhir_cannot_hold_are_escaped() -> None:
+    """Control characters and whitespace-only values are written JSON-escaped, and still validate."""
+    resource = to_fhir(_event(actor="a\x00b", reason="\x0c", purpose=" ", role="agent"))
+    FhirAuditEvent.model_validate(resource)
+    assert resource["agent"][0]["who"]["identifier"]["value"] == '"a\\u0000b"'
+    assert resource["outcome"]["detail"][0]["text"] == '"\\f"'
+    assert resource["authorization"] == [{"text": '" "'}]  # no local coding: " " is not a FHIR code
+
+
 @given(
-    action=st.text(min_size=1, max_size=12), purpose=st.text(max_size=12), reason=st.text(max_size=20),
+    text=st.fixed_dictionaries({
+        "action": st.text(min_size=1, max_size=12), "actor": st.text(min_size=1, max_size=8),
+        "role": st.text(max_size=8), "purpose": st.text(max_size=12), "reason": st.text(max_size=20),
+        "patient": st.text(max_size=8), "consent_id": st.text(max_size=8), "tier": st.text(max_size=6),
+    }),
     ids=st.lists(st.text(max_size=8), max_size=3), outcome=st.sampled_from(["success", "denied", "error"]),
 )  # fmt: skip
-def test_any_event_maps_to_a_valid_resource(action: str, purpose: str, reason: str, ids: list[str],
-                                            outcome: str) -> None:  # fmt: skip
-    """For any stored field values, the resource validates and has no empty string or array."""
+def test_any_event_maps_to_a_valid_resource(text: dict[str, str], ids: list[str], outcome: str) -> None:
+    """For any stored field values, the resource validates, has no empty value, and re-verifies."""
     try:
-        event = _event(action, purpose=purpose, reason=reason, record_ids=tuple(ids), outcome=outcome)
+        event = _event(text["action"], actor=text["actor"], role=text["role"], purpose=text["purpose"],
+                       reason=text["reason"], patient=text["patient"], consent_id=text["consent_id"],
+                       tier=text["tier"], record_ids=tuple(ids), outcome=outcome)  # fmt: skip
     except InvalidInput:  # a lone surrogate cannot be stored at all
         return
     resource = to_fhir(event)
     FhirAuditEvent.model_validate(resource)
     assert not _has_empty(resource)
+    assert to_fhir(AuditEvent.from_row(*event.row())) == resource
 
 
 def _has_empty(value: Any) -> bool:
@@ -313,6 +328,23 @@ def test_verify_names_the_first_tampered_line(exported: tuple[Path, list[dict[st
     assert not result.ok and result.first_bad_seq == 7 and result.count == 6
 
 
+def _zero_seq(r: dict[str, Any]) -> dict[str, Any]:
+    r["extension"][0]["extension"][0]["valueInteger64"] = "0"
+    return r
+
+
+@pytest.mark.parametrize(
+    "change", [lambda r: "{", lambda r: {}, _zero_seq], ids=["json-string", "empty-object", "seq-0"]
+)
+def test_verify_reports_a_bad_first_line(exported: tuple[Path, list[dict[str, Any]], SqliteStore],
+                                         change: Any) -> None:  # fmt: skip
+    """A malformed or impossible first line gives a failed result, not an exception."""
+    out, _, _ = exported
+    _rewrite(out, 0, change)
+    result = verify_fhir(out)
+    assert not result.ok and result.count == 0 and "line 1" in result.reason
+
+
 def test_verify_after_purge_starts_at_the_base(store_dir: Path, tmp_path: Path) -> None:
     """A purged store exports from base+1; the export verifies from its first line, not from genesis."""
     with SqliteStore.open(store_dir) as store:
@@ -344,23 +376,31 @@ def test_refuses_to_overwrite(exported: tuple[Path, list[dict[str, Any]], Sqlite
     assert sorted(os.listdir(out.parent)) == sorted([out.name, "s"])
 
 
-def _tamper(store_dir: Path, seq: int, *, delete: bool = False) -> None:
-    """Change audit event ``seq`` (or delete it) in the database, behind the store's back."""
+def _tamper(store_dir: Path, seq: int, how: str = "edit") -> None:
+    """Edit, delete or re-link (a valid hash over a wrong prev_hash) audit event ``seq`` in the database."""
     with sqlite3.connect(store_dir / "msm-mem.sqlite") as conn:
-        if delete:
+        if how == "delete":
             conn.execute("DELETE FROM audit WHERE seq = ?", (seq,))
         else:
             (payload,) = conn.execute("SELECT payload FROM audit WHERE seq = ?", (seq,)).fetchone()
-            forged = bytes(payload).replace(b'"outcome":"success"', b'"outcome":"denied"', 1)
-            assert forged != bytes(payload)
-            conn.execute("UPDATE audit SET payload = ? WHERE seq = ?", (forged, seq))
+            event = AuditEvent.from_row(seq, payload, conn.execute(
+                "SELECT event_hash FROM audit WHERE seq = ?", (seq,)).fetchone()[0])  # fmt: skip
+            if how == "relink":
+                forged = ChainBuilder(seq - 1, "f" * 64).next(**{k: getattr(event, k) for k in (
+                    "time actor role action source_tier target_tier purpose outcome record_ids patient consent_id"
+                    " reason").split()}).row()  # fmt: skip
+                conn.execute("UPDATE audit SET payload = ?, event_hash = ? WHERE seq = ?", (forged[1], forged[2], seq))
+            else:
+                edited = bytes(payload).replace(b'"outcome":"success"', b'"outcome":"denied"', 1)
+                assert edited != bytes(payload)
+                conn.execute("UPDATE audit SET payload = ? WHERE seq = ?", (edited, seq))
     conn.close()
 
 
-@pytest.mark.parametrize("delete", [False, True], ids=["edited-event", "deleted-event"])
-def test_broken_chain_is_not_exported(store_dir: Path, tmp_path: Path, delete: bool) -> None:
-    """An edited or deleted event stops the export with AuditChainBroken naming its seq; no file appears."""
-    _tamper(store_dir, 5, delete=delete)
+@pytest.mark.parametrize("how", ["edit", "delete", "relink"])
+def test_broken_chain_is_not_exported(store_dir: Path, tmp_path: Path, how: str) -> None:
+    """An edited, deleted or re-linked event stops the export with AuditChainBroken naming its seq; no file."""
+    _tamper(store_dir, 5, how)
     out = tmp_path / "x.ndjson"
     with SqliteStore.open(store_dir) as store:
         with pytest.raises(AuditChainBroken) as caught:

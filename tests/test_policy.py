@@ -208,6 +208,13 @@ def test_backbone_policy_lets_backend_errors_through() -> None:
         policy.next(PolicyQuery(QUESTION), [])
 
 
+def test_backbone_policy_wraps_other_backbone_failures() -> None:
+    """Any other exception of the policy's backbone becomes a BackendError naming the backbone."""
+    policy = BackbonePolicy(Scripted(ConnectionError("reset")))
+    with pytest.raises(BackendError, match="scripted.*ConnectionError"):
+        policy.next(PolicyQuery(QUESTION), [])
+
+
 def test_backbone_policy_prompt_reports_refused_steps() -> None:
     """A refused step (memory switched off) is shown as refused in the next prompt."""
     policy = BackbonePolicy(Scripted("STOP"))

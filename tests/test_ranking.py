@@ -175,8 +175,8 @@ def test_agent_evidence_trail_carries_every_factor(mem: MsmMem, clock: FixedCloc
             assert e.freshness == pytest.approx(0.5 ** (200 / 365))
     scores = [e.score for e in answer.evidence]
     assert scores == sorted(scores, reverse=True)
-    shape = answer.to_json()["evidence"][0]
-    assert set(shape) == {"id", "kind", "score", "cosine", "confidence", "freshness", "tier_weight"}  # type: ignore[index]
+    shape = answer.evidence[0].to_json()
+    assert set(shape) == {"id", "kind", "score", "cosine", "confidence", "freshness", "tier_weight"}
 
 
 def test_critic_verdict_raises_the_rank_of_corrected_evidence(mem: MsmMem, tmp_path: Path) -> None:

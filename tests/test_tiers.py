@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from msm_mem._errors import IllegalTransition, InvalidInput, NotFound
+from msm_mem._errors import BackendError, IllegalTransition, ImageError, InvalidInput, NotFound
 from msm_mem._records import State, new_id
 from msm_mem._tier_records import ConsentRecord, StmChange, StmItem, StmState
 from msm_mem.governance.audit_chain import AuditEvent
@@ -52,7 +52,8 @@ def _png(folder: Path, seed: int) -> Path:
 def _z(mem: MsmMem, folder: Path, seed: int) -> np.ndarray:
     from msm_mem.plugins.images import load_image
 
-    return mem.encoder.encode([load_image(_png(folder, seed))])[0]
+    z: np.ndarray = mem.encoder.encode([load_image(_png(folder, seed))])[0]
+    return z
 
 
 def _events(mem: MsmMem) -> list[AuditEvent]:
@@ -164,7 +165,7 @@ def test_observe_writes_scoped_item_with_ttl(mem: MsmMem, tmp_path: Path, clock:
     (stored,) = mem.store.stm_list()
     assert stored.item_id == item.item_id and stored.patient_id == "P1" and stored.state == StmState.ACTIVE
     assert stored.expires_at == clock.now() + mem.settings.stm_ttl_s
-    assert np.allclose(stored.z, z) and stored.actor == AGENT.id
+    assert stored.z is not None and np.allclose(stored.z, z) and stored.actor == AGENT.id
     assert json.loads(stored.payload)["question"] == "Any consolidation?"
     event = _events(mem)[-1]
     assert (event.action, event.source_tier, event.target_tier, event.record_ids) == ("write", "source", "stm",
@@ -186,7 +187,8 @@ def test_stm_refresh_exists_only_as_a_store_change(mem: MsmMem, tmp_path: Path, 
     mem.ask("P1", _png(tmp_path, 1), "Again?")  # held: not novel, stays ACTIVE
     held = mem.store.stm_list(state=StmState.ACTIVE)[0]
     later = held.expires_at + 3600
-    mem.store.write(WriteBatch(stm_changes=[StmChange(held.item_id, StmState.ACTIVE, StmState.ACTIVE, expires_at=later)]))
+    refresh = StmChange(held.item_id, StmState.ACTIVE, StmState.ACTIVE, expires_at=later)
+    mem.store.write(WriteBatch(stm_changes=[refresh]))
     clock.advance(mem.settings.stm_ttl_s + 1)
     assert mem.maintainer.expire() == 0
     assert mem.store.stm_get([held.item_id])[0].expires_at == later
@@ -331,7 +333,7 @@ def test_supersession_property(steps: list[tuple[str, str, object, str]]) -> Non
                 else:
                     try:
                         mem.maintainer.critic_verdict(Actor("rad-1", "critic"), patient, study, accept=bool(arg),
-                                                      correction="Right lower lobe consolidation, pneumonia")  # fmt: skip
+                                                      correction="Right lower lobe consolidation")  # fmt: skip
                     except NotFound:
                         pass  # no claim for that study yet
                 mem.clock.advance(60)  # type: ignore[attr-defined]
@@ -339,3 +341,59 @@ def test_supersession_property(steps: list[tuple[str, str, object, str]]) -> Non
             assert mem.audit.verify().ok
         finally:
             mem.close()
+
+
+# agent failure paths: typed error, nothing written, reads and the error audited ---------------
+
+
+class FailingBackbone:
+    """A backbone whose every call fails."""
+
+    name = "failing"
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def generate(self, request: BackboneRequest) -> BackboneReply:
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc", [BackendError("upstream timeout"), TimeoutError("read timed out")])
+def test_backbone_failure_writes_nothing_but_audits_reads(mem: MsmMem, tmp_path: Path, exc: Exception) -> None:
+    """A failing backbone raises BackendError; STM/LTM are unchanged; consent, reads and the error are audited."""
+    mem.ask("P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
+    counts, before = _counts(mem), mem.store.audit_head()[0]
+    mem.agent.backbone = FailingBackbone(exc)
+    with pytest.raises(BackendError):
+        mem.ask("P1", _png(tmp_path, 2), "Any change?", study_id="S2")
+    assert _counts(mem) == counts
+    new = _events(mem)[before:]
+    actions = [e.action for e in new]
+    assert actions[0] == "consent" and actions[-1] == "turn" and set(actions[1:-1]) == {"read"}
+    reads = [e for e in new if e.action == "read"]
+    assert any(reads[0].record_ids)  # the reads that happened name what was read
+    assert (new[-1].outcome, new[-1].reason) == ("error", "BackendError")
+    assert "write" not in actions
+    assert mem.audit.verify().ok
+
+
+def test_unreadable_image_writes_nothing(mem: MsmMem, tmp_path: Path) -> None:
+    """A corrupt image raises ImageError before any read; only consent and the error are audited."""
+    bad = tmp_path / "corrupt.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"garbage" * 10)
+    counts, before = _counts(mem), mem.store.audit_head()[0]
+    with pytest.raises(ImageError):
+        mem.ask("P1", bad, "Any consolidation?")
+    assert _counts(mem) == counts
+    new = _events(mem)[before:]
+    expected = [("consent", "success", ""), ("turn", "error", "ImageError")]
+    assert [(e.action, e.outcome, e.reason) for e in new] == expected
+
+
+def test_empty_question_is_refused_before_the_turn(mem: MsmMem, tmp_path: Path) -> None:
+    """An empty question is InvalidInput before consent: nothing is written or audited."""
+    counts, before = _counts(mem), mem.store.audit_head()[0]
+    for question in ("", "   "):
+        with pytest.raises(InvalidInput):
+            mem.ask("P1", _png(tmp_path, 1), question)
+    assert _counts(mem) == counts and mem.store.audit_head()[0] == before

@@ -24,8 +24,8 @@ Two policies:
   step with a one-line textual protocol: ``"<memory> <scope> [k]"`` (for example
   ``"episodic patient 5"``) or ``"STOP"``. The reply text is parsed strictly (case and runs of
   spaces are ignored; nothing else may be on the line); an unparsable reply is treated as STOP
-  and logged, never guessed at. A backend failure (:class:`~msm_mem.BackendError`) propagates:
-  the agent records it as a failed turn.
+  and logged, never guessed at. A backend failure propagates as :class:`~msm_mem.BackendError`
+  (other exceptions of the backbone are wrapped in one): the agent records a failed turn.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, get_args, runtime_checkable
 
-from .._errors import InvalidInput
+from .._errors import BackendError, InvalidInput, MsmMemError
 from .._records import Hit
 from ..memory.ranking import Score
 from ..memory.retrieval import Scope
@@ -222,7 +222,13 @@ class BackbonePolicy:
 
     def next(self, query: PolicyQuery, history: Sequence[RetrievalStep]) -> Step | None:
         """The backbone's step; STOP when its reply does not parse (see :func:`parse_step`)."""
-        reply = self.backbone.generate(BackboneRequest(prompt=self.prompt(query, history), question=query.question))
+        request = BackboneRequest(prompt=self.prompt(query, history), question=query.question)
+        try:
+            reply = self.backbone.generate(request)
+        except MsmMemError:
+            raise
+        except Exception as exc:  # any other failure of the model is a backend error
+            raise BackendError(f"policy backbone {self.backbone.name!r} failed: {type(exc).__name__}: {exc}") from exc
         try:
             step = parse_step(reply.answer)
         except InvalidInput as exc:

@@ -10,7 +10,8 @@ remainder method:
 2. the patients left over go one each to the parts with the largest fractional remainders
    (ties: the earlier part in the order given);
 3. when there are at least as many patients as parts, a part left empty takes one patient from
-   the largest part (ties: the earlier part), so every part gets at least one when possible.
+   the largest part (ties: the earlier part), so every part gets at least one when possible
+   (a part with a zero share stays empty).
 
 Which patients fall where is a seeded shuffle of the sorted patient ids
 (``numpy.random.default_rng(seed)``), so the split depends only on the set of ids and the seed.
@@ -39,8 +40,8 @@ def largest_remainder(n: int, shares: Sequence[float]) -> list[int]:
     """Split ``n`` items into ``len(shares)`` whole counts proportional to ``shares``.
 
     The counts add up to ``n``; each is ``floor`` or ``ceil`` of its exact quota, except that
-    when ``n >= len(shares)`` no count is 0 (a part left empty takes one item from the largest
-    part). Shares are non-negative weights (they need not add up to 1). Raises
+    when there are at least as many items as positive shares no such part is left at 0 (it
+    takes one item from the largest part); a zero share always gets 0. Shares are non-negative weights (they need not add up to 1). Raises
     :class:`InvalidInput` for a negative ``n``, no shares, or shares that are negative, not
     finite or all zero.
     """
@@ -54,8 +55,9 @@ def largest_remainder(n: int, shares: Sequence[float]) -> list[int]:
     order = sorted(range(len(shares)), key=lambda i: (-(quotas[i] - counts[i]), i))
     for i in order[: n - sum(counts)]:
         counts[i] += 1
-    if n >= len(shares):
-        for i in range(len(counts)):
+    wanted = [i for i, s in enumerate(shares) if s > 0]
+    if n >= len(wanted):
+        for i in wanted:
             if counts[i] == 0:
                 donor = max(range(len(counts)), key=lambda j: (counts[j], -j))
                 counts[donor] -= 1

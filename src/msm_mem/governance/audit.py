@@ -16,8 +16,8 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from .._clock import Clock
 from .._errors import AccessDenied, NotFound
@@ -61,13 +61,14 @@ class AuditLog:
         if patient_id in ("", "*"):
             return patient_id
         with self._lock:
+            keys = self.store.keys()
+            key = keys.get(patient_id)
+            if key is not None and key.shredded:  # checked first: the shred may come from another handle
+                self._pseudonyms.pop(patient_id, None)
+                raise AccessDenied("this patient's keys were shredded; nothing more is recorded about them")
             cached = self._pseudonyms.get(patient_id)
             if cached is not None:
                 return cached
-            keys = self.store.keys()
-            key = keys.get(patient_id)
-            if key is not None and key.shredded:
-                raise AccessDenied("this patient's keys were shredded; nothing more is recorded about them")
             found = keys.pseudonym(key.key_id) if key is not None else None
             if found is None:
                 pseudonym = "pt-" + secrets.token_hex(12)
@@ -104,14 +105,25 @@ class AuditLog:
         failed write leaves the head where the store has it.
         """
         with self._lock:
-            head = self._head if self._head is not None else self.store.audit_head()
-            builder = ChainBuilder(*head)
-            batch.audit = [AuditRow(*builder.next(**spec).row()) for spec in specs]
-            try:
-                self.store.write(batch)
-            except BaseException:
-                self._head = None  # re-read from the store next time
-                raise
+            cached = self._head
+            head = cached if cached is not None else self.store.audit_head()
+            while True:
+                builder = ChainBuilder(*head)
+                batch.audit = [AuditRow(*builder.next(**spec).row()) for spec in specs]
+                try:
+                    self.store.write(batch)
+                except BaseException:
+                    self._head = None  # re-read from the store next time
+                    if cached is None:
+                        raise
+                    # another handle (the CLI, another process) appended since our last write:
+                    # the batch rolled back, so chain it once more after the stored head
+                    cached, stored = None, self.store.audit_head()
+                    if stored == head:
+                        raise
+                    head = stored
+                    continue
+                break
             self._head = (builder.head_seq, builder.head_hash)
         self.committed()
 

@@ -69,6 +69,10 @@ Other elements:
   (valueBase64Binary: the exact hashed bytes). :func:`verify_fhir` re-verifies the chain from
   an export alone and checks that every resource is exactly what its payload maps to.
 
+A stored string that FHIR cannot hold (control characters, or whitespace only) is written
+JSON-escaped with its quotes (``"\\f"``); a value that is not a valid FHIR code gets no local
+coding, only text. The payload keeps every original byte.
+
 Files are NDJSON (one resource per line, UTF-8, ``\\n`` after each), created mode 0600 and
 published atomically; an existing file is never overwritten.
 """
@@ -378,6 +382,15 @@ def _chain_row(resource: Any) -> tuple[int, bytes, str, str]:
     return seq, payload, str(parts["eventHash"]["valueString"]), str(parts["prevHash"]["valueString"])
 
 
+def _mismatch(event: AuditEvent, resource: Any) -> str:
+    """Why ``resource`` is not what :func:`to_fhir` makes of ``event`` ("" when it is)."""
+    try:
+        expected = to_fhir(event)
+    except InvalidInput as exc:  # a time no FHIR instant holds: this line is not our export
+        return str(exc)
+    return "" if expected == resource else "resource fields disagree with its hashed payload"
+
+
 def verify_fhir(path: str | os.PathLike[str], *, start_seq: int | None = None,
                 start_prev: str | None = None) -> VerifyResult:  # fmt: skip
     """Re-verify the audit chain from an NDJSON export alone.
@@ -421,15 +434,19 @@ def verify_fhir(path: str | os.PathLike[str], *, start_seq: int | None = None,
                 except (AuditChainBroken, InvalidInput):
                     pass  # verify_chain names this slot's exact problem
                 else:
-                    if to_fhir(event) != resource:
-                        problem.append(f"line {lineno}: resource fields disagree with its hashed payload")
+                    mismatch = _mismatch(event, resource)
+                    if mismatch:
+                        problem.append(f"line {lineno}: {mismatch}")
                         return
                 yield seq, payload, digest
                 line = next(lines, None)
                 lineno += 1
                 parsed = None if line is None else parse(lineno, line)
 
-        result = verify_chain(rows(), start_seq=seq0, start_prev=prev0)
+        try:
+            result = verify_chain(rows(), start_seq=seq0, start_prev=prev0)
+        except InvalidInput as exc:  # a first line naming an impossible start
+            return VerifyResult(False, 0, GENESIS, None, f"line 1: {exc}")
     if not result.ok or not problem:
         return result
     return VerifyResult(False, result.count, result.head_hash, seq0 + result.count, problem[0])

@@ -1,72 +1,65 @@
-"""The end-to-end demo on the synthetic longitudinal set.
+"""The end-to-end demo on the synthetic longitudinal set (``make demo``).
 
-Steps: generate the set; create a store; ingest every patient's first study as base memory;
-then ask about every later study in time order through the online loop with write-back (the
-reference impression arrives afterwards, as a signed report would, and is written back as
-ground truth, as a critic verdict). Prints example answers with their evidence trail and the mean token F1 of the
-answers with memory against a memory-free baseline (population nearest neighbour).
+Steps: generate the set; split its patients 30/60/10 (memory / fine-tune / validation, the
+memory split into Base and WB1..WB4); ingest the Base patients as base memory (the offline
+loop); then, for every memory configuration (the 8 subsets of S, E, V) and the baselines,
+answer each write-back phase's studies in time order through the online loop with write-back
+(the reference arriving afterwards as a critic verdict), and probe the validation patients
+after every phase. Prints Table 1 and writes the reports and plots into ``out``
+(see :mod:`msm_mem.eval.report` and :mod:`msm_mem.eval.plots`).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from pathlib import Path
 
 from .._settings import Settings
-from ..agent.agent import Query
 from ..datasets.synthetic import generate
-from ..eval.metrics import token_f1
-from ..memory.tiers import Actor
-from .api import MsmMem
+from ..eval.plots import write_plots
+from ..eval.protocol import ProtocolSettings, run_protocol
+from ..eval.report import table1_markdown, write_reports
 
-__all__ = ["run_demo"]
+__all__ = ["DEMO_PATIENTS", "run_demo"]
 
-CRITIC = Actor("report-signer", "critic")
+#: Patients of the demo's synthetic set: sized so ``make demo`` ends within minutes on 2 cores.
+DEMO_PATIENTS = 100
+_MARKER = ".msm-mem-demo"
+_OUTPUTS = ("data", "table1.md", "table1.csv", "phases.md", "phases.csv", "results.json", "answers.jsonl",
+            "figure6.png", "figure6_finding_f1.png", "configs.png", "gate.png")  # fmt: skip
 
 
-def run_demo(out: Path, *, seed: int = 0, patients: int = 40, verbose: bool = True) -> int:
-    """Run the demo in ``out`` (replaced if it holds a previous demo); returns 0."""
+def run_demo(out: Path, *, seed: int = 0, patients: int = DEMO_PATIENTS, verbose: bool = True,
+             jobs: int | None = None) -> int:  # fmt: skip
+    """Run the demo in ``out`` (its previous demo outputs are replaced); returns 0.
+
+    ``jobs`` worker processes run the memory configurations (default: up to 2, the CPUs
+    available); the results do not depend on it."""
+    started = time.monotonic()
     out = Path(out)
-    data, store_dir = out / "data", out / "store"
-    if (out / ".msm-mem-demo").exists():
-        shutil.rmtree(data, ignore_errors=True)
-        shutil.rmtree(store_dir, ignore_errors=True)
+    if (out / _MARKER).exists():
+        for name in _OUTPUTS:
+            path = out / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / ".msm-mem-demo").touch()
-    rows, problems = generate(data, patients=patients, seed=seed)
-    first: dict[str, float] = {}
-    for r in rows:
-        first[r.patient_id] = min(first.get(r.patient_id, r.timestamp), r.timestamp)
-    base = [r for r in rows if r.timestamp == first[r.patient_id]]
-    online = sorted((r for r in rows if r.timestamp != first[r.patient_id]), key=lambda r: (r.timestamp, r.patient_id))
-    f1_mem: list[float] = []
-    f1_none: list[float] = []
-    with MsmMem.init(store_dir, settings=Settings()) as mem:
-        report = mem.ingest(base, progress=verbose)
-        print(f"base memory: {report.summary()}")
-        shown = 0
-        for row in online:
-            q = Query(row.patient_id, row.image, row.question, timestamp=row.timestamp, study_id=row.study_id)
-            blind = mem.agent.ask(q, use_sem=False, use_epi=False, use_vis=False, write_back=False)
-            answer = mem.agent.ask(q)
-            f1_mem.append(token_f1(answer.answer, row.answer))
-            f1_none.append(token_f1(blind.answer, row.answer))
-            # the signed report arrives: a critic verdict supersedes the agent's impression
-            correct = answer.answer.strip().lower() == row.answer.strip().lower()
-            mem.maintainer.critic_verdict(CRITIC, row.patient_id, row.study_id, accept=correct,
-                                          correction="" if correct else row.answer, decision=row.decision)  # fmt: skip
-            if verbose and shown < 3 and answer.evidence:
-                shown += 1
-                print(f"\n{row.patient_id} {row.study_id}: {row.question}")
-                print(f"  answer:    {answer.answer}")
-                print(f"  reference: {row.answer}")
-                for e in answer.evidence[:4]:
-                    print(f"  evidence:  {e.kind:<9} {e.id} score={e.score:.3f}")
-                if answer.gate is not None:
-                    print(f"  gate:      written={answer.gate.written} {', '.join(answer.gate.reasons)}")
-        counts = {k: mem.store.count(k) for k in ("episodic", "visual", "semantic")}  # type: ignore[arg-type]
-    n = max(len(f1_mem), 1)
-    print(f"\nonline queries: {len(f1_mem)}; store now holds {counts}")
-    print(f"mean token F1 with memory (S+E+V):     {sum(f1_mem) / n:.3f}")
-    print(f"mean token F1 without memory (prior):  {sum(f1_none) / n:.3f}")
+    (out / _MARKER).touch()
+    rows, _ = generate(out / "data", patients=patients, seed=seed)
+    if verbose:
+        print(f"synthetic set: {len(rows)} studies of {patients} patients in {out / 'data'}")
+    jobs = jobs if jobs is not None else max(1, min(2, os.cpu_count() or 1))
+    run = run_protocol(rows, ProtocolSettings(seed=seed), memory=Settings(), dataset="synthetic", jobs=jobs,
+                       progress=verbose)  # fmt: skip
+    records = write_reports(run, out)
+    plots = write_plots(records, out, arms=run.arms, configs=run.settings.configs)
+    if verbose:
+        counts = run.split.counts()
+        print(f"\npatients: {counts['memory']} memory (Base {counts['Base']}, WB1-WB4 "
+              f"{'/'.join(str(counts[p]) for p in ('WB1', 'WB2', 'WB3', 'WB4'))}), {counts['finetune']} fine-tune "
+              f"(unused), {counts['validation']} validation; {len(run.answers)} answers scored\n")  # fmt: skip
+        print(table1_markdown(records, run))
+        print(f"reports: {', '.join(p.name for p in (out / 'table1.md', out / 'phases.md', out / 'results.json'))}; "
+              f"plots: {', '.join(p.name for p in plots)} (in {out})")  # fmt: skip
+        print(f"done in {time.monotonic() - started:.0f} s")
     return 0

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._errors import ConsentDenied, IllegalTransition, InvalidInput, MsmMemError
-from .._records import Hit, Vector, new_id
+from .._records import Hit, new_id
 from .._tier_records import Claim, StmChange, StmItem, StmState
 from ..governance import transitions
 from ..governance.audit import AuditLog

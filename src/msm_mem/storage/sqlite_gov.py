@@ -50,14 +50,20 @@ CREATE INDEX visual_decay ON visual(decay_at);
 """
 
 
+def data_version(conn: sqlite3.Connection) -> int:
+    """SQLite's ``PRAGMA data_version``: changes when another connection commits (cheap)."""
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+
 class SqliteKeyTable:
     """Wrapped data keys and pseudonyms in the store's database (own short transactions)."""
 
     def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
         self._conn, self._lock = conn, lock
-        # read cache; every write through this table updates it. A shred made by another
-        # process is seen after reopening (as with any data key already unwrapped in memory).
+        # read cache; every write through this table updates it, and a commit by another
+        # connection (the CLI shredding a patient while a server runs) empties it
         self._by_patient: dict[str, WrappedKey | None] = {}
+        self._version = -1
 
     @staticmethod
     def _key(r: Sequence[Any]) -> WrappedKey:
@@ -71,6 +77,10 @@ class SqliteKeyTable:
 
     def get(self, patient_ref: str) -> WrappedKey | None:
         with self._lock:
+            version = data_version(self._conn)
+            if version != self._version:
+                self._by_patient.clear()
+                self._version = version
             if patient_ref in self._by_patient:
                 return self._by_patient[patient_ref]
             key = self._one("patient_ref", patient_ref)
@@ -278,10 +288,15 @@ class GovernanceTables:
         return out
 
     _consent_cache: dict[str, list[ConsentRecord]]
+    _consent_version: int = -1
 
     def consents(self, patient_id: str | None = None) -> list[ConsentRecord]:
         with self._lock:
             self._check_open()
+            version = data_version(self._conn)
+            if version != self._consent_version:  # a grant or revocation through another connection
+                self._consent_cache.clear()
+                self._consent_version = version
             if patient_id is not None and patient_id in self._consent_cache:
                 return list(self._consent_cache[patient_id])
             if patient_id is None:

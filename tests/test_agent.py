@@ -1,0 +1,412 @@
+"""The online loop end to end: policy steps as audited reads, router weights, ablation flags as
+hard overrides, ask_many, failures that change nothing but the audit trail."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msm_mem import BackendError, ImageError, InvalidInput
+from msm_mem.agent.agent import AgentAnswer, MemoryAgent, Query
+from msm_mem.agent.policy import BackbonePolicy, PolicyQuery, RetrievalStep, Step
+from msm_mem.agent.router import ROUTER_FILE, FixedRouter, LearnedRouter, RouterExample, RouterFeatures, fit_router
+from msm_mem.datasets.manifest import ManifestRow
+from msm_mem.datasets.registry import load_dataset
+from msm_mem.datasets.synthetic import generate
+from msm_mem.interfaces.api import MsmMem
+from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
+from msm_mem.plugins.backbones.nonparametric import EMPTY_ANSWER, NonparametricBackbone
+from msm_mem.testing import FixedClock
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> list[ManifestRow]:
+    """Eight synthetic patients (generated once per module)."""
+    rows, problems = generate(tmp_path_factory.mktemp("synthetic"), patients=8, seed=0)
+    assert not problems
+    return rows
+
+
+def by_patient(rows: Sequence[ManifestRow]) -> dict[str, list[ManifestRow]]:
+    out: dict[str, list[ManifestRow]] = {}
+    for r in sorted(rows, key=lambda r: (r.patient_id, r.timestamp, r.study_id)):
+        out.setdefault(r.patient_id, []).append(r)
+    return out
+
+
+def query(row: ManifestRow, patient: str | None = None) -> Query:
+    return Query(patient or row.patient_id, row.image, row.question, timestamp=row.timestamp, study_id=row.study_id)
+
+
+def later(rows: Sequence[ManifestRow]) -> list[ManifestRow]:
+    """The second study of every patient that has one."""
+    return [rs[1] for rs in by_patient(rows).values() if len(rs) > 1]
+
+
+def open_store(tmp_path: Path, rows: Sequence[ManifestRow], name: str = "store") -> MsmMem:
+    """A fresh store holding the first study of each patient."""
+    mem = MsmMem.init(tmp_path / name, clock=FixedClock())
+    mem.ingest([rs[0] for rs in by_patient(rows).values()])
+    return mem
+
+
+@pytest.fixture
+def mem(tmp_path: Path, synthetic: list[ManifestRow]) -> Iterator[MsmMem]:
+    with open_store(tmp_path, synthetic) as m:
+        yield m
+
+
+def counts(mem: MsmMem) -> dict[str, int]:
+    claims = sum(len(mem.store.record_ids("claims", p)) for p in mem.store.patients())
+    return {"episodic": mem.store.count("episodic"), "visual": mem.store.count("visual"),
+            "semantic": mem.store.count("semantic"), "claims": claims, "stm": len(mem.store.stm_list())}  # fmt: skip
+
+
+def audit_since(mem: MsmMem, seq: int) -> list[dict[str, Any]]:
+    return [json.loads(r.payload) for r in mem.store.iter_audit(seq + 1)]
+
+
+class Recording:
+    """A backbone that records requests and answers with the nonparametric vote."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.requests: list[BackboneRequest] = []
+
+    def generate(self, request: BackboneRequest) -> BackboneReply:
+        self.requests.append(request)
+        return NonparametricBackbone().generate(request)
+
+
+class Faulty:
+    """A backbone that fails in a given way."""
+
+    name = "faulty"
+
+    def __init__(self, result: object) -> None:
+        self.result = result
+
+    def generate(self, request: BackboneRequest) -> Any:
+        if isinstance(self.result, BaseException):
+            raise self.result
+        return self.result
+
+
+class Always:
+    """A policy that never stops and always asks for the same step."""
+
+    def __init__(self, step: Step) -> None:
+        self.step = step
+
+    def next(self, query: PolicyQuery, history: Sequence[RetrievalStep]) -> Step | None:
+        return self.step
+
+
+def agent(mem: MsmMem, **kwargs: Any) -> MemoryAgent:
+    return MemoryAgent(mem.governed, mem.encoder, kwargs.pop("backbone", None), **kwargs)
+
+
+# answers -----------------------------------------------------------------------------------------
+
+
+def test_semantic_memory_recovers_the_patients_earlier_finding(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
+    """With semantic memory only, each later study is answered with the patient's earlier impression."""
+    firsts = {p: rs[0] for p, rs in by_patient(synthetic).items()}
+    assert len({r.answer for r in firsts.values()}) > 1  # the check is patient-specific
+    asked = later(synthetic)
+    assert len(asked) >= 5
+    for row in asked:
+        a = mem.agent.ask(query(row), use_epi=False, use_vis=False, write_back=False)
+        assert a.answer == firsts[row.patient_id].answer, row.patient_id
+        assert a.source == "memory"
+        assert [e.kind for e in a.evidence] == ["semantic"]
+        assert [s.step for s in a.steps] == [Step("semantic")]
+
+
+def test_without_any_memory_there_is_no_patient_evidence(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
+    """All flags off: nothing is read, no evidence, and the answer says there is no prior evidence."""
+    row = later(synthetic)[0]
+    seq, _ = mem.store.audit_head()
+    a = mem.agent.ask(query(row), use_sem=False, use_epi=False, use_vis=False, write_back=False)
+    assert (a.answer, a.source, a.evidence, a.steps) == (EMPTY_ANSWER, "empty", (), ())
+    assert not [e for e in audit_since(mem, seq) if e["action"] == "read"]
+
+
+def test_a_patient_without_memory_gets_the_population_prior(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
+    """A new patient has no evidence; the heuristic widens episodic to the population and the
+    backbone answers from other patients' impressions."""
+    row = later(synthetic)[0]
+    a = mem.agent.ask(query(row, patient="NEW-PATIENT"), write_back=False)
+    assert a.evidence == ()
+    assert a.source == "population-prior"
+    assert a.answer in {rs[0].answer for rs in by_patient(synthetic).values()}
+    assert a.steps[-1].step == Step("episodic", "population") and a.steps[-1].count > 0
+
+
+def test_full_memory_reads_s_e_v_and_cites_only_the_patients_records(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
+    """Default ask: the heuristic reads S, E, V in patient scope; the evidence is the patient's own."""
+    for row in later(synthetic)[:3]:
+        a = mem.agent.ask(query(row), write_back=False)
+        assert [s.step for s in a.steps] == [Step("semantic"), Step("episodic"), Step("visual")]
+        assert {e.kind for e in a.evidence} == {"semantic", "episodic", "visual"}
+        ids = [e.id for e in a.evidence if e.kind == "episodic"]
+        assert {r.patient_id for r in mem.store.get_episodes(ids)} == {row.patient_id}
+        assert [e.score for e in a.evidence] == sorted((e.score for e in a.evidence), reverse=True)
+
+
+# policy and flags --------------------------------------------------------------------------------
+
+
+def test_every_step_is_one_audited_read(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
+    """One read event per executed step, carrying the ids that step returned."""
+    seq, _ = mem.store.audit_head()
+    a = mem.agent.ask(query(later(synthetic)[0]), write_back=False)
+    reads = [e for e in audit_since(mem, seq) if e["action"] == "read"]
+    assert len(reads) == len(a.steps) == 3
+    for event, step in zip(reads, a.steps, strict=True):
+        assert event["record_ids"] == [h.id for h, _ in step.hits]
+
+
+def test_flags_override_the_policy(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
+    """A policy asking for a switched-off memory is refused every time: nothing read, limit enforced."""
+    seq, _ = mem.store.audit_head()
+    a = agent(mem, policy=Always(Step("visual", "population")), max_steps=3).ask(
+        query(later(synthetic)[0]), use_vis=False, write_back=False)  # fmt: skip
+    assert [s.refused for s in a.steps] == [True, True, True]
+    assert not [e for e in audit_since(mem, seq) if e["action"] == "read"]
+    assert a.weights is not None and a.weights.visual == 0.0
+
+
+class Replies:
+    """A backbone that replies with scripted texts (for the backbone policy)."""
+
+    name = "replies"
+
+    def __init__(self, *texts: str) -> None:
+        self.texts = list(texts)
+
+    def generate(self, request: BackboneRequest) -> BackboneReply:
+        return BackboneReply(self.texts.pop(0))
+
+
+def test_a_backbone_policy_drives_the_reads(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
+    """The backbone policy's steps are read as told; an unparsable reply stops the loop."""
+    row = later(synthetic)[0]
+    seq, _ = mem.store.audit_head()
+    a = agent(mem, policy=BackbonePolicy(Replies("episodic patient 1", "sure, let me think"))).ask(
+        query(row), write_back=False
+    )
+    assert [s.step for s in a.steps] == [Step("episodic", "patient", 1)]
+    assert len([e for e in audit_since(mem, seq) if e["action"] == "read"]) == 1
+    assert [e.kind for e in a.evidence] == ["episodic"]
+    assert a.answer == by_patient(synthetic)[row.patient_id][0].answer
+
+
+def test_step_limit_bounds_a_policy_that_never_stops(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
+    """max_steps reads at most; repeated hits are deduplicated by id."""
+    a = agent(mem, policy=Always(Step("episodic", "population", 3)), max_steps=2).ask(
+        query(later(synthetic)[0]), write_back=False)  # fmt: skip
+    assert len(a.steps) == 2
+    assert a.steps[0].new_ids and a.steps[1].new_ids == ()
+    assert len({e.id for e in a.evidence}) == len(a.evidence)
+
+
+def test_step_k_keeps_the_best_hits(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
+    """k=1 keeps only the top hit of a population read."""
+    a = agent(mem, policy=Always(Step("episodic", "population", 1)), max_steps=1).ask(
+        query(later(synthetic)[0]), write_back=False)  # fmt: skip
+    assert a.steps[0].count == 1
+
+
+def test_a_policy_returning_garbage_fails_the_turn(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
+    """A policy answer that is neither a Step nor None is an error, audited, nothing written."""
+    before = counts(mem)
+    with pytest.raises(InvalidInput, match="policy"):
+        agent(mem, policy=Always("episodic patient"), max_steps=1).ask(query(later(synthetic)[0]))  # type: ignore[arg-type]
+    assert counts(mem) == before
+
+
+@pytest.mark.parametrize("steps", [0, -1, True])
+def test_max_steps_must_be_positive(mem: MsmMem, steps: int) -> None:
+    """max_steps below 1 (or a bool) is refused."""
+    with pytest.raises(InvalidInput):
+        agent(mem, max_steps=steps)
+
+
+# router ------------------------------------------------------------------------------------------
+
+
+def test_router_weights_scale_candidates_and_zero_switches_an_expert_off(
+    mem: MsmMem, synthetic: list[ManifestRow]
+) -> None:
+    """Weights multiply each expert's candidate weights; weight 0 drops its candidates, prompt lines and evidence."""
+    row = later(synthetic)[0]
+    bb = Recording()
+    a = agent(mem, backbone=bb, router=FixedRouter(semantic=1.0, episodic=0.5, visual=0.0)).ask(
+        query(row), write_back=False
+    )
+    sent = bb.requests[-1].candidates
+    assert {c.kind for c in sent} == {"semantic", "episodic"}
+    raw = {c.id: c.weight for c in a.candidates}
+    for c in sent:
+        assert c.weight == pytest.approx(raw[c.id] * (0.5 if c.kind == "episodic" else 1.0))
+    assert "visual" not in {e.kind for e in a.evidence}
+    visual_ids = [h.id for s in a.steps if s.step.memory == "visual" for h, _ in s.hits]
+    assert visual_ids and not any(v in a.prompt for v in visual_ids)
+    assert bb.requests[-1].options["expert_weights"] == {"semantic": 1.0, "episodic": 0.5, "visual": 0.0}
+
+
+def test_all_experts_off_means_no_evidence(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
+    """A router switching every expert off leaves the backbone with nothing: 'No prior evidence'."""
+    a = agent(mem, router=FixedRouter(0.0, 0.0, 0.0)).ask(query(later(synthetic)[0]), write_back=False)
+    assert (a.answer, a.evidence) == (EMPTY_ANSWER, ())
+
+
+def test_router_features_describe_the_patients_retrieval(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
+    """The router sees the top cosines, counts, evidence age and semantic history of the patient."""
+    row = later(synthetic)[0]
+    a = mem.agent.ask(query(row), write_back=False)
+    f = a.features
+    assert f is not None
+    assert (f.n_episodic, f.n_visual, f.semantic_len) == (1, 1, 1)
+    first = by_patient(synthetic)[row.patient_id][0]
+    assert f.newest_age_days == pytest.approx((row.timestamp - first.timestamp) / 86_400)
+    assert f.top_cosine_episodic is not None and 0.0 < f.top_cosine_episodic <= 1.0
+
+
+def test_a_learned_router_in_the_store_directory_is_used(tmp_path: Path, synthetic: list[ManifestRow]) -> None:
+    """router.json in the store directory is loaded by a new agent; a malformed one is an error."""
+    examples = [RouterExample(RouterFeatures(0.9, 0.9, 1, 1, 1.0, 1), {"visual": False}) for _ in range(10)]
+    learned = fit_router(examples, min_weight=0.5)
+    with open_store(tmp_path, synthetic) as m:
+        assert isinstance(m.agent.router, FixedRouter)
+        path = m.agent.install_router(learned)
+        assert path == m.directory / ROUTER_FILE and path.is_file()
+        fresh = agent(m)
+        assert isinstance(fresh.router, LearnedRouter) and fresh.router.to_json() == learned.to_json()
+        a = fresh.ask(query(later(synthetic)[0]), write_back=False)
+        assert a.weights is not None and a.weights.visual == 0.0
+        assert "visual" not in {e.kind for e in a.evidence}
+        path.write_text("{}", encoding="utf-8")
+        with pytest.raises(InvalidInput, match=ROUTER_FILE):
+            agent(m)
+
+
+# ask_many ----------------------------------------------------------------------------------------
+
+
+def _summary(answers: Sequence[AgentAnswer]) -> list[tuple[Any, ...]]:
+    """Everything but the random record ids."""
+    return [(a.answer, a.source, a.decision, a.gate, tuple((e.kind, round(e.score, 9)) for e in a.evidence))
+            for a in answers]  # fmt: skip
+
+
+def test_ask_many_equals_asking_one_at_a_time(tmp_path: Path, synthetic: list[ManifestRow]) -> None:
+    """ask_many gives the answers of sequential asks, write-backs included (two identical stores)."""
+    rows = sorted((r for rs in by_patient(synthetic).values() for r in rs[1:]), key=lambda r: r.timestamp)
+    queries = [query(r) for r in rows]
+    with open_store(tmp_path, synthetic, "a") as a, open_store(tmp_path, synthetic, "b") as b:
+        many = a.agent.ask_many(queries)
+        one = [b.agent.ask(q) for q in queries]
+        assert _summary(many) == _summary(one)
+        assert counts(a) == counts(b)
+        assert any(x.gate is not None and x.gate.written for x in many)
+
+
+def test_ask_many_without_write_back_is_identical_in_one_store(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
+    """Without write-back, ask_many and sequential asks return identical JSON, ids included."""
+    queries = [query(r) for r in later(synthetic)]
+    many = mem.agent.ask_many(queries, use_vis=False, write_back=False)
+    one = [mem.agent.ask(q, use_vis=False, write_back=False) for q in queries]
+    assert [x.to_json() for x in many] == [x.to_json() for x in one]
+
+
+# failures ----------------------------------------------------------------------------------------
+
+
+def _events(mem: MsmMem, seq: int) -> list[tuple[str, str]]:
+    return [(e["action"], e["outcome"]) for e in audit_since(mem, seq)]
+
+
+def test_an_unreadable_image_fails_and_writes_only_the_audit(
+    mem: MsmMem, synthetic: list[ManifestRow], tmp_path: Path
+) -> None:
+    """A corrupt image raises ImageError; memory is unchanged; consent and the error are audited."""
+    bad = tmp_path / "corrupt.png"
+    bad.write_bytes(b"not a png")
+    before, (seq, _) = counts(mem), mem.store.audit_head()
+    with pytest.raises(ImageError):
+        mem.agent.ask(Query(later(synthetic)[0].patient_id, bad, "What is the impression?"))
+    assert counts(mem) == before
+    events = audit_since(mem, seq)
+    assert [(e["action"], e["outcome"]) for e in events] == [("consent", "success"), ("turn", "error")]
+    assert events[-1]["reason"] == "ImageError"
+
+
+@pytest.mark.parametrize("question", ["", "   "])
+def test_an_empty_question_fails_before_anything_happens(
+    mem: MsmMem, synthetic: list[ManifestRow], question: str
+) -> None:
+    """A blank question raises InvalidInput; nothing at all is written, not even an audit event."""
+    before, head = counts(mem), mem.store.audit_head()
+    with pytest.raises(InvalidInput, match="question"):
+        mem.agent.ask(Query(later(synthetic)[0].patient_id, later(synthetic)[0].image, question))
+    assert (counts(mem), mem.store.audit_head()) == (before, head)
+
+
+@pytest.mark.parametrize(
+    "result",
+    [BackendError("endpoint timed out"), RuntimeError("socket closed"), BackboneReply(""),
+     BackboneReply(123), "just a string", None],  # type: ignore[arg-type]
+    ids=["backend-error", "other-exception", "empty-answer", "non-text-answer", "not-a-reply", "none"],
+)  # fmt: skip
+def test_a_failing_backbone_changes_nothing_but_the_audit(
+    mem: MsmMem, synthetic: list[ManifestRow], result: object
+) -> None:
+    """A backbone that raises or replies malformed gives BackendError; memory is unchanged; the
+    consent decision, every read and the error are audited."""
+    before, (seq, _) = counts(mem), mem.store.audit_head()
+    with pytest.raises(BackendError, match="faulty|timed out"):  # the backbone's own error passes unchanged
+        agent(mem, backbone=Faulty(result)).ask(query(later(synthetic)[0]))
+    assert counts(mem) == before
+    assert _events(mem, seq) == [("consent", "success")] + [("read", "success")] * 3 + [("turn", "error")]
+    assert audit_since(mem, seq)[-1]["reason"] == "BackendError"
+    assert mem.audit.verify().ok
+
+
+# covid-cxr ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.shared
+def test_covid_cxr_end_to_end(tmp_path: Path) -> None:
+    """On the real covid-cxr snapshot (a handful of patients with distinct first diagnoses): semantic
+    memory recovers each patient's earlier diagnosis; full memory cites only that patient."""
+    folder = SHARED / "data" / "covid-cxr"
+    if not (folder / "metadata.csv").is_file():
+        pytest.skip("../shared/data/covid-cxr absent")
+    rows, _ = load_dataset("covid-cxr", folder, check_images=False)
+    chosen: dict[str, list[ManifestRow]] = {}
+    for patient, rs in by_patient(rows).items():
+        if len(rs) > 1 and rs[0].answer not in {c[0].answer for c in chosen.values()}:
+            chosen[patient] = rs
+        if len(chosen) == 5:
+            break
+    assert len(chosen) >= 3
+    with open_store(tmp_path, [r for rs in chosen.values() for r in rs]) as m:
+        for patient, rs in chosen.items():
+            sem = m.agent.ask(query(rs[1]), use_epi=False, use_vis=False, write_back=False)
+            assert sem.answer == rs[0].answer, patient
+            full = m.agent.ask(query(rs[1]), write_back=False)
+            episodes = m.store.get_episodes([e.id for e in full.evidence if e.kind == "episodic"])
+            assert episodes and {e.patient_id for e in episodes} == {patient}
+            assert full.answer == rs[0].answer  # the only evidence is the patient's first study
+        stranger = m.agent.ask(query(next(iter(chosen.values()))[1], patient="covid-nobody"), write_back=False)
+        assert stranger.source == "population-prior" and stranger.evidence == ()
+        assert stranger.answer in {rs[0].answer for rs in chosen.values()}

@@ -1,0 +1,195 @@
+"""Tests for msm_mem.eval.protocol: configurations, phases, modes, feedback, determinism."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from msm_mem._errors import InvalidInput
+from msm_mem.datasets.manifest import ManifestRow
+from msm_mem.datasets.synthetic import generate
+from msm_mem.eval.protocol import (
+    CONFIGS,
+    Answered,
+    ProtocolRun,
+    ProtocolSettings,
+    config_flags,
+    fingerprint,
+    parse_configs,
+    run_protocol,
+)
+from msm_mem.eval.split import PHASES
+from msm_mem.plugins.backbones.nonparametric import EMPTY_ANSWER
+
+# ---------------------------------------------------------------- configurations
+
+
+def test_all_is_the_eight_subsets_in_table_order() -> None:
+    """"all" gives the 8 subsets of S, E, V, none first and SEV last."""
+    assert parse_configs("all") == CONFIGS == ("none", "S", "E", "V", "SE", "SV", "EV", "SEV")
+
+
+def test_configs_are_canonicalised_and_ordered() -> None:
+    """Letters in any order and case map to S, E, V order; the result follows CONFIGS order."""
+    assert parse_configs("ves, e ,None,es") == ("none", "E", "SE", "SEV")
+
+
+@pytest.mark.parametrize("text", ["X", "SS", "", "S,,E", "all,S"])
+def test_bad_configs_are_refused(text: str) -> None:
+    """Unknown letters, repeats and empty items raise InvalidInput."""
+    with pytest.raises(InvalidInput):
+        parse_configs(text)
+
+
+def test_flags_follow_the_letters() -> None:
+    """SV reads semantic and visual memory, not episodic; none reads nothing."""
+    assert config_flags("SV") == {"use_sem": True, "use_epi": False, "use_vis": True}
+    assert config_flags("none") == {"use_sem": False, "use_epi": False, "use_vis": False}
+    with pytest.raises(InvalidInput):
+        config_flags("VS")
+
+
+def test_settings_refuse_unknown_feedback_and_baselines() -> None:
+    """Feedback must be truth or none; baselines must be known; something must be evaluated."""
+    with pytest.raises(InvalidInput):
+        ProtocolSettings(feedback="maybe")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        ProtocolSettings(baselines=("oracle",))
+    with pytest.raises(InvalidInput):
+        ProtocolSettings(configs=(), baselines=())
+
+
+# ---------------------------------------------------------------- fingerprint
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> list[ManifestRow]:
+    rows, _ = generate(tmp_path_factory.mktemp("syn"), patients=20, studies_per_patient=(2, 4), seed=3, size=64)
+    return rows
+
+
+def test_fingerprint_ignores_folder_and_order_but_not_content(data: list[ManifestRow], tmp_path: Path) -> None:
+    """The same set generated elsewhere has the same fingerprint; a changed answer does not."""
+    again, _ = generate(tmp_path, patients=20, studies_per_patient=(2, 4), seed=3, size=64)
+    assert fingerprint(list(reversed(again))) == fingerprint(data)
+    changed = [replace(data[0], answer="something else"), *data[1:]]
+    assert fingerprint(changed) != fingerprint(data)
+
+
+# ---------------------------------------------------------------- runs
+
+
+@pytest.fixture(scope="module")
+def truth(data: list[ManifestRow]) -> ProtocolRun:
+    return run_protocol(data, ProtocolSettings(configs=("none", "S", "SEV")), dataset="synthetic")
+
+
+@pytest.fixture(scope="module")
+def blind(data: list[ManifestRow]) -> ProtocolRun:
+    return run_protocol(data, ProtocolSettings(configs=("S",), baselines=("copy-prior",), feedback="none"))
+
+
+def _by(run: ProtocolRun, mode: str, arm: str) -> dict[str, list[Answered]]:
+    out: dict[str, list[Answered]] = defaultdict(list)
+    for a in run.answers:
+        if a.mode == mode and a.arm == arm:
+            out[a.phase].append(a)
+    return out
+
+
+def test_online_scores_each_phase_on_its_own_patients(truth: ProtocolRun, data: list[ManifestRow]) -> None:
+    """Online WB1..WB4 answer exactly the studies of that phase's patients, in time order; Base
+    and validation studies are never answered online."""
+    when = {(r.patient_id, r.study_id): r.timestamp for r in data}
+    online = _by(truth, "online", "SEV")
+    assert list(online) == list(PHASES[1:])
+    for phase, patients in zip(PHASES[1:], truth.split.phases[1:], strict=True):
+        answered = online[phase]
+        assert {a.patient_id for a in answered} == set(patients)
+        assert len(answered) == sum(r.patient_id in patients for r in data)
+        times = [when[(a.patient_id, a.study_id)] for a in answered]
+        assert times == sorted(times)
+
+
+def test_frozen_scores_the_same_validation_queries_after_every_phase(truth: ProtocolRun) -> None:
+    """The frozen probe answers the same validation studies after Base and each of WB1..WB4."""
+    frozen = _by(truth, "frozen", "S")
+    assert list(frozen) == list(PHASES)
+    queries = {phase: [(a.patient_id, a.study_id) for a in answers] for phase, answers in frozen.items()}
+    assert all(q == queries["Base"] for q in queries.values())
+    assert {p for p, _ in queries["Base"]} == set(truth.split.validation)
+
+
+def test_every_arm_answers_the_same_queries(truth: ProtocolRun) -> None:
+    """Configurations and baselines are scored on identical (mode, phase, study) lists."""
+    keys: dict[str, list[tuple[str, str, str, str]]] = defaultdict(list)
+    for a in truth.answers:
+        keys[a.arm].append((a.mode, a.phase, a.patient_id, a.study_id))
+    assert set(keys) == {"none", "S", "SEV", "prior", "copy-prior", "nearest-neighbour"}
+    assert len({tuple(v) for v in keys.values()}) == 1
+
+
+def test_answers_come_before_their_write_back(truth: ProtocolRun) -> None:
+    """With only semantic memory a patient's first study has nothing to go on (its own study is
+    not yet in memory), and the no-memory agent never has anything."""
+    first: dict[tuple[str, str, str], Answered] = {}
+    for a in truth.answers:
+        if a.arm == "S":
+            first.setdefault((a.mode, a.phase, a.patient_id), a)
+    assert first and all(a.prediction == EMPTY_ANSWER for a in first.values())
+    assert {a.prediction for a in truth.answers if a.arm == "none"} == {EMPTY_ANSWER}
+
+
+def _followers(run: ProtocolRun, arm: str) -> list[tuple[Answered, Answered]]:
+    """Consecutive (earlier, later) answers of one patient within one mode and phase."""
+    seq: dict[tuple[str, str, str], list[Answered]] = defaultdict(list)
+    for a in run.answers:
+        if a.arm == arm:
+            seq[(a.mode, a.phase, a.patient_id)].append(a)
+    return [(x, y) for answers in seq.values() for x, y in zip(answers, answers[1:], strict=False)]
+
+
+def test_truth_feedback_supersedes_the_agents_impression(truth: ProtocolRun) -> None:
+    """With feedback, semantic memory holds the signed report: each next answer of a patient is
+    the previous study's reference, not the agent's own earlier answer."""
+    pairs = _followers(truth, "S")
+    assert pairs
+    assert all(later.prediction == earlier.reference for earlier, later in pairs)
+
+
+def test_without_feedback_only_the_agents_own_answers_are_written_back(blind: ProtocolRun) -> None:
+    """Without feedback each next semantic-only answer repeats the agent's own answer, and the
+    copy-prior baseline copies its own answer, never the reference."""
+    for arm in ("S", "copy-prior"):
+        pairs = _followers(blind, arm)
+        assert pairs
+        assert all(later.prediction == earlier.prediction for earlier, later in pairs)
+    assert {a.prediction for a in blind.answers if a.arm == "S"} == {EMPTY_ANSWER}
+
+
+def test_gate_outcomes_are_recorded_for_memory_configurations_only(truth: ProtocolRun) -> None:
+    """Agent answers carry written/discarded:<codes>; baselines carry no gate."""
+    gates = {a.gate for a in truth.answers if a.arm in CONFIGS}
+    assert gates and all(g == "written" or g.startswith("discarded:") for g in gates)
+    assert {a.gate for a in truth.answers if a.arm not in CONFIGS} == {""}
+    assert {a.gate for a in truth.answers if a.arm == "none"} <= {g for g in gates if g.startswith("discarded")}
+
+
+def test_same_seed_same_answers_whatever_the_number_of_processes(data: list[ManifestRow],
+                                                                 truth: ProtocolRun) -> None:  # fmt: skip
+    """A second run with 2 worker processes gives exactly the same answers."""
+    again = run_protocol(data, ProtocolSettings(configs=("none", "S", "SEV")), dataset="synthetic", jobs=2)
+    assert again.answers == truth.answers
+    assert again.data == truth.data
+
+
+def test_unlabelled_rows_are_left_out(data: list[ManifestRow]) -> None:
+    """Rows with an empty answer are not scored; nothing labelled at all is an error."""
+    run = run_protocol([replace(data[0], answer=""), *data[1:]], ProtocolSettings(configs=(), baselines=("prior",)))
+    assert (data[0].patient_id, data[0].study_id) not in {(a.patient_id, a.study_id) for a in run.answers}
+    assert run.data["rows"] == len(data) and run.data["labelled"] == len(data) - 1
+    with pytest.raises(InvalidInput):
+        run_protocol([replace(r, answer="") for r in data])
