@@ -12,6 +12,7 @@ import pytest
 
 from msm_mem._errors import MissingExtra
 from msm_mem._settings import Settings
+from msm_mem.datasets.manifest import ManifestRow
 from msm_mem.datasets.synthetic import generate
 from msm_mem.eval.labeler import finding_f1
 from msm_mem.eval.plots import write_plots
@@ -31,7 +32,8 @@ def test_finding_counts_pool_to_the_labelers_micro_f1() -> None:
     """Per-pair (TP, FP, FN) summed give finding_f1's micro F1 (uncertain counted positive)."""
     tp, fp, fn = (sum(c) for c in zip(*(finding_counts(p, r) for p, r in PAIRS), strict=True))
     assert finding_counts(*PAIRS[0]) == (1, 0, 1)  # effusion matched, cardiomegaly missed
-    assert 2 * tp / (2 * tp + fp + fn) == pytest.approx(finding_f1([p for p, _ in PAIRS], [r for _, r in PAIRS])["micro"])
+    expected = finding_f1([p for p, _ in PAIRS], [r for _, r in PAIRS])["micro"]
+    assert 2 * tp / (2 * tp + fp + fn) == pytest.approx(expected)
 
 
 def _run(answers: list[Answered]) -> ProtocolRun:
@@ -73,13 +75,13 @@ def test_table1_has_one_row_per_arm_with_marks() -> None:
 
 
 @pytest.fixture(scope="module")
-def rows(tmp_path_factory: pytest.TempPathFactory) -> list:  # type: ignore[type-arg]
+def rows(tmp_path_factory: pytest.TempPathFactory) -> list[ManifestRow]:
     rows, _ = generate(tmp_path_factory.mktemp("syn"), patients=20, studies_per_patient=(2, 3), seed=5, size=64)
     return rows
 
 
 @pytest.fixture(scope="module")
-def reports(rows: list, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ProtocolRun]:  # type: ignore[type-arg]
+def reports(rows: list[ManifestRow], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ProtocolRun]:
     run = run_protocol(rows, ProtocolSettings(configs=("none", "SEV"), seed=5), dataset="synthetic")
     out = tmp_path_factory.mktemp("out")
     write_reports(run, out, n_boot=100)
@@ -89,10 +91,10 @@ def reports(rows: list, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
 def test_reports_are_written_with_the_paper_shapes(reports: tuple[Path, ProtocolRun]) -> None:
     """table1.csv: one row per arm and mode at WB4; phases.csv: every mode, phase and arm."""
     out, run = reports
-    table = list(csv.DictReader((out / "table1.csv").open(encoding="utf-8")))
+    table = list(csv.DictReader((out / "table1.csv").read_text(encoding="utf-8").splitlines()))
     assert {(r["mode"], r["arm"]) for r in table} == {(m, a) for m in ("online", "frozen") for a in run.arms}
     assert {r["phase"] for r in table} == {"WB4"}
-    phases = list(csv.DictReader((out / "phases.csv").open(encoding="utf-8")))
+    phases = list(csv.DictReader((out / "phases.csv").read_text(encoding="utf-8").splitlines()))
     assert len(phases) == len(run.arms) * (4 + 5)
     for name in ("table1.md", "phases.md", "answers.jsonl"):
         assert (out / name).stat().st_size > 0
@@ -111,7 +113,7 @@ def test_results_json_has_settings_fingerprint_split_and_no_random_ids(reports: 
     assert not re.search(r"[0-9a-f]{32}", text.replace(str(run.data["fingerprint"]), ""))
 
 
-def test_same_seed_gives_byte_identical_results(rows: list, reports: tuple[Path, ProtocolRun],  # type: ignore[type-arg]
+def test_same_seed_gives_byte_identical_results(rows: list[ManifestRow], reports: tuple[Path, ProtocolRun],
                                                 tmp_path: Path) -> None:  # fmt: skip
     """Running again with the same data, settings and seed writes identical results and tables."""
     out, _ = reports

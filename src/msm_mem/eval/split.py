@@ -41,9 +41,9 @@ def largest_remainder(n: int, shares: Sequence[float]) -> list[int]:
 
     The counts add up to ``n``; each is ``floor`` or ``ceil`` of its exact quota, except that
     when there are at least as many items as positive shares no such part is left at 0 (it
-    takes one item from the largest part); a zero share always gets 0. Shares are non-negative weights (they need not add up to 1). Raises
-    :class:`InvalidInput` for a negative ``n``, no shares, or shares that are negative, not
-    finite or all zero.
+    takes one item from the largest part); a zero share always gets 0. Shares are non-negative
+    weights (they need not add up to 1). Raises :class:`InvalidInput` for a negative ``n``, no
+    shares, or shares that are negative, not finite or all zero.
     """
     if n < 0:
         raise InvalidInput(f"cannot split a negative number of items ({n})")
@@ -55,7 +55,7 @@ def largest_remainder(n: int, shares: Sequence[float]) -> list[int]:
     order = sorted(range(len(shares)), key=lambda i: (-(quotas[i] - counts[i]), i))
     for i in order[: n - sum(counts)]:
         counts[i] += 1
-    wanted = [i for i, s in enumerate(shares) if s > 0]
+    wanted = [i for i, share in enumerate(shares) if share > 0]
     if n >= len(wanted):
         for i in wanted:
             if counts[i] == 0:

@@ -1,0 +1,46 @@
+"""Tests for the eval and demo commands of msm_mem.interfaces.cli_extra (thin CLI layers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from msm_mem.interfaces.cli import main
+
+
+def test_eval_writes_reports_and_prints_table1(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`msm-mem eval` on a small synthetic set exits 0, prints Table 1 and writes the reports;
+    the data set options reach the loader (12 patients)."""
+    out = tmp_path / "out"
+    code = main(["eval", "--dataset", "synthetic", str(tmp_path / "data"), "--out", str(out), "--configs", "s,sev",
+                 "--option", "patients=12", "--option", "size=64", "--bootstrap", "20", "--no-progress",
+                 "--no-plots", "--jobs", "1"])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "# Table 1" in printed and "| SEV | ✓ | ✓ | ✓ |" in printed
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert doc["data"]["patients"] == 12 and doc["settings"]["configs"] == ["S", "SEV"]
+    assert doc["split"]["counts"]["Base"] == 0  # 4 memory patients over 5 parts: Base is left empty
+    assert not list(out.glob("*.png"))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--configs", "SX"], "unknown memory configuration"),
+    (["--option", "patients"], "KEY=VALUE"),
+    (["--option", "colour=3"], "unknown option"),
+    (["--bootstrap", "0"], "--bootstrap"),
+])  # fmt: skip
+def test_eval_bad_arguments_are_one_line_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                args: list[str], message: str) -> None:  # fmt: skip
+    """Bad configurations, options or bootstrap counts exit 1 with one `error:` line."""
+    code = main(["eval", "--dataset", "synthetic", str(tmp_path / "d"), "--out", str(tmp_path / "o"), *args])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith("error:") and message in err and err.count("\n") == 1
+
+
+def test_eval_unknown_feedback_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--feedback accepts only truth or none (usage error, status 2)."""
+    assert main(["eval", "--dataset", "synthetic", str(tmp_path), "--out", str(tmp_path), "--feedback", "x"]) == 2
