@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from msm_mem._errors import AccessDenied, NotFound
+from msm_mem._errors import AccessDenied, IllegalTransition, NotFound
 from msm_mem.governance.audit import RETENTION_S
 from msm_mem.governance.audit_chain import AuditEvent, ChainBuilder
 from msm_mem.interfaces.api import MsmMem
@@ -304,7 +304,7 @@ def test_purge_refused_within_six_years(mem: MsmMem, tmp_path: Path, clock: Fixe
     head = mem.store.audit_head()[0]
     clock.advance(RETENTION_S - 1)
     with pytest.raises(AccessDenied, match="retention"):
-        mem.audit.purge(head)
+        mem.audit.purge(head, actor="root", role="admin", reason="retention expired")
     assert mem.store.audit_head()[0] == head and mem.store.audit_base()[0] == 0
     assert RETENTION_S >= 6 * 365 * 86400
 
@@ -317,8 +317,8 @@ def test_purge_after_retention_keeps_the_chain_verifiable(mem: MsmMem, tmp_path:
     clock.advance(RETENTION_S + 86400)
     mem.ask(PATIENT, _png(tmp_path, 2), QUESTION)  # young events stay
     with pytest.raises(AccessDenied):
-        mem.audit.purge(mem.store.audit_head()[0])
-    assert mem.audit.purge(old_head[0]) == old_head[0]
+        mem.audit.purge(mem.store.audit_head()[0], actor="root", role="admin", reason="retention expired")
+    assert mem.audit.purge(old_head[0], actor="root", role="admin", reason="retention expired") == old_head[0]
     assert mem.store.audit_base() == old_head
     assert [r.seq for r in mem.store.iter_audit()][0] == old_head[0] + 1
     assert mem.audit.verify().ok
@@ -327,15 +327,19 @@ def test_purge_after_retention_keeps_the_chain_verifiable(mem: MsmMem, tmp_path:
     assert mem.audit.verify().ok and mem.audit.verify(full=False).ok
     clock.advance(RETENTION_S + 86400)
     with pytest.raises(NotFound):
-        mem.audit.purge(10**6)
+        mem.audit.purge(10**6, actor="root", role="admin", reason="retention expired")
 
 
-@pytest.mark.xfail(strict=True, reason="AuditLog.purge takes no actor or reason: the table's purge_expired flow "
-                   "(admin only, reason required) is never checked and the purge itself is not audited")  # fmt: skip
 def test_purge_is_itself_audited(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
     """A purge leaves an event naming who purged and why."""
     mem.ask(PATIENT, _png(tmp_path, 1), QUESTION)
     head = mem.store.audit_head()[0]
     clock.advance(RETENTION_S + 86400)
-    mem.audit.purge(head)
-    assert [e.action for e in _events(mem)] == ["purge_expired"]
+    with pytest.raises(IllegalTransition):
+        mem.audit.purge(head, actor="agent-1", role="agent", reason="retention expired")
+    with pytest.raises(IllegalTransition):
+        mem.audit.purge(head, actor="root", role="admin", reason=" ")
+    mem.audit.purge(head, actor="root", role="admin", reason="retention expired")
+    (event,) = _events(mem)
+    assert (event.action, event.actor, event.role, event.reason) == ("purge_expired", "root", "admin", "retention expired")
+    assert mem.audit.verify().ok

@@ -276,8 +276,6 @@ def test_grant_is_audited_with_pseudonym(bare: MsmMem) -> None:
     assert b"P-secret-42" not in next(iter(reversed(list(bare.store.iter_audit())))).payload
 
 
-@pytest.mark.xfail(strict=True, reason="population-prior reads other patients' identified records without checking "
-                   "those patients' consent (retrieve(scope='population') checks the turn's patient only)")  # fmt: skip
 def test_population_prior_respects_other_patients_deny(tmp_path: Path, clock: FixedClock) -> None:
     """A patient who denied the agent must not feed another patient's answer."""
     mem = MsmMem.init(tmp_path / "s", clock=clock, policy=[])

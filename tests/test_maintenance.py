@@ -145,8 +145,6 @@ def test_age_threshold_consolidates_an_answered_item(mem: MsmMem, tmp_path: Path
     assert len(aged) == 1 and aged[0].role == "system" and aged[0].record_ids[0] == item.item_id
 
 
-@pytest.mark.xfail(strict=True, reason="consolidate_aged re-stages the held item's answer as a new semantic "
-                   "impression although the turn that held it already added it: duplicate history entry")  # fmt: skip
 def test_age_threshold_does_not_duplicate_semantic_impressions(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
     """Re-gating a held item must not add its answer to the semantic history a second time."""
     _held(mem, tmp_path)
@@ -288,13 +286,19 @@ def test_decay_anonymises_in_place(mem: MsmMem, tmp_path: Path, clock: FixedCloc
     old |= {("visual", v.visual_id) for v in mem.store.iter_visuals()}
     old_claims = {c.claim_id for k in ("ACC-778899", "ACC-778900", "ACC-778901")
                   for c in mem.store.claim_history("PAT-0042", f"study:{k}")}  # fmt: skip
-    assert mem.maintainer.decay() == 0  # nothing due yet
+    assert mem.maintainer.decay() == (0, 0)  # nothing due yet
+    active_claims = {c.claim_id for c in mem.store.claims_active("PAT-0042")}
+    active = [e for e in mem.store.iter_episodes() if e.state == State.ACTIVE]
+    active += [v for v in mem.store.iter_visuals() if v.state == State.ACTIVE]  # type: ignore[misc]
     clock.advance(10 * YEAR)
     report = mem.maintain()
-    assert report.anonymized == len(old) + len(old_claims)
+    # active records are anonymised; superseded ones and the semantic versions are retracted
+    assert report.anonymized == len(active) + len(active_claims)
+    retracted = [e for e in _events(mem) if e.action == "decay" and e.reason == "retracted"]
+    assert report.retracted == len(retracted) >= len(old_claims - active_claims) + 1  # + the semantic versions
     assert mem.store.record_ids("episodic", "PAT-0042") == [] and mem.store.record_ids("claims", "PAT-0042") == []
     decayed = _decayed_texts(mem)
-    assert len(decayed) == len(old) + len(old_claims)
+    assert len(decayed) == report.anonymized
     old_ids = {i for _, i in old} | old_claims
     for new_id, fields in decayed.items():
         assert new_id not in old_ids
@@ -344,15 +348,12 @@ def test_decay_audit_names_only_the_old_id(mem: MsmMem, tmp_path: Path, clock: F
     mem.maintain()
     (new_ep,) = list(mem.store.iter_episodes())
     decay = [e for e in _events(mem) if e.action == "decay"]
-    assert len(decay) == 3  # episode, visual, claim
+    assert len(decay) == 4  # episode, visual, claim (anonymised), semantic state (retracted)
     assert all(len(e.record_ids) == 1 and e.patient == "" and e.role == "system" for e in decay)
     assert old_ep.episode_id in {e.record_ids[0] for e in decay}
     assert not any(new_ep.episode_id.encode() in p for p in _payloads(mem))
 
 
-@pytest.mark.xfail(strict=True, reason="anonymised rows keep links to their identified past: supersedes and "
-                   "visual.source_episode_id hold old ids that the audit tier ties to the patient's pseudonym, "
-                   "and claims keep key 'study:<study id>' (storage refuses to rewrite those columns)")  # fmt: skip
 def test_decayed_records_keep_no_link_to_old_ids(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
     """No anonymised row holds an id or study identifier that the patient's audit trail names."""
     mem.ask("P1", _png(tmp_path, 1), "Any consolidation?", study_id="ACC-778899")
@@ -368,8 +369,6 @@ def test_decayed_records_keep_no_link_to_old_ids(mem: MsmMem, tmp_path: Path, cl
     assert not [r[0] for r in rows if "ACC-778899" in r[0]]
 
 
-@pytest.mark.xfail(strict=True, reason="a superseded (critic-rejected) episode becomes ANONYMIZED at decay and "
-                   "searchable again: the rejected answer returns as population experience")  # fmt: skip
 def test_rejected_answer_does_not_return_after_decay(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
     """After decay the population pool holds the critic's correction, not the answer it rejected."""
     mem.ask("P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
@@ -381,8 +380,6 @@ def test_rejected_answer_does_not_return_after_decay(mem: MsmMem, tmp_path: Path
     assert answers == [CORRECTION]
 
 
-@pytest.mark.xfail(strict=True, reason="semantic states have no decay_at and are never anonymised: the "
-                   "patient's impressions (narrative, identifiers) stay under the patient id indefinitely")  # fmt: skip
 def test_semantic_state_decays_too(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
     """Long after every other record decayed, the patient's semantic history is anonymised as well."""
     _phi_store(mem, tmp_path)

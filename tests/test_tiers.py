@@ -180,9 +180,8 @@ def test_observe_refuses_an_empty_question(mem: MsmMem, tmp_path: Path) -> None:
     assert not turn.batch.stm
 
 
-def test_stm_refresh_exists_only_as_a_store_change(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
-    """There is no governed refresh; a StmChange ACTIVE->ACTIVE with expires_at extends the TTL."""
-    assert not hasattr(mem.governed, "refresh")
+def test_stm_change_refresh_keeps_an_item_past_its_ttl(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
+    """A StmChange ACTIVE->ACTIVE with expires_at (what GovernedMemory.refresh writes) extends the TTL."""
     mem.ask("P1", _png(tmp_path, 1), "Any consolidation?")
     mem.ask("P1", _png(tmp_path, 1), "Again?")  # held: not novel, stays ACTIVE
     held = mem.store.stm_list(state=StmState.ACTIVE)[0]
@@ -397,3 +396,45 @@ def test_empty_question_is_refused_before_the_turn(mem: MsmMem, tmp_path: Path) 
         with pytest.raises(InvalidInput):
             mem.ask("P1", _png(tmp_path, 1), question)
     assert _counts(mem) == counts and mem.store.audit_head()[0] == before
+
+
+def test_refresh_extends_an_active_item(tmp_path: Path, clock: FixedClock) -> None:
+    """refresh moves expires_at forward from now and is audited; another patient's item is refused."""
+    mem = MsmMem.init(tmp_path / "r", clock=clock)
+    try:
+        gm, agent = mem.governed, Actor("agent-1", "agent")
+        turn = gm.begin(agent, "P1")
+        item = gm.observe(turn, np.ones(1024, dtype=np.float32), "q?")
+        gm.commit(turn)
+        clock.advance(100)
+        turn = gm.begin(agent, "P1")
+        expires = gm.refresh(turn, item.item_id, ttl_s=500)
+        gm.commit(turn)
+        assert expires == clock.now() + 500 and mem.store.stm_get([item.item_id])[0].expires_at == expires
+        other = gm.begin(agent, "P2")
+        with pytest.raises(IllegalTransition):
+            gm.refresh(other, item.item_id)
+    finally:
+        mem.close()
+
+
+def test_cross_scope_copy_needs_admin_and_reason(tmp_path: Path, clock: FixedClock) -> None:
+    """Copying an STM item to another patient's scope is refused for agents and without a reason."""
+    mem = MsmMem.init(tmp_path / "x", clock=clock)
+    try:
+        gm = mem.governed
+        turn = gm.begin(Actor("agent-1", "agent"), "P1")
+        item = gm.observe(turn, np.ones(1024, dtype=np.float32), "q?")
+        gm.commit(turn)
+        with pytest.raises(IllegalTransition):
+            gm.cross_scope_copy(gm.begin(Actor("agent-1", "agent"), "P2"), item.item_id, reason="merge")
+        mem.grant([ConsentRecord("C-admin", "*", "role:admin", "treatment", "permit", ("*",), 0.0)])
+        with pytest.raises(IllegalTransition):
+            gm.cross_scope_copy(gm.begin(Actor("root", "admin"), "P2"), item.item_id, reason=" ")
+        turn = gm.begin(Actor("root", "admin"), "P2")
+        copy = gm.cross_scope_copy(turn, item.item_id, reason="duplicate patient record merge")
+        gm.commit(turn)
+        stored = mem.store.stm_get([copy.item_id])[0]
+        assert stored.patient_id == "P2" and stored.payload == mem.store.stm_get([item.item_id])[0].payload
+    finally:
+        mem.close()

@@ -273,12 +273,13 @@ def _init_worker(ticks: Any) -> None:
     _TICKS = ticks
 
 
-def _agent_arm(plan: _Plan, name: str, base: Path) -> list[Answered]:
-    """Run one memory configuration on a copy of ``base`` (a worker process's entry point)."""
+def _agent_arm(plan: _Plan, name: str, base: Path, tick: Callable[[int], object] | None = None) -> list[Answered]:
+    """Run one memory configuration on a copy of ``base`` (also a worker process's entry point,
+    which reports progress through its queue)."""
     directory = plan.work / "arms" / name
     shutil.rmtree(directory, ignore_errors=True)
     shutil.copytree(base, directory)
-    runner = _Runner(plan, _TICKS.put if _TICKS is not None else (lambda n: None))
+    runner = _Runner(plan, tick or (_TICKS.put if _TICKS is not None else (lambda n: None)))
     try:
         return runner.run_arm(_AgentArm(name, directory, runner))
     finally:
@@ -291,9 +292,7 @@ def _run_configs(plan: _Plan, base: Path, jobs: int, bar: tqdm[Any]) -> list[Ans
         out: list[Answered] = []
         for name in configs:
             bar.set_description(f"eval {name}")
-            _init_worker(None)
-            out += _agent_arm(plan, name, base)
-            bar.update(plan.per_arm())
+            out += _agent_arm(plan, name, base, bar.update)
         return out
     # spawn, not fork: the parent holds FAISS/OpenMP and tqdm threads that must not be forked
     ctx = multiprocessing.get_context("spawn")

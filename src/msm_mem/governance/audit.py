@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from .._clock import Clock
-from .._errors import AccessDenied, NotFound
+from .._errors import AccessDenied, InvalidInput, NotFound
 from .._tier_records import AuditRow
 from ..storage.base import Store, WriteBatch
 from .audit_chain import AuditEvent, ChainBuilder, VerifyResult, verify_chain, verify_hashes_only
+from . import transitions
 from .checkpoint import CheckpointLog, CheckpointSigner, verify_against_checkpoints
 from .crypto import EnvelopeCipher
+from .deid import find_identifiers
 
 __all__ = ["RETENTION_S", "AuditLog"]
 
@@ -92,7 +94,13 @@ class AuditLog:
     def spec(self, *, actor: str, role: str, action: str, source_tier: str, target_tier: str,
              purpose: str, outcome: str = "success", record_ids: Sequence[str] = (), patient: str = "",
              consent_id: str = "", reason: str = "") -> dict[str, Any]:  # fmt: skip
-        """An event to append later: fields fixed now (time, pseudonym), seq and hashes at write."""
+        """An event to append later: fields fixed now (time, pseudonym), seq and hashes at write.
+
+        ``reason`` is a short code or phrase (at most 120 characters) and must hold no patient
+        identifier (checked with the Safe Harbor scanner): the audit tier carries no narrative.
+        """
+        if len(reason) > 120 or find_identifiers(reason):
+            raise InvalidInput("an audit reason must be a short phrase without identifiers")
         return {"time": self.clock.now(), "actor": actor, "role": role, "action": action,
                 "source_tier": source_tier, "target_tier": target_tier, "purpose": purpose, "outcome": outcome,
                 "record_ids": tuple(record_ids), "patient": self.pseudonym(patient), "consent_id": consent_id,
@@ -168,12 +176,22 @@ class AuditLog:
             return cp
         return VerifyResult(True, size, result.head_hash, None, "")
 
-    def purge(self, through_seq: int) -> int:
-        """Delete events up to ``through_seq``; refused while any of them is under 6 years old."""
+    def purge(self, through_seq: int, *, actor: str, role: str, reason: str) -> int:
+        """Delete events up to ``through_seq``: admin only, with a reason, refused while any of
+        them is younger than the 6-year retention period; the purge itself is audited."""
+        transitions.check("audit:-", "audit:-", "purge_expired", role, reason=reason)
+        base = self.store.audit_base()[0]
+        if through_seq <= base:
+            raise InvalidInput(f"events up to {base} are purged already")
         cutoff = self.clock.now() - RETENTION_S
-        for row in self.store.iter_audit(self.store.audit_base()[0] + 1):
+        for row in self.store.iter_audit(base + 1):
             if row.seq > through_seq:
                 break
             if AuditEvent.from_row(row.seq, row.payload, row.event_hash).time > cutoff:
                 raise AccessDenied(f"audit event {row.seq} is younger than the 6-year retention period")
-        return self.store.audit_purge(through_seq)
+        spec = self.spec(actor=actor, role=role, action="purge_expired", source_tier="audit", target_tier="audit",
+                         purpose="operations", reason=reason)  # fmt: skip
+        with self._lock:
+            count = self.store.audit_purge(through_seq)
+            self.write(WriteBatch(), [spec])
+        return count

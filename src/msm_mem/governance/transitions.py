@@ -55,9 +55,12 @@ TRANSITIONS: tuple[Flow, ...] = (
     # corrections: supersession only, never an in-place rewrite
     Flow("ltm:active", "ltm:superseded", "supersede", _WRITERS | {"critic"}),
     Flow("ltm:active", "ltm:superseded", "critic_reject", frozenset({"critic", "clinician"})),
-    # decay: anonymised in place at decay_at
+    # decay at decay_at: active content is anonymised in place and joins the population pool;
+    # superseded content (corrected, so wrong or outdated) and per-patient semantic state have
+    # nothing left to share without the patient, so they are blanked and retracted
     Flow("ltm:active", "ltm:anonymized", "decay", frozenset({"system"})),
-    Flow("ltm:superseded", "ltm:anonymized", "decay", frozenset({"system"})),
+    Flow("ltm:superseded", "ltm:retracted", "decay", frozenset({"system"})),
+    Flow("ltm:active", "ltm:retracted", "decay", frozenset({"system"})),
     # erasure: crypto-shredding makes a patient's data unreadable
     Flow("ltm:active", "ltm:retracted", "retract", frozenset({"admin"})),
     Flow("ltm:superseded", "ltm:retracted", "retract", frozenset({"admin"})),

@@ -151,5 +151,5 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     with MsmMem.open(args.dir) as mem:
         report = mem.maintain()
     print(json.dumps({"expired": report.expired, "consolidated": report.consolidated, "discarded": report.discarded,
-                      "anonymized": report.anonymized, "checkpoint": list(report.checkpoint or ())}))  # fmt: skip
+                      "anonymized": report.anonymized, "retracted": report.retracted, "checkpoint": list(report.checkpoint or ())}))  # fmt: skip
     return 0

@@ -25,7 +25,7 @@ from ..eval.report import table1_markdown, write_reports
 __all__ = ["DEMO_PATIENTS", "run_demo"]
 
 #: Patients of the demo's synthetic set: sized so ``make demo`` ends within minutes on 2 cores.
-DEMO_PATIENTS = 100
+DEMO_PATIENTS = 200
 _MARKER = ".msm-mem-demo"
 _OUTPUTS = ("data", "table1.md", "table1.csv", "phases.md", "phases.csv", "results.json", "answers.jsonl",
             "figure6.png", "figure6_finding_f1.png", "configs.png", "gate.png")  # fmt: skip

@@ -8,6 +8,7 @@ records and audit events in one transaction.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from dataclasses import dataclass, field
 
 from .._errors import InvalidInput, NotFound
@@ -16,12 +17,19 @@ from .._tier_records import Claim, StmChange, StmState
 from ..governance import deid, transitions
 from ..governance.crypto import EnvelopeCipher
 from ..storage.base import PII_FIELDS, StateChange, WriteBatch
-from .ranking import decay_at
+from .ranking import TIER_WEIGHTS, decay_at
 from .tiers import Actor, GovernedMemory
 
 __all__ = ["MaintenanceReport", "Maintainer"]
 
 SYSTEM = Actor("msm-mem", "system")
+#: no semantic version decays younger than this (the shortest retention any tier gets)
+_SEMANTIC_MIN_AGE = min(decay_at(0.0, 1.0, tier, "semantic") for tier in (*TIER_WEIGHTS, "unknown-tier"))
+
+
+def _year(t: float) -> str:
+    """UTC seconds of 1 January of ``t``'s year (Safe Harbor keeps the year only)."""
+    return str(datetime(datetime.fromtimestamp(t, UTC).year, 1, 1, tzinfo=UTC).timestamp())
 
 
 @dataclass
@@ -32,6 +40,7 @@ class MaintenanceReport:
     consolidated: int = 0
     discarded: int = 0
     anonymized: int = 0
+    retracted: int = 0
     checkpoint: tuple[int, str] | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -70,8 +79,9 @@ class Maintainer:
             if "answer" not in info:
                 continue
             turn = self.gm.begin(SYSTEM, item.patient_id, "operations")
+            # the turn that held the item recorded its impression already: gate and consolidate only
             result = self.gm.consolidate(turn, item, info["answer"], decision=info.get("decision", ""),
-                                         trigger="age_threshold")  # fmt: skip
+                                         trigger="age_threshold", derive=False)  # fmt: skip
             if not result.gate.written:
                 turn.batch.stm_changes.append(StmChange(item.item_id, StmState.ACTIVE, StmState.DISCARDED, purge=True))
                 self.gm._event(turn, "discard", "stm", "stm", [item.item_id], reason=",".join(result.gate.reasons))
@@ -81,44 +91,65 @@ class Maintainer:
             self.gm.commit(turn)
         return done, discarded
 
-    def decay(self) -> int:
-        """Anonymise in place every long-term record past ``decay_at``: patient and source
-        identifiers removed, content scrubbed of Safe Harbor identifiers, a random new id."""
-        now = self.gm.clock.now()
-        count = 0
-        for table, record_id in self.store.decay_due(now):
-            change = self._anonymize(table, record_id)
-            if change is None:
-                continue
-            old_state = "ltm:" + change.expect.value
-            transitions.check(old_state, "ltm:anonymized", "decay", SYSTEM.role)
-            # the audit names the old id only: the new id must not be linkable to the patient
-            spec = self.gm.audit.spec(actor=SYSTEM.id, role=SYSTEM.role, action="decay", source_tier="ltm",
-                                      target_tier="ltm", purpose="operations", record_ids=[record_id])  # fmt: skip
-            self.gm.audit.write(WriteBatch(changes=[change]), [spec])
-            count += 1
-        return count
+    def decay(self) -> tuple[int, int]:
+        """Decay every long-term record past ``decay_at`` (semantic versions: past the same
+        scorer's time, aged from ``created_at``).
 
-    def _anonymize(self, table: str, record_id: str) -> StateChange | None:
+        ACTIVE episodic, visual and claim records are anonymised in place: a random new id,
+        patient, source, study and supersession links removed, times coarsened to the year,
+        content scrubbed of Safe Harbor identifiers; they join the population pool. SUPERSEDED
+        records and semantic state (wrong, outdated, or meaningless without the patient) are
+        blanked and RETRACTED instead. The audit event names the old id only. Returns the
+        counts (anonymised, retracted).
+        """
+        now = self.gm.clock.now()
+        due: list[tuple[str, str, State | None]] = [(t, i, None) for t, i in self.store.decay_due(now)]
+        due += [("semantic", s.state_id, s.state) for s in self.store.semantic_created_before(now - _SEMANTIC_MIN_AGE)
+                if decay_at(s.created_at, 1.0, s.evidence_tier, "semantic") <= now]  # fmt: skip
+        counts = {State.ANONYMIZED: 0, State.RETRACTED: 0}
+        for table, record_id, known in due:
+            change = self._decayed(table, record_id, known)
+            transitions.check("ltm:" + change.expect.value, "ltm:" + change.to.value, "decay", SYSTEM.role)
+            spec = self.gm.audit.spec(actor=SYSTEM.id, role=SYSTEM.role, action="decay", source_tier="ltm",
+                                      target_tier="ltm", purpose="operations", record_ids=[record_id],
+                                      reason=change.to.value)  # fmt: skip
+            self.gm.audit.write(WriteBatch(changes=[change]), [spec])
+            counts[change.to] += 1
+        return counts[State.ANONYMIZED], counts[State.RETRACTED]
+
+    def _decayed(self, table: str, record_id: str, known: State | None) -> StateChange:
+        values: dict[str, str]
         if table == "episodic":
             e = self.store.get_episodes([record_id])[0]
             values = {f: deid.scrub(getattr(e, f)) for f in PII_FIELDS["episodic"]}
-            values.update(media_path="", study_id="", source="")
+            values.update(media_path="", study_id="", source="", supersedes="", timestamp=_year(e.timestamp))
             prefix, state = "E", e.state
         elif table == "visual":
             v = self.store.get_visuals([record_id])[0]
-            values, prefix, state = {"media_path": "", "source": ""}, "V", v.state
-        else:
+            values = {"media_path": "", "source": "", "source_episode_id": "", "supersedes": "",
+                      "timestamp": _year(v.timestamp)}  # fmt: skip
+            prefix, state = "V", v.state
+        elif table == "claims":
             c = self.store.get_claims([record_id])[0]
-            values, prefix, state = {"content": deid.scrub(c.content), "source": ""}, "C", c.state
-        return StateChange(table, record_id, state, State.ANONYMIZED, new_id=new_id(prefix), new_patient_id="",  # type: ignore[arg-type]
+            values = {"content": deid.scrub(c.content), "source": "", "key": new_id("anon"), "supersedes": ""}
+            prefix, state = "C", c.state
+        else:
+            assert known is not None
+            values, prefix, state = {"impressions": "", "supersedes": ""}, "S", known
+        to = State.ANONYMIZED if state == State.ACTIVE and table != "semantic" else State.RETRACTED
+        if to == State.RETRACTED:
+            values = {k: "" if k in PII_FIELDS.get(table, ()) else v for k, v in values.items()}
+        values["created_at"] = _year(self.gm.clock.now())
+        if table != "semantic":
+            values["decay_at"] = ""
+        return StateChange(table, record_id, state, to, new_id=new_id(prefix), new_patient_id="",  # type: ignore[arg-type]
                            fields=tuple(values.items()))  # fmt: skip
 
     def run(self) -> MaintenanceReport:
         """expire, consolidate by age, decay, then checkpoint the audit chain."""
         report = MaintenanceReport(expired=self.expire())
         report.consolidated, report.discarded = self.consolidate_aged()
-        report.anonymized = self.decay()
+        report.anonymized, report.retracted = self.decay()
         report.checkpoint = self.gm.audit.checkpoint()
         return report
 
@@ -161,8 +192,7 @@ class Maintainer:
                 # when the gate held it (a repeat image is never novel); the audit keeps "forced"
                 result = self.gm.consolidate(turn, items[0], text, decision=decision, trigger="critic_promote",
                                              evidence_tier="critic", confidence=1.0, source=actor.id,
-                                             force=True)  # fmt: skip
-                turn.batch.claims = [c for c in turn.batch.claims if c.key != old.key]
+                                             force=True, derive=False)  # fmt: skip
                 if result.episode_id:
                     provenance["episode"] = result.episode_id
                 ids += [x for x in (result.episode_id, result.visual_id) if x]

@@ -43,12 +43,13 @@ class Interaction:
 
 @dataclass(frozen=True, slots=True)
 class WriteResult:
-    """What write-back did: the gate decision, the new ids (None when not written)."""
+    """What write-back did: the gate decision, the new ids (None when not written), and the new
+    semantic version (None when the caller asked for no semantic update)."""
 
     gate: GateDecision
     episode_id: str | None
     visual_id: str | None
-    semantic: SemanticState
+    semantic: SemanticState | None
 
 
 @dataclass
@@ -130,15 +131,15 @@ class Memory:
         Impression(it.timestamp, it.answer, it.decision)  # validates time and text
         return self.vector(it.z)
 
-    def stage(self, it: Interaction, staging: Staging, *, force: bool = False) -> WriteResult:
+    def stage(self, it: Interaction, staging: Staging, *, force: bool = False, semantic: bool = True) -> WriteResult:
         """Validate one interaction, apply the gate and add its writes to ``staging.batch``.
 
         Nothing is stored until the batch is written; later interactions staged into the same
         :class:`Staging` see this one (novelty and semantic versions).
         """
-        return self._plan(it, self._check(it), staging, force)
+        return self._plan(it, self._check(it), staging, force, semantic)
 
-    def _plan(self, it: Interaction, z: Vector, pending: Staging, force: bool) -> WriteResult:
+    def _plan(self, it: Interaction, z: Vector, pending: Staging, force: bool, semantic: bool = True) -> WriteResult:
         batch = pending.batch
         stored = self.max_cosine(it.patient_id, z)
         extra = pending.vectors.get(it.patient_id, [])
@@ -164,6 +165,8 @@ class Memory:
                 media_path=it.media_path, visual_tag=it.visual_tag, source_episode_id=epi_id,
                 **common))  # fmt: skip
             pending.vectors.setdefault(it.patient_id, []).append(z)
+        if not semantic:
+            return WriteResult(decision, epi_id, vis_id, None)
         key = (it.patient_id, it.category)
         current = pending.semantic.get(key)
         if current is None:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .._errors import ConsentDenied, IllegalTransition, InvalidInput, MsmMemError
+from .._errors import AccessDenied, ConsentDenied, IllegalTransition, InvalidInput, MsmMemError
 from .._records import Hit, new_id
 from .._tier_records import Claim, StmChange, StmItem, StmState
 from ..governance import transitions
@@ -92,6 +92,13 @@ class GovernedMemory:
             raise InvalidInput("a turn needs a patient scope (patient_id)")
         decision = evaluate(self.store.consents(patient_id), patient=patient_id, actor=actor.id, role=actor.role,
                             purpose=purpose, classes=classes, when=self.clock.now())  # fmt: skip
+        try:
+            self.audit.pseudonym(patient_id)
+        except AccessDenied:  # crypto-shredded: refuse, and record the refusal without a patient link
+            self._write_audit_only([self.audit.spec(
+                actor=actor.id, role=actor.role, action="consent", source_tier="source", target_tier="ltm",
+                purpose=purpose, outcome="denied", reason="patient_shredded")])  # fmt: skip
+            raise
         row = self.audit.spec(actor=actor.id, role=actor.role, action="consent", source_tier="source",
                                target_tier="ltm", purpose=purpose, patient=patient_id,
                                consent_id=decision.consent_id, outcome="success" if decision.permitted else "denied",
@@ -138,6 +145,35 @@ class GovernedMemory:
         self._event(turn, "write", "source", "stm", [item.item_id])
         return item
 
+    def refresh(self, turn: Turn, item_id: str, *, ttl_s: float | None = None) -> float:
+        """Extend an active STM item of the turn's patient by ``ttl_s`` (default: the setting)
+        from now; returns the new ``expires_at``."""
+        self._check(turn, "stm:active", "stm:active", "refresh")
+        (item,) = self.store.stm_get([item_id])
+        if item.patient_id != turn.patient_id or item.state != StmState.ACTIVE:
+            raise IllegalTransition(f"short-term item {item_id!r} is not active in this patient's scope")
+        ttl = self.settings.stm_ttl_s if ttl_s is None else ttl_s
+        if not 0 < ttl < float("inf"):
+            raise InvalidInput(f"ttl_s must be a positive number of seconds, got {ttl_s!r}")
+        expires = self.clock.now() + ttl
+        turn.batch.stm_changes.append(StmChange(item_id, StmState.ACTIVE, StmState.ACTIVE, expires_at=expires))
+        self._event(turn, "refresh", "stm", "stm", [item_id])
+        return expires
+
+    def cross_scope_copy(self, turn: Turn, item_id: str, *, reason: str) -> StmItem:
+        """Copy another patient's active STM item into the turn's patient scope: admin only,
+        with a stated reason (the seed's override of the STM -> STM cross-scope rule)."""
+        self._check(turn, "stm:active", "stm:active", "cross_scope_copy", reason=reason)
+        (item,) = self.store.stm_get([item_id])
+        if item.state != StmState.ACTIVE:
+            raise IllegalTransition(f"short-term item {item_id!r} is {item.state.value}, not active")
+        now = self.clock.now()
+        copy = StmItem(new_id("M"), turn.patient_id, item.kind, item.payload, now, now + self.settings.stm_ttl_s,
+                       z=item.z, actor=turn.actor.id)  # fmt: skip
+        turn.batch.stm.append(copy)
+        self._event(turn, "cross_scope_copy", "stm", "stm", [item_id, copy.item_id], reason=reason)
+        return copy
+
     # reads ---------------------------------------------------------------------------------
 
     def retrieve(self, turn: Turn, z: object, *, at: float | None = None, use_sem: bool = True,
@@ -145,19 +181,41 @@ class GovernedMemory:
         """Read S, E, V for the turn's patient; rerank by cosine x composite_k; audit the ids."""
         self._check(turn, "ltm:active", "ltm:active", "read")
         r = self.memory.retrieve(turn.patient_id, z, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, scope=scope)
+        if scope == "population":
+            r = self._consented(turn, r)
         ranked = rerank(r.evidence(), self.clock.now() if at is None else at)
         self._event(turn, "read", "ltm", "stm", [h.id for h, _ in ranked])
         return Ranked(r, tuple(ranked))
+
+    def _consented(self, turn: Turn, r: Retrieval) -> Retrieval:
+        """Keep only other patients' records whose own consent permits this actor and purpose
+        (anonymised records have no patient and are always usable); the rest is never used."""
+        allowed: dict[str, bool] = {turn.patient_id: True, "": True}
+        now = self.clock.now()
+
+        def ok(hit: Hit) -> bool:
+            pid = getattr(hit.record, "patient_id", "")
+            if pid not in allowed:
+                allowed[pid] = evaluate(self.store.consents(pid), patient=pid, actor=turn.actor.id,
+                                        role=turn.actor.role, purpose=turn.purpose, classes=("episodic", "visual"),
+                                        when=now).permitted  # fmt: skip
+            return allowed[pid]
+
+        return Retrieval(r.semantic, tuple(h for h in r.episodic if ok(h)), tuple(h for h in r.visual if ok(h)))
 
     # consolidation -------------------------------------------------------------------------
 
     def consolidate(self, turn: Turn, item: StmItem, answer: str, *, decision: str = "", trigger: str = "consolidate",
                     evidence_tier: str = "agent", confidence: float = 0.6, source: str = "agent",
-                    force: bool = False) -> WriteResult:  # fmt: skip
-        """STM -> LTM through the write-back gate; semantic state and the study's claim are
-        superseded whatever the gate says; a held item stays in STM."""
+                    force: bool = False, derive: bool = True) -> WriteResult:  # fmt: skip
+        """STM -> LTM through the write-back gate; a held item stays in STM.
+
+        With ``derive`` (the default) the semantic state and the study's claim are superseded
+        whatever the gate says; without it (a retried or promoted item whose impression was
+        already recorded) only the gate and the consolidation run."""
         self._check(turn, "stm:active", "ltm:active", trigger)
-        self._check(turn, "stm:active", "ltm:superseded", "semantic_update")
+        if derive:
+            self._check(turn, "stm:active", "ltm:superseded", "semantic_update")
         info = json.loads(item.payload)
         if item.z is None:
             raise InvalidInput(f"short-term item {item.item_id} has no embedding to consolidate")
@@ -166,7 +224,7 @@ class GovernedMemory:
                          visual_tag=info.get("visual_tag", ""), study_id=info.get("study_id", ""),
                          media_description=info.get("media_description", ""),
                          evidence_tier=evidence_tier, confidence=confidence, source=source)  # fmt: skip
-        result = self.memory.stage(it, turn.staging, force=force)
+        result = self.memory.stage(it, turn.staging, force=force, semantic=derive)
         # an item staged in this turn carries its answer, for a later critic or age sweep
         for i, staged in enumerate(turn.batch.stm):
             if staged.item_id == item.item_id:
@@ -177,10 +235,11 @@ class GovernedMemory:
             self._event(turn, trigger, "stm", "ltm", ids, reason=",".join(result.gate.reasons))
         else:
             self._event(turn, "hold", "stm", "stm", [item.item_id], reason=",".join(result.gate.reasons))
-        claim = self._claim(turn, it, item, result)
-        ids = [result.semantic.state_id, claim.claim_id]
-        ids += [x for x in (result.semantic.supersedes, claim.supersedes) if x]
-        self._event(turn, "semantic_update", "stm", "ltm", ids)
+        if result.semantic is not None:
+            claim = self._claim(turn, it, item, result)
+            ids = [result.semantic.state_id, claim.claim_id]
+            ids += [x for x in (result.semantic.supersedes, claim.supersedes) if x]
+            self._event(turn, "semantic_update", "stm", "ltm", ids)
         return result
 
     def _claim(self, turn: Turn, it: Interaction, item: StmItem, result: WriteResult) -> Claim:

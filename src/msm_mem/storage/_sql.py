@@ -50,8 +50,16 @@ def check_vector(z: Vector, dim: int, what: str) -> None:
         raise InvalidVector(f"{what}: vector must be finite and L2-normalised")
 
 
-#: non-PHI fields a state change may rewrite in place (anonymisation scrubs them)
-PLAIN_REWRITABLE: dict[str, tuple[str, ...]] = {"episodic": ("source", "study_id"), "visual": ("source",)}
+#: non-PHI fields a state change may rewrite in place (anonymisation blanks identifiers and links
+#: to the identified past, and coarsens times to the year)
+PLAIN_REWRITABLE: dict[str, tuple[str, ...]] = {
+    "episodic": ("source", "study_id", "supersedes", "timestamp", "created_at", "decay_at"),
+    "visual": ("source", "source_episode_id", "supersedes", "timestamp", "created_at", "decay_at"),
+    "claims": ("key", "supersedes", "created_at", "decay_at"),
+    "semantic": ("supersedes", "created_at"),
+}
+_NUMERIC = frozenset({"timestamp", "created_at", "decay_at"})
+_NULLABLE = frozenset({"supersedes", "decay_at"})
 
 
 def change_sets(c: StateChange, old_patient_id: str, codec: FieldCodec) -> dict[str, object]:
@@ -73,7 +81,15 @@ def change_sets(c: StateChange, old_patient_id: str, codec: FieldCodec) -> dict[
         if name in pii:
             sets[name] = codec.encode(table, new_id, name, new_pid, value)
         elif name in PLAIN_REWRITABLE.get(table, ()):
-            sets[name] = value
+            if value == "" and name in _NULLABLE:
+                sets[name] = None
+            elif name in _NUMERIC:
+                try:
+                    sets[name] = float(value)
+                except ValueError as exc:
+                    raise InvalidInput(f"field {name!r} of {table} must be a number, got {value!r}") from exc
+            else:
+                sets[name] = value
         else:
             raise InvalidInput(f"field {name!r} of {table} cannot be changed in place")
     return sets

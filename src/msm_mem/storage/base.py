@@ -256,6 +256,10 @@ class Store(ABC):
         """``(table, record id)`` of ACTIVE or SUPERSEDED long-term records with decay_at <= now."""
 
     @abstractmethod
+    def semantic_created_before(self, before: float) -> list[SemanticState]:
+        """ACTIVE and SUPERSEDED semantic versions created at or before ``before`` (decay)."""
+
+    @abstractmethod
     def consents(self, patient_id: str | None = None) -> list[ConsentRecord]:
         """Consent records for a patient and for every patient (``*``); all when None."""
 

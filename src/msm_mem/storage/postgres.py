@@ -334,6 +334,9 @@ class PostgresStore(PgGovernanceTables, Store):
     def semantic_history(self, patient_id: str, category: str) -> list[SemanticState]:
         return self._semantic("patient_id = %s AND category = %s", (patient_id, category), "version")
 
+    def semantic_created_before(self, before: float) -> list[SemanticState]:
+        return self._semantic("created_at <= %s AND state IN ('active', 'superseded')", (before,), "created_at, id")  # type: ignore[arg-type]
+
     def _iter(self, table: str, columns: tuple[str, ...], conv: Any, keys: tuple[str, ...]) -> Iterator[Any]:
         """Keyset pagination in ``keys`` order, 1000 rows a page, the lock held per page only."""
         cols, at = ", ".join(keys), [columns.index(k) for k in keys]

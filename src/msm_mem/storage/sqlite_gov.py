@@ -9,7 +9,9 @@ from dataclasses import replace
 from typing import Any
 
 from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError
+from .._records import SemanticState
 from .._tier_records import AuditRow, Claim, ConsentRecord, StmItem, StmState, WrappedKey
+from . import _sql
 from . import _sql_gov as g
 from .base import FieldCodec, WriteBatch
 
@@ -286,6 +288,13 @@ class GovernanceTables:
                     " AND state IN ('active', 'superseded') ORDER BY decay_at, id", (now,))  # fmt: skip
                 out += [(table, r[0]) for r in rows]
         return out
+
+    def semantic_created_before(self, before: float) -> list[SemanticState]:
+        with self._lock:
+            self._check_open()
+            rows = self._conn.execute("SELECT * FROM semantic WHERE created_at <= ? AND state IN ('active', 'superseded')"
+                                      " ORDER BY created_at, id", (before,)).fetchall()  # fmt: skip
+            return [_sql.semantic_from_row(r, self._codec) for r in rows]
 
     _consent_cache: dict[str, list[ConsentRecord]]
     _consent_version: int = -1
