@@ -170,7 +170,7 @@ def test_maintain_prints_report(tmp_path: Path, capsys: pytest.CaptureFixture[st
     code, out, _ = _run(capsys, "maintain", str(directory))
     assert code == 0
     report = json.loads(out)
-    assert set(report) == {"expired", "consolidated", "discarded", "anonymized", "checkpoint"}
+    assert set(report) == {"expired", "consolidated", "discarded", "anonymized", "retracted", "checkpoint"}
     assert report["expired"] == 1 and report["anonymized"] == 0
     with MsmMem.open(directory) as mem:
         assert report["checkpoint"][0] == mem.store.audit_head()[0]
