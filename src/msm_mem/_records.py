@@ -199,9 +199,7 @@ class SemanticState:
         _check_text("state_id", self.state_id, required=True)
         _check_text("patient_id", self.patient_id)
         _check_text("category", self.category)
-        if not isinstance(self.impressions, tuple) or not all(
-            isinstance(i, Impression) for i in self.impressions
-        ):
+        if not isinstance(self.impressions, tuple) or not all(isinstance(i, Impression) for i in self.impressions):
             raise InvalidInput("impressions must be a tuple of Impression")
         if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
             raise InvalidInput(f"version must be a positive integer, got {self.version!r}")

@@ -71,7 +71,8 @@ def ingest_rows(gm: GovernedMemory, encoder: Encoder, rows: Sequence[ManifestRow
                 turns: dict[str, Turn] = {}
                 for row, z in zip(good, vectors, strict=True):
                     turn = turns.get(row.patient_id) or turns.setdefault(
-                        row.patient_id, gm.begin(actor, row.patient_id, "operations"))
+                        row.patient_id, gm.begin(actor, row.patient_id, "operations")
+                    )
                     item = gm.observe(turn, z, row.question, timestamp=row.timestamp, media_path=row.image,
                                       visual_tag=row.view, study_id=row.study_id,
                                       media_description=row.report)  # fmt: skip

@@ -180,9 +180,7 @@ def _decision(raw: dict[str, str]) -> str:
     return "; ".join(words)
 
 
-def _parse(
-    line: int, raw: dict[str, str], folder: Path, check_images: bool, keep_unlabelled: bool
-) -> _Parsed:
+def _parse(line: int, raw: dict[str, str], folder: Path, check_images: bool, keep_unlabelled: bool) -> _Parsed:
     reasons: list[str] = []
     if not raw.get("patientid", "").strip():
         reasons.append("empty patientid")
@@ -241,9 +239,7 @@ def load(
     """
     csv_path = _metadata(path)
     folder = csv_path.parent.resolve()
-    parsed = [
-        _parse(line, raw, folder, check_images, keep_unlabelled) for line, raw in _read(csv_path)
-    ]
+    parsed = [_parse(line, raw, folder, check_images, keep_unlabelled) for line, raw in _read(csv_path)]
     days = _days(parsed)
     anchors = _anchors(parsed, days)
     rows: list[ManifestRow] = []
@@ -257,9 +253,7 @@ def load(
         rel = PurePosixPath(raw["image"].strip())
         study_id = rel.stem
         if study_id in seen:
-            problems.append(
-                RowProblem(p.line, f"duplicate image {study_id!r} (line {seen[study_id]})")
-            )
+            problems.append(RowProblem(p.line, f"duplicate image {study_id!r} (line {seen[study_id]})"))
             continue
         seen[study_id] = p.line
         pid = raw["patientid"].strip()

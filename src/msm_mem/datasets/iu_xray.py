@@ -186,9 +186,7 @@ def load(
                     with handle:
                         row = _row(_parse(handle.read(_MAX_MEMBER + 1)), views, folder)
                     if row.study_id in seen:
-                        raise ValueError(
-                            f"duplicate uId {row.study_id!r} (also {seen[row.study_id]})"
-                        )
+                        raise ValueError(f"duplicate uId {row.study_id!r} (also {seen[row.study_id]})")
                 except ValueError as exc:
                     problems.append(RowProblem(0, f"{member.name}: {exc}"))
                     continue

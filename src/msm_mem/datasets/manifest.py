@@ -156,9 +156,7 @@ def _raw_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | ManifestError]
             raise ManifestError(f"{path}: manifest must be .csv or .jsonl, got {suffix or 'no suffix'!r}")
 
 
-def _csv_rows(
-    fh: Iterator[str], path: Path
-) -> Iterator[tuple[int, dict[str, Any] | ManifestError]]:
+def _csv_rows(fh: Iterator[str], path: Path) -> Iterator[tuple[int, dict[str, Any] | ManifestError]]:
     # A row is numbered by the line it starts on (a quoted field may span lines), and a
     # malformed row is reported without ending the file: the reader resumes at the next line.
     reader = csv.reader(fh, strict=True)
@@ -212,7 +210,12 @@ def read_manifest(path: str | Path) -> tuple[list[ManifestRow], list[RowProblem]
                 continue
             key = (row.patient_id, row.study_id)
             if key in seen:
-                problems.append(RowProblem(number, f"duplicate study {row.study_id!r} of patient {row.patient_id!r} (first on line {seen[key]})"))
+                problems.append(
+                    RowProblem(
+                        number,
+                        f"duplicate study {row.study_id!r} of patient {row.patient_id!r} (first on line {seen[key]})",
+                    )
+                )
                 continue
             seen[key] = number
             rows.append(row)

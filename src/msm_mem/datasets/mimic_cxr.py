@@ -161,9 +161,7 @@ def load(
     for line, r in _csv(root, METADATA, columns):
         if split is not None:
             if r["dicom_id"] not in splits:
-                problems.append(
-                    RowProblem(line, f"dicom_id {r['dicom_id']!r} not in the split file")
-                )
+                problems.append(RowProblem(line, f"dicom_id {r['dicom_id']!r} not in the split file"))
                 continue
             if splits[r["dicom_id"]] != split:
                 continue
@@ -174,9 +172,7 @@ def load(
         try:
             rows.append(_study(root, reports, subject, study, images))
         except ValueError as exc:
-            problems.append(
-                RowProblem(line, f"study {study or '?'} of subject {subject or '?'}: {exc}")
-            )
+            problems.append(RowProblem(line, f"study {study or '?'} of subject {subject or '?'}: {exc}"))
     rows.sort(key=lambda r: (r.patient_id, r.timestamp, r.study_id))
     problems.sort(key=lambda p: p.line)
     return rows, problems

@@ -43,9 +43,7 @@ def options_of(name: str) -> tuple[str, ...]:
     return tuple(sorted(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY))
 
 
-def load_dataset(
-    name: str, path: str | Path | None, **options: Any
-) -> tuple[list[ManifestRow], list[RowProblem]]:
+def load_dataset(name: str, path: str | Path | None, **options: Any) -> tuple[list[ManifestRow], list[RowProblem]]:
     """Load data set ``name`` from ``path``; returns ``(rows, problems)``.
 
     Rows are sorted by patient then time; every skipped source row is a problem with a
@@ -56,9 +54,7 @@ def load_dataset(
     accepted = options_of(name)
     unknown = sorted(set(options) - set(accepted))
     if unknown:
-        raise InvalidInput(
-            f"{name}: unknown option(s) {', '.join(unknown)}; accepted: {', '.join(accepted)}"
-        )
+        raise InvalidInput(f"{name}: unknown option(s) {', '.join(unknown)}; accepted: {', '.join(accepted)}")
     loader, path_optional = DATASETS[name]
     if path is None and not path_optional:
         raise InvalidInput(f"the {name} data set needs a path")

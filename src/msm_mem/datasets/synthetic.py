@@ -113,10 +113,7 @@ def _pneumothorax(rng: np.random.Generator, n: int) -> list[State]:
 
 def _heart_failure(rng: np.random.Generator, n: int) -> list[State]:
     heart = int(rng.integers(1, 4))
-    return [
-        {"cardiomegaly": heart, "edema": v, "right_effusion": 1 if v >= 2 else 0}
-        for v in _acute(rng, n)
-    ]
+    return [{"cardiomegaly": heart, "edema": v, "right_effusion": 1 if v >= 2 else 0} for v in _acute(rng, n)]
 
 
 def _nodule(rng: np.random.Generator, n: int) -> list[State]:
@@ -174,9 +171,7 @@ def _findings_text(cur: State) -> str:
     parts: list[str] = []
     heart = cur.get("cardiomegaly", 0)
     parts.append(
-        f"The heart is {_ADJ['cardiomegaly'][heart - 1]}ly enlarged."
-        if heart
-        else "The heart size is normal."
+        f"The heart is {_ADJ['cardiomegaly'][heart - 1]}ly enlarged." if heart else "The heart size is normal."
     )
     lungs: list[str] = []
     for side, key in (("right", "rll_consolidation"), ("left", "lll_consolidation")):
@@ -292,9 +287,7 @@ def _render(a: _Anatomy, cur: State, rng: np.random.Generator, size: int) -> Flo
     for side, lx in centres.items():
         if level := cur.get(f"{side}_pneumothorax", 0):
             shrink = 1.0 - 0.13 * level
-            e = ((x - lx) / (rx * shrink)) ** 2 + (
-                (y - ly - ry * (1 - shrink)) / (ry * shrink)
-            ) ** 2
+            e = ((x - lx) / (rx * shrink)) ** 2 + ((y - ly - ry * (1 - shrink)) / (ry * shrink)) ** 2
             gap = lungs[side] * (1.0 - _soft(e, 0.05))
             markings *= 1.0 - gap
             img -= 0.07 * gap
@@ -387,10 +380,7 @@ def generate(
             rel = f"images/{study_id}.png"
             _to_png(_render(anatomy, cur, rng, size), out_dir / rel)
             impression = _impression(prev, cur)
-            report = (
-                f"COMPARISON: {prev_day or 'None'}.\n"
-                f"FINDINGS: {_findings_text(cur)}\nIMPRESSION: {impression}"
-            )
+            report = f"COMPARISON: {prev_day or 'None'}.\nFINDINGS: {_findings_text(cur)}\nIMPRESSION: {impression}"
             row = ManifestRow(
                 patient_id=patient_id,
                 study_id=study_id,

@@ -23,8 +23,8 @@ from .._clock import Clock
 from .._errors import AccessDenied, InvalidInput, NotFound
 from .._tier_records import AuditRow
 from ..storage.base import Store, WriteBatch
-from .audit_chain import AuditEvent, ChainBuilder, VerifyResult, verify_chain, verify_hashes_only
 from . import transitions
+from .audit_chain import AuditEvent, ChainBuilder, VerifyResult, verify_chain, verify_hashes_only
 from .checkpoint import CheckpointLog, CheckpointSigner, verify_against_checkpoints
 from .crypto import EnvelopeCipher
 from .deid import find_identifiers

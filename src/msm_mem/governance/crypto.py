@@ -186,9 +186,7 @@ class EnvelopeCipher:
 
     # -- fields ------------------------------------------------------------------------------
 
-    def encrypt_field(
-        self, patient_ref: str, table: str, record_id: str, field: str, plaintext: str
-    ) -> str:
+    def encrypt_field(self, patient_ref: str, table: str, record_id: str, field: str, plaintext: str) -> str:
         """Encrypt ``plaintext`` for one field of one record; return an ASCII ``enc1:`` token.
 
         The patient's DEK is created on first use. AccessDenied if the patient was shredded;
@@ -212,9 +210,7 @@ class EnvelopeCipher:
         sealed = aes_gcm_encrypt(dek, nonce, data, aad)
         return f"{TOKEN_PREFIX}:{key_id}:{_b64url(nonce + sealed)}"
 
-    def decrypt_field(
-        self, patient_ref: str, table: str, record_id: str, field: str, token: str
-    ) -> str:
+    def decrypt_field(self, patient_ref: str, table: str, record_id: str, field: str, token: str) -> str:
         """Decrypt a token made by :meth:`encrypt_field` for exactly this place and patient.
 
         DecryptionError when the token is malformed, its key is missing, shredded or belongs

@@ -171,9 +171,7 @@ def _rule(
     return _Rule(category, re.compile(pattern, flags), check, replace, adjust)
 
 
-_DOB_BEFORE = re.compile(
-    r"(?:\bDOB|\bD\.O\.B\.?|\bdate of birth|\bbirth ?date|\bborn(?: on| in)?)\W{0,4}\Z", re.I
-)
+_DOB_BEFORE = re.compile(r"(?:\bDOB|\bD\.O\.B\.?|\bdate of birth|\bbirth ?date|\bborn(?: on| in)?)\W{0,4}\Z", re.I)
 
 
 def _date_replacement(m: re.Match[str]) -> str:
@@ -258,8 +256,7 @@ def _labelled(category: Category, strong: str, weak: str = "") -> _Rule:
 
 
 _PLACE_SUFFIXES = frozenset(
-    "Hospital Medical Clinic Infirmary Health Nursing Hospice County Parish Borough "
-    "Township Precinct".split()
+    "Hospital Medical Clinic Infirmary Health Nursing Hospice County Parish Borough Township Precinct".split()
 )
 _ST_ZIP = rf"(?:{_ST_CLEAR}|{_ST_AMBIG}|{_STATES})"
 _STREET = (

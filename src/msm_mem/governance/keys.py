@@ -192,9 +192,7 @@ class _KekRing:
             raise DecryptionError(f"unknown or retired key-encryption key {kek_id!r}")
         if len(wrapped) < _NONCE_BYTES + 16:
             raise DecryptionError("wrapped key too short")
-        return aes_gcm_decrypt(
-            kek, wrapped[:_NONCE_BYTES], wrapped[_NONCE_BYTES:], _wrap_aad(kek_id)
-        )
+        return aes_gcm_decrypt(kek, wrapped[:_NONCE_BYTES], wrapped[_NONCE_BYTES:], _wrap_aad(kek_id))
 
     def rotate(self) -> str:
         """Add a fresh random KEK, make it current and return its id."""

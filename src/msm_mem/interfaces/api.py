@@ -151,8 +151,16 @@ class MsmMem:
 
     def revoke(self, consent_id: str, actor: Actor = ADMIN) -> None:
         """Revoke a consent from now on (audited)."""
-        spec = self.audit.spec(actor=actor.id, role=actor.role, action="consent_revoke", source_tier="source",
-                               target_tier="ltm", purpose="operations", record_ids=[consent_id], consent_id=consent_id)  # fmt: skip
+        spec = self.audit.spec(
+            actor=actor.id,
+            role=actor.role,
+            action="consent_revoke",
+            source_tier="source",
+            target_tier="ltm",
+            purpose="operations",
+            record_ids=[consent_id],
+            consent_id=consent_id,
+        )
         self.audit.write(WriteBatch(revocations=[(consent_id, self.clock.now())]), [spec])
 
     def maintain(self) -> MaintenanceReport:

@@ -46,8 +46,13 @@ def _print_problems(problems: Sequence[RowProblem]) -> None:
         print(f"skipped {where}: {p.reason}", file=sys.stderr)
 
 
-@command("init", lambda p: (p.add_argument("dir", type=Path),
-                            p.add_argument("--encoder", help="image encoder plugin (default: pixels)")))
+@command(
+    "init",
+    lambda p: (
+        p.add_argument("dir", type=Path),
+        p.add_argument("--encoder", help="image encoder plugin (default: pixels)"),
+    ),
+)
 def cmd_init(args: argparse.Namespace) -> int:
     """Create a new memory store in DIR (a SQLite database plus FAISS caches)."""
     with MsmMem.init(args.dir, settings=_settings(args)) as mem:
@@ -59,8 +64,12 @@ def _configure_ingest(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=Path)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--manifest", type=Path, help="CSV or JSONL manifest (see docs/manifest.md)")
-    src.add_argument("--dataset", nargs=2, metavar=("NAME", "PATH"),
-                     help="a data set loader: mimic-cxr, iu-xray, covid-cxr or synthetic")
+    src.add_argument(
+        "--dataset",
+        nargs=2,
+        metavar=("NAME", "PATH"),
+        help="a data set loader: mimic-cxr, iu-xray, covid-cxr or synthetic",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -108,8 +117,15 @@ def cmd_ask(args: argparse.Namespace) -> int:
     confidence, freshness, tier_weight}], gate {written, reasons} (null with
     --no-write-back), backbone, source and decision."""
     with MsmMem.open(args.dir, settings=Settings.from_env()) as mem:
-        result = mem.ask(args.patient, args.image, args.question, write_back=not args.no_write_back,
-                         use_sem=not args.no_sem, use_epi=not args.no_epi, use_vis=not args.no_vis)
+        result = mem.ask(
+            args.patient,
+            args.image,
+            args.question,
+            write_back=not args.no_write_back,
+            use_sem=not args.no_sem,
+            use_epi=not args.no_epi,
+            use_vis=not args.no_vis,
+        )
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
         return 0

@@ -76,7 +76,9 @@ def _configure_consent(p: argparse.ArgumentParser) -> None:
     g.add_argument("--patient", required=True, help="patient id, or * for every patient")
     g.add_argument("--grantee", required=True, help="actor:<id> or role:<role>")
     g.add_argument("--purpose", required=True, help="purpose of use, e.g. treatment, research, export")
-    g.add_argument("--classes", default="*", help="comma-separated data classes (episodic,visual,semantic,stm,claims) or *")
+    g.add_argument(
+        "--classes", default="*", help="comma-separated data classes (episodic,visual,semantic,stm,claims) or *"
+    )
     g.add_argument("--deny", action="store_true", help="record a deny instead of a permit")
     g.add_argument("--start", help="ISO 8601 start (default now)")
     g.add_argument("--end", help="ISO 8601 end (default open)")
@@ -95,9 +97,16 @@ def cmd_consent(args: argparse.Namespace) -> int:
         if args.action == "grant":
             now = mem.clock.now()
             record = ConsentRecord(
-                consent_id=new_id("C"), patient_id=args.patient, grantee=args.grantee, purpose=args.purpose,
-                decision="deny" if args.deny else "permit", data_classes=tuple(c.strip() for c in args.classes.split(",") if c.strip()),
-                start=_time(args.start) or now, end=_time(args.end), created_at=now)  # fmt: skip
+                consent_id=new_id("C"),
+                patient_id=args.patient,
+                grantee=args.grantee,
+                purpose=args.purpose,
+                decision="deny" if args.deny else "permit",
+                data_classes=tuple(c.strip() for c in args.classes.split(",") if c.strip()),
+                start=_time(args.start) or now,
+                end=_time(args.end),
+                created_at=now,
+            )
             mem.grant([record], ADMIN)
             print(record.consent_id)
         elif args.action == "revoke":
@@ -128,8 +137,15 @@ def cmd_keys(args: argparse.Namespace) -> int:
     with MsmMem.open(args.dir) as mem:
         if args.action == "rotate":
             count = mem.cipher.rotate_kek()
-            spec = mem.audit.spec(actor=ADMIN.id, role=ADMIN.role, action="key_rotate", source_tier="ltm",
-                                  target_tier="ltm", purpose="operations", reason=f"{count} data keys rewrapped")  # fmt: skip
+            spec = mem.audit.spec(
+                actor=ADMIN.id,
+                role=ADMIN.role,
+                action="key_rotate",
+                source_tier="ltm",
+                target_tier="ltm",
+                purpose="operations",
+                reason=f"{count} data keys rewrapped",
+            )
             from ..storage.base import WriteBatch
 
             mem.audit.write(WriteBatch(), [spec])
@@ -150,6 +166,16 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     summary."""
     with MsmMem.open(args.dir) as mem:
         report = mem.maintain()
-    print(json.dumps({"expired": report.expired, "consolidated": report.consolidated, "discarded": report.discarded,
-                      "anonymized": report.anonymized, "retracted": report.retracted, "checkpoint": list(report.checkpoint or ())}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "expired": report.expired,
+                "consolidated": report.consolidated,
+                "discarded": report.discarded,
+                "anonymized": report.anonymized,
+                "retracted": report.retracted,
+                "checkpoint": list(report.checkpoint or ()),
+            }
+        )
+    )
     return 0

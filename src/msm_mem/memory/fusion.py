@@ -50,9 +50,7 @@ def _visual_line(hit: Hit) -> str:
     return f"[{hit.id}] cos={hit.score:.3f} | {_day(r.timestamp)}{tag}{src}"
 
 
-def _render(
-    semantic: list[tuple[SemanticState, int]], epi: list[Hit], vis: list[Hit], question: str
-) -> str:
+def _render(semantic: list[tuple[SemanticState, int]], epi: list[Hit], vis: list[Hit], question: str) -> str:
     parts = ["## Patient history (semantic memory)"]
     shown = [(s, skip) for s, skip in semantic if len(s.impressions) > skip]
     if not shown:

@@ -8,8 +8,8 @@ records and audit events in one transaction.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from .._errors import InvalidInput, NotFound
 from .._records import EpisodicRecord, Impression, SemanticState, State, new_id
@@ -186,7 +186,9 @@ class Maintainer:
             ids += fixed
         item_id = provenance.get("stm") or ""
         if item_id and not episode_id:
-            items = [i for i in self.store.stm_list(patient_id=patient_id, state=StmState.ACTIVE) if i.item_id == item_id]
+            items = [
+                i for i in self.store.stm_list(patient_id=patient_id, state=StmState.ACTIVE) if i.item_id == item_id
+            ]
             if items:
                 # the critic's verdict is the outcome the held item waited for: it is promoted even
                 # when the gate held it (a repeat image is never novel); the audit keeps "forced"
@@ -213,10 +215,23 @@ class Maintainer:
         if e.state != State.ACTIVE:
             return []
         fixed = EpisodicRecord(
-            episode_id=new_id("E"), patient_id=e.patient_id, timestamp=e.timestamp, z=e.z, question=e.question,
-            answer=text, decision=decision or e.decision, media_path=e.media_path,
-            media_description=e.media_description, study_id=e.study_id, confidence=1.0, evidence_tier="critic",
-            source=e.source, created_at=now, decay_at=decay_at(now, 1.0, "critic", "episodic"), supersedes=e.episode_id)  # fmt: skip
+            episode_id=new_id("E"),
+            patient_id=e.patient_id,
+            timestamp=e.timestamp,
+            z=e.z,
+            question=e.question,
+            answer=text,
+            decision=decision or e.decision,
+            media_path=e.media_path,
+            media_description=e.media_description,
+            study_id=e.study_id,
+            confidence=1.0,
+            evidence_tier="critic",
+            source=e.source,
+            created_at=now,
+            decay_at=decay_at(now, 1.0, "critic", "episodic"),
+            supersedes=e.episode_id,
+        )
         batch.changes.append(StateChange("episodic", e.episode_id, State.ACTIVE, State.SUPERSEDED))
         batch.episodes.append(fixed)
         return [fixed.episode_id, e.episode_id]
@@ -224,7 +239,9 @@ class Maintainer:
     def _semantic_correction(self, batch: WriteBatch, patient_id: str, study_id: str, text: str, decision: str,
                              now: float) -> list[str]:  # fmt: skip
         pending = [s for s in batch.semantic if s.patient_id == patient_id]
-        current: SemanticState | None = pending[-1] if pending else next(iter(self.store.semantic_active(patient_id)), None)
+        current: SemanticState | None = (
+            pending[-1] if pending else next(iter(self.store.semantic_active(patient_id)), None)
+        )
         if current is None:
             return []
         study_time = self._study_time(patient_id, study_id)
@@ -232,9 +249,16 @@ class Maintainer:
         when = study_time if study_time is not None else now
         impressions.append(Impression(when, text, decision))
         impressions.sort(key=lambda i: i.timestamp)
-        new = SemanticState(new_id("S"), patient_id, current.category, tuple(impressions[-self.gm.settings.semantic_history:]),
-                            version=current.version + 1, created_at=now, supersedes=current.state_id,
-                            evidence_tier="critic")  # fmt: skip
+        new = SemanticState(
+            new_id("S"),
+            patient_id,
+            current.category,
+            tuple(impressions[-self.gm.settings.semantic_history :]),
+            version=current.version + 1,
+            created_at=now,
+            supersedes=current.state_id,
+            evidence_tier="critic",
+        )
         batch.semantic.append(new)
         return [new.state_id, current.state_id]
 

@@ -153,8 +153,13 @@ class Memory:
         epi_id = vis_id = None
         if decision.written:
             epi_id, vis_id = new_id("E"), new_id("V")
-            common = {"confidence": it.confidence, "evidence_tier": it.evidence_tier, "source": it.source,
-                      "created_at": now, "decay_at": decay_at(now, it.confidence, it.evidence_tier, "episodic")}  # fmt: skip
+            common = {
+                "confidence": it.confidence,
+                "evidence_tier": it.evidence_tier,
+                "source": it.source,
+                "created_at": now,
+                "decay_at": decay_at(now, it.confidence, it.evidence_tier, "episodic"),
+            }
             batch.episodes.append(EpisodicRecord(
                 episode_id=epi_id, patient_id=it.patient_id, timestamp=it.timestamp, z=z,
                 question=it.question, answer=it.answer, decision=it.decision,

@@ -139,8 +139,16 @@ class GovernedMemory:
         payload = {"question": question, "timestamp": now if timestamp is None else timestamp,
                    "media_path": media_path, "visual_tag": visual_tag, "study_id": study_id,
                    "media_description": media_description}  # fmt: skip
-        item = StmItem(new_id("M"), turn.patient_id, kind, json.dumps(payload), created_at=now,
-                       expires_at=now + self.settings.stm_ttl_s, z=self.memory.vector(z), actor=turn.actor.id)  # fmt: skip
+        item = StmItem(
+            new_id("M"),
+            turn.patient_id,
+            kind,
+            json.dumps(payload),
+            created_at=now,
+            expires_at=now + self.settings.stm_ttl_s,
+            z=self.memory.vector(z),
+            actor=turn.actor.id,
+        )
         turn.batch.stm.append(item)
         self._event(turn, "write", "source", "stm", [item.item_id])
         return item
@@ -228,7 +236,9 @@ class GovernedMemory:
         # an item staged in this turn carries its answer, for a later critic or age sweep
         for i, staged in enumerate(turn.batch.stm):
             if staged.item_id == item.item_id:
-                turn.batch.stm[i] = replace(staged, payload=json.dumps({**info, "answer": answer, "decision": decision}))
+                turn.batch.stm[i] = replace(
+                    staged, payload=json.dumps({**info, "answer": answer, "decision": decision})
+                )
         if result.gate.written:
             turn.batch.stm_changes.append(StmChange(item.item_id, StmState.ACTIVE, StmState.CONSOLIDATED))
             ids = [item.item_id, result.episode_id or "", result.visual_id or ""]

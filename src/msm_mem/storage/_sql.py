@@ -147,9 +147,7 @@ def visual_from_row(r: Sequence[Any], codec: FieldCodec) -> VisualRecord:
 
 
 def semantic_to_row(s: SemanticState, codec: FieldCodec) -> tuple[Any, ...]:
-    payload = json.dumps(
-        [[i.timestamp, i.text, i.decision] for i in s.impressions], ensure_ascii=False
-    )
+    payload = json.dumps([[i.timestamp, i.text, i.decision] for i in s.impressions], ensure_ascii=False)
     return (
         s.state_id, s.patient_id, s.category, s.version, s.state.value, s.created_at,
         s.supersedes, s.evidence_tier,

@@ -235,8 +235,14 @@ class Store(ABC):
         """Short-term items in the order asked; raises NotFound for an unknown id."""
 
     @abstractmethod
-    def stm_list(self, *, patient_id: str | None = None, state: StmState | None = None,
-                 expires_before: float | None = None, created_before: float | None = None) -> list[StmItem]:
+    def stm_list(
+        self,
+        *,
+        patient_id: str | None = None,
+        state: StmState | None = None,
+        expires_before: float | None = None,
+        created_before: float | None = None,
+    ) -> list[StmItem]:
         """Short-term items matching every given filter, oldest first."""
 
     @abstractmethod

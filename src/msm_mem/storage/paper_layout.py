@@ -199,4 +199,3 @@ def _read_semantic(folder: Path) -> list[SemanticState]:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InvalidInput(f"semantic/{path.name}: {exc}") from exc
     return states
-

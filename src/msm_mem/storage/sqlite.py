@@ -117,16 +117,19 @@ class SqliteStore(GovernanceTables, Store):
         conn.execute("BEGIN")
         conn.executemany(
             "INSERT INTO meta VALUES (?, ?)",
-            [("format", FORMAT), ("schema", SCHEMA_VERSION), ("dim", str(dim)), ("encoder", encoder),
-             ("tenant", uuid.uuid4().hex)],
+            [
+                ("format", FORMAT),
+                ("schema", SCHEMA_VERSION),
+                ("dim", str(dim)),
+                ("encoder", encoder),
+                ("tenant", uuid.uuid4().hex),
+            ],
         )
         conn.execute("COMMIT")
         return cls(directory, conn, codec or PlainCodec())
 
     @classmethod
-    def open(
-        cls, directory: str | Path, *, codec: FieldCodec | None = None, durable: bool = True
-    ) -> SqliteStore:
+    def open(cls, directory: str | Path, *, codec: FieldCodec | None = None, durable: bool = True) -> SqliteStore:
         """Open an existing store; a directory that is not one raises :class:`StoreError`."""
         directory = Path(directory)
         db = directory / DB_NAME
@@ -248,9 +251,7 @@ class SqliteStore(GovernanceTables, Store):
                     (s.supersedes, s.patient_id, s.category),
                 )
                 if cur.rowcount != 1:
-                    raise IllegalTransition(
-                        f"semantic state {s.supersedes!r} is not the active version of this key"
-                    )
+                    raise IllegalTransition(f"semantic state {s.supersedes!r} is not the active version of this key")
             try:
                 conn.execute(
                     f"INSERT INTO semantic VALUES ({','.join('?' * len(_sql.SEMANTIC_COLUMNS))})",
@@ -271,9 +272,7 @@ class SqliteStore(GovernanceTables, Store):
         if row is None:
             raise NotFound(f"no {table} record {c.record_id!r}")
         if row[1] != c.expect.value:
-            raise IllegalTransition(
-                f"{table} record {c.record_id!r} is {row[1]}, expected {c.expect.value}"
-            )
+            raise IllegalTransition(f"{table} record {c.record_id!r} is {row[1]}, expected {c.expect.value}")
         old_pid = row[0]
         sets = _sql.change_sets(c, old_pid, self._codec)
         new_pid, new_id = str(sets["patient_id"]), str(sets["id"])
@@ -434,13 +433,13 @@ class SqliteStore(GovernanceTables, Store):
             raise InvalidInput(f"unknown table {table!r}")
         with self._lock:
             self._check_open()
-            rows = self._conn.execute(f"SELECT id, state FROM {table} WHERE patient_id = ? ORDER BY rowid", (patient_id,))
+            rows = self._conn.execute(
+                f"SELECT id, state FROM {table} WHERE patient_id = ? ORDER BY rowid", (patient_id,)
+            )
             return [r[0] for r in rows if r[1] in ("active", "superseded")]
 
     def studies(self, patient_id: str) -> set[str]:
         with self._lock:
             self._check_open()
-            rows = self._conn.execute(
-                "SELECT study_id FROM episodic WHERE patient_id = ?", (patient_id,)
-            ).fetchall()
+            rows = self._conn.execute("SELECT study_id FROM episodic WHERE patient_id = ?", (patient_id,)).fetchall()
         return {r[0] for r in rows if r[0]}

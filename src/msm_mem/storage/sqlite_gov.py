@@ -181,7 +181,9 @@ class GovernanceTables:
                 c = changes.pop(item.item_id, None)
                 if c is not None:  # born and changed in this batch: store the final row at once
                     if c.expect != item.state:
-                        raise IllegalTransition(f"short-term item {item.item_id!r} is {item.state.value}, expected {c.expect.value}")
+                        raise IllegalTransition(
+                            f"short-term item {item.item_id!r} is {item.state.value}, expected {c.expect.value}"
+                        )
                     item = replace(item, state=c.to, expires_at=c.expires_at or item.expires_at,
                                    **({"payload": "", "z": None} if c.purge else {}))  # fmt: skip
                 rows.append(g.stm_to_row(item, codec) if item.payload else g.stm_to_row(item, _Blank()))
@@ -193,7 +195,9 @@ class GovernanceTables:
                 args.append(c.expires_at)
             if c.purge:
                 sets.append("payload = '', z = NULL")
-            cur = conn.execute(f"UPDATE stm SET {', '.join(sets)} WHERE id = ? AND state = ?", (*args, c.item_id, c.expect.value))
+            cur = conn.execute(
+                f"UPDATE stm SET {', '.join(sets)} WHERE id = ? AND state = ?", (*args, c.item_id, c.expect.value)
+            )
             if cur.rowcount != 1:
                 row = conn.execute("SELECT state FROM stm WHERE id = ?", (c.item_id,)).fetchone()
                 if row is None:
@@ -201,8 +205,11 @@ class GovernanceTables:
                 raise IllegalTransition(f"short-term item {c.item_id!r} is {row[0]}, expected {c.expect.value}")
         for claim in batch.claims:
             if claim.supersedes is not None and not batch.restore:
-                cur = conn.execute("UPDATE claims SET state = 'superseded' WHERE id = ? AND state = 'active'"
-                                   " AND patient_id = ? AND key = ?", (claim.supersedes, claim.patient_id, claim.key))  # fmt: skip
+                cur = conn.execute(
+                    "UPDATE claims SET state = 'superseded' WHERE id = ? AND state = 'active'"
+                    " AND patient_id = ? AND key = ?",
+                    (claim.supersedes, claim.patient_id, claim.key),
+                )
                 if cur.rowcount != 1:
                     raise IllegalTransition(f"claim {claim.supersedes!r} is not the active version of its key")
             try:
@@ -210,16 +217,22 @@ class GovernanceTables:
             except sqlite3.IntegrityError as exc:
                 raise IllegalTransition(f"claim key {claim.key!r} already has an active version ({exc})") from exc
         if batch.entities:
-            conn.executemany("INSERT INTO entities VALUES (?,?,?,?,?,?)", [g.entity_to_row(e, codec) for e in batch.entities])
+            conn.executemany(
+                "INSERT INTO entities VALUES (?,?,?,?,?,?)", [g.entity_to_row(e, codec) for e in batch.entities]
+            )
         if batch.relationships:
             conn.executemany("INSERT INTO relationships VALUES (?,?,?,?,?,?,?)",
                              [g.relationship_to_row(r) for r in batch.relationships])  # fmt: skip
         if batch.consents or batch.revocations:
             self._consent_cache.clear()
         if batch.consents:
-            conn.executemany("INSERT INTO consents VALUES (?,?,?,?,?,?,?,?,?,?)", [g.consent_to_row(c) for c in batch.consents])
+            conn.executemany(
+                "INSERT INTO consents VALUES (?,?,?,?,?,?,?,?,?,?)", [g.consent_to_row(c) for c in batch.consents]
+            )
         for consent_id, when in batch.revocations:
-            cur = conn.execute("UPDATE consents SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (when, consent_id))
+            cur = conn.execute(
+                "UPDATE consents SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (when, consent_id)
+            )
             if cur.rowcount != 1:
                 raise NotFound(f"no unrevoked consent {consent_id!r}")
         if batch.audit:
@@ -228,7 +241,9 @@ class GovernanceTables:
                 b.seq != a.seq + 1 for a, b in zip(batch.audit, batch.audit[1:], strict=False)
             ):
                 raise InvalidInput(f"audit rows must continue the chain at seq {head_seq + 1}")
-            conn.executemany("INSERT INTO audit VALUES (?, ?, ?)", [(r.seq, r.payload, r.event_hash) for r in batch.audit])
+            conn.executemany(
+                "INSERT INTO audit VALUES (?, ?, ?)", [(r.seq, r.payload, r.event_hash) for r in batch.audit]
+            )
 
     # reads ---------------------------------------------------------------------------------
 
@@ -243,8 +258,14 @@ class GovernanceTables:
                 found[i] = g.stm_from_row(row, self._codec)
             return [found[i] for i in item_ids]
 
-    def stm_list(self, *, patient_id: str | None = None, state: StmState | None = None,
-                 expires_before: float | None = None, created_before: float | None = None) -> list[StmItem]:  # fmt: skip
+    def stm_list(
+        self,
+        *,
+        patient_id: str | None = None,
+        state: StmState | None = None,
+        expires_before: float | None = None,
+        created_before: float | None = None,
+    ) -> list[StmItem]:
         where, args = [], []
         for clause, value in (("patient_id = ?", patient_id), ("state = ?", state.value if state else None),
                               ("expires_at <= ?", expires_before), ("created_at <= ?", created_before)):  # fmt: skip
@@ -263,8 +284,12 @@ class GovernanceTables:
 
     def claims_active(self, patient_id: str, key: str | None = None) -> list[Claim]:
         if key is None:
-            return self._claims("SELECT * FROM claims WHERE patient_id = ? AND state = 'active' ORDER BY key", (patient_id,))
-        return self._claims("SELECT * FROM claims WHERE patient_id = ? AND key = ? AND state = 'active'", (patient_id, key))
+            return self._claims(
+                "SELECT * FROM claims WHERE patient_id = ? AND state = 'active' ORDER BY key", (patient_id,)
+            )
+        return self._claims(
+            "SELECT * FROM claims WHERE patient_id = ? AND key = ? AND state = 'active'", (patient_id, key)
+        )
 
     def claim_history(self, patient_id: str, key: str) -> list[Claim]:
         return self._claims("SELECT * FROM claims WHERE patient_id = ? AND key = ? ORDER BY created_at, rowid",
@@ -292,8 +317,11 @@ class GovernanceTables:
     def semantic_created_before(self, before: float) -> list[SemanticState]:
         with self._lock:
             self._check_open()
-            rows = self._conn.execute("SELECT * FROM semantic WHERE created_at <= ? AND state IN ('active', 'superseded')"
-                                      " ORDER BY created_at, id", (before,)).fetchall()  # fmt: skip
+            rows = self._conn.execute(
+                "SELECT * FROM semantic WHERE created_at <= ? AND state IN ('active', 'superseded')"
+                " ORDER BY created_at, id",
+                (before,),
+            ).fetchall()
             return [_sql.semantic_from_row(r, self._codec) for r in rows]
 
     _consent_cache: dict[str, list[ConsentRecord]]
@@ -341,8 +369,9 @@ class GovernanceTables:
         while True:
             with self._lock:
                 self._check_open()
-                rows = self._conn.execute("SELECT seq, payload, event_hash FROM audit WHERE seq >= ? ORDER BY seq LIMIT 10000",
-                                          (seq,)).fetchall()  # fmt: skip
+                rows = self._conn.execute(
+                    "SELECT seq, payload, event_hash FROM audit WHERE seq >= ? ORDER BY seq LIMIT 10000", (seq,)
+                ).fetchall()
             for r in rows:
                 yield AuditRow(int(r[0]), bytes(r[1]), str(r[2]))
             if len(rows) < 10000:

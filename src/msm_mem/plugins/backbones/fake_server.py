@@ -36,9 +36,7 @@ def completion(text: str, model: str = "fake-model") -> dict[str, Any]:
         "id": "chatcmpl-fake",
         "object": "chat.completion",
         "model": model,
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-        ],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
     }
 
 

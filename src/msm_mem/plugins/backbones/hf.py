@@ -130,9 +130,7 @@ class TransformersBackbone:
             if "pixel_values" in inputs and self.model.dtype.is_floating_point:
                 inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
             with self._torch.inference_mode():
-                out = self.model.generate(
-                    **inputs, max_new_tokens=self.max_new_tokens, do_sample=False
-                )
+                out = self.model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=False)
             new_tokens = out[:, inputs["input_ids"].shape[1] :]
             answer = str(self.processor.batch_decode(new_tokens, skip_special_tokens=True)[0])
         except (RuntimeError, ValueError, TypeError, IndexError) as exc:

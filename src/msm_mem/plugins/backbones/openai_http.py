@@ -229,9 +229,7 @@ class OpenAICompatibleBackbone:
                     short = f"HTTP {exc.code}"
                     problem = f"{short}: {_excerpt(exc.read())!r}"
                     if exc.code != 429 and exc.code < 500:
-                        raise BackendError(
-                            f"POST {self.url} failed with {problem} (a 4xx is not retried)"
-                        ) from None
+                        raise BackendError(f"POST {self.url} failed with {problem} (a 4xx is not retried)") from None
                     hinted = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
                     wait = wait if hinted is None else hinted
             except TimeoutError:  # socket.timeout is TimeoutError since Python 3.10
