@@ -30,7 +30,7 @@ def test_prior_is_the_most_frequent_normalised_answer_in_its_latest_wording() ->
 
 
 def test_prior_counts_after_normalisation() -> None:
-    """"The effusion." and "effusion" are one answer with two votes."""
+    """ "The effusion." and "effusion" are one answer with two votes."""
     known = KnownStudies([Known("a", 1, "1", "The effusion.", _z(1, 0)), Known("b", 2, "2", "effusion", _z(0, 1)),
                           Known("c", 3, "3", "edema", _z(1, 1))])  # fmt: skip
     assert known.prior() == "effusion"

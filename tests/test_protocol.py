@@ -28,7 +28,7 @@ from msm_mem.plugins.backbones.nonparametric import EMPTY_ANSWER
 
 
 def test_all_is_the_eight_subsets_in_table_order() -> None:
-    """"all" gives the 8 subsets of S, E, V, none first and SEV last."""
+    """ "all" gives the 8 subsets of S, E, V, none first and SEV last."""
     assert parse_configs("all") == CONFIGS == ("none", "S", "E", "V", "SE", "SV", "EV", "SEV")
 
 

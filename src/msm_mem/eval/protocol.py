@@ -223,6 +223,7 @@ class _Plan:
     parts: dict[str, list[ManifestRow]]
     z: dict[tuple[str, str], Vector]
     work: Path
+    keep: Path | None = None
 
     def per_arm(self) -> int:
         return sum(len(self.parts[p]) for p in PHASES[1:]) + len(PHASES) * len(self.parts["validation"])
@@ -281,7 +282,11 @@ def _agent_arm(plan: _Plan, name: str, base: Path, tick: Callable[[int], object]
     shutil.copytree(base, directory)
     runner = _Runner(plan, tick or (_TICKS.put if _TICKS is not None else (lambda n: None)))
     try:
-        return runner.run_arm(_AgentArm(name, directory, runner))
+        answers = runner.run_arm(_AgentArm(name, directory, runner))
+        if plan.keep is not None:  # the arm's memory after WB4, for inspection
+            shutil.rmtree(plan.keep / name, ignore_errors=True)
+            shutil.move(directory, plan.keep / name)
+        return answers
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -315,15 +320,16 @@ def _run_configs(plan: _Plan, base: Path, jobs: int, bar: tqdm[Any]) -> list[Ans
 
 def run_protocol(rows: Sequence[ManifestRow], settings: ProtocolSettings | None = None, *,
                  memory: Settings | None = None, work_dir: Path | None = None, dataset: str = "",
-                 jobs: int = 1, progress: bool = False) -> ProtocolRun:  # fmt: skip
+                 jobs: int = 1, keep_stores: Path | None = None, progress: bool = False) -> ProtocolRun:  # fmt: skip
     """Run the protocol on labelled ``rows`` (rows with an empty answer are left out).
 
     ``memory`` holds the store settings (k, tau, gate; its encoder is replaced by the
     settings' encoder). Stores live in ``work_dir`` (a temporary folder when None, removed
     afterwards). Memory configurations run in up to ``jobs`` worker processes; the answers do
-    not depend on ``jobs``. Returns every answer with its mode, phase and arm; metrics are
-    computed by :mod:`msm_mem.eval.report`. Raises :class:`InvalidInput` for fewer than 3
-    labelled patients.
+    not depend on ``jobs``. With ``keep_stores`` each configuration's store after WB4 is kept
+    as ``keep_stores/<configuration>`` (replaced if present). Returns every answer with its
+    mode, phase and arm; metrics are computed by :mod:`msm_mem.eval.report`. Raises
+    :class:`InvalidInput` for fewer than 3 labelled patients.
     """
     settings = settings or ProtocolSettings()
     labelled = [r for r in rows if r.answer.strip()]
@@ -343,7 +349,9 @@ def run_protocol(rows: Sequence[ManifestRow], settings: ProtocolSettings | None 
     answers: list[Answered] = []
     with tempfile.TemporaryDirectory(prefix="msm-mem-eval-") as tmp:
         work = Path(work_dir) if work_dir is not None else Path(tmp)
-        plan = _Plan(settings, store_settings, t0, parts, z, work)
+        if keep_stores is not None:
+            Path(keep_stores).mkdir(parents=True, exist_ok=True)
+        plan = _Plan(settings, store_settings, t0, parts, z, work, None if keep_stores is None else Path(keep_stores))
         total = plan.per_arm() * (len(settings.configs) + len(settings.baselines))
         with tqdm(total=total, desc="eval", unit="answer", disable=not progress) as bar:
             if settings.configs:

@@ -170,11 +170,12 @@ def _mark(arm: str, letter: str) -> str:
 
 def table1_markdown(records: Sequence[dict[str, Any]], run: ProtocolRun, phase: str = FINAL) -> str:
     """The paper's Table 1 shape: one row per arm, metric columns (percent, 95% patient CI)."""
-    s = run.settings
+    s, m = run.settings, run.memory_settings
     lines = [f"# Table 1: performance by memory configuration at {phase}", "",
              f"Data: {run.data['name']} ({run.data['labelled']} labelled studies, {run.data['patients']} patients; "
              f"fingerprint `{str(run.data['fingerprint'])[:16]}`). Encoder `{s.encoder}`, backbone `{s.backbone}`, "
-             f"feedback `{s.feedback}`, seed {s.seed}. Percent; brackets: 95% bootstrap interval over patients.",
+             f"feedback `{s.feedback}`, seed {s.seed}; gate tau {m.tau}, at least {m.min_answer_words} words. "
+             "Percent; brackets: 95% bootstrap interval over patients.",
              ""]  # fmt: skip
     for mode in MODES:
         rows = [r for r in records if r["mode"] == mode and r["phase"] == phase]

@@ -6,7 +6,8 @@ loop); then, for every memory configuration (the 8 subsets of S, E, V) and the b
 answer each write-back phase's studies in time order through the online loop with write-back
 (the reference arriving afterwards as a critic verdict), and probe the validation patients
 after every phase. Prints Table 1 and writes the reports and plots into ``out``
-(see :mod:`msm_mem.eval.report` and :mod:`msm_mem.eval.plots`).
+(see :mod:`msm_mem.eval.report` and :mod:`msm_mem.eval.plots`), and leaves the full
+configuration's (S+E+V) store after WB4 in ``out/store`` for ``msm-mem ask`` and friends.
 """
 
 from __future__ import annotations
@@ -27,16 +28,17 @@ __all__ = ["DEMO_PATIENTS", "run_demo"]
 #: Patients of the demo's synthetic set: sized so ``make demo`` ends within minutes on 2 cores.
 DEMO_PATIENTS = 200
 _MARKER = ".msm-mem-demo"
-_OUTPUTS = ("data", "table1.md", "table1.csv", "phases.md", "phases.csv", "results.json", "answers.jsonl",
-            "figure6.png", "figure6_finding_f1.png", "configs.png", "gate.png")  # fmt: skip
+_OUTPUTS = ("data", "store", "stores", "table1.md", "table1.csv", "phases.md", "phases.csv", "results.json",
+            "answers.jsonl", "figure6.png", "figure6_finding_f1.png", "configs.png", "gate.png")  # fmt: skip
 
 
 def run_demo(out: Path, *, seed: int = 0, patients: int = DEMO_PATIENTS, verbose: bool = True,
              jobs: int | None = None) -> int:  # fmt: skip
     """Run the demo in ``out`` (its previous demo outputs are replaced); returns 0.
 
-    ``jobs`` worker processes run the memory configurations (default: up to 2, the CPUs
-    available); the results do not depend on it."""
+    Always prints two summary lines (mean token F1 of S+E+V and of the population prior, frozen
+    probe after WB4); ``verbose`` adds progress bars and Table 1. ``jobs`` worker processes run
+    the memory configurations (default: up to 2, the CPUs available); results do not depend on it."""
     started = time.monotonic()
     out = Path(out)
     if (out / _MARKER).exists():
@@ -50,9 +52,12 @@ def run_demo(out: Path, *, seed: int = 0, patients: int = DEMO_PATIENTS, verbose
         print(f"synthetic set: {len(rows)} studies of {patients} patients in {out / 'data'}")
     jobs = jobs if jobs is not None else max(1, min(2, os.cpu_count() or 1))
     run = run_protocol(rows, ProtocolSettings(seed=seed), memory=Settings(), dataset="synthetic", jobs=jobs,
-                       progress=verbose)  # fmt: skip
+                       keep_stores=out / "stores", progress=verbose)  # fmt: skip
+    shutil.move(out / "stores" / "SEV", out / "store")
+    shutil.rmtree(out / "stores")
     records = write_reports(run, out)
     plots = write_plots(records, out, arms=run.arms, configs=run.settings.configs)
+    final = {r["arm"]: r["token_f1"]["mean"] for r in records if r["mode"] == "frozen" and r["phase"] == "WB4"}
     if verbose:
         counts = run.split.counts()
         print(f"\npatients: {counts['memory']} memory (Base {counts['Base']}, WB1-WB4 "
@@ -61,5 +66,8 @@ def run_demo(out: Path, *, seed: int = 0, patients: int = DEMO_PATIENTS, verbose
         print(table1_markdown(records, run))
         print(f"reports: {', '.join(p.name for p in (out / 'table1.md', out / 'phases.md', out / 'results.json'))}; "
               f"plots: {', '.join(p.name for p in plots)} (in {out})")  # fmt: skip
-        print(f"done in {time.monotonic() - started:.0f} s")
+    print(f"mean token F1 with memory (S+E+V), validation after WB4:       {final['SEV']:.3f}")
+    print(f"mean token F1 without memory (population prior), same queries: {final['prior']:.3f}")
+    if verbose:
+        print(f"store with the S+E+V memory after WB4: {out / 'store'}; done in {time.monotonic() - started:.0f} s")
     return 0
