@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from ._errors import InvalidInput
 from ._records import State, Vector
@@ -157,9 +158,10 @@ class ConsentRecord:
         return self.start <= when and (self.end is None or when < self.end)
 
 
-@dataclass(frozen=True, slots=True)
-class AuditRow:
-    """One stored audit event: canonical payload bytes (without its hash) and its SHA-256."""
+class AuditRow(NamedTuple):
+    """One stored audit event: canonical payload bytes (without its hash) and its SHA-256.
+
+    A named tuple, so rows stream into the verifiers without conversion."""
 
     seq: int
     payload: bytes

@@ -13,6 +13,7 @@ truncated tail or a recomputed chain no longer matches a checkpoint.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import threading
 from collections.abc import Iterator, Sequence
@@ -33,6 +34,12 @@ __all__ = ["RETENTION_S", "AuditLog"]
 
 #: audit events are kept at least six years (the HIPAA documentation floor)
 RETENTION_S = 6 * 365.25 * 86400
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_reason(reason: str) -> bool:
+    """Whether a reason is short and free of identifiers (reasons repeat: cached)."""
+    return len(reason) <= 120 and not find_identifiers(reason)
 
 
 class AuditLog:
@@ -99,8 +106,8 @@ class AuditLog:
         ``reason`` is a short code or phrase (at most 120 characters) and must hold no patient
         identifier (checked with the Safe Harbor scanner): the audit tier carries no narrative.
         """
-        if len(reason) > 120 or find_identifiers(reason):
-            raise InvalidInput("an audit reason must be a short phrase without identifiers")
+        if reason and not _plain_reason(reason):
+            raise InvalidInput("an audit reason must be a short phrase (<= 120 characters) without identifiers")
         return {"time": self.clock.now(), "actor": actor, "role": role, "action": action,
                 "source_tier": source_tier, "target_tier": target_tier, "purpose": purpose, "outcome": outcome,
                 "record_ids": tuple(record_ids), "patient": self.pseudonym(patient), "consent_id": consent_id,
@@ -162,9 +169,9 @@ class AuditLog:
 
         def rows() -> Iterator[tuple[int, bytes, str]]:
             for r in self.store.iter_audit(base_seq + 1):
-                if r.seq in wanted:
-                    seen[r.seq] = r.event_hash
-                yield r.seq, r.payload, r.event_hash
+                if r[0] in wanted:
+                    seen[r[0]] = r[2]
+                yield r
 
         verifier = verify_chain if full else verify_hashes_only
         result = verifier(rows(), start_seq=base_seq + 1, start_prev=base_hash)

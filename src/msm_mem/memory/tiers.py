@@ -90,6 +90,7 @@ class GovernedMemory:
         """Check consent for a turn; a denial is audited and raises :class:`ConsentDenied`."""
         if not isinstance(patient_id, str) or not patient_id.strip():
             raise InvalidInput("a turn needs a patient scope (patient_id)")
+        self.store.sync()
         decision = evaluate(self.store.consents(patient_id), patient=patient_id, actor=actor.id, role=actor.role,
                             purpose=purpose, classes=classes, when=self.clock.now())  # fmt: skip
         try:

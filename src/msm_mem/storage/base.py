@@ -152,6 +152,9 @@ class Store(ABC):
     tenant: str
     _codec: FieldCodec
 
+    def sync(self) -> None:
+        """Drop read caches made stale by other connections' commits (default: none kept)."""
+
     def use_codec(self, codec: FieldCodec) -> None:
         """Set the PHI codec (before any read or write of PHI fields)."""
         self._codec = codec

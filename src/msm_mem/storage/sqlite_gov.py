@@ -77,12 +77,16 @@ class SqliteKeyTable:
             row = self._conn.execute(f"SELECT * FROM keys WHERE {where} = ?", (value,)).fetchone()
         return None if row is None else self._key(row)
 
-    def get(self, patient_ref: str) -> WrappedKey | None:
+    def sync(self) -> None:
+        """Empty the cache when another connection has committed since the last sync."""
         with self._lock:
             version = data_version(self._conn)
             if version != self._version:
                 self._by_patient.clear()
                 self._version = version
+
+    def get(self, patient_ref: str) -> WrappedKey | None:
+        with self._lock:
             if patient_ref in self._by_patient:
                 return self._by_patient[patient_ref]
             key = self._one("patient_ref", patient_ref)
@@ -326,14 +330,23 @@ class GovernanceTables:
 
     _consent_cache: dict[str, list[ConsentRecord]]
     _consent_version: int = -1
+    _keys: SqliteKeyTable
+
+    def sync(self) -> None:
+        """See what other connections committed (a grant, a revocation, a shred by the CLI while
+        a server runs): empty the consent and key caches when the database changed. Called at
+        the start of every governed turn and audit write, so caches never outlive one."""
+        with self._lock:
+            self._check_open()
+            version = data_version(self._conn)
+            if version != self._consent_version:
+                self._consent_cache.clear()
+                self._consent_version = version
+            self._keys.sync()
 
     def consents(self, patient_id: str | None = None) -> list[ConsentRecord]:
         with self._lock:
             self._check_open()
-            version = data_version(self._conn)
-            if version != self._consent_version:  # a grant or revocation through another connection
-                self._consent_cache.clear()
-                self._consent_version = version
             if patient_id is not None and patient_id in self._consent_cache:
                 return list(self._consent_cache[patient_id])
             if patient_id is None:
@@ -372,8 +385,7 @@ class GovernanceTables:
                 rows = self._conn.execute(
                     "SELECT seq, payload, event_hash FROM audit WHERE seq >= ? ORDER BY seq LIMIT 10000", (seq,)
                 ).fetchall()
-            for r in rows:
-                yield AuditRow(int(r[0]), bytes(r[1]), str(r[2]))
+            yield from map(AuditRow._make, rows)
             if len(rows) < 10000:
                 return
             seq = int(rows[-1][0]) + 1
