@@ -7,9 +7,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from msm_mem._errors import AccessDenied, IllegalTransition, NotFound
 from msm_mem.governance.audit import RETENTION_S
@@ -19,6 +17,8 @@ from msm_mem.interfaces.cli import main
 from msm_mem.memory.tiers import Actor
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.testing import FixedClock
+from tests.helpers import audit_events
+from tests.helpers import png as _png
 
 T0 = 1_700_000_000.0
 PATIENT = "MRN-PATIENT-998877"
@@ -34,18 +34,6 @@ class FakeBackbone:
 
     def generate(self, request: BackboneRequest) -> BackboneReply:
         return BackboneReply(ANSWER, decision="follow up in 3 months", source="fake")
-
-
-def _png(folder: Path, seed: int) -> Path:
-    path = folder / f"img{seed}.png"
-    if not path.exists():
-        rng = np.random.default_rng(seed)
-        Image.fromarray(rng.integers(0, 256, (64, 64), dtype=np.uint8), mode="L").save(path)
-    return path
-
-
-def _events(mem: MsmMem) -> list[AuditEvent]:
-    return [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in mem.store.iter_audit()]
 
 
 @pytest.fixture
@@ -80,7 +68,7 @@ def test_one_turn_records_every_step(mem: MsmMem, tmp_path: Path) -> None:
     """An answered turn appends consent, STM write, read, consolidation and semantic update events."""
     before = mem.store.audit_head()[0]
     mem.ask(PATIENT, _png(tmp_path, 1), QUESTION, study_id="ACC-1")
-    new = _events(mem)[before:]
+    new = audit_events(mem.store)[before:]
     actions = [e.action for e in new]
     assert actions[:3] == ["consent", "write", "read"] and actions[-2:] == ["consolidate", "semantic_update"]
     assert set(actions[2:-2]) == {"read"}
@@ -102,7 +90,7 @@ def test_events_hold_no_patient_identifier_or_narrative(mem: MsmMem, tmp_path: P
     for secret in (PATIENT, "998877", QUESTION, "zebra", ANSWER, "zebrastripe", CORRECTION, "quokka", "follow up",
                    "ACC-1", "ACC-3"):  # fmt: skip
         assert secret.encode() not in blob, secret
-    actions = {e.action for e in _events(mem)}
+    actions = {e.action for e in audit_events(mem.store)}
     assert {"consent", "write", "read", "consolidate", "hold", "semantic_update", "critic_reject", "decay"} <= actions
 
 
@@ -279,7 +267,7 @@ def test_open_handle_continues_after_another_handle_appends(mem: MsmMem, tmp_pat
                  "--purpose", "treatment"]) == 0  # fmt: skip
     head = mem.store.audit_head()[0]
     mem.ask(PATIENT, _png(tmp_path, 2), QUESTION)  # would fail if the handle chained after a stale head
-    new = _events(mem)[head:]
+    new = audit_events(mem.store)[head:]
     assert new[0].seq == head + 1 and new[-1].action == "semantic_update"
     assert all(e.outcome == "success" for e in new)
     assert mem.audit.verify().ok
@@ -340,6 +328,6 @@ def test_purge_is_itself_audited(mem: MsmMem, tmp_path: Path, clock: FixedClock)
     with pytest.raises(IllegalTransition):
         mem.audit.purge(head, actor="root", role="admin", reason=" ")
     mem.audit.purge(head, actor="root", role="admin", reason="retention expired")
-    (event,) = _events(mem)
+    (event,) = audit_events(mem.store)
     assert (event.action, event.actor, event.role, event.reason) == ("purge_expired", "root", "admin", "retention expired")
     assert mem.audit.verify().ok

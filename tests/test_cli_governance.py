@@ -9,9 +9,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from msm_mem._errors import ConsentDenied
 from msm_mem.interfaces.api import MsmMem
@@ -19,6 +17,7 @@ from msm_mem.interfaces.cli import main
 from msm_mem.memory.tiers import Actor
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.testing import FixedClock
+from tests.helpers import png as _png
 
 ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
 
@@ -30,14 +29,6 @@ class FakeBackbone:
 
     def generate(self, request: BackboneRequest) -> BackboneReply:
         return BackboneReply(ANSWER, decision="treat", source="fake")
-
-
-def _png(folder: Path, seed: int) -> Path:
-    path = folder / f"img{seed}.png"
-    if not path.exists():
-        rng = np.random.default_rng(seed)
-        Image.fromarray(rng.integers(0, 256, (64, 64), dtype=np.uint8), mode="L").save(path)
-    return path
 
 
 @pytest.fixture(autouse=True)

@@ -9,9 +9,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from msm_mem._errors import AccessDenied, DecryptionError
 from msm_mem.governance.codec import SHREDDED
@@ -21,6 +19,7 @@ from msm_mem.interfaces.cli import main
 from msm_mem.memory.tiers import Actor
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.testing import FixedClock
+from tests.helpers import png as _png
 
 T0 = 1_700_000_000.0
 QUESTION = "Is the wombat-shaped opacity in the left apex new?"
@@ -43,14 +42,6 @@ class FakeBackbone:
 
     def generate(self, request: BackboneRequest) -> BackboneReply:
         return BackboneReply(ANSWER, decision=DECISION, source="fake")
-
-
-def _png(folder: Path, seed: int) -> Path:
-    path = folder / f"img{seed}.png"
-    if not path.exists():
-        rng = np.random.default_rng(seed)
-        Image.fromarray(rng.integers(0, 256, (64, 64), dtype=np.uint8), mode="L").save(path)
-    return path
 
 
 def _fill(tmp_path: Path) -> Path:

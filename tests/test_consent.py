@@ -12,12 +12,12 @@ from PIL import Image
 from msm_mem._errors import ConsentDenied, InvalidInput
 from msm_mem._records import new_id
 from msm_mem._tier_records import ConsentRecord
-from msm_mem.governance.audit_chain import AuditEvent
 from msm_mem.governance.consent import DATA_CLASSES, ConsentDecision, default_policy, evaluate
 from msm_mem.interfaces.api import MsmMem
 from msm_mem.memory.tiers import Actor
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.testing import FixedClock
+from tests.helpers import audit_events
 
 T0 = 1_700_000_000.0
 ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
@@ -49,10 +49,6 @@ def _ask(consents: list[ConsentRecord], *, patient: str = "P1", actor: str = "a1
          purpose: str = "treatment", classes: tuple[str, ...] = DATA_CLASSES,
          when: float = T0) -> ConsentDecision:  # fmt: skip
     return evaluate(consents, patient=patient, actor=actor, role=role, purpose=purpose, classes=classes, when=when)
-
-
-def _events(mem: MsmMem) -> list[AuditEvent]:
-    return [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in mem.store.iter_audit()]
 
 
 @pytest.fixture
@@ -179,7 +175,7 @@ def test_begin_without_permit_raises_and_audits_denial(bare: MsmMem) -> None:
     before = bare.store.audit_head()[0]
     with pytest.raises(ConsentDenied, match="no matching permit"):
         bare.governed.begin(Actor("a1", "agent"), "P1")
-    new = _events(bare)[before:]
+    new = audit_events(bare.store)[before:]
     assert len(new) == 1
     event = new[0]
     assert (event.action, event.outcome, event.consent_id) == ("consent", "denied", "")
@@ -196,7 +192,7 @@ def test_deny_record_names_itself_in_the_audit(bare: MsmMem) -> None:
     bare.grant([permit, deny])
     with pytest.raises(ConsentDenied, match="denied by consent"):
         bare.governed.begin(Actor("a1", "agent"), "P1")
-    last = _events(bare)[-1]
+    last = audit_events(bare.store)[-1]
     assert (last.outcome, last.consent_id, last.reason) == ("denied", deny.consent_id, "denied by consent")
 
 
@@ -205,7 +201,7 @@ def test_permit_is_audited_with_its_consent_id(bare: MsmMem) -> None:
     permit = _consent()
     bare.grant([permit])
     bare.ask("P1", _png(bare.directory.parent, 1), "Any consolidation?")
-    turn_events = [e for e in _events(bare) if e.action != "consent_grant"]
+    turn_events = [e for e in audit_events(bare.store) if e.action != "consent_grant"]
     assert turn_events and all(e.consent_id == permit.consent_id for e in turn_events)
     assert turn_events[0].action == "consent" and turn_events[0].outcome == "success"
 
@@ -226,8 +222,8 @@ def test_revocation_denies_the_next_turn(bare: MsmMem, clock: FixedClock) -> Non
     bare.governed.begin(Actor("a1", "agent"), "P1")
     clock.advance(60)
     bare.revoke(permit.consent_id)
-    assert _events(bare)[-1].action == "consent_revoke"
-    assert _events(bare)[-1].record_ids == (permit.consent_id,)
+    assert audit_events(bare.store)[-1].action == "consent_revoke"
+    assert audit_events(bare.store)[-1].record_ids == (permit.consent_id,)
     with pytest.raises(ConsentDenied):
         bare.governed.begin(Actor("a1", "agent"), "P1")
     assert bare.store.consents("P1")[0].revoked_at == clock.now()
@@ -270,7 +266,7 @@ def test_grant_is_audited_with_pseudonym(bare: MsmMem) -> None:
     """Granting consent appends one event per record naming the consent id and the pseudonym."""
     c = _consent(patient="P-secret-42")
     bare.grant([c])
-    event = _events(bare)[-1]
+    event = audit_events(bare.store)[-1]
     assert (event.action, event.record_ids, event.consent_id) == ("consent_grant", (c.consent_id,), c.consent_id)
     assert event.patient.startswith("pt-")
     assert b"P-secret-42" not in next(iter(reversed(list(bare.store.iter_audit())))).payload
@@ -286,7 +282,7 @@ def test_population_prior_respects_other_patients_deny(tmp_path: Path, clock: Fi
         mem.grant([_consent(patient="P2", decision="deny")])
         answer = mem.ask("P1", _png(tmp_path, 3), "Any consolidation?")
         p2_ids = set(mem.store.record_ids("episodic", "P2")) | set(mem.store.record_ids("visual", "P2"))
-        read = {i for e in _events(mem) if e.action == "read" for i in e.record_ids}
+        read = {i for e in audit_events(mem.store) if e.action == "read" for i in e.record_ids}
         assert not (p2_ids & read), "P2's records were read in P1's turn despite P2's deny"
         assert answer.answer
     finally:

@@ -8,20 +8,19 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from msm_mem._errors import IllegalTransition, InvalidInput, NotFound
 from msm_mem._records import State
 from msm_mem._tier_records import StmState
-from msm_mem.governance.audit_chain import AuditEvent
 from msm_mem.governance.deid import find_identifiers
 from msm_mem.interfaces.api import MsmMem
 from msm_mem.memory.tiers import Actor
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.plugins.images import load_image
 from msm_mem.testing import FixedClock
+from tests.helpers import audit_events
+from tests.helpers import png as _png
 
 T0 = 1_700_000_000.0
 YEAR = 365.25 * 86400
@@ -45,18 +44,6 @@ class FakeBackbone:
 
     def generate(self, request: BackboneRequest) -> BackboneReply:
         return BackboneReply(self.answer, decision=self.decision, source="fake")
-
-
-def _png(folder: Path, seed: int) -> Path:
-    path = folder / f"img{seed}.png"
-    if not path.exists():
-        rng = np.random.default_rng(seed)
-        Image.fromarray(rng.integers(0, 256, (64, 64), dtype=np.uint8), mode="L").save(path)
-    return path
-
-
-def _events(mem: MsmMem) -> list[AuditEvent]:
-    return [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in mem.store.iter_audit()]
 
 
 def _payloads(mem: MsmMem) -> list[bytes]:
@@ -98,7 +85,7 @@ def test_expire_after_ttl_purges_payload(mem: MsmMem, tmp_path: Path, clock: Fix
     assert report.expired == 1
     (item,) = mem.store.stm_get([item_id])
     assert (item.state, item.payload, item.z) == (StmState.EXPIRED, "", None)
-    expire = [e for e in _events(mem) if e.action == "expire"]
+    expire = [e for e in audit_events(mem.store) if e.action == "expire"]
     assert [(e.role, e.record_ids, e.source_tier, e.target_tier) for e in expire] == [("system", (item_id,), "stm",
                                                                                        "stm")]  # fmt: skip
     assert mem.audit.verify().ok
@@ -123,7 +110,7 @@ def test_age_threshold_discards_items_that_still_fail_the_gate(mem: MsmMem, tmp_
     assert mem.maintainer.consolidate_aged() == (0, 1)
     (item,) = mem.store.stm_get([item_id])
     assert (item.state, item.payload) == (StmState.DISCARDED, "")
-    discard = [e for e in _events(mem) if e.action == "discard"]
+    discard = [e for e in audit_events(mem.store) if e.action == "discard"]
     assert len(discard) == 1 and discard[0].role == "system" and discard[0].reason == "not_novel"
 
 
@@ -141,7 +128,7 @@ def test_age_threshold_consolidates_an_answered_item(mem: MsmMem, tmp_path: Path
     assert mem.maintain().consolidated == 1
     assert mem.store.stm_get([item.item_id])[0].state == StmState.CONSOLIDATED
     assert mem.store.count("episodic") == 1
-    aged = [e for e in _events(mem) if e.action == "age_threshold"]
+    aged = [e for e in audit_events(mem.store) if e.action == "age_threshold"]
     assert len(aged) == 1 and aged[0].role == "system" and aged[0].record_ids[0] == item.item_id
 
 
@@ -176,7 +163,7 @@ def test_critic_reject_supersedes_claim_semantic_and_episode(mem: MsmMem, tmp_pa
     (new_ep,) = [e for e in episodes.values() if e.state == State.ACTIVE]
     assert (new_ep.answer, new_ep.evidence_tier, new_ep.decision) == (CORRECTION, "critic", "admit")
     assert new_ep.supersedes == old_ep.episode_id
-    event = [e for e in _events(mem) if e.action == "critic_reject"][-1]
+    event = [e for e in audit_events(mem.store) if e.action == "critic_reject"][-1]
     named = {claim.claim_id, old_claim.claim_id, new_ep.episode_id, old_ep.episode_id, sem.state_id}
     assert named <= set(event.record_ids)
     assert event.role == "critic"
@@ -210,7 +197,7 @@ def test_critic_verdict_by_agent_role_is_refused(mem: MsmMem, tmp_path: Path, ac
         mem.maintainer.critic_verdict(Actor("agent-1", "agent"), "P1", "S1", accept=accept, correction=CORRECTION)
     assert mem.store.claim_history("P1", "study:S1") == claims
     assert mem.store.semantic_history("P1", "impression") == semantic
-    last = _events(mem)[-1]
+    last = audit_events(mem.store)[-1]
     assert (last.outcome, last.role, last.reason) == ("denied", "agent", "illegal_transition")
 
 
@@ -223,7 +210,7 @@ def test_critic_promotes_a_held_item(mem: MsmMem, tmp_path: Path) -> None:
     assert mem.store.count("episodic") == episodes + 1
     promoted = [e for e in mem.store.iter_episodes() if e.study_id == "S2"]
     assert len(promoted) == 1 and promoted[0].answer == CORRECTION and promoted[0].evidence_tier == "critic"
-    assert [e.role for e in _events(mem) if e.action == "critic_promote"] == ["critic"]
+    assert [e.role for e in audit_events(mem.store) if e.action == "critic_promote"] == ["critic"]
     (claim,) = mem.store.claims_active("P1", "study:S2")
     assert claim.content == CORRECTION
     assert json.loads(claim.source)["episode"] == promoted[0].episode_id
@@ -294,7 +281,7 @@ def test_decay_anonymises_in_place(mem: MsmMem, tmp_path: Path, clock: FixedCloc
     report = mem.maintain()
     # active records are anonymised; superseded ones and the semantic versions are retracted
     assert report.anonymized == len(active) + len(active_claims)
-    retracted = [e for e in _events(mem) if e.action == "decay" and e.reason == "retracted"]
+    retracted = [e for e in audit_events(mem.store) if e.action == "decay" and e.reason == "retracted"]
     assert report.retracted == len(retracted) >= len(old_claims - active_claims) + 1  # + the semantic versions
     assert mem.store.record_ids("episodic", "PAT-0042") == [] and mem.store.record_ids("claims", "PAT-0042") == []
     decayed = _decayed_texts(mem)
@@ -347,7 +334,7 @@ def test_decay_audit_names_only_the_old_id(mem: MsmMem, tmp_path: Path, clock: F
     clock.advance(10 * YEAR)
     mem.maintain()
     (new_ep,) = list(mem.store.iter_episodes())
-    decay = [e for e in _events(mem) if e.action == "decay"]
+    decay = [e for e in audit_events(mem.store) if e.action == "decay"]
     assert len(decay) == 4  # episode, visual, claim (anonymised), semantic state (retracted)
     assert all(len(e.record_ids) == 1 and e.patient == "" and e.role == "system" for e in decay)
     assert old_ep.episode_id in {e.record_ids[0] for e in decay}
@@ -404,6 +391,6 @@ def test_shred_retracts_everything_of_one_patient(mem: MsmMem, tmp_path: Path) -
     assert mem.store.record_ids("episodic", "P1") == [] and mem.store.claims_active("P1") == []
     assert all(i.state != StmState.ACTIVE for i in mem.store.stm_list(patient_id="P1"))
     assert mem.store.claims_active("P2")[0].content == ANSWER
-    last = _events(mem)[-1]
+    last = audit_events(mem.store)[-1]
     assert (last.action, last.role, last.reason, last.purpose) == ("retract", "admin", "erasure request", "erasure")
     assert mem.audit.verify().ok

@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from PIL import Image
 
 from msm_mem._errors import BackendError, IllegalTransition, ImageError, InvalidInput, NotFound
 from msm_mem._records import State, new_id
 from msm_mem._tier_records import ConsentRecord, StmChange, StmItem, StmState
-from msm_mem.governance.audit_chain import AuditEvent
 from msm_mem.interfaces.api import MsmMem
 from msm_mem.memory.tiers import Actor
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.storage.base import WriteBatch
 from msm_mem.testing import FixedClock
+from tests.helpers import audit_events
+from tests.helpers import png as _png
 
 T0 = 1_700_000_000.0
 ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
@@ -41,23 +41,11 @@ class FakeBackbone:
         return BackboneReply(self.answer, decision="treat", source="fake")
 
 
-def _png(folder: Path, seed: int) -> Path:
-    path = folder / f"img{seed}.png"
-    if not path.exists():
-        rng = np.random.default_rng(seed)
-        Image.fromarray(rng.integers(0, 256, (64, 64), dtype=np.uint8), mode="L").save(path)
-    return path
-
-
 def _z(mem: MsmMem, folder: Path, seed: int) -> np.ndarray:
     from msm_mem.plugins.images import load_image
 
     z: np.ndarray = mem.encoder.encode([load_image(_png(folder, seed))])[0]
     return z
-
-
-def _events(mem: MsmMem) -> list[AuditEvent]:
-    return [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in mem.store.iter_audit()]
 
 
 def _counts(mem: MsmMem) -> tuple[int, ...]:
@@ -94,7 +82,7 @@ def test_auditor_cannot_write_to_stm(mem: MsmMem, tmp_path: Path) -> None:
     with pytest.raises(IllegalTransition):
         mem.governed.observe(turn, _z(mem, tmp_path, 1), "Any consolidation?")
     assert mem.store.stm_list() == []
-    new = _events(mem)[before:]
+    new = audit_events(mem.store)[before:]
     assert [(e.action, e.outcome) for e in new] == [("consent", "success"), ("write", "denied")]
     denied = new[-1]
     assert (denied.role, denied.source_tier, denied.target_tier, denied.reason) == ("auditor", "source", "stm",
@@ -115,7 +103,7 @@ def test_auditor_cannot_consolidate(mem: MsmMem, tmp_path: Path) -> None:
         mem.governed.consolidate(turn, item, ANSWER)
     assert not turn.batch.episodes and not turn.batch.claims and not turn.batch.semantic
     assert _counts(mem) == counts
-    last = _events(mem)[-1]
+    last = audit_events(mem.store)[-1]
     assert (last.action, last.outcome, last.source_tier, last.target_tier) == ("consolidate", "denied", "stm", "ltm")
 
 
@@ -129,7 +117,7 @@ def test_illegal_trigger_is_refused_even_for_admin(mem: MsmMem, tmp_path: Path) 
     item = mem.governed.observe(turn, _z(mem, tmp_path, 1), "q?")
     with pytest.raises(IllegalTransition):
         mem.governed.consolidate(turn, item, ANSWER, trigger="rewrite")
-    assert _events(mem)[-1].outcome == "denied"
+    assert audit_events(mem.store)[-1].outcome == "denied"
 
 
 def test_auditor_may_read(mem: MsmMem, tmp_path: Path) -> None:
@@ -141,7 +129,7 @@ def test_auditor_may_read(mem: MsmMem, tmp_path: Path) -> None:
     mem.governed.commit(turn)
     ids = tuple(h.id for h, _ in ranked.ranked)
     assert len(ids) == 3
-    assert _events(mem)[-1].action == "read" and _events(mem)[-1].record_ids == ids
+    assert audit_events(mem.store)[-1].action == "read" and audit_events(mem.store)[-1].record_ids == ids
 
 
 # short-term memory -------------------------------------------------------------------------
@@ -167,7 +155,7 @@ def test_observe_writes_scoped_item_with_ttl(mem: MsmMem, tmp_path: Path, clock:
     assert stored.expires_at == clock.now() + mem.settings.stm_ttl_s
     assert stored.z is not None and np.allclose(stored.z, z) and stored.actor == AGENT.id
     assert json.loads(stored.payload)["question"] == "Any consolidation?"
-    event = _events(mem)[-1]
+    event = audit_events(mem.store)[-1]
     assert (event.action, event.source_tier, event.target_tier, event.record_ids) == ("write", "source", "stm",
                                                                                       (item.item_id,))  # fmt: skip
 
@@ -211,7 +199,7 @@ def test_consolidated_and_held_items(mem: MsmMem, tmp_path: Path) -> None:
     states = {json.loads(i.payload)["study_id"]: i.state for i in mem.store.stm_list()}
     assert states == {"S1": StmState.CONSOLIDATED, "S2": StmState.ACTIVE}
     assert mem.store.count("episodic") == mem.store.count("visual") == 1
-    held = [e for e in _events(mem) if e.action == "hold"]
+    held = [e for e in audit_events(mem.store) if e.action == "hold"]
     assert len(held) == 1 and held[0].reason == "not_novel"
     # the held item keeps its answer so a critic or the age sweep can promote it later
     assert json.loads(mem.store.stm_list(state=StmState.ACTIVE)[0].payload)["answer"] == ANSWER
@@ -263,7 +251,7 @@ def test_failed_commit_audits_reads_and_error_only(mem: MsmMem, tmp_path: Path) 
     with pytest.raises(IllegalTransition):
         g.commit(turns[1])
     assert _counts(mem) == counts
-    new = _events(mem)[before:]
+    new = audit_events(mem.store)[before:]
     assert [(e.action, e.outcome) for e in new] == [("consent", "success"), ("read", "success"), ("turn", "error")]
     assert new[-1].reason == "IllegalTransition"
     assert mem.audit.verify().ok
@@ -366,7 +354,7 @@ def test_backbone_failure_writes_nothing_but_audits_reads(mem: MsmMem, tmp_path:
     with pytest.raises(BackendError):
         mem.ask("P1", _png(tmp_path, 2), "Any change?", study_id="S2")
     assert _counts(mem) == counts
-    new = _events(mem)[before:]
+    new = audit_events(mem.store)[before:]
     actions = [e.action for e in new]
     assert actions[0] == "consent" and actions[-1] == "turn" and set(actions[1:-1]) == {"read"}
     reads = [e for e in new if e.action == "read"]
@@ -384,7 +372,7 @@ def test_unreadable_image_writes_nothing(mem: MsmMem, tmp_path: Path) -> None:
     with pytest.raises(ImageError):
         mem.ask("P1", bad, "Any consolidation?")
     assert _counts(mem) == counts
-    new = _events(mem)[before:]
+    new = audit_events(mem.store)[before:]
     expected = [("consent", "success", ""), ("turn", "error", "ImageError")]
     assert [(e.action, e.outcome, e.reason) for e in new] == expected
 
