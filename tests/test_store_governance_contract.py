@@ -110,3 +110,14 @@ def test_key_table_keeps_one_key_per_patient_and_shreds(store: Store) -> None:
     keys.shred("p")
     assert keys.get("p").shredded and keys.get("p").wrapped == b"" and keys.pseudonym("K-1") is None
     assert keys.get_by_id("K-1").shredded
+
+
+def test_entities_and_relationships_round_trip(store: Store) -> None:
+    """Entities (name encrypted at rest by the codec) and relationships come back per patient."""
+    from msm_mem._tier_records import Entity, Relationship
+
+    store.write(WriteBatch(entities=[Entity("N-1", "p", "finding", "Pleural Effusion", 1.0)],
+                           relationships=[Relationship("R-1", "p", "C-1", "N-1", "asserts", 1.0)]))  # fmt: skip
+    assert [(e.entity_id, e.name) for e in store.entities("p")] == [("N-1", "Pleural Effusion")]
+    assert [(r.source_id, r.target_id, r.type) for r in store.relationships("p")] == [("C-1", "N-1", "asserts")]
+    assert store.entities("q") == [] and store.relationships("q") == []

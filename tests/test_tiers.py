@@ -426,3 +426,30 @@ def test_cross_scope_copy_needs_admin_and_reason(tmp_path: Path, clock: FixedClo
         assert stored.patient_id == "P2" and stored.payload == mem.store.stm_get([item.item_id])[0].payload
     finally:
         mem.close()
+
+
+class _EffusionBackbone:
+    name = "effusion"
+
+    def generate(self, request: BackboneRequest) -> BackboneReply:
+        return BackboneReply("Small right pleural effusion. No pneumothorax.", source="fake")
+
+
+def test_claims_derive_finding_entities_and_relationships(tmp_path: Path, clock: FixedClock) -> None:
+    """A claim's findings become the patient's entities once, each linked by asserts / negates."""
+    mem = MsmMem.init(tmp_path / "e", clock=clock)
+    try:
+        mem.agent.backbone = _EffusionBackbone()
+        mem.ask("P1", _png(tmp_path, 1), "Any effusion?", study_id="S1")
+        mem.ask("P1", _png(tmp_path, 2), "Any effusion?", study_id="S2")
+        entities = {e.name: e for e in mem.store.entities("P1")}
+        assert set(entities) == {"Pleural Effusion", "Pneumothorax"}
+        links = mem.store.relationships("P1")
+        claims = {c.claim_id for c in mem.store.claims_active("P1")}
+        assert len(links) == 4 and {r.source_id for r in links} == claims
+        kinds = {(r.target_id, r.type) for r in links}
+        assert kinds == {(entities["Pleural Effusion"].entity_id, "asserts"),
+                         (entities["Pneumothorax"].entity_id, "negates")}  # fmt: skip
+        assert mem.store.entities("P2") == []
+    finally:
+        mem.close()

@@ -18,7 +18,7 @@ from ..governance import deid, transitions
 from ..governance.crypto import EnvelopeCipher
 from ..storage.base import PII_FIELDS, StateChange, WriteBatch
 from .ranking import TIER_WEIGHTS, decay_at
-from .tiers import Actor, GovernedMemory
+from .tiers import Actor, GovernedMemory, link_findings
 
 __all__ = ["MaintenanceReport", "Maintainer"]
 
@@ -201,6 +201,7 @@ class Maintainer:
         claim = Claim(new_id("C"), patient_id, old.key, text, json.dumps(provenance), 1.0, "critic",
                       now, decay_at(now, 1.0, "critic", "claims"), supersedes=old.claim_id)  # fmt: skip
         turn.batch.claims.append(claim)
+        link_findings(self.store, turn.batch, claim)
         ids = [claim.claim_id, old.claim_id, *ids]
         ids += self._semantic_correction(turn.batch, patient_id, study_id, text, decision, now)
         self.gm._event(turn, trigger, "ltm", "ltm", ids)

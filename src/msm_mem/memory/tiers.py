@@ -24,16 +24,39 @@ from typing import Any
 
 from .._errors import AccessDenied, ConsentDenied, IllegalTransition, InvalidInput, MsmMemError
 from .._records import Hit, new_id
-from .._tier_records import Claim, StmChange, StmItem, StmState
+from .._tier_records import Claim, Entity, Relationship, StmChange, StmItem, StmState
+from ..eval.labeler import label
 from ..governance import transitions
 from ..governance.audit import AuditLog
 from ..governance.consent import DATA_CLASSES, evaluate
-from ..storage.base import WriteBatch
+from ..storage.base import Store, WriteBatch
 from .msm import Interaction, Memory, Staging, WriteResult
 from .ranking import Score, decay_at, rerank
 from .retrieval import Retrieval, Scope
 
 __all__ = ["Actor", "GovernedMemory", "Ranked", "Turn"]
+
+
+_LINKS = {1: "asserts", -1: "suggests", 0: "negates"}
+
+
+def link_findings(store: Store, batch: WriteBatch, claim: Claim) -> None:
+    """Derive entities and relationships from a claim: every observation the rule-based
+    labeler finds in its content (positive, uncertain or negated) becomes the patient's
+    ``finding`` entity (created once), linked from the claim by ``asserts``, ``suggests`` or
+    ``negates``."""
+    labels = {name: v for name, v in label(claim.content).items() if v is not None and name != "No Finding"}
+    if not labels:
+        return
+    known = {e.name: e.entity_id for e in store.entities(claim.patient_id) if e.type == "finding"}
+    known.update({e.name: e.entity_id for e in batch.entities if e.patient_id == claim.patient_id})
+    for name, value in sorted(labels.items()):
+        if name not in known:
+            entity = Entity(new_id("N"), claim.patient_id, "finding", name, claim.created_at)
+            batch.entities.append(entity)
+            known[name] = entity.entity_id
+        batch.relationships.append(Relationship(new_id("R"), claim.patient_id, claim.claim_id, known[name],
+                                                _LINKS[value], claim.created_at))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +289,7 @@ class GovernedMemory:
                       it.evidence_tier, now, decay_at(now, it.confidence, it.evidence_tier, "claims"),
                       supersedes=current.claim_id if current else None)  # fmt: skip
         turn.batch.claims.append(claim)
+        link_findings(self.store, turn.batch, claim)
         return claim
 
     # committing ----------------------------------------------------------------------------

@@ -17,7 +17,9 @@ __all__ = [
     "claim_to_row",
     "consent_from_row",
     "consent_to_row",
+    "entity_from_row",
     "entity_to_row",
+    "relationship_from_row",
     "relationship_to_row",
     "stm_from_row",
     "stm_to_row",
@@ -54,6 +56,14 @@ def claim_from_row(r: Sequence[Any], codec: FieldCodec) -> Claim:
 def entity_to_row(e: Entity, codec: FieldCodec) -> tuple[Any, ...]:
     name = codec.encode("entities", e.entity_id, "name", e.patient_id, e.name)
     return (e.entity_id, e.patient_id, e.type, name, e.created_at, e.state.value)
+
+
+def entity_from_row(r: Sequence[Any], codec: FieldCodec) -> Entity:
+    return Entity(r[0], r[1], r[2], codec.decode("entities", r[0], "name", r[1], r[3]), r[4], State(r[5]))
+
+
+def relationship_from_row(r: Sequence[Any]) -> Relationship:
+    return Relationship(r[0], r[1], r[2], r[3], r[4], r[5], State(r[6]))
 
 
 def relationship_to_row(r: Relationship) -> tuple[Any, ...]:

@@ -261,6 +261,14 @@ class Store(ABC):
         """Claims in the order asked; raises NotFound for an unknown id."""
 
     @abstractmethod
+    def entities(self, patient_id: str) -> list[Entity]:
+        """A patient's ACTIVE entities, oldest first."""
+
+    @abstractmethod
+    def relationships(self, patient_id: str) -> list[Relationship]:
+        """A patient's ACTIVE relationships, oldest first."""
+
+    @abstractmethod
     def decay_due(self, now: float) -> list[tuple[str, str]]:
         """``(table, record id)`` of ACTIVE or SUPERSEDED long-term records with decay_at <= now."""
 

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from .._errors import IllegalTransition, InvalidInput, NotFound
-from .._tier_records import AuditRow, Claim, ConsentRecord, StmItem, StmState, WrappedKey
+from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
 from . import _sql_gov as g
 from .base import FieldCodec, WriteBatch
 
@@ -240,6 +240,18 @@ class PgGovernanceTables:
         if missing:
             raise NotFound(f"no claim {missing[0]!r}")
         return [out[i] for i in ids]
+
+    def entities(self, patient_id: str) -> list[Entity]:
+        with self._db() as conn:
+            rows = conn.execute("SELECT id, patient_id, type, name, created_at, state FROM entities"
+                                " WHERE patient_id = %s AND state = 'active' ORDER BY created_at, id", (patient_id,))  # fmt: skip
+            return [g.entity_from_row(r, self._codec) for r in rows]
+
+    def relationships(self, patient_id: str) -> list[Relationship]:
+        with self._db() as conn:
+            rows = conn.execute("SELECT id, patient_id, source_id, target_id, type, created_at, state FROM relationships"
+                                " WHERE patient_id = %s AND state = 'active' ORDER BY created_at, id", (patient_id,))  # fmt: skip
+            return [g.relationship_from_row(r) for r in rows]
 
     def decay_due(self, now: float) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []

@@ -10,7 +10,7 @@ from typing import Any
 
 from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError
 from .._records import SemanticState
-from .._tier_records import AuditRow, Claim, ConsentRecord, StmItem, StmState, WrappedKey
+from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
 from . import _sql
 from . import _sql_gov as g
 from .base import FieldCodec, WriteBatch
@@ -306,6 +306,20 @@ class GovernanceTables:
         if missing:
             raise NotFound(f"no claim {missing[0]!r}")
         return [out[i] for i in ids]
+
+    def entities(self, patient_id: str) -> list[Entity]:
+        with self._lock:
+            self._check_open()
+            rows = self._conn.execute("SELECT * FROM entities WHERE patient_id = ? AND state = 'active'"
+                                      " ORDER BY created_at, rowid", (patient_id,)).fetchall()  # fmt: skip
+            return [g.entity_from_row(r, self._codec) for r in rows]
+
+    def relationships(self, patient_id: str) -> list[Relationship]:
+        with self._lock:
+            self._check_open()
+            rows = self._conn.execute("SELECT * FROM relationships WHERE patient_id = ? AND state = 'active'"
+                                      " ORDER BY created_at, rowid", (patient_id,)).fetchall()  # fmt: skip
+            return [g.relationship_from_row(r) for r in rows]
 
     def decay_due(self, now: float) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
