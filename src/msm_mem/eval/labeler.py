@@ -28,6 +28,8 @@ on whole words. Deliberate choices, so that results are explainable:
 
 from __future__ import annotations
 
+import functools
+
 import re
 from collections.abc import Iterator, Sequence
 from typing import Final, TypedDict
@@ -291,9 +293,15 @@ def label(text: str) -> dict[str, int | None]:
     non-blank character and no observation other than Support Devices is 1 or -1, it is 0
     when some such observation is, and ``None`` for blank text.
     """
+    return dict(_label(text))
+
+
+@functools.lru_cache(maxsize=8192)
+def _label(text: str) -> tuple[tuple[str, int | None], ...]:
+    """The labels of one text, memoised: impressions repeat, and labelling costs ~0.4 ms."""
     result: dict[str, int | None] = dict.fromkeys(OBSERVATIONS)
     if not text.strip():
-        return result
+        return tuple(result.items())
     for clause in _clauses(text):
         for obs, value in _label_clause(clause):
             if _RANK[value] > _RANK[result[obs]]:
@@ -304,7 +312,7 @@ def label(text: str) -> dict[str, int | None]:
         if obs not in ("No Finding", "Support Devices")
     )
     result["No Finding"] = _NEGATIVE if abnormal else _POSITIVE
-    return result
+    return tuple(result.items())
 
 
 class FindingF1(TypedDict):

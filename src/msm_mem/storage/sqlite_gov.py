@@ -65,6 +65,7 @@ class SqliteKeyTable:
         # read cache; every write through this table updates it, and a commit by another
         # connection (the CLI shredding a patient while a server runs) empties it
         self._by_patient: dict[str, WrappedKey | None] = {}
+        self._by_id: dict[str, WrappedKey] = {}
         self._version = -1
 
     @staticmethod
@@ -83,6 +84,7 @@ class SqliteKeyTable:
             version = data_version(self._conn)
             if version != self._version:
                 self._by_patient.clear()
+                self._by_id.clear()
                 self._version = version
 
     def get(self, patient_ref: str) -> WrappedKey | None:
@@ -96,9 +98,16 @@ class SqliteKeyTable:
 
     def _forget(self, patient_ref: str) -> None:
         self._by_patient.pop(patient_ref, None)
+        self._by_id.clear()  # refilled on demand; a put or shred is rare
 
     def get_by_id(self, key_id: str) -> WrappedKey | None:
-        return self._one("key_id", key_id)
+        with self._lock:
+            if key_id in self._by_id:
+                return self._by_id[key_id]
+            key = self._one("key_id", key_id)
+            if key is not None and not self._conn.in_transaction:
+                self._by_id[key_id] = key
+            return key
 
     def _atomic(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
         """Run statements in a transaction of their own, or inside the caller's open one.
