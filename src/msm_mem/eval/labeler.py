@@ -29,7 +29,6 @@ on whole words. Deliberate choices, so that results are explainable:
 from __future__ import annotations
 
 import functools
-
 import re
 from collections.abc import Iterator, Sequence
 from typing import Final, TypedDict

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from .._errors import InvalidInput, NotFound
-from .._records import EpisodicRecord, Impression, SemanticState, State, new_id
+from .._records import EpisodicRecord, Impression, SemanticState, State, VisualRecord, new_id
 from .._tier_records import Claim, StmChange, StmState
 from ..governance import deid, transitions
 from ..governance.crypto import EnvelopeCipher
@@ -288,7 +288,12 @@ class Maintainer:
         for table, getter in (("episodic", self.store.get_episodes), ("visual", self.store.get_visuals),
                               ("claims", self.store.get_claims)):  # fmt: skip
             for rec in getter(self.store.record_ids(table, patient_id)):  # type: ignore[arg-type]
-                rid = getattr(rec, "episode_id", None) or getattr(rec, "visual_id", None) or rec.claim_id
+                if isinstance(rec, EpisodicRecord):
+                    rid = rec.episode_id
+                elif isinstance(rec, VisualRecord):
+                    rid = rec.visual_id
+                else:
+                    rid = rec.claim_id
                 batch.changes.append(StateChange(table, rid, rec.state, State.RETRACTED))  # type: ignore[arg-type]
                 ids.append(rid)
         active = {s.state_id for s in self.store.semantic_active(patient_id)}

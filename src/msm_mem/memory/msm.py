@@ -153,22 +153,18 @@ class Memory:
         epi_id = vis_id = None
         if decision.written:
             epi_id, vis_id = new_id("E"), new_id("V")
-            common = {
-                "confidence": it.confidence,
-                "evidence_tier": it.evidence_tier,
-                "source": it.source,
-                "created_at": now,
-                "decay_at": decay_at(now, it.confidence, it.evidence_tier, "episodic"),
-            }
+            created, decays = now, decay_at(now, it.confidence, it.evidence_tier, "episodic")
             batch.episodes.append(EpisodicRecord(
                 episode_id=epi_id, patient_id=it.patient_id, timestamp=it.timestamp, z=z,
                 question=it.question, answer=it.answer, decision=it.decision,
-                media_path=it.media_path, media_description=it.media_description,
-                study_id=it.study_id, **common))  # fmt: skip
+                media_path=it.media_path, media_description=it.media_description, study_id=it.study_id,
+                confidence=it.confidence, evidence_tier=it.evidence_tier, source=it.source,
+                created_at=created, decay_at=decays))  # fmt: skip
             batch.visuals.append(VisualRecord(
                 visual_id=vis_id, patient_id=it.patient_id, timestamp=it.timestamp, z=z,
                 media_path=it.media_path, visual_tag=it.visual_tag, source_episode_id=epi_id,
-                **common))  # fmt: skip
+                confidence=it.confidence, evidence_tier=it.evidence_tier, source=it.source,
+                created_at=created, decay_at=decays))  # fmt: skip
             pending.vectors.setdefault(it.patient_id, []).append(z)
         if not semantic:
             return WriteResult(decision, epi_id, vis_id, None)

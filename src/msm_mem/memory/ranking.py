@@ -61,7 +61,7 @@ def tier_weight(tier: str) -> float:
 def freshness(age_s: float, kind: str) -> float:
     """``0.5 ** (age / half_life)`` in (0, 1]; ages below zero count as zero."""
     half = HALF_LIFE_DAYS.get(kind, 365.0) * DAY
-    return 0.5 ** (max(age_s, 0.0) / half)
+    return float(0.5 ** (max(age_s, 0.0) / half))
 
 
 def composite(confidence: float, age_s: float, tier: str, kind: str) -> float:

@@ -8,11 +8,12 @@ searches every patient's records, for cross-patient experience.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from .._errors import InvalidInput
-from .._records import Hit, SemanticState, Vector
+from .._records import EpisodicRecord, Hit, SemanticState, Vector, VisualRecord
 from ..storage.base import Store, VectorKind
 
 __all__ = ["Retrieval", "Scope", "query"]
@@ -60,6 +61,8 @@ def query(
         if not ids:
             out.append([])
             continue
-        records = store.get_episodes(ids) if kind == "episodic" else store.get_visuals(ids)
+        records: Sequence[EpisodicRecord | VisualRecord] = (
+            store.get_episodes(ids) if kind == "episodic" else store.get_visuals(ids)
+        )
         out.append([Hit(i, kind, s, r) for (i, s), r in zip(pairs, records, strict=True)])
     return out

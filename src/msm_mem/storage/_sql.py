@@ -100,7 +100,9 @@ def _enc(codec: FieldCodec, table: str, rid: str, pid: str, name: str, value: st
 
 
 def episode_to_row(e: EpisodicRecord, pos: int, codec: FieldCodec) -> tuple[Any, ...]:
-    enc = lambda n, v: _enc(codec, "episodic", e.episode_id, e.patient_id, n, v)  # noqa: E731
+    def enc(n: str, v: str) -> str:
+        return _enc(codec, "episodic", e.episode_id, e.patient_id, n, v)
+
     return (
         pos, e.episode_id, e.patient_id, e.study_id, e.timestamp, e.z.tobytes(),
         enc("question", e.question), enc("answer", e.answer), enc("decision", e.decision),
@@ -116,7 +118,9 @@ def _dec(codec: FieldCodec, table: str, rid: str, pid: str, name: str, value: st
 
 def episode_from_row(r: Sequence[Any], codec: FieldCodec) -> EpisodicRecord:
     rid, pid = r[1], r[2]
-    dec = lambda n, v: _dec(codec, "episodic", rid, pid, n, v)  # noqa: E731
+    def dec(n: str, v: str) -> str:
+        return _dec(codec, "episodic", rid, pid, n, v)
+
     return EpisodicRecord(
         episode_id=rid, patient_id=pid, study_id=r[3], timestamp=r[4],
         z=np.frombuffer(bytes(r[5]), dtype=np.float32).copy(),

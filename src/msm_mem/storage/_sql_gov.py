@@ -41,13 +41,17 @@ def stm_from_row(r: Sequence[Any], codec: FieldCodec) -> StmItem:
 
 
 def claim_to_row(c: Claim, codec: FieldCodec) -> tuple[Any, ...]:
-    enc = lambda n, v: codec.encode("claims", c.claim_id, n, c.patient_id, v)  # noqa: E731
+    def enc(n: str, v: str) -> str:
+        return codec.encode("claims", c.claim_id, n, c.patient_id, v)
+
     return (c.claim_id, c.patient_id, c.key, enc("content", c.content), enc("source", c.source), c.confidence,
             c.evidence_tier, c.state.value, c.supersedes, c.created_at, c.decay_at)  # fmt: skip
 
 
 def claim_from_row(r: Sequence[Any], codec: FieldCodec) -> Claim:
-    dec = lambda n, v: codec.decode("claims", r[0], n, r[1], v)  # noqa: E731
+    def dec(n: str, v: str) -> str:
+        return codec.decode("claims", r[0], n, r[1], v)
+
     return Claim(claim_id=r[0], patient_id=r[1], key=r[2], content=dec("content", r[3]),
                  source=dec("source", r[4]), confidence=r[5], evidence_tier=r[6], state=State(r[7]),
                  supersedes=r[8], created_at=r[9], decay_at=r[10])  # fmt: skip

@@ -152,7 +152,7 @@ class Store(ABC):
     tenant: str
     _codec: FieldCodec
 
-    def sync(self) -> None:
+    def sync(self) -> None:  # noqa: B027  (an optional hook: a store without caches has nothing to do)
         """Drop read caches made stale by other connections' commits (default: none kept)."""
 
     def use_codec(self, codec: FieldCodec) -> None:

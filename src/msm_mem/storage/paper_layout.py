@@ -129,7 +129,8 @@ def _read_vectors(path: Path, dim: int) -> np.ndarray:
         raise EncoderMismatch(f"{path.name} has dimension {index.d}, the store has {dim}")
     if index.ntotal == 0:
         return np.zeros((0, dim), dtype=np.float32)
-    return faiss.rev_swig_ptr(index.get_xb(), index.ntotal * dim).reshape(index.ntotal, dim).copy()
+    xb = index.get_xb()  # type: ignore[attr-defined]  # an IndexFlat (checked by read_index's type)
+    return faiss.rev_swig_ptr(xb, index.ntotal * dim).reshape(index.ntotal, dim).copy()
 
 
 def _record(cls: type, obj: dict[str, Any], names: tuple[str, ...], z: np.ndarray, where: str) -> Any:

@@ -243,14 +243,20 @@ class PgGovernanceTables:
 
     def entities(self, patient_id: str) -> list[Entity]:
         with self._db() as conn:
-            rows = conn.execute("SELECT id, patient_id, type, name, created_at, state FROM entities"
-                                " WHERE patient_id = %s AND state = 'active' ORDER BY created_at, id", (patient_id,))  # fmt: skip
+            rows = conn.execute(
+                "SELECT id, patient_id, type, name, created_at, state FROM entities"
+                " WHERE patient_id = %s AND state = 'active' ORDER BY created_at, id",
+                (patient_id,),
+            )
             return [g.entity_from_row(r, self._codec) for r in rows]
 
     def relationships(self, patient_id: str) -> list[Relationship]:
         with self._db() as conn:
-            rows = conn.execute("SELECT id, patient_id, source_id, target_id, type, created_at, state FROM relationships"
-                                " WHERE patient_id = %s AND state = 'active' ORDER BY created_at, id", (patient_id,))  # fmt: skip
+            rows = conn.execute(
+                "SELECT id, patient_id, source_id, target_id, type, created_at, state FROM relationships"
+                " WHERE patient_id = %s AND state = 'active' ORDER BY created_at, id",
+                (patient_id,),
+            )
             return [g.relationship_from_row(r) for r in rows]
 
     def decay_due(self, now: float) -> list[tuple[str, str]]:

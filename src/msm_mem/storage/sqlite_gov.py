@@ -197,12 +197,14 @@ class GovernanceTables:
                         raise IllegalTransition(
                             f"short-term item {item.item_id!r} is {item.state.value}, expected {c.expect.value}"
                         )
-                    item = replace(item, state=c.to, expires_at=c.expires_at or item.expires_at,
-                                   **({"payload": "", "z": None} if c.purge else {}))  # fmt: skip
+                    item = replace(item, state=c.to, expires_at=c.expires_at or item.expires_at)
+                    if c.purge:
+                        item = replace(item, payload="", z=None)
                 rows.append(g.stm_to_row(item, codec) if item.payload else g.stm_to_row(item, _Blank()))
             conn.executemany("INSERT INTO stm VALUES (?,?,?,?,?,?,?,?,?)", rows)
         for c in changes.values():
-            sets, args = ["state = ?"], [c.to.value]
+            sets: list[str] = ["state = ?"]
+            args: list[object] = [c.to.value]
             if c.expires_at is not None:
                 sets.append("expires_at = ?")
                 args.append(c.expires_at)
