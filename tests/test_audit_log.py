@@ -329,5 +329,10 @@ def test_purge_is_itself_audited(mem: MsmMem, tmp_path: Path, clock: FixedClock)
         mem.audit.purge(head, actor="root", role="admin", reason=" ")
     mem.audit.purge(head, actor="root", role="admin", reason="retention expired")
     (event,) = audit_events(mem.store)
-    assert (event.action, event.actor, event.role, event.reason) == ("purge_expired", "root", "admin", "retention expired")
+    assert (event.action, event.actor, event.role, event.reason) == (
+        "purge_expired",
+        "root",
+        "admin",
+        "retention expired",
+    )
     assert mem.audit.verify().ok

@@ -18,8 +18,20 @@ def populate(store: Store, n: int, seed: int) -> list[np.ndarray]:
     mem = Memory(store)
     rng = np.random.default_rng(seed)
     zs = [random_unit(rng) for _ in range(n)]
-    mem.write_back_many([Interaction(f"p{i % 3}", z, "q?", f"consolidation grade {i} worse", 1e9 + i * 86400,
-                                     decision="treat", media_path=f"img/{i}.png") for i, z in enumerate(zs)])  # fmt: skip
+    mem.write_back_many(
+        [
+            Interaction(
+                f"p{i % 3}",
+                z,
+                "q?",
+                f"consolidation grade {i} worse",
+                1e9 + i * 86400,
+                decision="treat",
+                media_path=f"img/{i}.png",
+            )
+            for i, z in enumerate(zs)
+        ]
+    )
     return zs
 
 

@@ -16,7 +16,9 @@ def make(path: Path, n: int, seed: int = 0) -> tuple[SqliteStore, list[np.ndarra
     store = SqliteStore.create(path, dim=16, encoder="t")
     rng = np.random.default_rng(seed)
     zs = [random_unit(rng) for _ in range(n)]
-    store.write(WriteBatch(episodes=[EpisodicRecord(f"E-{i}", f"p{i % 4}", 1e9, z, "q", "a") for i, z in enumerate(zs)]))
+    store.write(
+        WriteBatch(episodes=[EpisodicRecord(f"E-{i}", f"p{i % 4}", 1e9, z, "q", "a") for i, z in enumerate(zs)])
+    )
     return store, zs
 
 

@@ -164,8 +164,15 @@ def test_state_changes_move_records_between_scopes(store: Store) -> None:
 def test_rekeying_without_rewriting_phi_is_refused(store: Store) -> None:
     """Anonymisation must rewrite every PHI field (old ciphertexts are bound to the old id)."""
     records = fill(store, 1, 1)
-    change = StateChange("episodic", records[0].episode_id, State.ACTIVE, State.ANONYMIZED, new_id="E-new",
-                         new_patient_id="", fields=(("answer", "x"),))
+    change = StateChange(
+        "episodic",
+        records[0].episode_id,
+        State.ACTIVE,
+        State.ANONYMIZED,
+        new_id="E-new",
+        new_patient_id="",
+        fields=(("answer", "x"),),
+    )
     with pytest.raises(InvalidInput, match="every PHI field"):
         store.write(WriteBatch(changes=[change]))
     assert store.get_episodes([records[0].episode_id])[0].state == State.ACTIVE
@@ -175,7 +182,9 @@ def test_state_change_from_the_wrong_state_is_refused(store: Store) -> None:
     """A change whose expected state does not match fails and leaves the record as it was."""
     records = fill(store, 2, 1)
     with pytest.raises(IllegalTransition):
-        store.write(WriteBatch(changes=[StateChange("episodic", records[0].episode_id, State.SUPERSEDED, State.ACTIVE)]))
+        store.write(
+            WriteBatch(changes=[StateChange("episodic", records[0].episode_id, State.SUPERSEDED, State.ACTIVE)])
+        )
     with pytest.raises(NotFound):
         store.write(WriteBatch(changes=[StateChange("episodic", "E-missing", State.ACTIVE, State.SUPERSEDED)]))
     assert store.get_episodes([records[0].episode_id])[0].state == State.ACTIVE

@@ -22,8 +22,21 @@ def claim(cid: str, key: str = "study:1", supersedes: str | None = None, decay: 
 
 def rows(n: int) -> list[AuditRow]:
     b = ChainBuilder()
-    return [AuditRow(*b.next(time=1.0, actor="a", role="agent", action="read", source_tier="ltm",
-                             target_tier="stm", purpose="treatment", outcome="success").row()) for _ in range(n)]  # fmt: skip
+    return [
+        AuditRow(
+            *b.next(
+                time=1.0,
+                actor="a",
+                role="agent",
+                action="read",
+                source_tier="ltm",
+                target_tier="stm",
+                purpose="treatment",
+                outcome="success",
+            ).row()
+        )
+        for _ in range(n)
+    ]
 
 
 def test_stm_items_round_trip_and_filter(store: Store) -> None:
