@@ -145,8 +145,15 @@ def test_revoked_deny_no_longer_denies() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"decision": "maybe"}, {"grantee": "agent"}, {"grantee": "role:"}, {"purpose": ""}, {"patient": ""},
-     {"classes": ()}, {"start": T0, "end": T0}],  # fmt: skip
+    [
+        {"decision": "maybe"},
+        {"grantee": "agent"},
+        {"grantee": "role:"},
+        {"purpose": ""},
+        {"patient": ""},
+        {"classes": ()},
+        {"start": T0, "end": T0},
+    ],  # fmt: skip
 )
 def test_malformed_consent_records_are_refused(kwargs: dict[str, object]) -> None:
     """Consent records validate decision, grantee, purpose, patient, classes and period."""
@@ -285,5 +292,21 @@ def test_population_prior_respects_other_patients_deny(tmp_path: Path, clock: Fi
         read = {i for e in audit_events(mem.store) if e.action == "read" for i in e.record_ids}
         assert not (p2_ids & read), "P2's records were read in P1's turn despite P2's deny"
         assert answer.answer
+    finally:
+        mem.close()
+
+
+def test_grant_refuses_unknown_classes_and_roles(tmp_path: Path) -> None:
+    """A consent naming an unknown data class or role is refused and nothing is stored."""
+    from msm_mem._errors import InvalidInput as _Invalid
+
+    mem = MsmMem.init(tmp_path / "g", policy=[])
+    try:
+        before = len(mem.store.consents())
+        for bad in (ConsentRecord("C-x", "P1", "role:agent", "treatment", "permit", ("episodc",), 0.0),
+                    ConsentRecord("C-y", "P1", "role:clinican", "treatment", "permit", ("*",), 0.0)):  # fmt: skip
+            with pytest.raises(_Invalid):
+                mem.grant([bad])
+        assert len(mem.store.consents()) == before
     finally:
         mem.close()

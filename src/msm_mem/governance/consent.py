@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .._errors import InvalidInput
 from .._records import new_id
 from .._tier_records import ConsentRecord
+from .transitions import ROLES
 
-__all__ = ["DATA_CLASSES", "ConsentDecision", "default_policy", "evaluate"]
+__all__ = ["DATA_CLASSES", "ConsentDecision", "check_record", "default_policy", "evaluate"]
 
 DATA_CLASSES = ("episodic", "visual", "semantic", "stm", "claims")
 
@@ -55,6 +57,19 @@ def evaluate(consents: Iterable[ConsentRecord], *, patient: str, actor: str, rol
     if permit is None:
         return ConsentDecision(False, "", "no matching permit")
     return ConsentDecision(True, permit.consent_id, "permitted")
+
+
+def check_record(c: ConsentRecord) -> None:
+    """Refuse a consent that could never match what it names: an unknown data class or role.
+
+    A typo (``episodc``, ``role:clinican``) would otherwise be stored and silently grant or
+    deny nothing.
+    """
+    unknown = sorted(set(c.data_classes) - {*DATA_CLASSES, "*"})
+    if unknown:
+        raise InvalidInput(f"unknown data class(es) {unknown}: use {', '.join(DATA_CLASSES)} or *")
+    if c.grantee.startswith("role:") and c.grantee[5:] not in ROLES:
+        raise InvalidInput(f"unknown role {c.grantee[5:]!r}: use one of {', '.join(sorted(ROLES))}")
 
 
 def default_policy(now: float) -> list[ConsentRecord]:

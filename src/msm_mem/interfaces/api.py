@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .._clock import Clock, SystemClock
-from .._errors import EncoderMismatch
+from .._errors import EncoderMismatch, InvalidInput
 from .._settings import Settings
 from .._tier_records import ConsentRecord
 from ..agent.agent import AgentAnswer, MemoryAgent, Query
@@ -23,7 +23,7 @@ from ..agent.offline import IngestReport, ingest_rows
 from ..datasets.manifest import ManifestRow
 from ..governance.audit import AuditLog
 from ..governance.codec import EnvelopeCodec
-from ..governance.consent import default_policy
+from ..governance.consent import check_record, default_policy
 from ..governance.crypto import EnvelopeCipher
 from ..governance.keys import KeyProvider, LocalKeyFileProvider
 from ..memory.maintenance import Maintainer, MaintenanceReport
@@ -32,7 +32,7 @@ from ..memory.tiers import Actor, GovernedMemory
 from ..plugins.backbones import get_backbone
 from ..plugins.encoders import get_encoder
 from ..storage.base import WriteBatch
-from ..storage.paper_layout import export_paper, import_paper
+from ..storage.paper_layout import export_paper, read_paper
 from ..storage.sqlite import SqliteStore
 
 __all__ = ["ADMIN", "MsmMem"]
@@ -122,6 +122,10 @@ class MsmMem:
         """Run the online loop for one query; see :meth:`MemoryAgent.ask`."""
         write_back = options.pop("write_back", True)
         flags = {k: options.pop(k) for k in ("use_sem", "use_epi", "use_vis") if k in options}
+        unknown = sorted(set(options) - {"timestamp", "study_id", "visual_tag"})
+        if unknown:
+            raise InvalidInput(f"unknown ask option(s) {unknown}: use timestamp, study_id, visual_tag, "
+                               "write_back, use_sem, use_epi, use_vis")  # fmt: skip
         return self.agent.ask(Query(patient_id, image, question, **options), write_back=write_back, **flags)
 
     def export_paper(self, out: str | Path) -> dict[str, int]:
@@ -133,17 +137,20 @@ class MsmMem:
         return counts
 
     def import_paper(self, src: str | Path) -> dict[str, int]:
-        """Read the paper's layout from ``src`` into this (empty) store; audited."""
-        counts = import_paper(self.store, src)
+        """Read the paper's layout from ``src`` into this (empty) store; the records and the
+        audit event are written in one transaction."""
+        batch = read_paper(self.store, src)
         spec = self.audit.spec(actor=ADMIN.id, role=ADMIN.role, action="import", source_tier="source",
                                target_tier="ltm", purpose="operations", reason="paper layout")  # fmt: skip
-        self.audit.write(WriteBatch(), [spec])
-        return counts
+        self.audit.write(batch, [spec])
+        return {"episodic": len(batch.episodes), "visual": len(batch.visuals), "semantic": len(batch.semantic)}
 
     # governance ----------------------------------------------------------------------------
 
     def grant(self, consents: list[ConsentRecord], actor: Actor = ADMIN) -> None:
-        """Store consent records (audited, one event each)."""
+        """Store consent records (audited, one event each); each is validated first."""
+        for c in consents:
+            check_record(c)
         specs = [self.audit.spec(actor=actor.id, role=actor.role, action="consent_grant", source_tier="source",
                                  target_tier="ltm", purpose=c.purpose, record_ids=[c.consent_id],
                                  patient=c.patient_id, consent_id=c.consent_id) for c in consents]  # fmt: skip

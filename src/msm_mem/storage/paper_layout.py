@@ -31,7 +31,7 @@ from .._errors import EncoderMismatch, InvalidInput, StoreError
 from .._records import EpisodicRecord, Impression, SemanticState, State, VisualRecord
 from .base import Store, WriteBatch
 
-__all__ = ["export_paper", "import_paper"]
+__all__ = ["export_paper", "import_paper", "read_paper"]
 
 FORMAT = "msm-mem-paper"
 _EPI_FIELDS = ("episode_id", "patient_id", "timestamp", "question", "answer", "decision",
@@ -151,6 +151,14 @@ def _record(cls: type, obj: dict[str, Any], names: tuple[str, ...], z: np.ndarra
 
 def import_paper(store: Store, src: str | Path) -> dict[str, int]:
     """Read a paper layout written by :func:`export_paper` (or by hand) into ``store``."""
+    batch = read_paper(store, src)
+    store.write(batch)
+    return {"episodic": len(batch.episodes), "visual": len(batch.visuals), "semantic": len(batch.semantic)}
+
+
+def read_paper(store: Store, src: str | Path) -> WriteBatch:
+    """Validate a paper layout against ``store`` (empty, same encoder) and return the batch that
+    imports it; nothing is written, so a caller can add its own rows to the same transaction."""
     src = Path(src)
     try:
         layout = json.loads((src / "layout.json").read_text(encoding="utf-8"))
@@ -174,8 +182,7 @@ def import_paper(store: Store, src: str | Path) -> dict[str, int]:
     batch.semantic = _read_semantic(src / "semantic")
     if store.count("episodic") or store.count("visual") or store.count("semantic"):
         raise StoreError("import needs an empty store (ids and insertion order are preserved)")
-    store.write(batch)
-    return {"episodic": len(batch.episodes), "visual": len(batch.visuals), "semantic": len(batch.semantic)}
+    return batch
 
 
 def _read_semantic(folder: Path) -> list[SemanticState]:
