@@ -73,6 +73,17 @@ def chain(n: int) -> list[Row]:
     return [builder.next(**fields(i)).row() for i in range(n)]
 
 
+def test_next_row_is_the_row_of_next() -> None:
+    """next_row (the write path) gives exactly the stored row of next, and both advance the head."""
+    a, b = ChainBuilder(), ChainBuilder()
+    for i in range(3):
+        assert a.next_row(**fields(i)) == b.next(**fields(i)).row()
+    assert (a.head_seq, a.head_hash) == (b.head_seq, b.head_hash) == (3, chain(3)[-1][2])
+    with pytest.raises(InvalidInput):
+        a.next_row(**fields(3, outcome="maybe"))
+    assert a.head_seq == 3
+
+
 def test_event_hash_is_sha256_of_canonical_event_without_hash() -> None:
     """event_hash = sha256(canonicalize(event dict without event_hash)) and rows store that."""
     event = ChainBuilder().next(**fields())

@@ -75,6 +75,34 @@ def test_unit_vector_accepts_non_contiguous_and_integer_input() -> None:
     np.testing.assert_allclose(unit_vector(np.array([0, 5]), 2), [0.0, 1.0])
 
 
+@pytest.mark.parametrize(
+    ("z", "match"),
+    [
+        (np.array([1.0, np.nan, 0.0, 0.0], dtype=np.float32), "NaN"),
+        (np.array([1.0, -np.inf, 0.0, 0.0], dtype=np.float32), "infinite"),
+        (np.zeros(4, dtype=np.float32), "zero norm"),
+        (np.ones(3, dtype=np.float32), "dimension 4"),
+        (np.ones((1, 4), dtype=np.float32), "1-d"),
+    ],
+)
+def test_float32_input_is_checked_like_any_other(z: np.ndarray, match: str) -> None:
+    """The float32 path (an encoder's output) refuses NaN, inf, zero and wrong shapes too."""
+    with pytest.raises(InvalidVector, match=match):
+        unit_vector(z, 4)
+
+
+@pytest.mark.parametrize("scale", [3e38, 1e-44, 1.0])
+def test_float32_input_of_any_magnitude_normalises_as_float64_does(scale: float) -> None:
+    """Largest and subnormal float32 entries neither overflow nor underflow; the result matches
+    the float64 path to float32 precision and does not alias the input."""
+    rng = np.random.default_rng(3)
+    z = (rng.uniform(-1.0, 1.0, 64) * scale).astype(np.float32)
+    out = unit_vector(z, 64)
+    assert out.dtype == np.float32 and out is not z
+    np.testing.assert_allclose(out, unit_vector(z.astype(np.float64), 64), rtol=1e-6, atol=1e-7)
+    assert abs(float(np.linalg.norm(out.astype(np.float64))) - 1.0) < 1e-6
+
+
 @pytest.mark.parametrize("scale", [1e300, 1e-310])
 def test_unit_vector_handles_extreme_magnitudes(scale: float) -> None:
     """Huge or subnormal finite entries still give the right unit vector (no overflow)."""

@@ -191,13 +191,18 @@ def test_stm_change_expecting_wrong_state_is_refused(mem: MsmMem, tmp_path: Path
 
 
 def test_consolidated_and_held_items(mem: MsmMem, tmp_path: Path) -> None:
-    """A novel answer is consolidated (STM CONSOLIDATED, episode + visual); a repeat image is held ACTIVE."""
+    """A novel answer is consolidated (STM CONSOLIDATED and emptied, episode + visual); a repeat
+    image is held ACTIVE with its content."""
     first = mem.ask("P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
     second = mem.ask("P1", _png(tmp_path, 1), "Again?", study_id="S2")
     assert first.gate is not None and first.gate.written
     assert second.gate is not None and not second.gate.written and "not_novel" in second.gate.reasons
-    states = {json.loads(i.payload)["study_id"]: i.state for i in mem.store.stm_list()}
-    assert states == {"S1": StmState.CONSOLIDATED, "S2": StmState.ACTIVE}
+    items = {i.state: i for i in mem.store.stm_list()}
+    assert sorted(items) == [StmState.ACTIVE, StmState.CONSOLIDATED]
+    # the consolidated item moved to long-term memory: no second, undecayed copy stays in STM
+    assert items[StmState.CONSOLIDATED].payload == "" and items[StmState.CONSOLIDATED].z is None
+    assert json.loads(items[StmState.ACTIVE].payload)["study_id"] == "S2"
+    assert mem.store.get_episodes(mem.store.record_ids("episodic", "P1"))[0].study_id == "S1"
     assert mem.store.count("episodic") == mem.store.count("visual") == 1
     held = [e for e in audit_events(mem.store) if e.action == "hold"]
     assert len(held) == 1 and held[0].reason == "not_novel"

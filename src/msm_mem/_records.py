@@ -61,6 +61,16 @@ def unit_vector(z: object, dim: int) -> Vector:
 
     Raises :class:`InvalidVector` for a wrong shape or dimension, NaN/Inf values or a zero norm.
     """
+    if isinstance(z, np.ndarray) and z.dtype == np.float32 and z.shape == (dim,):
+        # float32 entries squared cannot overflow or underflow in float64: no scaling needed,
+        # and a NaN or infinite entry makes the sum of squares non-finite
+        wide = z.astype(np.float64)
+        squares = float(np.dot(wide, wide))
+        if not math.isfinite(squares):
+            raise InvalidVector("vector contains NaN or infinite values")
+        if squares == 0.0:
+            raise InvalidVector("vector has zero norm and cannot be normalised")
+        return (wide / math.sqrt(squares)).astype(np.float32)
     try:
         arr = np.asarray(z, dtype=np.float64)
     except (TypeError, ValueError) as exc:

@@ -124,7 +124,7 @@ class AuditLog:
             head = cached if cached is not None else self.store.audit_head()
             while True:
                 builder = ChainBuilder(*head)
-                batch.audit = [AuditRow(*builder.next(**spec).row()) for spec in specs]
+                batch.audit = [AuditRow(*builder.next_row(**spec)) for spec in specs]
                 try:
                     self.store.write(batch)
                 except BaseException:

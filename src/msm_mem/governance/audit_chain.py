@@ -262,7 +262,16 @@ class ChainBuilder:
         """event_hash of the last event built (:data:`GENESIS` for an empty chain)."""
         return self._hash
 
-    def next(
+    def next(self, **fields: Any) -> AuditEvent:
+        """Build the event after the head and advance the head (fields as :meth:`next_row`).
+
+        Raises :class:`InvalidInput` (or its subclass :class:`CanonicalJSONError`) for invalid
+        fields; the head does not move then.
+        """
+        seq, payload, digest = self.next_row(**fields)
+        return AuditEvent.from_row(seq, payload, digest)
+
+    def next_row(
         self,
         *,
         time: float,
@@ -277,8 +286,9 @@ class ChainBuilder:
         patient: str = "",
         consent_id: str = "",
         reason: str = "",
-    ) -> AuditEvent:
-        """Build the event after the head (``time`` in UTC seconds) and advance the head.
+    ) -> Row:
+        """The stored row ``(seq, payload, event_hash)`` of the event after the head (``time``
+        in UTC seconds), validated and canonicalised once; the head advances.
 
         Raises :class:`InvalidInput` (or its subclass :class:`CanonicalJSONError`) for invalid
         fields; the head does not move then.
@@ -302,10 +312,10 @@ class ChainBuilder:
         problem = _field_problem(d)
         if problem is not None:
             raise InvalidInput(f"invalid audit event: {problem}")
-        digest = hashlib.sha256(_payload_bytes(d)).hexdigest()
-        event = AuditEvent(event_hash=digest, **d)
-        self._seq, self._hash = event.seq, digest
-        return event
+        payload = _payload_bytes(d)
+        digest = hashlib.sha256(payload).hexdigest()
+        self._seq, self._hash = d["seq"], digest
+        return d["seq"], payload, digest
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,6 @@ import base64
 import binascii
 import os
 import re
-import struct
 import threading
 import time
 from collections import OrderedDict
@@ -85,7 +84,7 @@ def _field_aad(tenant: str, table: str, record_id: str, field: str, key_id: str)
     out = [_AAD_DOMAIN]
     for part in (tenant, table, record_id, field, key_id):
         raw = part.encode("utf-8")
-        out.append(struct.pack(">I", len(raw)))
+        out.append(len(raw).to_bytes(4, "big"))
         out.append(raw)
     return b"".join(out)
 
@@ -136,6 +135,8 @@ class EnvelopeCipher:
         self._clock = clock or time.time
         self._cache_size = cache_size
         self._cache: OrderedDict[str, bytes] = OrderedDict()
+        #: AES-GCM contexts of cached DEKs (building one runs the key schedule)
+        self._contexts: dict[str, AESGCM] = {}
         self._lock = threading.RLock()
 
     # -- cache -------------------------------------------------------------------------------
@@ -154,7 +155,8 @@ class EnvelopeCipher:
             self._cache[key_id] = dek
             self._cache.move_to_end(key_id)
             while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+                evicted, _ = self._cache.popitem(last=False)
+                self._contexts.pop(evicted, None)
 
     def cached_key_ids(self) -> list[str]:
         """Key ids whose unwrapped DEK is cached now, least recently used first (for tests)."""
@@ -169,6 +171,16 @@ class EnvelopeCipher:
             dek = self._provider.unwrap(key.kek_id, key.wrapped)
             self._cache_put(key.key_id, dek)
         return dek
+
+    def _context(self, key_id: str, dek: bytes) -> AESGCM:
+        """The AES-GCM context of a DEK, kept while the DEK is cached."""
+        ctx = self._contexts.get(key_id)
+        if ctx is None:
+            _check_key_nonce(dek, bytes(_NONCE_BYTES))
+            ctx = AESGCM(dek)
+            if key_id in self._cache:
+                self._contexts[key_id] = ctx
+        return ctx
 
     def _key_for_encrypt(self, patient_ref: str) -> tuple[str, bytes]:
         with self._lock:  # one DEK per patient even when two threads race on first use
@@ -192,14 +204,10 @@ class EnvelopeCipher:
         The patient's DEK is created on first use. AccessDenied if the patient was shredded;
         InvalidInput if an argument is not a str or the text is not encodable as UTF-8.
         """
-        for name, value in (
-            ("patient_ref", patient_ref),
-            ("table", table),
-            ("record_id", record_id),
-            ("field", field),
-            ("plaintext", plaintext),
-        ):
-            _check_str(name, value)
+        if not all(type(v) is str for v in (patient_ref, table, record_id, field, plaintext)):
+            for name, value in (("patient_ref", patient_ref), ("table", table), ("record_id", record_id),
+                                ("field", field), ("plaintext", plaintext)):  # fmt: skip
+                _check_str(name, value)
         try:
             data = plaintext.encode("utf-8")
         except UnicodeEncodeError as exc:
@@ -207,7 +215,7 @@ class EnvelopeCipher:
         key_id, dek = self._key_for_encrypt(patient_ref)
         nonce = os.urandom(_NONCE_BYTES)
         aad = _field_aad(self.tenant, table, record_id, field, key_id)
-        sealed = aes_gcm_encrypt(dek, nonce, data, aad)
+        sealed = self._context(key_id, dek).encrypt(nonce, data, aad)
         return f"{TOKEN_PREFIX}:{key_id}:{_b64url(nonce + sealed)}"
 
     def decrypt_field(self, patient_ref: str, table: str, record_id: str, field: str, token: str) -> str:
@@ -236,7 +244,10 @@ class EnvelopeCipher:
             raise DecryptionError("token does not belong to this patient")
         dek = self._dek_for(key)
         aad = _field_aad(self.tenant, table, record_id, field, key_id)
-        data = aes_gcm_decrypt(dek, blob[:_NONCE_BYTES], blob[_NONCE_BYTES:], aad)
+        try:
+            data = self._context(key_id, dek).decrypt(blob[:_NONCE_BYTES], blob[_NONCE_BYTES:], aad)
+        except InvalidTag as exc:
+            raise DecryptionError("authentication failed") from exc
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:  # only reachable with a forged, authenticated blob
@@ -263,6 +274,7 @@ class EnvelopeCipher:
                 self._store.put(replace(key, kek_id=kek_id, wrapped=wrapped))
                 count += 1
             self._cache.clear()
+            self._contexts.clear()
             return count
 
     def shred(self, patient_ref: str) -> None:
@@ -281,3 +293,4 @@ class EnvelopeCipher:
                 return
             self._store.shred(patient_ref)
             self._cache.pop(key.key_id, None)
+            self._contexts.pop(key.key_id, None)

@@ -257,17 +257,19 @@ class GovernedMemory:
                          media_description=info.get("media_description", ""),
                          evidence_tier=evidence_tier, confidence=confidence, source=source)  # fmt: skip
         result = self.memory.stage(it, turn.staging, force=force, semantic=derive)
-        # an item staged in this turn carries its answer, for a later critic or age sweep
-        for i, staged in enumerate(turn.batch.stm):
-            if staged.item_id == item.item_id:
-                turn.batch.stm[i] = replace(
-                    staged, payload=json.dumps({**info, "answer": answer, "decision": decision})
-                )
         if result.gate.written:
-            turn.batch.stm_changes.append(StmChange(item.item_id, StmState.ACTIVE, StmState.CONSOLIDATED))
+            # the item moved: long-term memory holds it now and decays or shreds it by its own
+            # rules, so the short-term copy keeps no content (no second, undecayed copy of PHI)
+            turn.batch.stm_changes.append(StmChange(item.item_id, StmState.ACTIVE, StmState.CONSOLIDATED, purge=True))
             ids = [item.item_id, result.episode_id or "", result.visual_id or ""]
             self._event(turn, trigger, "stm", "ltm", ids, reason=",".join(result.gate.reasons))
         else:
+            # a held item carries its answer, for a later critic or age sweep
+            for i, staged in enumerate(turn.batch.stm):
+                if staged.item_id == item.item_id:
+                    turn.batch.stm[i] = replace(
+                        staged, payload=json.dumps({**info, "answer": answer, "decision": decision})
+                    )
             self._event(turn, "hold", "stm", "stm", [item.item_id], reason=",".join(result.gate.reasons))
         if result.semantic is not None:
             claim = self._claim(turn, it, item, result)

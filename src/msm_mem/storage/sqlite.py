@@ -26,6 +26,7 @@ import numpy as np
 from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError
 from .._records import EpisodicRecord, SemanticState, State, Vector, VisualRecord
 from . import _sql
+from ._readcache import ReadCache
 from .base import FieldCodec, PlainCodec, StateChange, Store, VectorKind, WriteBatch
 from .sqlite_gov import GOV_SCHEMA, GovernanceTables, SqliteKeyTable
 from .vector_index import VectorIndex, vector_sha
@@ -80,7 +81,8 @@ class SqliteStore(GovernanceTables, Store):
         self._codec = codec
         self._lock = threading.RLock()
         self._closed = False
-        self._keys = SqliteKeyTable(conn, self._lock)
+        self._cache = ReadCache(conn)
+        self._keys = SqliteKeyTable(conn, self._lock, on_shred=self._cache.clear)
         self._consent_cache = {}
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         missing = {"dim", "encoder", "tenant"} - set(meta)
@@ -285,7 +287,13 @@ class SqliteStore(GovernanceTables, Store):
         old_scope = old_pid if c.expect in (State.ACTIVE, State.ANONYMIZED) else _RETIRED
         return (kind, int(row[2]), old_scope, new_pid if live else _RETIRED, new_id)
 
+    def use_codec(self, codec: FieldCodec) -> None:
+        with self._lock:
+            self._cache.clear()
+            self._codec = codec
+
     def _after_commit(self, batch: WriteBatch, moves: list[tuple[VectorKind, int, str, str, str]]) -> None:
+        self._cache.committed(batch)
         if batch.episodes:
             mat = np.stack([e.z for e in batch.episodes])
             self._index["episodic"].add(mat, [e.patient_id for e in batch.episodes])
@@ -362,14 +370,16 @@ class SqliteStore(GovernanceTables, Store):
         return self._get("visual", ids, _sql.visual_from_row)
 
     def semantic_active(self, patient_id: str, category: str | None = None) -> list[SemanticState]:
-        sql = "SELECT * FROM semantic WHERE patient_id = ? AND state = 'active'"
-        args: tuple[str, ...] = (patient_id,)
-        if category is not None:
-            sql, args = sql + " AND category = ?", (patient_id, category)
         with self._lock:
             self._check_open()
-            rows = self._conn.execute(sql + " ORDER BY category", args).fetchall()
-            return [_sql.semantic_from_row(r, self._codec) for r in rows]
+            states = self._cache.semantic(patient_id, lambda: self._load_semantic(patient_id))
+        return states if category is None else [s for s in states if s.category == category]
+
+    def _load_semantic(self, patient_id: str) -> list[SemanticState]:
+        rows = self._conn.execute(
+            "SELECT * FROM semantic WHERE patient_id = ? AND state = 'active' ORDER BY category", (patient_id,)
+        ).fetchall()
+        return [_sql.semantic_from_row(r, self._codec) for r in rows]
 
     def semantic_history(self, patient_id: str, category: str) -> list[SemanticState]:
         with self._lock:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -13,6 +13,7 @@ from .._records import SemanticState
 from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
 from . import _sql
 from . import _sql_gov as g
+from ._readcache import ReadCache
 from .base import FieldCodec, WriteBatch
 
 __all__ = ["GOV_SCHEMA", "GovernanceTables", "SqliteKeyTable"]
@@ -60,8 +61,10 @@ def data_version(conn: sqlite3.Connection) -> int:
 class SqliteKeyTable:
     """Wrapped data keys and pseudonyms in the store's database (own short transactions)."""
 
-    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock,
+                 on_shred: Callable[[], None] = lambda: None) -> None:  # fmt: skip
         self._conn, self._lock = conn, lock
+        self._on_shred = on_shred  # the store drops plaintext it has cached
         # read cache; every write through this table updates it, and a commit by another
         # connection (the CLI shredding a patient while a server runs) empties it
         self._by_patient: dict[str, WrappedKey | None] = {}
@@ -142,6 +145,7 @@ class SqliteKeyTable:
         """Destroy the wrapped key and the pseudonym link of a patient in one transaction."""
         with self._lock:
             self._forget(patient_ref)
+            self._on_shred()
             row = self._conn.execute("SELECT key_id FROM keys WHERE patient_ref = ?", (patient_ref,)).fetchone()
             if row is None:
                 return
@@ -321,9 +325,12 @@ class GovernanceTables:
     def entities(self, patient_id: str) -> list[Entity]:
         with self._lock:
             self._check_open()
-            rows = self._conn.execute("SELECT * FROM entities WHERE patient_id = ? AND state = 'active'"
-                                      " ORDER BY created_at, rowid", (patient_id,)).fetchall()  # fmt: skip
-            return [g.entity_from_row(r, self._codec) for r in rows]
+            return self._cache.entities(patient_id, lambda: self._load_entities(patient_id))
+
+    def _load_entities(self, patient_id: str) -> list[Entity]:
+        rows = self._conn.execute("SELECT * FROM entities WHERE patient_id = ? AND state = 'active'"
+                                  " ORDER BY created_at, rowid", (patient_id,)).fetchall()  # fmt: skip
+        return [g.entity_from_row(r, self._codec) for r in rows]
 
     def relationships(self, patient_id: str) -> list[Relationship]:
         with self._lock:
@@ -356,6 +363,7 @@ class GovernanceTables:
     _consent_cache: dict[str, list[ConsentRecord]]
     _consent_version: int = -1
     _keys: SqliteKeyTable
+    _cache: ReadCache
 
     def sync(self) -> None:
         """See what other connections committed (a grant, a revocation, a shred by the CLI while

@@ -1,0 +1,86 @@
+"""Decoded active rows per patient, kept beside one SQLite connection.
+
+Every governed turn reads the patient's active semantic state and finding entities; decoding
+them (a SQL read and one AES-GCM decryption per row) cost more than the rest of the turn. The
+cache keeps them decoded, in the order the store returns them, and stays exact:
+
+- this connection's own writes update it after they commit (new semantic versions replace
+  the key's active one, new entities are appended) and a batch it cannot follow (state
+  changes, a restore) empties it;
+- a commit by any other connection empties it: each read first compares SQLite's
+  ``PRAGMA data_version`` with the one the cache was filled under;
+- shredding a key or changing the codec empties it, so no plaintext outlives its key.
+
+Bounded to ``limit`` patients per kind (emptied when full: the working set refills it).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from .._records import SemanticState, State
+from .._tier_records import Entity
+from .base import WriteBatch
+
+__all__ = ["ReadCache"]
+
+T = TypeVar("T")
+
+
+class ReadCache:
+    """Active semantic states and entities per patient; the caller holds the store lock."""
+
+    def __init__(self, conn: sqlite3.Connection, limit: int = 10_000) -> None:
+        self._conn = conn
+        self._limit = limit
+        self._version = -1
+        self._semantic: dict[str, list[SemanticState]] = {}
+        self._entities: dict[str, list[Entity]] = {}
+
+    def clear(self) -> None:
+        self._semantic.clear()
+        self._entities.clear()
+
+    def _fresh(self) -> None:
+        version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        if version != self._version:
+            self.clear()
+            self._version = version
+
+    def semantic(self, patient_id: str, load: Callable[[], list[SemanticState]]) -> list[SemanticState]:
+        """The patient's active states ordered by category (``load`` reads them on a miss)."""
+        return list(self._get(self._semantic, patient_id, load))
+
+    def entities(self, patient_id: str, load: Callable[[], list[Entity]]) -> list[Entity]:
+        """The patient's active entities by creation time (``load`` reads them on a miss)."""
+        return list(self._get(self._entities, patient_id, load))
+
+    def _get(self, table: dict[str, list[T]], patient_id: str, load: Callable[[], list[T]]) -> Sequence[T]:
+        self._fresh()
+        rows = table.get(patient_id)
+        if rows is None:
+            rows = load()
+            if not self._conn.in_transaction:  # never cache what a rollback could take back
+                if len(table) >= self._limit:
+                    table.clear()
+                table[patient_id] = rows
+        return rows
+
+    def committed(self, batch: WriteBatch) -> None:
+        """Follow a batch this connection has just committed."""
+        if batch.changes or batch.restore:
+            self.clear()
+            return
+        for s in batch.semantic:
+            states = self._semantic.get(s.patient_id)
+            if states is not None:
+                kept = [x for x in states if x.category != s.category]
+                self._semantic[s.patient_id] = sorted([*kept, s], key=lambda x: x.category)
+        for e in batch.entities:
+            entities = self._entities.get(e.patient_id)
+            if entities is not None and e.state == State.ACTIVE:
+                # stable: an entity created at the same time as a cached one comes after it,
+                # as its later rowid puts it in the store's order
+                self._entities[e.patient_id] = sorted([*entities, e], key=lambda x: x.created_at)
