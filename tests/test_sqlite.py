@@ -8,7 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from msm_mem import EpisodicRecord, SqliteStore, StoreError, WriteBatch
+from msm_mem import (
+    EpisodicRecord,
+    IllegalTransition,
+    Impression,
+    SemanticState,
+    SqliteStore,
+    State,
+    StoreError,
+    WriteBatch,
+)
 from tests.conftest import random_unit
 
 
@@ -99,3 +108,28 @@ def test_create_refuses_an_existing_store(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="already holds a store"):
         SqliteStore.create(tmp_path / "s", dim=16, encoder="t")
     assert SqliteStore.open(tmp_path / "s").count("episodic") == 3
+
+
+def _state(sid: str, version: int, text: str, supersedes: str | None = None,
+           category: str = "impression") -> SemanticState:  # fmt: skip
+    return SemanticState(sid, "P1", category, (Impression(1e9 + version, text, ""),), version, supersedes=supersedes)
+
+
+def test_a_chain_of_versions_in_one_batch(tmp_path: Path) -> None:
+    """Versions chained inside one batch, in any order: the head is active, in cache and store."""
+    store = SqliteStore.create(tmp_path / "s", dim=4, encoder="t")
+    store.write(WriteBatch(semantic=[_state("S-1", 1, "a")]))
+    assert store.semantic_active("P1")[0].state_id == "S-1"
+    store.write(WriteBatch(semantic=[_state("S-3", 3, "c", supersedes="S-2"), _state("S-2", 2, "b", supersedes="S-1")]))
+    assert [s.state_id for s in store.semantic_active("P1")] == ["S-3"]
+    history = {s.state_id: s.state for s in store.semantic_history("P1", "impression")}
+    assert history == {"S-1": State.SUPERSEDED, "S-2": State.SUPERSEDED, "S-3": State.ACTIVE}
+    twice = [_state("S-4", 4, "d", supersedes="S-3"), _state("S-5", 5, "e", supersedes="S-3")]
+    with pytest.raises(IllegalTransition, match="superseded twice"):
+        store.write(WriteBatch(semantic=twice))
+    with pytest.raises(IllegalTransition, match="not the active version"):
+        store.write(WriteBatch(semantic=[_state("S-6", 4, "f", supersedes="S-2")]))
+    with pytest.raises(IllegalTransition, match="not the active version"):
+        store.write(WriteBatch(semantic=[_state("S-7", 4, "g", supersedes="S-3", category="other")]))
+    assert [s.state_id for s in store.semantic_active("P1")] == ["S-3"]
+    store.close()

@@ -15,7 +15,7 @@ that the tiers of the governance layer need no second schema.
 from __future__ import annotations
 
 import math
-import uuid
+import os
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
@@ -52,8 +52,9 @@ class State(StrEnum):
 
 
 def new_id(prefix: str) -> str:
-    """A random, stable identifier such as ``E-1f0c...``; never derived from patient data."""
-    return f"{prefix}-{uuid.uuid4().hex}"
+    """A random, stable identifier such as ``E-1f0c...`` (128 random bits as 32 hex digits);
+    never derived from patient data."""
+    return f"{prefix}-{os.urandom(16).hex()}"
 
 
 def unit_vector(z: object, dim: int) -> Vector:

@@ -73,9 +73,10 @@ class ReadCache:
         if batch.changes or batch.restore:
             self.clear()
             return
+        replaced = {s.supersedes for s in batch.semantic}
         for s in batch.semantic:
             states = self._semantic.get(s.patient_id)
-            if states is not None:
+            if states is not None and s.state == State.ACTIVE and s.state_id not in replaced:
                 kept = [x for x in states if x.category != s.category]
                 self._semantic[s.patient_id] = sorted([*kept, s], key=lambda x: x.category)
         for e in batch.entities:

@@ -28,7 +28,7 @@ from .._records import EpisodicRecord, SemanticState, State, Vector, VisualRecor
 from . import _sql
 from ._readcache import ReadCache
 from .base import FieldCodec, PlainCodec, StateChange, Store, VectorKind, WriteBatch
-from .sqlite_gov import GOV_SCHEMA, GovernanceTables, SqliteKeyTable
+from .sqlite_gov import GOV_SCHEMA, GovernanceTables, SqliteKeyTable, insert_versions
 from .vector_index import VectorIndex, vector_sha
 
 __all__ = ["SqliteStore"]
@@ -245,25 +245,9 @@ class SqliteStore(GovernanceTables, Store):
             )
         moves = [m for c in batch.changes if (m := self._apply_change(c)) is not None]
         self._apply_governance(batch)
-        for s in batch.semantic:
-            if s.supersedes is not None and not batch.restore:
-                cur = conn.execute(
-                    "UPDATE semantic SET state = 'superseded' WHERE id = ? AND state = 'active'"
-                    " AND patient_id = ? AND category = ?",
-                    (s.supersedes, s.patient_id, s.category),
-                )
-                if cur.rowcount != 1:
-                    raise IllegalTransition(f"semantic state {s.supersedes!r} is not the active version of this key")
-            try:
-                conn.execute(
-                    f"INSERT INTO semantic VALUES ({','.join('?' * len(_sql.SEMANTIC_COLUMNS))})",
-                    _sql.semantic_to_row(s, codec),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise IllegalTransition(
-                    f"semantic key ({s.patient_id!r}, {s.category!r}) already has an active "
-                    f"version; a new version must supersede it ({exc})"
-                ) from exc
+        insert_versions(conn, "semantic", "category", batch.semantic, ident=lambda s: s.state_id,
+                        key=lambda s: s.category, to_row=lambda s: _sql.semantic_to_row(s, codec),
+                        restore=batch.restore)  # fmt: skip
         return moves
 
     def _apply_change(self, c: StateChange) -> tuple[VectorKind, int, str, str, str] | None:

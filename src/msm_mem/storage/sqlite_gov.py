@@ -9,14 +9,14 @@ from dataclasses import replace
 from typing import Any
 
 from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError
-from .._records import SemanticState
+from .._records import SemanticState, State
 from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
 from . import _sql
 from . import _sql_gov as g
 from ._readcache import ReadCache
 from .base import FieldCodec, WriteBatch
 
-__all__ = ["GOV_SCHEMA", "GovernanceTables", "SqliteKeyTable"]
+__all__ = ["GOV_SCHEMA", "GovernanceTables", "SqliteKeyTable", "insert_versions"]
 
 GENESIS = "0" * 64
 
@@ -167,6 +167,55 @@ class SqliteKeyTable:
             self._conn.execute("INSERT INTO pseudonyms VALUES (?, ?, ?)", (key_id, pseudonym, token))
 
 
+def insert_versions(conn: sqlite3.Connection, table: str, key_column: str, versions: Sequence[Any], *,
+                    ident: Callable[[Any], str], key: Callable[[Any], str],
+                    to_row: Callable[[Any], tuple[Any, ...]], restore: bool) -> None:  # fmt: skip
+    """Insert new versions of keyed records (semantic states, claims): each one's ``supersedes``
+    must be the active version of the same patient and key, which flips to SUPERSEDED.
+
+    One read, one update and one insert for the whole batch. A version superseded by a later
+    one of the same batch is stored SUPERSEDED at once. ``restore`` stores rows as given.
+    IllegalTransition (and nothing written, the caller rolls back) for a predecessor that is
+    missing, not active, of another key or superseded twice, or a second active version.
+    """
+    if not versions:
+        return
+    if not restore:
+        born = {ident(v): v for v in versions}
+        wanted: dict[str, Any] = {}
+        for v in versions:
+            old = v.supersedes
+            if old is None:
+                continue
+            if old in wanted:
+                raise IllegalTransition(f"{table} version {old!r} is superseded twice")
+            wanted[old] = v
+            prev = born.get(old)
+            if prev is not None and ((prev.patient_id, key(prev)) != (v.patient_id, key(v))
+                                     or prev.state != State.ACTIVE):  # fmt: skip
+                raise IllegalTransition(f"{table} version {old!r} is not the active version of this key")
+        stored = [old for old in wanted if old not in born]
+        found: dict[str, tuple[str, str]] = {}
+        for start in range(0, len(stored), 500):
+            part = stored[start : start + 500]
+            rows = conn.execute(f"SELECT id, patient_id, {key_column} FROM {table}"
+                                f" WHERE state = 'active' AND id IN ({','.join('?' * len(part))})", part)  # fmt: skip
+            found.update((r[0], (r[1], r[2])) for r in rows)
+        for old in stored:
+            v = wanted[old]
+            if found.get(old) != (v.patient_id, key(v)):
+                raise IllegalTransition(f"{table} version {old!r} is not the active version of this key")
+        conn.executemany(f"UPDATE {table} SET state = 'superseded' WHERE id = ?", [(old,) for old in stored])
+        versions = [replace(v, state=State.SUPERSEDED) if ident(v) in wanted else v for v in versions]
+    try:
+        conn.executemany(f"INSERT INTO {table} VALUES ({','.join('?' * len(to_row(versions[0])))})",
+                         [to_row(v) for v in versions])  # fmt: skip
+    except sqlite3.IntegrityError as exc:
+        raise IllegalTransition(
+            f"a {table} key already has an active version; a new version must supersede it ({exc})"
+        ) from exc
+
+
 class _Blank:
     """Codec for a purged payload: stored as the empty string, not as a ciphertext."""
 
@@ -222,19 +271,8 @@ class GovernanceTables:
                 if row is None:
                     raise NotFound(f"no short-term item {c.item_id!r}")
                 raise IllegalTransition(f"short-term item {c.item_id!r} is {row[0]}, expected {c.expect.value}")
-        for claim in batch.claims:
-            if claim.supersedes is not None and not batch.restore:
-                cur = conn.execute(
-                    "UPDATE claims SET state = 'superseded' WHERE id = ? AND state = 'active'"
-                    " AND patient_id = ? AND key = ?",
-                    (claim.supersedes, claim.patient_id, claim.key),
-                )
-                if cur.rowcount != 1:
-                    raise IllegalTransition(f"claim {claim.supersedes!r} is not the active version of its key")
-            try:
-                conn.execute("INSERT INTO claims VALUES (?,?,?,?,?,?,?,?,?,?,?)", g.claim_to_row(claim, codec))
-            except sqlite3.IntegrityError as exc:
-                raise IllegalTransition(f"claim key {claim.key!r} already has an active version ({exc})") from exc
+        insert_versions(conn, "claims", "key", batch.claims, ident=lambda c: c.claim_id, key=lambda c: c.key,
+                        to_row=lambda c: g.claim_to_row(c, codec), restore=batch.restore)  # fmt: skip
         if batch.entities:
             conn.executemany(
                 "INSERT INTO entities VALUES (?,?,?,?,?,?)", [g.entity_to_row(e, codec) for e in batch.entities]
