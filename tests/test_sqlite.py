@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -132,4 +133,46 @@ def test_a_chain_of_versions_in_one_batch(tmp_path: Path) -> None:
     with pytest.raises(IllegalTransition, match="not the active version"):
         store.write(WriteBatch(semantic=[_state("S-7", 4, "g", supersedes="S-3", category="other")]))
     assert [s.state_id for s in store.semantic_active("P1")] == ["S-3"]
+
+
+def test_a_closed_store_refuses_searches(tmp_path: Path) -> None:
+    """search and search_many on a closed store raise StoreError, in every scope."""
+    store, zs = make(tmp_path / "s", 4)
+    store.close()
+    for scope in ("p0", None):
+        with pytest.raises(StoreError, match="closed"):
+            store.search_many(zs[0], [("episodic", 1), ("visual", 1)], scope)
+        with pytest.raises(StoreError, match="closed"):
+            store.search("episodic", zs[0], 1, scope)
+
+
+def test_searches_running_alongside_writes_stay_exact(tmp_path: Path) -> None:
+    """Threads searching one patient while another thread appends to it see whole, exact answers."""
+    store, zs = make(tmp_path / "s", 8)
+    rng = np.random.default_rng(7)
+    extra = [random_unit(rng) for _ in range(200)]
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        for i, z in enumerate(extra):
+            store.write(WriteBatch(episodes=[EpisodicRecord(f"E-w{i}", "p0", 1e9, z, "q", "a")]))
+
+    def search() -> None:
+        try:
+            for z in extra[::5]:
+                got = store.search_many(z, [("episodic", 3), ("visual", 3)], "p0")
+                assert len(got[0]) == 3 and got[1] == []
+                assert [s for _, s in got[0]] == sorted((s for _, s in got[0]), reverse=True)
+        except BaseException as exc:  # reported in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write), *(threading.Thread(target=search) for _ in range(3))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    z = extra[-1]
+    got = store.search("episodic", z, 3, "p0")
+    assert got[0][0] == f"E-w{len(extra) - 1}" and got[0][1] == pytest.approx(1.0, abs=1e-5)
     store.close()

@@ -22,7 +22,7 @@ from msm_mem import (
     VisualRecord,
     WriteBatch,
 )
-from msm_mem.storage.base import PII_FIELDS
+from msm_mem.storage.base import PII_FIELDS, VectorKind
 from tests.conftest import DIM, StoreFactory, random_unit
 
 
@@ -106,6 +106,60 @@ def test_bad_vectors_are_refused_and_nothing_is_written(store: Store) -> None:
     assert store.count("episodic") == 0
     with pytest.raises(InvalidVector):
         store.search("episodic", np.zeros(DIM, dtype=np.float32), 1, "p")
+
+
+def test_bad_query_vectors_are_refused_by_every_scope(store: Store) -> None:
+    """search_many raises InvalidVector for a wrong dimension, NaN, zero or float64 query, any scope."""
+    fill(store, 4, 2)
+    bad = [
+        random_unit(np.random.default_rng(0), DIM + 1),
+        np.full(DIM, np.nan, dtype=np.float32),
+        np.zeros(DIM, dtype=np.float32),
+        random_unit(np.random.default_rng(1)).astype(np.float64),
+    ]
+    for z in bad:
+        for scope in ("p0", "", None, "nobody"):
+            with pytest.raises(InvalidVector):
+                store.search_many(z, [("episodic", 2), ("visual", 2)], scope)  # type: ignore[arg-type]
+
+
+def test_search_many_equals_one_search_per_kind(store: Store) -> None:
+    """E and V asked together give what separate searches give, in the order asked, every scope."""
+    rng = np.random.default_rng(4)
+    records = [episode(i, f"p{i % 3}", random_unit(rng)) for i in range(24)]
+    store.write(WriteBatch(episodes=records, visuals=[visual(i, r.patient_id, random_unit(rng)) for i, r in
+                                                      enumerate(records)]))  # fmt: skip
+    store.write(WriteBatch(changes=[
+        StateChange("episodic", "E-0", State.ACTIVE, State.ANONYMIZED, new_id="E-anon", new_patient_id="",
+                    fields=tuple((f, "scrubbed") for f in PII_FIELDS["episodic"])),
+        StateChange("episodic", "E-3", State.ACTIVE, State.SUPERSEDED),
+    ]))  # fmt: skip
+    requests: list[tuple[VectorKind, int]] = [("episodic", 3), ("visual", 5), ("episodic", 0), ("episodic", 40)]
+    sizes = {}
+    for scope in ("p0", "p1", "", None, "nobody"):
+        zq = random_unit(rng)
+        want = [store.search(kind, zq, k, scope) for kind, k in requests]
+        assert store.search_many(zq, requests, scope) == want
+        sizes[scope] = [len(w) for w in want]
+    # p0 lost E-0 (anonymised into "") and E-3 (superseded, searched nowhere)
+    assert sizes == {"p0": [3, 5, 0, 6], "p1": [3, 5, 0, 8], "": [1, 0, 0, 1], None: [3, 5, 0, 23],
+                     "nobody": [0, 0, 0, 0]}  # fmt: skip
+
+
+def test_equal_cosines_come_in_insertion_order(store: Store) -> None:
+    """Copies of one vector tie exactly; E and V list them by insertion order, also after writes."""
+    # entries of +-1/4 (unit norm at DIM = 16): every product and sum is exact in float32
+    a = np.full(DIM, 0.25, dtype=np.float32)
+    b = np.where(np.arange(DIM) % 2 == 0, a, -a)
+    first = [episode(i, "p" if i % 2 else "q", a if i % 3 else b) for i in range(12)]
+    store.write(WriteBatch(episodes=first, visuals=[visual(i, r.patient_id, r.z) for i, r in enumerate(first)]))
+    later = [episode(i, "p", a) for i in range(12, 15)]
+    store.write(WriteBatch(episodes=later, visuals=[visual(i, r.patient_id, r.z) for i, r in enumerate(later, 12)]))
+    ties = [i for i in range(15) if (i % 2 or i >= 12) and (i % 3 or i >= 12)]  # p's copies of a
+    got_e, got_v = store.search_many(a, [("episodic", 4), ("visual", len(ties) + 5)], "p")
+    assert got_e == [(f"E-{i}", 1.0) for i in ties[:4]]
+    assert got_v[: len(ties)] == [(f"V-{i}", 1.0) for i in ties]
+    assert [s for _, s in got_v[len(ties) :]] == [0.0] * 2  # p's copies of b (at 3 and 9) follow
 
 
 def test_a_failing_batch_stores_nothing(store: Store) -> None:

@@ -45,7 +45,7 @@ def check_vector(z: Vector, dim: int, what: str) -> None:
     """Refuse anything but a finite, L2-normalised (|1 - z.z| <= 1e-3) float32 vector of ``dim``."""
     if not isinstance(z, np.ndarray) or z.dtype != np.float32 or z.shape != (dim,):
         raise InvalidVector(f"{what}: expected a float32 vector of dimension {dim}")
-    norm2 = float(np.dot(z, z))  # NaN or Inf anywhere makes this non-finite
+    norm2 = float(z.dot(z))  # NaN or Inf anywhere makes this non-finite
     if not abs(norm2 - 1.0) <= 1e-3:
         raise InvalidVector(f"{what}: vector must be finite and L2-normalised")
 

@@ -301,24 +301,23 @@ class SqliteStore(GovernanceTables, Store):
     def search_many(
         self, z: Vector, requests: Sequence[tuple[VectorKind, int]], scope: str | None
     ) -> list[list[tuple[str, float]]]:
-        self._check_vector(z, "query")
-        out: list[list[tuple[str, float]]] = []
+        _sql.check_vector(z, self.dim, "query")
         with self._lock:
             if self._closed:
                 raise StoreError("the store is closed")
-            for kind, k in requests:
-                index = self._index[kind]
-                if scope is None:
-                    hits = index.search(z, k + self._retired_count(kind), None)
-                    retired = set(index.positions(_RETIRED).tolist())
-                    hits = [h for h in hits if h[0] not in retired][:k]
-                elif scope == _RETIRED:
-                    hits = []
-                else:
-                    hits = index.search(z, k, scope)
-                ids = self._ids[kind]
-                out.append([(ids[p], s) for p, s in hits])
-        return out
+            if scope is None:
+                return [self._search_population(kind, z, k) for kind, k in requests]
+            if scope == _RETIRED:
+                return [[] for _ in requests]
+            neg_z = -z
+            return [self._index[kind].top_k(neg_z, k, scope, self._ids[kind]) for kind, k in requests]
+
+    def _search_population(self, kind: VectorKind, z: Vector, k: int) -> list[tuple[str, float]]:
+        index = self._index[kind]
+        hits = index.search(z, k + self._retired_count(kind), None)
+        retired = set(index.positions(_RETIRED).tolist())
+        ids = self._ids[kind]
+        return [(ids[p], s) for p, s in hits if p not in retired][:k]
 
     def _retired_count(self, kind: VectorKind) -> int:
         return int(self._index[kind].positions(_RETIRED).size)

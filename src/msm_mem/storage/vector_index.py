@@ -1,8 +1,8 @@
 """An exact in-memory cosine index over unit vectors, with per-patient position lists.
 
 Vectors live once, inside a FAISS ``IndexFlatIP`` (inner product on unit vectors = cosine).
-Patient-scoped queries gather that patient's rows from the FAISS storage through a zero-copy
-numpy view and score them with one matrix-vector product, so they cost O(rows of the patient)
+Patient-scoped queries gather that patient's rows from the FAISS storage (through a zero-copy
+numpy view) and score them with one matrix-vector product, so they cost O(rows of the patient)
 instead of a scan of the whole index; population queries use FAISS's own scan.
 
 The index is a cache: the store of record rebuilds it (or catches it up) from its rows, and
@@ -15,7 +15,9 @@ import hashlib
 import json
 import os
 from array import array
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import faiss
 import numpy as np
@@ -25,9 +27,14 @@ from .._records import Vector
 
 __all__ = ["VectorIndex"]
 
+_L = TypeVar("_L")
+
 
 class VectorIndex:
-    """Exact top-k search by cosine; position i is the i-th vector added."""
+    """Exact top-k search by cosine; position i is the i-th vector added.
+
+    Not thread-safe: the store calls it under its lock (an add may move the FAISS storage).
+    """
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
@@ -94,20 +101,29 @@ class VectorIndex:
             return []
         if scope is None:
             return self._search_all(z, k)
+        return self.top_k(-z, k, scope, range(self._n))
+
+    def top_k(self, neg_z: Vector, k: int, scope: str, labels: Sequence[_L]) -> list[tuple[_L, float]]:
+        """Top-k ``(labels[position], cosine)`` of one scope, given the negated query ``-z``.
+
+        Descending cosine, ties by ascending position. Ascending ``x @ -z`` is descending
+        ``x @ z`` (negation only flips sign bits, so the two are exact negatives), and a
+        scope's positions ascend, so one stable ascending sort gives that order. ``neg_z`` is
+        not checked: the caller validates and negates the query once for all its searches.
+        """
         bucket = self._by_scope.get(scope)
-        if not bucket:
+        if not bucket or k <= 0:
             return []
-        pos = np.frombuffer(bucket, dtype=np.int64)
-        scores = (self._view if self._view is not None else self.vectors())[pos] @ z
-        if pos.size > 4 * k:
+        view = self._view if self._view is not None else self.vectors()
+        neg = view.take(bucket, 0) @ neg_z  # gather the scope's rows (a copy), one mat-vec
+        if len(bucket) > 4 * k:
             # keep every candidate tied with the k-th score, then order exactly
-            kth = np.partition(scores, pos.size - k)[pos.size - k]
-            keep = np.flatnonzero(scores >= kth)
-            # positions ascend within a scope, so a stable sort breaks ties by position
-            order = keep[np.argsort(-scores[keep], kind="stable")[:k]]
+            kth = np.partition(neg, k - 1)[k - 1]
+            keep = np.flatnonzero(neg <= kth)
+            top = keep[neg[keep].argsort(kind="stable")[:k]]
         else:
-            order = np.argsort(-scores, kind="stable")[:k]
-        return list(zip(pos[order].tolist(), scores[order].tolist(), strict=True))
+            top = neg.argsort(kind="stable")[:k]
+        return [(labels[bucket[i]], -s) for i, s in zip(top.tolist(), neg[top].tolist(), strict=True)]
 
     def _search_all(self, z: Vector, k: int) -> list[tuple[int, float]]:
         n = self.ntotal
