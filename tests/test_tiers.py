@@ -458,3 +458,20 @@ def test_claims_derive_finding_entities_and_relationships(tmp_path: Path, clock:
         assert mem.store.entities("P2") == []
     finally:
         mem.close()
+
+
+def test_commit_many_refuses_two_turns_of_one_patient(mem: MsmMem, tmp_path: Path) -> None:
+    """Turns staged against the same stored state cannot share a transaction: refused, nothing written."""
+    gm = mem.governed
+    turns = []
+    for seed in (1, 2):
+        turn = gm.begin(AGENT, "P1")
+        item = gm.observe(turn, _z(mem, tmp_path, seed), "Any effusion?", study_id=f"S{seed}")
+        gm.consolidate(turn, item, ANSWER)
+        turns.append(turn)
+    before = _counts(mem)
+    with pytest.raises(InvalidInput, match="different patients"):
+        gm.commit_many(turns)
+    assert _counts(mem) == before
+    gm.commit_many(turns[:1])
+    assert mem.store.count("episodic") == 1

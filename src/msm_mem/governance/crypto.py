@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import os
 import re
 import threading
@@ -79,14 +80,19 @@ def is_token(s: object) -> bool:
     return isinstance(s, str) and _TOKEN.match(s) is not None
 
 
+@functools.lru_cache(maxsize=16384)
+def _prefixed(part: str) -> bytes:
+    """``part`` as UTF-8 after its 4-byte big-endian length (tenants, tables, fields and key
+    ids repeat: cached)."""
+    raw = part.encode("utf-8")
+    return len(raw).to_bytes(4, "big") + raw
+
+
 def _field_aad(tenant: str, table: str, record_id: str, field: str, key_id: str) -> bytes:
     """Length-prefixed (4-byte big-endian) UTF-8 parts: unambiguous, and free of PHI."""
-    out = [_AAD_DOMAIN]
-    for part in (tenant, table, record_id, field, key_id):
-        raw = part.encode("utf-8")
-        out.append(len(raw).to_bytes(4, "big"))
-        out.append(raw)
-    return b"".join(out)
+    rid = record_id.encode("utf-8")
+    return b"".join((_AAD_DOMAIN, _prefixed(tenant), _prefixed(table), len(rid).to_bytes(4, "big"), rid,
+                     _prefixed(field), _prefixed(key_id)))  # fmt: skip
 
 
 def _b64url(data: bytes) -> str:
@@ -172,29 +178,40 @@ class EnvelopeCipher:
             self._cache_put(key.key_id, dek)
         return dek
 
-    def _context(self, key_id: str, dek: bytes) -> AESGCM:
-        """The AES-GCM context of a DEK, kept while the DEK is cached."""
-        ctx = self._contexts.get(key_id)
-        if ctx is None:
-            _check_key_nonce(dek, bytes(_NONCE_BYTES))
-            ctx = AESGCM(dek)
-            if key_id in self._cache:
-                self._contexts[key_id] = ctx
+    def _aead(self, key: WrappedKey) -> AESGCM:
+        """The AES-GCM context of a live key's DEK: unwrapped once, then kept while the DEK
+        is cached (building a context runs the key schedule)."""
+        ctx = self._contexts.get(key.key_id)
+        if ctx is not None:
+            try:
+                self._cache.move_to_end(key.key_id)  # recency; one atomic call, no lock needed
+            except KeyError:  # evicted meanwhile: the context goes at the next miss
+                pass
+            return ctx
+        dek = self._dek_for(key)
+        _check_key_nonce(dek, bytes(_NONCE_BYTES))
+        ctx = AESGCM(dek)
+        with self._lock:
+            if key.key_id in self._cache:
+                self._contexts[key.key_id] = ctx
         return ctx
 
-    def _key_for_encrypt(self, patient_ref: str) -> tuple[str, bytes]:
+    def _key_for_encrypt(self, patient_ref: str) -> tuple[str, AESGCM]:
+        key = self._store.get(patient_ref)
+        if key is not None and not key.shredded:
+            return key.key_id, self._aead(key)
         with self._lock:  # one DEK per patient even when two threads race on first use
             key = self._store.get(patient_ref)
             if key is not None:
                 if key.shredded:
                     raise AccessDenied("the patient's data key was shredded; cannot encrypt")
-                return key.key_id, self._dek_for(key)
+                return key.key_id, self._aead(key)
             dek = os.urandom(_DEK_BYTES)
             kek_id, wrapped = self._provider.wrap(dek)
             key = WrappedKey(new_id("K"), patient_ref, kek_id, wrapped, float(self._clock()))
             self._store.put(key)
             self._cache_put(key.key_id, dek)
-            return key.key_id, dek
+            return key.key_id, self._aead(key)
 
     # -- fields ------------------------------------------------------------------------------
 
@@ -212,10 +229,9 @@ class EnvelopeCipher:
             data = plaintext.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise InvalidInput("plaintext is not encodable as UTF-8") from exc
-        key_id, dek = self._key_for_encrypt(patient_ref)
+        key_id, aead = self._key_for_encrypt(patient_ref)
         nonce = os.urandom(_NONCE_BYTES)
-        aad = _field_aad(self.tenant, table, record_id, field, key_id)
-        sealed = self._context(key_id, dek).encrypt(nonce, data, aad)
+        sealed = aead.encrypt(nonce, data, _field_aad(self.tenant, table, record_id, field, key_id))
         return f"{TOKEN_PREFIX}:{key_id}:{_b64url(nonce + sealed)}"
 
     def decrypt_field(self, patient_ref: str, table: str, record_id: str, field: str, token: str) -> str:
@@ -242,10 +258,9 @@ class EnvelopeCipher:
             raise DecryptionError("data key was shredded")
         if key.patient_ref != patient_ref:
             raise DecryptionError("token does not belong to this patient")
-        dek = self._dek_for(key)
         aad = _field_aad(self.tenant, table, record_id, field, key_id)
         try:
-            data = self._context(key_id, dek).decrypt(blob[:_NONCE_BYTES], blob[_NONCE_BYTES:], aad)
+            data = self._aead(key).decrypt(blob[:_NONCE_BYTES], blob[_NONCE_BYTES:], aad)
         except InvalidTag as exc:
             raise DecryptionError("authentication failed") from exc
         try:

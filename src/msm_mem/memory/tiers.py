@@ -310,7 +310,15 @@ class GovernedMemory:
         turn.audit = []
 
     def commit_many(self, turns: Sequence[Turn]) -> None:
-        """Commit several turns (of different patients) in one transaction, in order."""
+        """Commit several turns of different patients in one transaction, in order.
+
+        Each turn was staged against the store as it is (its patient's active semantic state,
+        claims, novelty), so two turns of one patient cannot share a transaction: InvalidInput,
+        and nothing is written.
+        """
+        patients = [t.patient_id for t in turns]
+        if len(set(patients)) != len(patients):
+            raise InvalidInput("commit_many takes turns of different patients; commit one patient's turns in order")
         merged, specs = WriteBatch(), []
         for turn in turns:
             for name in merged.__dataclass_fields__:

@@ -81,10 +81,11 @@ class SqliteKeyTable:
             row = self._conn.execute(f"SELECT * FROM keys WHERE {where} = ?", (value,)).fetchone()
         return None if row is None else self._key(row)
 
-    def sync(self) -> None:
-        """Empty the cache when another connection has committed since the last sync."""
+    def sync(self, version: int | None = None) -> None:
+        """Empty the cache when another connection has committed since the last sync
+        (``version``: the connection's ``data_version`` if the caller has just read it)."""
         with self._lock:
-            version = data_version(self._conn)
+            version = data_version(self._conn) if version is None else version
             if version != self._version:
                 self._by_patient.clear()
                 self._by_id.clear()
@@ -413,7 +414,7 @@ class GovernanceTables:
             if version != self._consent_version:
                 self._consent_cache.clear()
                 self._consent_version = version
-            self._keys.sync()
+            self._keys.sync(version)
 
     def consents(self, patient_id: str | None = None) -> list[ConsentRecord]:
         with self._lock:
