@@ -267,3 +267,22 @@ def test_closed_store_refuses_use(make_store: StoreFactory) -> None:
     store.close()
     with pytest.raises(StoreError):
         store.count("episodic")
+
+
+def test_max_cosine_is_the_top_score_of_the_scope(store: Store) -> None:
+    """max_cosine equals the best top-1 score over the kinds asked; None for a scope without
+    vectors; superseded vectors do not count; a bad query is refused."""
+    records = fill(store, 12, 3)
+    rng = np.random.default_rng(5)
+    store.write(WriteBatch(visuals=[visual(i, "p0", random_unit(rng)) for i in range(20, 24)]))
+    for _ in range(5):
+        z = random_unit(rng)
+        for kinds in (("episodic",), ("visual",), ("episodic", "visual")):
+            want = max(s for hits in store.search_many(z, [(k, 1) for k in kinds], "p0") for _, s in hits)
+            assert store.max_cosine(z, kinds, "p0") == want
+    assert store.max_cosine(random_unit(rng), ("visual",), "p1") is None
+    assert store.max_cosine(random_unit(rng), ("episodic", "visual"), "nobody") is None
+    store.write(WriteBatch(changes=[StateChange("episodic", records[0].episode_id, State.ACTIVE, State.SUPERSEDED)]))
+    assert store.max_cosine(records[0].z, ("episodic",), "p0") < 0.999
+    with pytest.raises(InvalidVector):
+        store.max_cosine(np.zeros(DIM, dtype=np.float32), ("episodic",), "p0")

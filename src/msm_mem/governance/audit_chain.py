@@ -93,6 +93,12 @@ def _field_problem(d: dict[str, Any], keys: frozenset[str] = _PAYLOAD_KEYS) -> s
         value = d[name]
         if not isinstance(value, str) or _HEX64.fullmatch(value) is None:
             return f"{name} is not 64 lowercase hex digits"
+    return _content_problem(d)
+
+
+def _content_problem(d: dict[str, Any]) -> str | None:
+    """The part of :func:`_field_problem` about what a caller supplies (time, strings, outcome,
+    record ids); keys, seq and prev_hash of an event a :class:`ChainBuilder` assembles are its own."""
     when = d["time"]
     if not (
         (type(when) is float and math.isfinite(when))
@@ -309,7 +315,7 @@ class ChainBuilder:
             "target_tier": target_tier,
             "time": float(time) if type(time) is int else time,
         }
-        problem = _field_problem(d)
+        problem = _content_problem(d)
         if problem is not None:
             raise InvalidInput(f"invalid audit event: {problem}")
         payload = _payload_bytes(d)

@@ -115,9 +115,7 @@ class Memory:
 
     def max_cosine(self, patient_id: str, z: Vector) -> float | None:
         """Maximum cosine of ``z`` against the patient's stored embeddings (None if none)."""
-        found = self.store.search_many(z, [("episodic", 1), ("visual", 1)], patient_id)
-        scores = [s for hits in found for _, s in hits]
-        return max(scores) if scores else None
+        return self.store.max_cosine(z, ("episodic", "visual"), patient_id)
 
     # write-back ---------------------------------------------------------------------------
 

@@ -177,6 +177,12 @@ class Store(ABC):
         """
         return [self.search(kind, z, k, scope) for kind, k in requests]
 
+    def max_cosine(self, z: Vector, kinds: Sequence[VectorKind], scope: str) -> float | None:
+        """The largest cosine of ``z`` over the scope's vectors of ``kinds`` (the write-back
+        gate's novelty), None when the scope has none; the top-1 score of :meth:`search_many`."""
+        scores = [s for hits in self.search_many(z, [(kind, 1) for kind in kinds], scope) for _, s in hits]
+        return max(scores) if scores else None
+
     @abstractmethod
     def get_episodes(self, ids: Sequence[str]) -> list[EpisodicRecord]:
         """Records in the order of ``ids``; raises NotFound for an unknown id."""

@@ -315,6 +315,16 @@ class SqliteStore(GovernanceTables, Store):
             neg_z = -z
             return [self._index[kind].top_k(neg_z, k, scope, self._ids[kind]) for kind, k in requests]
 
+    def max_cosine(self, z: Vector, kinds: Sequence[VectorKind], scope: str) -> float | None:
+        _sql.check_vector(z, self.dim, "query")
+        if scope == _RETIRED:
+            return None
+        with self._lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            scores = [s for kind in kinds if (s := self._index[kind].max_score(z, scope)) is not None]
+        return max(scores) if scores else None
+
     def _search_population(self, kind: VectorKind, z: Vector, k: int) -> list[tuple[str, float]]:
         index = self._index[kind]
         hits = index.search(z, k + self._retired_count(kind), None)

@@ -251,9 +251,8 @@ class GovernanceTables:
                         raise IllegalTransition(
                             f"short-term item {item.item_id!r} is {item.state.value}, expected {c.expect.value}"
                         )
-                    item = replace(item, state=c.to, expires_at=c.expires_at or item.expires_at)
-                    if c.purge:
-                        item = replace(item, payload="", z=None)
+                    item = replace(item, state=c.to, expires_at=c.expires_at or item.expires_at,
+                                   payload="" if c.purge else item.payload, z=None if c.purge else item.z)  # fmt: skip
                 rows.append(g.stm_to_row(item, codec) if item.payload else g.stm_to_row(item, _Blank()))
             conn.executemany("INSERT INTO stm VALUES (?,?,?,?,?,?,?,?,?)", rows)
         for c in changes.values():

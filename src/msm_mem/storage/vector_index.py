@@ -125,6 +125,15 @@ class VectorIndex:
             top = neg.argsort(kind="stable")[:k]
         return [(labels[bucket[i]], -s) for i, s in zip(top.tolist(), neg[top].tolist(), strict=True)]
 
+    def max_score(self, z: Vector, scope: str) -> float | None:
+        """The largest cosine of ``z`` in one scope (the top-1 score of :meth:`top_k`, computed
+        the same way), None for an empty scope."""
+        bucket = self._by_scope.get(scope)
+        if not bucket:
+            return None
+        view = self._view if self._view is not None else self.vectors()
+        return -float((view.take(bucket, 0) @ -z).min())
+
     def _search_all(self, z: Vector, k: int) -> list[tuple[int, float]]:
         n = self.ntotal
         # ask for a few extra so that ties at the k-th score can be ordered by position
