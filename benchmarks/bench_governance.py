@@ -175,7 +175,7 @@ def main() -> None:
     print(f"| audit append, durable group commit (1,000 events / transaction) | {audit['append_events_per_s']:,.0f} events/s | >= 5,000 |")
     print(f"| full re-verification of {args.events:,} events (read, parse, canonicalise, hash, links, checkpoints) | {audit['verify_full_s']:.1f} s CPU | <= 20 s |")
     print(f"| hash-only verification of {args.events:,} events | {audit['verify_hash_s']:.1f} s CPU | <= 2 s |")
-    print(f"| apart: reading the rows from SQLite into a list / hashing and links on that list "
+    print(f"| apart: reading the pages of rows from SQLite into a list / hashing and links on those pages "
           f"| {audit['read_s']:.1f} s / {audit['hash_in_memory_s']:.1f} s CPU | - |")
     print(f"| governed write-back ({args.interactions:,} interactions, 100 per transaction) | {wb:,.0f} interactions/s | >= 2,000 |")
     print(f"| memory overhead per query with {args.items:,} stored items, follow-up image of the patient (median) | {overhead[0]:.2f} ms | <= 5 ms |")
