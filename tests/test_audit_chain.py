@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -21,12 +21,22 @@ from msm_mem.governance.audit_chain import (
     VerifyResult,
     _payload_bytes,
     verify_chain,
+    verify_hashes_in_batches,
     verify_hashes_only,
 )
 from msm_mem.governance.jcs import canonicalize
 
 Verifier = Callable[..., VerifyResult]
-BOTH = pytest.mark.parametrize("verify", [verify_chain, verify_hashes_only])
+
+
+def verify_in_pages_of_two(rows: Iterable[Row], **start: Any) -> VerifyResult:
+    """verify_hashes_in_batches with a page boundary after every second row."""
+    listed = list(rows)
+    return verify_hashes_in_batches([listed[i : i + 2] for i in range(0, len(listed), 2)], **start)
+
+
+#: every verifier: the full one, hash-only, and hash-only over rows handed over in pages
+BOTH = pytest.mark.parametrize("verify", [verify_chain, verify_hashes_only, verify_in_pages_of_two])
 
 texts = st.text(st.characters(codec="utf-8"), max_size=10)
 event_fields = st.fixed_dictionaries(
@@ -340,3 +350,17 @@ def test_any_one_byte_change_fails_at_or_before_its_row(many: list[dict[str, Any
         result = verify(rows)
         assert not result.ok
         assert result.first_bad_seq is not None and 1 <= result.first_bad_seq <= seq
+    cuts = sorted(data.draw(st.sets(st.integers(0, len(rows)))))
+    pages = [rows[a:b] for a, b in zip([0, *cuts], [*cuts, len(rows)], strict=True)]
+    assert verify_hashes_in_batches(pages) == verify_hashes_only(rows)
+
+
+def test_pages_verify_as_one_walk() -> None:
+    """Pages of any sizes (empty ones too) verify like their concatenation, head and count included."""
+    rows = chain(7)
+    for cut in range(8):
+        pages = [[], rows[:cut], [], rows[cut:]]
+        assert (
+            verify_hashes_in_batches(pages) == verify_hashes_only(rows) == VerifyResult(True, 7, rows[-1][2], None, "")
+        )
+        assert verify_hashes_in_batches(pages[1:], start_seq=1, start_prev="1" * 64).first_bad_seq == 1

@@ -3,19 +3,23 @@ narrative, tamper evidence through the CLI verifier, checkpoints and retention."
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
+from hashlib import sha256
 from pathlib import Path
 
 import pytest
 
+from msm_mem import WriteBatch
 from msm_mem._errors import AccessDenied, IllegalTransition, NotFound
 from msm_mem.governance.audit import RETENTION_S
-from msm_mem.governance.audit_chain import AuditEvent, ChainBuilder
+from msm_mem.governance.audit_chain import AuditEvent, ChainBuilder, VerifyResult
 from msm_mem.interfaces.api import MsmMem
 from msm_mem.interfaces.cli import main
 from msm_mem.memory.tiers import Actor
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
+from msm_mem.storage.base import AUDIT_PAGE_ROWS
 from msm_mem.testing import FixedClock
 from tests.helpers import audit_events
 from tests.helpers import png as _png
@@ -336,3 +340,81 @@ def test_purge_is_itself_audited(mem: MsmMem, tmp_path: Path, clock: FixedClock)
         "retention expired",
     )
     assert mem.audit.verify().ok
+
+
+# verification across the pages a store hands over -------------------------------------------
+
+PAGE = AUDIT_PAGE_ROWS
+
+
+@pytest.fixture(scope="module")
+def paged(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store of PAGE + 50 events, checkpointed at the last row of the first page, the first
+    row of the second page and the head."""
+    directory = tmp_path_factory.mktemp("paged") / "s"
+    with MsmMem.init(directory, clock=FixedClock(T0)) as mem:
+        mem.audit.checkpoint_every = 10**9
+        for size in (PAGE, PAGE + 1, PAGE + 50):
+            specs = [mem.audit.spec(actor="rad-1", role="clinician", action="read", source_tier="ltm",
+                                    target_tier="stm", purpose="treatment", record_ids=[f"E-{i}"])
+                     for i in range(size - mem.store.audit_head()[0])]  # fmt: skip
+            mem.audit.write(WriteBatch(), specs)
+            assert mem.audit.checkpoint()[0] == size
+    return directory
+
+
+def _copy(directory: Path, tmp_path: Path) -> Path:
+    shutil.copytree(directory, tmp_path / "copy")
+    return tmp_path / "copy"
+
+
+def _relink(con: sqlite3.Connection, k: int) -> None:
+    """Point event k's prev_hash elsewhere and store the matching event_hash."""
+    payload, _ = _row(con, k)
+    at = payload.index(b'"prev_hash":"') + 13
+    forged = payload[:at] + b"f" * 64 + payload[at + 64 :]
+    con.execute("UPDATE audit SET payload = ?, event_hash = ? WHERE seq = ?", (forged, sha256(forged).hexdigest(), k))
+
+
+def _recompute(con: sqlite3.Connection, k: int) -> None:
+    """Rewrite events k.. with valid hashes and links (caught only by the checkpoints)."""
+    builder = ChainBuilder(k - 1, _row(con, k - 1)[1])
+    for (seq,) in con.execute("SELECT seq FROM audit WHERE seq >= ? ORDER BY seq", (k,)).fetchall():
+        rewritten = builder.next(time=T0, actor="mallory", role="admin", action="read", source_tier="ltm",
+                                 target_tier="stm", purpose="treatment", outcome="success")  # fmt: skip
+        con.execute("UPDATE audit SET payload = ?, event_hash = ? WHERE seq = ?",
+                    (rewritten.payload(), rewritten.event_hash, seq))  # fmt: skip
+
+
+#: tampering at the page boundary -> (event attacked, first bad seq)
+PAGE_TAMPER: dict[str, tuple[Callable[[sqlite3.Connection, int], object], int, int]] = {
+    "bit_flip": (_flip, PAGE + 1, PAGE + 1),
+    "prev_hash": (_relink, PAGE + 1, PAGE + 1),
+    "deleted": (_delete, PAGE, PAGE),
+    "swapped": (_swap, PAGE, PAGE),
+    "truncated": (lambda con, k: con.execute("DELETE FROM audit WHERE seq >= ?", (k,)), PAGE + 21, PAGE + 21),
+    "recomputed": (_recompute, PAGE + 1, PAGE + 1),
+}
+
+
+def test_verify_walks_pages_and_reads_checkpoints_on_both_sides(paged: Path, tmp_path: Path) -> None:
+    """A chain longer than a page verifies in both modes, checkpoints at either side of the boundary included."""
+    with MsmMem.open(_copy(paged, tmp_path)) as mem:
+        head = mem.store.audit_head()
+        assert head[0] == PAGE + 50
+        for full in (True, False):
+            assert mem.audit.verify(full=full) == VerifyResult(True, *head, None, "")
+
+
+@pytest.mark.parametrize("name", sorted(PAGE_TAMPER))
+def test_tampering_at_a_page_boundary_names_first_bad_seq(paged: Path, tmp_path: Path, name: str) -> None:
+    """Edits next to the page boundary are found by both modes, naming the same first bad seq."""
+    directory = _copy(paged, tmp_path)
+    tamper, k, bad = PAGE_TAMPER[name]
+    con = _db(directory)
+    tamper(con, k)
+    con.close()
+    with MsmMem.open(directory) as mem:
+        for full in (True, False):
+            result = mem.audit.verify(full=full)
+            assert (result.ok, result.first_bad_seq) == (False, bad), (full, result)

@@ -7,7 +7,8 @@ import pytest
 
 from msm_mem import IllegalTransition, InvalidInput, NotFound, State, Store, WriteBatch
 from msm_mem._tier_records import AuditRow, Claim, ConsentRecord, StmChange, StmItem, StmState, WrappedKey
-from msm_mem.governance.audit_chain import GENESIS, ChainBuilder
+from msm_mem.governance.audit_chain import GENESIS, ChainBuilder, verify_hashes_in_batches, verify_hashes_only
+from msm_mem.storage.base import AUDIT_PAGE_ROWS
 from tests.conftest import random_unit
 
 
@@ -112,6 +113,21 @@ def test_audit_rows_continue_the_chain(store: Store) -> None:
     assert store.audit_head() == (5, chain[-1].event_hash)
     assert store.audit_purge(2) == 2
     assert store.audit_base() == (2, chain[1].event_hash) and [r.seq for r in store.iter_audit()] == [3, 4, 5]
+
+
+def test_audit_batches_are_plain_rows_a_page_at_a_time(store: Store) -> None:
+    """iter_audit_batches gives (int, bytes, str) rows in seq order, in non-empty pages, as iter_audit."""
+    page = AUDIT_PAGE_ROWS
+    chain = rows(2 * page + 1)
+    store.write(WriteBatch(audit=chain))
+    pages = list(store.iter_audit_batches())
+    assert [len(p) for p in pages] == [page, page, 1]
+    flat = [r for p in pages for r in p]
+    assert flat == [tuple(r) for r in chain] == [tuple(r) for r in store.iter_audit()]
+    assert {tuple(map(type, r)) for r in flat} == {(int, bytes, str)}
+    assert [len(p) for p in store.iter_audit_batches(page + 2)] == [page]
+    assert list(store.iter_audit_batches(2 * page + 2)) == []
+    assert verify_hashes_in_batches(pages) == verify_hashes_only(chain)
 
 
 def test_key_table_keeps_one_key_per_patient_and_shreds(store: Store) -> None:

@@ -13,7 +13,9 @@ truncated tail or a recomputed chain no longer matches a checkpoint.
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import secrets
 import threading
 from collections.abc import Iterator, Sequence
@@ -25,7 +27,7 @@ from .._errors import AccessDenied, InvalidInput, NotFound
 from .._tier_records import AuditRow
 from ..storage.base import Store, WriteBatch
 from . import transitions
-from .audit_chain import AuditEvent, ChainBuilder, VerifyResult, verify_chain, verify_hashes_only
+from .audit_chain import AuditEvent, ChainBuilder, VerifyResult, verify_chain, verify_hashes_in_batches
 from .checkpoint import CheckpointLog, CheckpointSigner, verify_against_checkpoints
 from .crypto import EnvelopeCipher
 from .deid import find_identifiers
@@ -164,17 +166,25 @@ class AuditLog:
         """Verify the stored chain (fully, or hashes and links only) and the checkpoints."""
         base_seq, base_hash = self.store.audit_base()
         checkpoints = [c for c in self.log.all() if c.size > base_seq]
-        wanted = {c.size for c in checkpoints}
+        sizes = sorted({c.size for c in checkpoints})
         seen: dict[int, str] = {}
 
-        def rows() -> Iterator[tuple[int, bytes, str]]:
-            for r in self.store.iter_audit(base_seq + 1):
-                if r[0] in wanted:
-                    seen[r[0]] = r[2]
-                yield r
+        def batches() -> Iterator[list[tuple[int, bytes, str]]]:
+            for rows in self.store.iter_audit_batches(base_seq + 1):
+                # note the stored hash at each checkpoint size; a page whose seqs do not run
+                # on from its first one fails the walk before the checkpoints are read
+                first = rows[0][0]
+                for size in sizes[bisect.bisect_left(sizes, first) : bisect.bisect_left(sizes, first + len(rows))]:
+                    if rows[size - first][0] == size:
+                        seen[size] = rows[size - first][2]
+                yield rows
 
-        verifier = verify_chain if full else verify_hashes_only
-        result = verifier(rows(), start_seq=base_seq + 1, start_prev=base_hash)
+        if full:
+            result = verify_chain(
+                itertools.chain.from_iterable(batches()), start_seq=base_seq + 1, start_prev=base_hash
+            )
+        else:
+            result = verify_hashes_in_batches(batches(), start_seq=base_seq + 1, start_prev=base_hash)
         if not result.ok:
             return result
         size = base_seq + result.count

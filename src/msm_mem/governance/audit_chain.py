@@ -51,6 +51,7 @@ __all__ = [
     "Row",
     "VerifyResult",
     "verify_chain",
+    "verify_hashes_in_batches",
     "verify_hashes_only",
 ]
 
@@ -357,6 +358,11 @@ def _bad(count: int, head: str, seq: int, reason: str) -> VerifyResult:
     return VerifyResult(False, count, head, seq, f"seq {seq}: {reason}")
 
 
+def _bad_at(start_seq: int, seq: int, head: str, reason: str) -> VerifyResult:
+    """:func:`_bad` for a walk from ``start_seq`` that accepted every event before ``seq``."""
+    return _bad(seq - start_seq, head, seq, reason)
+
+
 def verify_hashes_only(rows: Iterable[Row], *, start_seq: int = 1, start_prev: str = GENESIS) -> VerifyResult:
     """Check seq column, payload hash and links of ``rows`` without parsing JSON.
 
@@ -368,34 +374,46 @@ def verify_hashes_only(rows: Iterable[Row], *, start_seq: int = 1, start_prev: s
     that was hashed after its predecessor, whose seq is the slot's. Use :func:`verify_chain`
     to also prove schema, every seq field and canonical form.
     """
+    return verify_hashes_in_batches((rows,), start_seq=start_seq, start_prev=start_prev)
+
+
+def verify_hashes_in_batches(
+    batches: Iterable[Iterable[Row]], *, start_seq: int = 1, start_prev: str = GENESIS
+) -> VerifyResult:
+    """:func:`verify_hashes_only` of the rows of ``batches`` taken one after the other.
+
+    For rows read from a store a page at a time (``Store.iter_audit_batches``): the rows go
+    straight from each page into the hash loop, with no generator or record per row between
+    them. Same checks, same result and same ``first_bad_seq`` as :func:`verify_hashes_only`
+    over the concatenated rows.
+    """
     _check_start(start_seq, start_prev)
     sha256 = hashlib.sha256
+    needle = _PREV_NEEDLE
     expected = start_seq
     head = start_prev
-    needle = _PREV_NEEDLE
     prev = (start_prev + '"').encode("ascii")
-    count = 0
-    for seq, payload, stored in rows:
-        if type(payload) is not bytes:
-            if payload is None:
-                return _bad(count, head, expected, "payload is missing")
-            payload = bytes(payload)
-        if seq != expected or type(seq) is not int:
-            return _bad(count, head, expected, f"slot holds seq column {seq!r}")
-        digest = sha256(payload).hexdigest()
-        if digest != stored:
-            return _bad(count, head, expected, "payload does not match its event_hash")
-        at = payload.find(needle)
-        if at < 0 or not payload.startswith(prev, at + 14):
-            return _bad(count, head, expected, "prev_hash does not link to the previous event")
-        if count == 0 and b',"seq":%d,' % expected not in payload:
-            # The base of the induction in the docstring: the first payload's own seq.
-            return _bad(count, head, expected, "payload seq disagrees with the seq column")
-        head = digest
-        prev = (digest + '"').encode("ascii")
-        expected += 1
-        count += 1
-    return VerifyResult(True, count, head, None, "")
+    for rows in batches:
+        for seq, payload, stored in rows:
+            if type(payload) is not bytes:
+                if payload is None:
+                    return _bad_at(start_seq, expected, head, "payload is missing")
+                payload = bytes(payload)
+            if seq != expected or type(seq) is not int:
+                return _bad_at(start_seq, expected, head, f"slot holds seq column {seq!r}")
+            digest = sha256(payload).hexdigest()
+            if digest != stored:
+                return _bad_at(start_seq, expected, head, "payload does not match its event_hash")
+            at = payload.find(needle)
+            if at < 0 or not payload.startswith(prev, at + 14):
+                return _bad_at(start_seq, expected, head, "prev_hash does not link to the previous event")
+            if expected == start_seq and b',"seq":%d,' % expected not in payload:
+                # The base of the induction in the docstring: the first payload's own seq.
+                return _bad_at(start_seq, expected, head, "payload seq disagrees with the seq column")
+            head = digest
+            prev = (digest + '"').encode("ascii")
+            expected += 1
+    return VerifyResult(True, expected - start_seq, head, None, "")
 
 
 def verify_chain(rows: Iterable[Row], *, start_seq: int = 1, start_prev: str = GENESIS) -> VerifyResult:

@@ -33,6 +33,7 @@ from .._tier_records import (
 )
 
 __all__ = [
+    "AUDIT_PAGE_ROWS",
     "PII_FIELDS",
     "FieldCodec",
     "PlainCodec",
@@ -43,6 +44,10 @@ __all__ = [
 ]
 
 VectorKind = Literal["episodic", "visual"]
+
+#: audit rows per page of :meth:`Store.iter_audit_batches`: one query per page costs little,
+#: and a page this small stays in the CPU caches and is freed before the cyclic GC scans it
+AUDIT_PAGE_ROWS = 1000
 
 #: Fields of each table that hold patient data and go through the codec.
 PII_FIELDS: dict[str, tuple[str, ...]] = {
@@ -294,9 +299,17 @@ class Store(ABC):
     def audit_base(self) -> tuple[int, str]:
         """``(seq, hash)`` the stored chain continues from: (0, GENESIS) unless purged."""
 
-    @abstractmethod
     def iter_audit(self, start_seq: int = 1) -> Iterator[AuditRow]:
         """Stored audit rows with seq >= start_seq, ascending."""
+        for rows in self.iter_audit_batches(start_seq):
+            yield from map(AuditRow._make, rows)
+
+    @abstractmethod
+    def iter_audit_batches(self, start_seq: int = 1) -> Iterator[list[tuple[int, bytes, str]]]:
+        """Stored audit rows with seq >= start_seq, ascending, as plain ``(seq, payload,
+        event_hash)`` tuples in pages of :data:`AUDIT_PAGE_ROWS` (the last may be shorter, none
+        is empty); for the hash walk of a verification, which would otherwise spend more time
+        building records than hashing."""
 
     @abstractmethod
     def audit_purge(self, through_seq: int) -> int:

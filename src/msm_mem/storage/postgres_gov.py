@@ -16,9 +16,9 @@ from typing import Any
 import psycopg
 
 from .._errors import IllegalTransition, InvalidInput, NotFound
-from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
+from .._tier_records import Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
 from . import _sql_gov as g
-from .base import FieldCodec, WriteBatch
+from .base import AUDIT_PAGE_ROWS, FieldCodec, WriteBatch
 
 __all__ = ["GOV_SCHEMA", "PgGovernanceTables", "PgKeyTable"]
 
@@ -297,18 +297,19 @@ class PgGovernanceTables:
         with self._db() as conn:
             return self._audit_base_in(conn)
 
-    def iter_audit(self, start_seq: int = 1) -> Iterator[AuditRow]:
+    def iter_audit_batches(self, start_seq: int = 1) -> Iterator[list[tuple[int, bytes, str]]]:
         seq = start_seq
         while True:
-            with self._db() as conn:
-                rows = conn.execute(
-                    "SELECT seq, payload, event_hash FROM audit WHERE seq >= %s ORDER BY seq LIMIT 10000", (seq,)
+            with self._db() as conn:  # BIGINT, BYTEA and TEXT load as int, bytes and str
+                rows: list[tuple[int, bytes, str]] = conn.execute(
+                    "SELECT seq, payload, event_hash FROM audit WHERE seq >= %s ORDER BY seq LIMIT %s",
+                    (seq, AUDIT_PAGE_ROWS),
                 ).fetchall()
-            for r in rows:
-                yield AuditRow(int(r[0]), bytes(r[1]), str(r[2]))
-            if len(rows) < 10000:
+            if rows:
+                yield rows
+            if len(rows) < AUDIT_PAGE_ROWS:
                 return
-            seq = int(rows[-1][0]) + 1
+            seq = rows[-1][0] + 1
 
     def audit_purge(self, through_seq: int) -> int:
         with self._db() as conn:

@@ -10,11 +10,11 @@ from typing import Any
 
 from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError
 from .._records import SemanticState, State
-from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
+from .._tier_records import Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
 from . import _sql
 from . import _sql_gov as g
 from ._readcache import ReadCache
-from .base import FieldCodec, WriteBatch
+from .base import AUDIT_PAGE_ROWS, FieldCodec, WriteBatch
 
 __all__ = ["GOV_SCHEMA", "GovernanceTables", "SqliteKeyTable", "insert_versions"]
 
@@ -448,16 +448,18 @@ class GovernanceTables:
         seq, digest = str(row[0]).split(":", 1)
         return int(seq), digest
 
-    def iter_audit(self, start_seq: int = 1) -> Iterator[AuditRow]:
+    def iter_audit_batches(self, start_seq: int = 1) -> Iterator[list[tuple[int, bytes, str]]]:
         seq = start_seq
         while True:
-            with self._lock:
+            with self._lock:  # held for one page at a time, so a long verification never blocks writers
                 self._check_open()
                 rows = self._conn.execute(
-                    "SELECT seq, payload, event_hash FROM audit WHERE seq >= ? ORDER BY seq LIMIT 10000", (seq,)
+                    "SELECT seq, payload, event_hash FROM audit WHERE seq >= ? ORDER BY seq LIMIT ?",
+                    (seq, AUDIT_PAGE_ROWS),
                 ).fetchall()
-            yield from map(AuditRow._make, rows)
-            if len(rows) < 10000:
+            if rows:
+                yield rows
+            if len(rows) < AUDIT_PAGE_ROWS:
                 return
             seq = int(rows[-1][0]) + 1
 
