@@ -23,6 +23,7 @@ from typing import TypeVar
 from .._records import SemanticState, State
 from .._tier_records import Entity
 from .base import WriteBatch
+from .sqlite_keys import data_version
 
 __all__ = ["ReadCache"]
 
@@ -44,7 +45,7 @@ class ReadCache:
         self._entities.clear()
 
     def _fresh(self) -> None:
-        version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        version = data_version(self._conn)
         if version != self._version:
             self.clear()
             self._version = version

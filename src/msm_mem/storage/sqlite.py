@@ -28,7 +28,8 @@ from .._records import EpisodicRecord, SemanticState, State, Vector, VisualRecor
 from . import _sql
 from ._readcache import ReadCache
 from .base import FieldCodec, PlainCodec, StateChange, Store, VectorKind, WriteBatch
-from .sqlite_gov import GOV_SCHEMA, GovernanceTables, SqliteKeyTable, insert_versions
+from .sqlite_gov import GOV_SCHEMA, GovernanceTables, insert_versions
+from .sqlite_keys import SqliteKeyTable
 from .vector_index import VectorIndex, vector_sha
 
 __all__ = ["SqliteStore"]
