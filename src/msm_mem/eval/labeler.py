@@ -228,9 +228,9 @@ _CUES: Final = (
     (_compile(NEGATION_POST), _NEGATIVE, True, False),
     (_compile(NEGATION_PRE), _NEGATIVE, False, True),
 )
-_TERMINATOR = re.compile(
-    "|".join(t if not t[0].isalpha() else rf"\b{t}\b" for t in SCOPE_TERMINATORS)
-)
+# the phrases in their order: the punctuation ones, then the words within one pair of \b
+_TERMINATOR = re.compile("|".join([t for t in SCOPE_TERMINATORS if not t[0].isalpha()] + [
+    rf"\b(?:{'|'.join(t for t in SCOPE_TERMINATORS if t[0].isalpha())})\b"]))  # fmt: skip
 _ABBREVIATION = re.compile(r"\b(vs|e\.g|i\.e|dr|mr|mrs|ms|approx|cf)\.", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"\n+|(?<=[.!])(?:\s+|(?=[A-Z]))|(?<=[a-z0-9)]\?)\s+")
 _WORD = re.compile(r"\w+")
