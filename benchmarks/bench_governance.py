@@ -120,7 +120,8 @@ def bench_write_back(work: Path, n: int, patients: int, unique: bool = False) ->
         for i in range(start, min(n, start + 100)):
             turn = gm.begin(AGENT, f"P{i % patients}")
             item = gm.observe(turn, z[i], "What is the impression?", timestamp=1.6e9 + i, study_id=f"s{i}")
-            answer = answers[i % len(answers)] + (f" Image {i} reviewed." if unique else "")
+            answer = answers[i % len(answers)]
+            answer = f"{answer.rstrip('.')} on image {i}." if unique else answer
             gm.consolidate(turn, item, answer, decision="treat")
             turns.append(turn)
         gm.commit_many(turns)
