@@ -379,16 +379,21 @@ def test_semantic_state_decays_too(mem: MsmMem, tmp_path: Path, clock: FixedCloc
 
 
 def test_shred_retracts_everything_of_one_patient(mem: MsmMem, tmp_path: Path) -> None:
-    """shred retracts the patient's LTM rows, purges active STM, and audits with the reason; others intact."""
+    """shred retracts the patient's LTM rows and derived graph, purges active STM, and audits
+    with the reason; others intact."""
     _held(mem, tmp_path)
     mem.ask("P2", _png(tmp_path, 5), "Any consolidation?", study_id="S1")
     with pytest.raises(IllegalTransition):
         mem.maintainer.shred(Actor("agent-1", "agent"), "P1", "request")
     with pytest.raises(InvalidInput):
         mem.maintainer.shred(Actor("root", "admin"), "P1", " ")
+    assert mem.store.entities("P1") and mem.store.relationships("P1")
+    p2_graph = (mem.store.entities("P2"), mem.store.relationships("P2"))
     count = mem.maintainer.shred(Actor("root", "admin"), "P1", "erasure request")
     assert count > 0
     assert mem.store.record_ids("episodic", "P1") == [] and mem.store.claims_active("P1") == []
+    assert mem.store.entities("P1") == [] and mem.store.relationships("P1") == []
+    assert (mem.store.entities("P2"), mem.store.relationships("P2")) == p2_graph
     assert all(i.state != StmState.ACTIVE for i in mem.store.stm_list(patient_id="P1"))
     assert mem.store.claims_active("P2")[0].content == ANSWER
     last = audit_events(mem.store)[-1]

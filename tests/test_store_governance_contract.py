@@ -5,8 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from msm_mem import IllegalTransition, InvalidInput, NotFound, State, Store, WriteBatch
-from msm_mem._tier_records import AuditRow, Claim, ConsentRecord, StmChange, StmItem, StmState, WrappedKey
+from msm_mem import IllegalTransition, InvalidInput, NotFound, State, StateChange, Store, WriteBatch
+from msm_mem._tier_records import (
+    AuditRow,
+    Claim,
+    ConsentRecord,
+    Entity,
+    Relationship,
+    StmChange,
+    StmItem,
+    StmState,
+    WrappedKey,
+)
 from msm_mem.governance.audit_chain import GENESIS, ChainBuilder, verify_hashes_in_batches, verify_hashes_only
 from msm_mem.storage.base import AUDIT_PAGE_ROWS
 from tests.conftest import random_unit
@@ -150,3 +160,19 @@ def test_entities_and_relationships_round_trip(store: Store) -> None:
     assert [(e.entity_id, e.name) for e in store.entities("p")] == [("N-1", "Pleural Effusion")]
     assert [(r.source_id, r.target_id, r.type) for r in store.relationships("p")] == [("C-1", "N-1", "asserts")]
     assert store.entities("q") == [] and store.relationships("q") == []
+
+
+def test_entities_and_relationships_are_retracted_by_state_change(store: Store) -> None:
+    """A StateChange retracts an entity or relationship: it leaves the active graph; a wrong
+    expected state is refused and changes nothing."""
+    entities = [Entity("N-1", "p", "finding", "Edema", 1.0), Entity("N-2", "p", "finding", "Mass", 2.0)]
+    store.write(WriteBatch(entities=entities,
+                           relationships=[Relationship("R-1", "p", "C-1", "N-1", "asserts", 1.0)]))  # fmt: skip
+    store.write(WriteBatch(changes=[StateChange("entities", "N-1", State.ACTIVE, State.RETRACTED),
+                                    StateChange("relationships", "R-1", State.ACTIVE, State.RETRACTED)]))  # fmt: skip
+    assert [e.entity_id for e in store.entities("p")] == ["N-2"] and store.relationships("p") == []
+    with pytest.raises(IllegalTransition):
+        store.write(WriteBatch(changes=[StateChange("entities", "N-1", State.ACTIVE, State.RETRACTED)]))
+    with pytest.raises(NotFound):
+        store.write(WriteBatch(changes=[StateChange("relationships", "R-9", State.ACTIVE, State.RETRACTED)]))
+    assert [e.entity_id for e in store.entities("p")] == ["N-2"]

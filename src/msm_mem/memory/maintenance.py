@@ -277,7 +277,8 @@ class Maintainer:
     # erasure -------------------------------------------------------------------------------
 
     def shred(self, actor: Actor, patient_id: str, reason: str) -> int:
-        """Crypto-shred a patient: every record retracted, STM purged, the data key destroyed.
+        """Crypto-shred a patient: every record retracted (entities and relationships too), STM
+        purged, the data key destroyed.
 
         The audit chain still verifies; the patient's pseudonym is unlinked."""
         transitions.check("ltm:active", "ltm:retracted", "retract", actor.role)
@@ -301,6 +302,12 @@ class Maintainer:
             state = State.ACTIVE if sid in active else State.SUPERSEDED
             batch.changes.append(StateChange("semantic", sid, state, State.RETRACTED))
             ids.append(sid)
+        # the knowledge graph derived from the claims goes with them
+        graph = [("entities", e.entity_id) for e in self.store.entities(patient_id)]
+        graph += [("relationships", r.relationship_id) for r in self.store.relationships(patient_id)]
+        for table, rid in graph:
+            batch.changes.append(StateChange(table, rid, State.ACTIVE, State.RETRACTED))  # type: ignore[arg-type]
+            ids.append(rid)
         for item in self.store.stm_list(patient_id=patient_id, state=StmState.ACTIVE):
             batch.stm_changes.append(StmChange(item.item_id, StmState.ACTIVE, StmState.DISCARDED, purge=True))
             ids.append(item.item_id)

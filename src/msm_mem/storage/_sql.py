@@ -52,6 +52,9 @@ def check_vector(z: Vector, dim: int, what: str) -> None:
 
 #: non-PHI fields a state change may rewrite in place (anonymisation blanks identifiers and links
 #: to the identified past, and coarsens times to the year)
+#: the tables whose records a StateChange may flip
+CHANGEABLE = frozenset({"episodic", "visual", "semantic", "claims", "entities", "relationships"})
+
 PLAIN_REWRITABLE: dict[str, tuple[str, ...]] = {
     "episodic": ("source", "study_id", "supersedes", "timestamp", "created_at", "decay_at"),
     "visual": ("source", "source_episode_id", "supersedes", "timestamp", "created_at", "decay_at"),

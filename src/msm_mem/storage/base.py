@@ -87,7 +87,7 @@ class StateChange:
     state the record must be in, or the whole batch fails.
     """
 
-    table: Literal["episodic", "visual", "semantic", "claims"]
+    table: Literal["episodic", "visual", "semantic", "claims", "entities", "relationships"]
     record_id: str
     expect: State
     to: State

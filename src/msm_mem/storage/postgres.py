@@ -258,7 +258,7 @@ class PostgresStore(PgGovernanceTables, Store):
 
     def _apply_change(self, conn: psycopg.Connection[Any], c: StateChange) -> None:
         table = c.table
-        if table not in ("episodic", "visual", "semantic", "claims"):
+        if table not in _sql.CHANGEABLE:
             raise InvalidInput(f"unknown table {table!r}")
         row = conn.execute(f"SELECT patient_id, state FROM {table} WHERE id = %s", (c.record_id,)).fetchone()
         if row is None:

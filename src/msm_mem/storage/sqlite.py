@@ -257,6 +257,8 @@ class SqliteStore(GovernanceTables, Store):
     def _apply_change(self, c: StateChange) -> tuple[VectorKind, int, str, str, str] | None:
         conn = self._conn
         table = c.table
+        if table not in _sql.CHANGEABLE:
+            raise InvalidInput(f"unknown table {table!r}")
         row = conn.execute(f"SELECT patient_id, state{', pos' if table in ('episodic', 'visual') else ''}"
                            f" FROM {table} WHERE id = ?", (c.record_id,)).fetchone()  # fmt: skip
         if row is None:
