@@ -238,7 +238,20 @@ _WORD = re.compile(r"\w+")
 
 def _blank(text: str, pattern: re.Pattern[str]) -> str:
     """``text`` with every match of ``pattern`` replaced by spaces (offsets preserved)."""
-    return pattern.sub(lambda m: " " * len(m.group()), text)
+    return _blank_spans(text, list(pattern.finditer(text)))
+
+
+def _blank_spans(text: str, found: list[re.Match[str]]) -> str:
+    """``text`` with the spans of ``found`` (left to right, not overlapping) made spaces."""
+    if not found:
+        return text
+    parts: list[str] = []
+    at = 0
+    for m in found:
+        parts += (text[at : m.start()], " " * (m.end() - m.start()))
+        at = m.end()
+    parts.append(text[at:])
+    return "".join(parts)
 
 
 def _clauses(text: str) -> Iterator[str]:
@@ -265,8 +278,9 @@ def _label_clause(clause: str) -> Iterator[tuple[str, int]]:
     work = _blank(clause, _PSEUDO)
     cues: list[tuple[int, int, int, bool, bool]] = []
     for pattern, value, before, after in _CUES:
-        cues.extend((m.start(), m.end(), value, before, after) for m in pattern.finditer(work))
-        work = _blank(work, pattern)
+        found = list(pattern.finditer(work))
+        cues.extend((m.start(), m.end(), value, before, after) for m in found)
+        work = _blank_spans(work, found)
     for obs, start, end in mentions:
         best: tuple[int, int] | None = None  # (words between, tie-break: uncertain first)
         value = _POSITIVE
