@@ -1,0 +1,40 @@
+"""Benchmark of the rule-based finding labeler (it derives the entities of every new claim).
+
+Labels every impression and report text of the IU X-ray archive (3,955 reports shipped inside
+the torchxrayvision wheel, read without importing torch) with the memo emptied, and prints the
+median over five passes of the time per text. Run it at two commits to compare them; the
+labels themselves are fixed by tests/test_labeler.py.
+
+Usage: python benchmarks/bench_labeler.py [--passes 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from msm_mem.datasets import iu_xray
+from msm_mem.eval import labeler
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--passes", type=int, default=5)
+    args = ap.parse_args()
+    rows, _ = iu_xray.load()
+    texts = [t for r in rows for t in (r.answer, r.report) if t.strip()]
+    times = []
+    for _ in range(args.passes):
+        labeler._label.cache_clear()
+        t0 = time.perf_counter()
+        for text in texts:
+            labeler.label(text)
+        times.append((time.perf_counter() - t0) / len(texts))
+    print("| texts | median us per text (no memo) |")
+    print("|---|---|")
+    print(f"| {len(texts):,} IU X-ray impressions and reports | {statistics.median(times) * 1e6:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
