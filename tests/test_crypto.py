@@ -305,3 +305,19 @@ def test_non_bmp_roundtrip() -> None:
     cipher, _ = make_cipher()
     for text in ["", "\U0001f9ec pneumonia \U00020000", "é\u0301"]:
         assert cipher.decrypt_field("p", *PLACE, cipher.encrypt_field("p", *PLACE, text)) == text
+
+
+def test_evicted_keys_still_work_and_contexts_follow_the_cache() -> None:
+    """AES-GCM contexts are kept only for cached DEKs; an evicted key is unwrapped again and
+    its tokens still decrypt; shredding drops its context."""
+    cipher, store = make_cipher(cache_size=2)
+    tokens = {p: cipher.encrypt_field(p, *PLACE, f"text {p}") for p in "abcd"}
+    assert set(cipher._contexts) <= set(cipher.cached_key_ids()) and len(cipher.cached_key_ids()) == 2
+    assert [cipher.decrypt_field(p, *PLACE, tokens[p]) for p in "abcd"] == [f"text {p}" for p in "abcd"]
+    assert set(cipher._contexts) <= set(cipher.cached_key_ids())
+    cipher.shred("d")
+    assert store.get("d").key_id not in cipher._contexts  # type: ignore[union-attr]
+    with pytest.raises(DecryptionError):
+        cipher.decrypt_field("d", *PLACE, tokens["d"])
+    with pytest.raises(AccessDenied):
+        cipher.encrypt_field("d", *PLACE, "more")
