@@ -172,6 +172,8 @@ def main() -> None:
     ap.add_argument("--patients", type=int, nargs="+", default=[1000, 100])
     ap.add_argument("--items", type=int, default=100_000)
     args = ap.parse_args()
+    if min(args.patients) < 100:
+        ap.error("--patients: at least 100 (a transaction holds 100 turns of different patients)")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         audit = bench_audit(work, args.events)

@@ -22,6 +22,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--passes", type=int, default=5)
     args = ap.parse_args()
+    if args.passes < 1:
+        ap.error("--passes must be at least 1")
     rows, _ = iu_xray.load()
     texts = [t for r in rows for t in (r.answer, r.report) if t.strip()]
     times = []
