@@ -94,9 +94,9 @@ def insert_versions(conn: sqlite3.Connection, table: str, key_column: str, versi
                 raise IllegalTransition(f"{table} version {old!r} is not the active version of this key")
         conn.executemany(f"UPDATE {table} SET state = 'superseded' WHERE id = ?", [(old,) for old in stored])
         versions = [replace(v, state=State.SUPERSEDED) if ident(v) in wanted else v for v in versions]
+    new_rows = [to_row(v) for v in versions]
     try:
-        conn.executemany(f"INSERT INTO {table} VALUES ({','.join('?' * len(to_row(versions[0])))})",
-                         [to_row(v) for v in versions])  # fmt: skip
+        conn.executemany(f"INSERT INTO {table} VALUES ({','.join('?' * len(new_rows[0]))})", new_rows)
     except sqlite3.IntegrityError as exc:
         raise IllegalTransition(
             f"a {table} key already has an active version; a new version must supersede it ({exc})"
