@@ -25,7 +25,6 @@ from msm_mem.plugins.encoders import Encoder
 from msm_mem.plugins.encoders._torch import CLIP_MEAN, CLIP_STD, import_optional, preprocess
 from msm_mem.plugins.images import resize
 
-
 #: set by ``make test`` in the environment built for these adapters, where a skip would hide a
 #: broken install: there a missing or broken extra fails the test instead
 REQUIRE_EXTRAS = os.environ.get("MSM_MEM_REQUIRE_EXTRAS", "") not in ("", "0")
