@@ -54,7 +54,8 @@ test-vision:
 
 lint: $(VENV)/.installed-test
 	$(PIP) install -q ruff mypy
-	$(PY) -m ruff check src tests
+	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff format --check src tests benchmarks
 	$(PY) -m mypy src
 
 clean:

@@ -167,8 +167,10 @@ def main() -> None:
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return
-    print("| items (E + V each) | patients | ingest items/s | open s | RSS delta / raw vectors | "
-          "S+E+V k=10 median ms (p95) | E+V search median ms | numpy brute force ms | search / brute |")
+    print(
+        "| items (E + V each) | patients | ingest items/s | open s | RSS delta / raw vectors | "
+        "S+E+V k=10 median ms (p95) | E+V search median ms | numpy brute force ms | search / brute |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for n in args.sizes:
         cmd = [sys.executable, __file__, "--one", str(n)]
@@ -176,11 +178,14 @@ def main() -> None:
             cmd += ["--workdir", str(args.workdir)]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
         r = json.loads(out)
-        print(f"| {n:,} | {r['patients']:,} | {r['ingest_items_per_s']:,.0f} | {r['open_s']:.1f} | "
-              f"{r['rss_delta_bytes'] / 2**20:,.0f} MiB / {r['raw_vector_bytes'] / 2**20:,.0f} MiB = "
-              f"{r['rss_delta_bytes'] / r['raw_vector_bytes']:.2f}x | {r['retrieve_median_ms']:.3f} "
-              f"({r['retrieve_p95_ms']:.3f}) | {r['search_median_ms']:.3f} | {r['brute_median_ms']:.3f} | "
-              f"{r['search_over_brute']:.2f} |", flush=True)
+        print(
+            f"| {n:,} | {r['patients']:,} | {r['ingest_items_per_s']:,.0f} | {r['open_s']:.1f} | "
+            f"{r['rss_delta_bytes'] / 2**20:,.0f} MiB / {r['raw_vector_bytes'] / 2**20:,.0f} MiB = "
+            f"{r['rss_delta_bytes'] / r['raw_vector_bytes']:.2f}x | {r['retrieve_median_ms']:.3f} "
+            f"({r['retrieve_p95_ms']:.3f}) | {r['search_median_ms']:.3f} | {r['brute_median_ms']:.3f} | "
+            f"{r['search_over_brute']:.2f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -38,8 +38,11 @@ def main() -> None:
         print("|---|---|---|---|")
         for name in known_encoders():
             # hub weights cannot be fetched here: the adapters run with random weights
-            options = {"torchxrayvision": {"weights": None}, "open_clip": {"pretrained": None},
-                       "imagebind": {"pretrained": False}}.get(name, {})
+            options = {
+                "torchxrayvision": {"weights": None},
+                "open_clip": {"pretrained": None},
+                "imagebind": {"pretrained": False},
+            }.get(name, {})
             try:
                 encoder = get_encoder(name, **options)
             except (MissingExtra, ValueError) as exc:

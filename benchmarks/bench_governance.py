@@ -72,8 +72,17 @@ def unit(rng: np.random.Generator, n: int) -> np.ndarray:
 def bench_audit(work: Path, events: int) -> dict[str, float]:
     mem = MsmMem.init(work / "audit", clock=FixedClock(1.7e9))
     mem.audit.checkpoint_every = 10**12  # checkpoints are measured separately (one per pass)
-    spec = dict(actor="bench", role="agent", action="read", source_tier="ltm", target_tier="stm",
-                purpose="treatment", record_ids=("E-" + "a" * 32, "V-" + "b" * 32), patient="P1", consent_id="C-1")
+    spec = dict(
+        actor="bench",
+        role="agent",
+        action="read",
+        source_tier="ltm",
+        target_tier="stm",
+        purpose="treatment",
+        record_ids=("E-" + "a" * 32, "V-" + "b" * 32),
+        patient="P1",
+        consent_id="C-1",
+    )
     t0 = time.perf_counter()
     for start in range(0, events, 1000):
         mem.audit.write(WriteBatch(), [mem.audit.spec(**spec) for _ in range(min(1000, events - start))])
@@ -163,7 +172,9 @@ def bench_query_overhead(work: Path, items: int, queries: int = 300) -> tuple[fl
             z = base[q].z + 0.45 * noise[q] if near else noise[q]
             encoder.next = (z / np.linalg.norm(z)).astype(np.float32)
             t0 = time.perf_counter()
-            agent.ask(Query(base[q].patient_id, image, "What is the impression?", timestamp=1.7e9, study_id=f"q{q}-{near}"))
+            agent.ask(
+                Query(base[q].patient_id, image, "What is the impression?", timestamp=1.7e9, study_id=f"q{q}-{near}")
+            )
             times.append(time.perf_counter() - t0)
         results.append(statistics.median(times[20:]) * 1e3)
     mem.close()
@@ -193,17 +204,30 @@ def main() -> None:
         overhead = bench_query_overhead(work, args.items)
     print("| measure | result | goal |")
     print("|---|---|---|")
-    print(f"| audit append, durable group commit (1,000 events / transaction) | {audit['append_events_per_s']:,.0f} events/s | >= 5,000 |")
-    print(f"| full re-verification of {args.events:,} events (read, parse, canonicalise, hash, links, checkpoints) | {audit['verify_full_s']:.1f} s CPU | <= 20 s |")
+    print(
+        "| audit append, durable group commit (1,000 events / transaction) "
+        f"| {audit['append_events_per_s']:,.0f} events/s | >= 5,000 |"
+    )
+    print(
+        f"| full re-verification of {args.events:,} events (read, parse, canonicalise, hash, links, checkpoints) "
+        f"| {audit['verify_full_s']:.1f} s CPU | <= 20 s |"
+    )
     print(f"| hash-only verification of {args.events:,} events | {audit['verify_hash_s']:.1f} s CPU | <= 2 s |")
-    print(f"| apart: reading the pages of rows from SQLite into a list / hashing and links on those pages "
-          f"| {audit['read_s']:.1f} s / {audit['hash_in_memory_s']:.1f} s CPU | - |")
+    print(
+        f"| apart: reading the pages of rows from SQLite into a list / hashing and links on those pages "
+        f"| {audit['read_s']:.1f} s / {audit['hash_in_memory_s']:.1f} s CPU | - |"
+    )
     for (p, unique), rates in wb.items():
         answers = "every impression unique" if unique else "240 distinct impressions"
         spread = f" ({min(rates):,.0f} to {max(rates):,.0f} over {len(rates)} runs)" if len(rates) > 1 else ""
-        print(f"| governed write-back ({args.interactions:,} interactions over {p:,} patients, {answers}, "
-              f"100 per transaction), median | {statistics.median(rates):,.0f} interactions/s{spread} | >= 2,000 |")
-    print(f"| memory overhead per query with {args.items:,} stored items, follow-up image of the patient (median) | {overhead[0]:.2f} ms | <= 5 ms |")
+        print(
+            f"| governed write-back ({args.interactions:,} interactions over {p:,} patients, {answers}, "
+            f"100 per transaction), median | {statistics.median(rates):,.0f} interactions/s{spread} | >= 2,000 |"
+        )
+    print(
+        f"| memory overhead per query with {args.items:,} stored items, follow-up image of the patient (median) "
+        f"| {overhead[0]:.2f} ms | <= 5 ms |"
+    )
     print(f"| same, unrelated image: the policy also scans the population (median) | {overhead[1]:.2f} ms | - |")
 
 

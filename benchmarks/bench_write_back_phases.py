@@ -86,5 +86,6 @@ def main() -> None:
         cells = " | ".join(f"{c[label]:.1f}" for _, _, _, c in columns)
         print(f"| {'. ' * depth}{label} | {cells} |")
 
+
 if __name__ == "__main__":
     main()

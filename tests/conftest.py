@@ -19,9 +19,7 @@ from msm_mem import Store
 from msm_mem.storage.sqlite import SqliteStore
 from msm_mem.testing import FixedClock
 
-settings.register_profile(
-    "default", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow]
-)
+settings.register_profile("default", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("default")
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -93,9 +91,7 @@ def _drop_test_schemas(url: str) -> None:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT nspname FROM pg_namespace WHERE nspname LIKE %s", (f"t{_SESSION}%",)
-        ).fetchall()
+        rows = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s", (f"t{_SESSION}%",)).fetchall()
         for (name,) in rows:
             conn.execute(f'DROP SCHEMA "{name}" CASCADE')
 

@@ -113,9 +113,7 @@ def _request(image: bool = True) -> BackboneRequest:
 
 
 @needs_hf
-def test_loads_saved_model_and_generates_offline(
-    tiny_models: dict[str, Path], offline: None
-) -> None:
+def test_loads_saved_model_and_generates_offline(tiny_models: dict[str, Path], offline: None) -> None:
     """get_backbone('transformers') loads the saved folder and returns a non-empty string reply."""
     backbone = get_backbone("transformers", model_id_or_path=tiny_models["plain"], max_new_tokens=6)
     assert isinstance(backbone, Backbone) and backbone.name == "transformers"
@@ -127,9 +125,7 @@ def test_loads_saved_model_and_generates_offline(
 
 
 @needs_hf
-def test_generation_is_greedy_and_deterministic(
-    tiny_models: dict[str, Path], offline: None
-) -> None:
+def test_generation_is_greedy_and_deterministic(tiny_models: dict[str, Path], offline: None) -> None:
     """The same request gives the same answer twice, with and without an image."""
     from msm_mem.plugins.backbones.hf import TransformersBackbone
 
@@ -140,9 +136,7 @@ def test_generation_is_greedy_and_deterministic(
 
 
 @needs_hf
-def test_plain_prompt_format_without_chat_template(
-    tiny_models: dict[str, Path], offline: None
-) -> None:
+def test_plain_prompt_format_without_chat_template(tiny_models: dict[str, Path], offline: None) -> None:
     """With no chat template the prompt is 'USER: <image>\\n{prompt} ASSISTANT:'."""
     from msm_mem.plugins.backbones.hf import TransformersBackbone
 

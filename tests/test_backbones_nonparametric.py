@@ -23,12 +23,8 @@ def c(id_: str, text: str, weight: float, time: float = 0.0, kind: str = "episod
     return Candidate(id_, kind, text, decision, weight, time)
 
 
-def ask(
-    *cands: Candidate, prior: tuple[Candidate, ...] = (), semantic_weight: float = 1.0
-) -> BackboneReply:
-    return NonparametricBackbone(semantic_weight).generate(
-        BackboneRequest("prompt", "question?", tuple(cands), prior)
-    )
+def ask(*cands: Candidate, prior: tuple[Candidate, ...] = (), semantic_weight: float = 1.0) -> BackboneReply:
+    return NonparametricBackbone(semantic_weight).generate(BackboneRequest("prompt", "question?", tuple(cands), prior))
 
 
 def test_registry_and_protocol() -> None:

@@ -226,9 +226,7 @@ def test_connection_refused_is_retried_then_fails() -> None:
     assert sleeps.waits == [0.5, 1.0]
 
 
-@pytest.mark.parametrize(
-    "url", ["ftp://example.org/v1", "file:///etc/passwd", "127.0.0.1:8000", "http://", ""]
-)
+@pytest.mark.parametrize("url", ["ftp://example.org/v1", "file:///etc/passwd", "127.0.0.1:8000", "http://", ""])
 def test_base_url_must_be_http_or_https(url: str) -> None:
     """Only http(s) URLs with a host are accepted."""
     with pytest.raises(InvalidInput, match="base_url"):
@@ -256,9 +254,7 @@ def test_registry_builds_openai_backbone(server: FakeChatServer) -> None:
     assert server.requests[0].path == "/v1/chat/completions"  # trailing slash normalised
 
 
-def test_prompt_and_image_never_logged(
-    server: FakeChatServer, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_prompt_and_image_never_logged(server: FakeChatServer, caplog: pytest.LogCaptureFixture) -> None:
     """Even at DEBUG, log records carry neither the prompt nor the image bytes."""
     server.push(FakeReply(500, PROMPT), "ok")
     backbone, _ = _backbone(server, retries=1)

@@ -102,8 +102,11 @@ def test_consent_grant_deny_and_period(store_dir: Path, capsys: pytest.CaptureFi
 
 @pytest.mark.parametrize(
     "argv",
-    [["--grantee", "agent"], ["--grantee", "role:agent", "--start", "not a time"],
-     ["--grantee", "role:agent", "--start", "2021-01-01", "--end", "2020-01-01"]],  # fmt: skip
+    [
+        ["--grantee", "agent"],
+        ["--grantee", "role:agent", "--start", "not a time"],
+        ["--grantee", "role:agent", "--start", "2021-01-01", "--end", "2020-01-01"],
+    ],  # fmt: skip
 )
 def test_consent_grant_refuses_bad_input(store_dir: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     """Malformed consent input exits 1 with one error line and stores nothing."""

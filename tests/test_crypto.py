@@ -33,9 +33,7 @@ def make_cipher(
     tenant: str = "t1", provider: KeyProvider | None = None, **kw: Any
 ) -> tuple[EnvelopeCipher, InMemoryWrappedKeyStore]:
     store = InMemoryWrappedKeyStore()
-    return EnvelopeCipher(
-        tenant, provider or InMemoryKeyProvider(), store, lambda: 42.0, **kw
-    ), store
+    return EnvelopeCipher(tenant, provider or InMemoryKeyProvider(), store, lambda: 42.0, **kw), store
 
 
 # -- Wycheproof -------------------------------------------------------------------------------

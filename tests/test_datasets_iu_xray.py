@@ -13,9 +13,7 @@ from msm_mem.datasets.iu_xray import QUESTION, load
 
 
 def _report(uid: str, images: list[str], findings: str, impression: str) -> str:
-    parents = "".join(
-        f'<parentImage id="{i}"><caption>Xray</caption></parentImage>' for i in images
-    )
+    parents = "".join(f'<parentImage id="{i}"><caption>Xray</caption></parentImage>' for i in images)
     return (
         '<?xml version="1.0" encoding="utf-8"?>\n<eCitation>'
         f'<uId id="{uid}"/><articleDate>2013-08-01</articleDate>'
@@ -28,9 +26,7 @@ def _report(uid: str, images: list[str], findings: str, impression: str) -> str:
     )
 
 
-GOOD = _report(
-    "CXR2", ["CXR2_IM-0652-2001", "CXR2_IM-0652-1001"], "Heart   normal.", "No acute\n disease."
-)
+GOOD = _report("CXR2", ["CXR2_IM-0652-2001", "CXR2_IM-0652-1001"], "Heart   normal.", "No acute\n disease.")
 MALFORMED = '<?xml version="1.0"?><eCitation><uId id="CXR3"/><Abstract>'
 DOCTYPE = (
     '<?xml version="1.0"?><!DOCTYPE lol [<!ENTITY lol "lol">]>'
@@ -74,8 +70,7 @@ def test_row_fields(tgz: Path) -> None:
     assert (row.patient_id, row.study_id, row.question) == ("iu-CXR2", "CXR2", QUESTION)
     assert row.answer == "No acute disease."
     assert row.report == (
-        "COMPARISON: None.\nINDICATION: Cough\nFINDINGS: Heart normal.\n"
-        "IMPRESSION: No acute disease."
+        "COMPARISON: None.\nINDICATION: Cough\nFINDINGS: Heart normal.\nIMPRESSION: No acute disease."
     )
     assert row.to_dict()["timestamp"] == "2013-08-01T00:00:00+00:00"
     assert row.image == "CXR2_IM-0652-2001.png" and row.view == "" and row.decision == ""
@@ -86,9 +81,7 @@ def test_findings_fallback_and_missing_images(tmp_path: Path) -> None:
     tgz = _archive(tmp_path / "r.tgz", {"5.xml": NO_IMPRESSION, "6.xml": NO_IMAGE})
     rows, problems = load(tgz)
     assert [(r.study_id, r.answer) for r in rows] == [("CXR5", "Small left effusion.")]
-    assert [p.reason for p in problems] == [
-        "ecgen-radiology/6.xml: no image (parentImage) in the report"
-    ]
+    assert [p.reason for p in problems] == ["ecgen-radiology/6.xml: no image (parentImage) in the report"]
 
 
 def test_view_table_prefers_pa(tgz: Path) -> None:

@@ -130,9 +130,7 @@ def test_image_choice_and_time(tree: Path) -> None:
     """PA beats lateral; a missing PA falls back to AP; StudyTime without leading zero."""
     rows, _ = load(tree)
     by_id = {r.study_id: r for r in rows}
-    assert (
-        by_id["50000001"].image.endswith("s50000001/d-pa-1.jpg") and by_id["50000001"].view == "PA"
-    )
+    assert by_id["50000001"].image.endswith("s50000001/d-pa-1.jpg") and by_id["50000001"].view == "PA"
     assert Path(by_id["50000001"].image).is_absolute()
     assert by_id["50000002"].image.endswith("d-ap-2.jpg") and by_id["50000002"].view == "AP"
     assert by_id["50000001"].to_dict()["timestamp"] == "2180-05-06T21:39:51.656000+00:00"

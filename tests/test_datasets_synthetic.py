@@ -44,9 +44,7 @@ def test_other_seed_gives_other_data(tmp_path: Path) -> None:
     """A different seed changes the manifest."""
     generate(tmp_path / "a", patients=6, seed=1)
     generate(tmp_path / "b", patients=6, seed=2)
-    assert (tmp_path / "a/manifest.jsonl").read_bytes() != (
-        tmp_path / "b/manifest.jsonl"
-    ).read_bytes()
+    assert (tmp_path / "a/manifest.jsonl").read_bytes() != (tmp_path / "b/manifest.jsonl").read_bytes()
 
 
 def test_manifest_reads_back_as_the_returned_rows(small: tuple[Path, list]) -> None:
@@ -122,9 +120,7 @@ def _render_pair(state: dict[str, int]) -> tuple[np.ndarray, np.ndarray, synthet
     return normal.astype(np.float64), sick.astype(np.float64), anatomy
 
 
-def _lung_box(
-    anatomy: synthetic._Anatomy, side: str, v0: float, v1: float, half: float = 0.5
-) -> tuple[slice, slice]:
+def _lung_box(anatomy: synthetic._Anatomy, side: str, v0: float, v1: float, half: float = 0.5) -> tuple[slice, slice]:
     cx, gap, rx, ly, ry = (getattr(anatomy, k) for k in ("cx", "gap", "rx", "ly", "ry"))
     lx = cx - gap if side == "right" else cx + gap
     cols = slice(int((lx - half * rx) * 127), int((lx + half * rx) * 127))
@@ -141,9 +137,7 @@ def test_images_show_their_findings() -> None:
     assert abs(s[other].mean() - n[other].mean()) < 0.01
 
     n, s, a = _render_pair({"left_effusion": 3})
-    assert (
-        s[_lung_box(a, "left", 0.55, 0.8)].mean() > n[_lung_box(a, "left", 0.55, 0.8)].mean() + 0.2
-    )
+    assert s[_lung_box(a, "left", 0.55, 0.8)].mean() > n[_lung_box(a, "left", 0.55, 0.8)].mean() + 0.2
 
     n, s, a = _render_pair({"right_pneumothorax": 3})
     apex = _lung_box(a, "right", -0.8, -0.45, half=0.25)
@@ -155,9 +149,7 @@ def test_images_show_their_findings() -> None:
 
     n, s, a = _render_pair({"edema": 3})
     for side in ("right", "left"):
-        assert (
-            s[_lung_box(a, side, -0.1, 0.2)].mean() > n[_lung_box(a, side, -0.1, 0.2)].mean() + 0.05
-        )
+        assert s[_lung_box(a, side, -0.1, 0.2)].mean() > n[_lung_box(a, side, -0.1, 0.2)].mean() + 0.05
 
     n, s, _ = _render_pair({"left_nodule": 2})
     diff = s - n

@@ -171,9 +171,7 @@ def test_covid_cxr_notes() -> None:
         unchanged += cleaned == note
     # The notes are already de-identified except a few dates: rules must not shred them.
     assert unchanged >= 0.9 * len(notes)
-    assert scrub("patient 2, 27 January 2020 (illness day 10)") == (
-        "patient 2, [DATE] 2020 (illness day 10)"
-    )
+    assert scrub("patient 2, 27 January 2020 (illness day 10)") == ("patient 2, [DATE] 2020 (illness day 10)")
 
 
 FRAGMENTS = [

@@ -197,9 +197,7 @@ def test_open_validates_content(tmp_path: Path, content: str) -> None:
 def test_open_accepts_hand_written_valid_file(tmp_path: Path) -> None:
     """A well-formed file written by hand opens and names its current KEK."""
     path = tmp_path / "kek.json"
-    _write_private(
-        path, json.dumps({"version": 1, "current": GOOD_ID, "keys": {GOOD_ID: GOOD_KEY}})
-    )
+    _write_private(path, json.dumps({"version": 1, "current": GOOD_ID, "keys": {GOOD_ID: GOOD_KEY}}))
     assert LocalKeyFileProvider.open(path).current_kek_id() == GOOD_ID
 
 
@@ -221,9 +219,7 @@ def test_rotation_persists_atomically(tmp_path: Path) -> None:
         again.unwrap(old_id, old_wrap)
 
 
-def test_failed_persist_leaves_state_unchanged(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_failed_persist_leaves_state_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """If the rename fails, rotate raises, the provider keeps its KEK and no temp file stays."""
     path = tmp_path / "kek.json"
     prov = LocalKeyFileProvider.create(path)

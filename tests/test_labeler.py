@@ -140,10 +140,7 @@ def test_positive_beats_uncertain_beats_negative_across_sentences() -> None:
 def test_scope_window_is_bounded() -> None:
     """A negation cue more than SCOPE_WORDS words before a mention does not govern it."""
     near = "No fever, bilateral consolidation."
-    far = (
-        "No fever at admission and after seven days of symptoms the radiograph has"
-        " bilateral consolidation."
-    )
+    far = "No fever at admission and after seven days of symptoms the radiograph has bilateral consolidation."
     assert label(near)[CONS] == 0
     # 13 words lie between "no" and "consolidation" (> 10)
     assert labeler.SCOPE_WORDS == 10

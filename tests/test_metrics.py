@@ -64,9 +64,7 @@ def test_token_f1_partial_overlap() -> None:
     """Token F1 is the harmonic mean of token precision and recall."""
     # pred: [small, left, effusion] ref: [left, pleural, effusion, no, pneumothorax]
     # overlap = {left, effusion} = 2; P = 2/3, R = 2/5; F1 = 2*(2/3)(2/5)/(2/3+2/5) = 0.5
-    assert token_f1("A small left effusion", "Left pleural effusion, no pneumothorax") == (
-        pytest.approx(0.5)
-    )
+    assert token_f1("A small left effusion", "Left pleural effusion, no pneumothorax") == (pytest.approx(0.5))
 
 
 def test_token_f1_clips_repeated_tokens() -> None:
@@ -99,9 +97,7 @@ def test_bleu4_one_substitution() -> None:
 def test_bleu4_brevity_penalty() -> None:
     """A correct but short prediction is scaled by exp(1 - r/c)."""
     # all precisions 1; c = 4, r = 6; BP = exp(1 - 6/4) = exp(-0.5) = 0.6065...
-    assert bleu4("one two three four", "one two three four five six") == pytest.approx(
-        math.exp(-0.5)
-    )
+    assert bleu4("one two three four", "one two three four five six") == pytest.approx(math.exp(-0.5))
 
 
 def test_bleu4_no_penalty_for_longer_prediction() -> None:

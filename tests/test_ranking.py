@@ -154,7 +154,7 @@ def test_rerank_ties_break_by_cosine_then_id() -> None:
 def test_semantic_hit_scores_its_last_impression() -> None:
     """A semantic state has confidence 1 and ages from its newest impression, on the semantic half-life."""
     state = SemanticState("S-1", "P1", "impression", (Impression(T0 - 180 * DAY, "old text"),), evidence_tier="critic")
-    (_, sc), = rerank([Hit("S-1", "semantic", 1.0, state)], T0)
+    ((_, sc),) = rerank([Hit("S-1", "semantic", 1.0, state)], T0)
     assert (sc.cosine, sc.confidence, sc.tier_weight) == (1.0, 1.0, TIER_WEIGHTS["critic"])
     assert sc.freshness == pytest.approx(0.5)
 

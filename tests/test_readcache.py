@@ -110,4 +110,3 @@ def test_reads_return_copies(tmp_path: Path) -> None:
     assert [e.entity_id for e in store.entities("P1")] == ["N-1"]
     assert store.semantic_active("P1") == []
     store.close()
-

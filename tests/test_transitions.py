@@ -13,11 +13,7 @@ from msm_mem.governance import transitions
 from msm_mem.governance.transitions import ROLES, TRANSITIONS, Flow, check, find
 
 #: every tier:state the memory knows ("-" for tiers without states)
-TIER_STATES = (
-    ["source:-", "audit:-"]
-    + [f"stm:{s.value}" for s in StmState]
-    + [f"ltm:{s.value}" for s in State]
-)
+TIER_STATES = ["source:-", "audit:-"] + [f"stm:{s.value}" for s in StmState] + [f"ltm:{s.value}" for s in State]
 TRIGGERS = sorted({f.trigger for f in TRANSITIONS} | {"rewrite", "patch", "update", "replay", "copy"})
 #: every role of the table, plus one the table does not know
 ALL_ROLES = sorted(ROLES | {"intruder"})

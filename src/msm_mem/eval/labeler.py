@@ -268,11 +268,7 @@ def _label_clause(clause: str) -> Iterator[tuple[str, int]]:
         if pattern.search(clause):
             yield obs, _NEGATIVE
     searchable = _blank(clause, _IGNORED)
-    mentions = [
-        (obs, m.start(), m.end())
-        for obs, pattern in _MENTIONS.items()
-        for m in pattern.finditer(searchable)
-    ]
+    mentions = [(obs, m.start(), m.end()) for obs, pattern in _MENTIONS.items() for m in pattern.finditer(searchable)]
     if not mentions:
         return
     work = _blank(clause, _PSEUDO)
@@ -323,9 +319,7 @@ def _label(text: str) -> tuple[tuple[str, int | None], ...]:
             if _RANK[value] > _RANK[result[obs]]:
                 result[obs] = value
     abnormal = any(
-        result[obs] in (_POSITIVE, _UNCERTAIN)
-        for obs in OBSERVATIONS
-        if obs not in ("No Finding", "Support Devices")
+        result[obs] in (_POSITIVE, _UNCERTAIN) for obs in OBSERVATIONS if obs not in ("No Finding", "Support Devices")
     )
     result["No Finding"] = _NEGATIVE if abnormal else _POSITIVE
     return tuple(result.items())
@@ -340,9 +334,7 @@ class FindingF1(TypedDict):
     n: int
 
 
-def finding_f1(
-    predictions: Sequence[str], references: Sequence[str], *, uncertain_as: int = 1
-) -> FindingF1:
+def finding_f1(predictions: Sequence[str], references: Sequence[str], *, uncertain_as: int = 1) -> FindingF1:
     """Return micro, macro and per-observation F1 of ``label(prediction)`` vs ``label(ref)``.
 
     Each text pair is labelled; an uncertain label becomes ``uncertain_as`` (0 or 1), and the

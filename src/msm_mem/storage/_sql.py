@@ -121,6 +121,7 @@ def _dec(codec: FieldCodec, table: str, rid: str, pid: str, name: str, value: st
 
 def episode_from_row(r: Sequence[Any], codec: FieldCodec) -> EpisodicRecord:
     rid, pid = r[1], r[2]
+
     def dec(n: str, v: str) -> str:
         return _dec(codec, "episodic", rid, pid, n, v)
 
