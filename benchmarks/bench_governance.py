@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _impressions import impressions
 
 from msm_mem import EpisodicRecord, MsmMem, Settings, VisualRecord, WriteBatch
 from msm_mem.agent.agent import MemoryAgent, Query
@@ -107,17 +108,6 @@ def bench_audit(work: Path, events: int) -> dict[str, float]:
             "read_s": read, "hash_in_memory_s": hashing}  # fmt: skip
 
 
-def impressions() -> list[str]:
-    """240 distinct impressions in the style of chest radiograph reports (answers repeat, as
-    impressions do in practice; the labeler that derives entities memoises per text)."""
-    findings = ["right lower lobe consolidation", "left lower lobe consolidation", "right pleural effusion",
-                "left pleural effusion", "cardiomegaly", "pulmonary edema", "right pneumothorax",
-                "left upper lobe nodule", "bibasilar atelectasis", "ground-glass opacities"]  # fmt: skip
-    grades = ["Mild", "Moderate", "Extensive", "Small", "Stable", "New"]
-    changes = [".", ", increased since prior.", ", decreased since prior.", ", unchanged from prior."]
-    return [f"{g} {f}{c}" for f in findings for g in grades for c in changes]
-
-
 def bench_write_back(work: Path, n: int, patients: int, unique: bool = False) -> float:
     directory = work / f"wb-{patients}-{unique}"
     shutil.rmtree(directory, ignore_errors=True)  # a repeat starts from an empty store
@@ -191,6 +181,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat: at least 1")
+    if args.items < 300:
+        ap.error("--items: at least 300 (the overhead part asks 300 queries of stored patients)")
+    if args.events < 1 or args.interactions < 1:
+        ap.error("--events and --interactions: at least 1")
     if min(args.patients) < 100:
         ap.error("--patients: at least 100 (a transaction holds 100 turns of different patients)")
     with tempfile.TemporaryDirectory() as tmp:

@@ -213,7 +213,25 @@ def _compile(phrases: Sequence[str], *, raw: Sequence[str] = ()) -> re.Pattern[s
     return re.compile("|".join(parts + list(raw)))
 
 
-_MENTIONS = {obs: _compile(p) for obs, p in MENTIONS.items()}
+def _compile_mentions(table: dict[str, tuple[str, ...]]) -> re.Pattern[str]:
+    # One scan for every observation instead of one per observation (about 3x faster). At each
+    # word start where some phrase of the table matches, group i captures what observation
+    # i's own pattern (``_compile``: longest phrase first, whole words) would match there; the
+    # lookaheads are independent, so phrases of two observations may overlap (the
+    # "hydropneumothorax" of Pneumothorax and of Pleural Effusion), as with separate scans.
+    def alternation(phrases: Sequence[str]) -> str:
+        return "|".join(sorted(phrases, key=len, reverse=True))
+
+    anywhere = alternation([p for phrases in table.values() for p in phrases])
+    groups = "".join(rf"(?:(?=((?:{alternation(p)})(?!\w)))|)" for p in table.values())
+    pattern = re.compile(rf"(?<!\w)(?=(?:{anywhere})(?!\w)){groups}")
+    if pattern.groups != len(table):  # a capturing group inside a phrase would shift the others
+        raise ValueError("mention phrases must not contain capturing groups; use (?:...)")
+    return pattern
+
+
+_MENTION_NAMES: Final = tuple(MENTIONS)
+_MENTION_SCAN = _compile_mentions(MENTIONS)
 _NORMALS = {obs: _compile(p) for obs, p in NORMAL_STATEMENTS.items()}
 _IGNORED = _compile(IGNORED_PHRASES)
 _PSEUDO = _compile(PSEUDO_NEGATIONS)
@@ -227,6 +245,13 @@ _CUES: Final = (
     (_compile(NEGATION_BOTH), _NEGATIVE, True, True),
     (_compile(NEGATION_POST), _NEGATIVE, True, False),
     (_compile(NEGATION_PRE), _NEGATIVE, False, True),
+)
+# Every cue phrase of every group: where it finds nothing, no group finds anything (nothing is
+# blanked, so each group searches the same text, and its phrases are all in here), and the six
+# searches are skipped. Most clauses that mention a finding carry no cue.
+_ANY_CUE = _compile(
+    UNCERTAIN_BOTH + UNCERTAIN_POST + UNCERTAIN_PRE + NEGATION_BOTH + NEGATION_POST + NEGATION_PRE,
+    raw=[QUESTION_MARK_CUE],
 )
 # the phrases in their order: the punctuation ones, then the words within one pair of \b
 _TERMINATOR = re.compile("|".join([t for t in SCOPE_TERMINATORS if not t[0].isalpha()] + [
@@ -262,18 +287,33 @@ def _clauses(text: str) -> Iterator[str]:
                 yield clause
 
 
+def _mentions(text: str) -> list[tuple[str, int, int]]:
+    """``(observation, start, end)`` of every mention, by observation then position: what
+    ``finditer`` of each observation's own pattern gives (its matches do not overlap, so a
+    match starting inside the observation's previous one is not one)."""
+    found: list[tuple[int, int, int]] = []
+    ends = [0] * len(_MENTION_NAMES)
+    for m in _MENTION_SCAN.finditer(text):
+        for i, (start, end) in enumerate(m.regs[1:]):
+            if start >= ends[i]:  # -1 where observation i has no mention here
+                found.append((i, start, end))
+                ends[i] = end
+    found.sort()
+    return [(_MENTION_NAMES[i], start, end) for i, start, end in found]
+
+
 def _label_clause(clause: str) -> Iterator[tuple[str, int]]:
     """Yield ``(observation, value)`` for every mention and normality statement in a clause."""
     for obs, pattern in _NORMALS.items():
         if pattern.search(clause):
             yield obs, _NEGATIVE
     searchable = _blank(clause, _IGNORED)
-    mentions = [(obs, m.start(), m.end()) for obs, pattern in _MENTIONS.items() for m in pattern.finditer(searchable)]
+    mentions = _mentions(searchable)
     if not mentions:
         return
     work = _blank(clause, _PSEUDO)
     cues: list[tuple[int, int, int, bool, bool]] = []
-    for pattern, value, before, after in _CUES:
+    for pattern, value, before, after in _CUES if _ANY_CUE.search(work) else ():
         found = list(pattern.finditer(work))
         cues.extend((m.start(), m.end(), value, before, after) for m in found)
         work = _blank_spans(work, found)
