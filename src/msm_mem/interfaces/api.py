@@ -2,8 +2,9 @@
 
 A store directory holds::
 
-    msm-mem.sqlite            store of record (PHI fields envelope-encrypted)
-    index/                    FAISS caches (rebuildable)
+    msm-mem.sqlite            store of record (PHI fields envelope-encrypted), or
+    store.json                where the PostgreSQL store of record is (see storage.location)
+    index/                    FAISS caches of the embedded store (rebuildable)
     keys/kek.json             local key-encryption keys (mode 0600); use a KMS in production
     keys/checkpoint.key       Ed25519 key signing audit checkpoints (mode 0600)
     audit/checkpoints.jsonl   signed checkpoints of the audit chain
@@ -31,20 +32,25 @@ from ..memory.msm import Memory
 from ..memory.tiers import Actor, GovernedMemory
 from ..plugins.backbones import get_backbone
 from ..plugins.encoders import get_encoder
-from ..storage.base import WriteBatch
+from ..storage.base import Store, WriteBatch
+from ..storage.location import LOCATION_FILE, ServerLocation, create_store, open_store
 from ..storage.paper_layout import export_paper, read_paper
-from ..storage.sqlite import SqliteStore
 
 __all__ = ["ADMIN", "MsmMem"]
 
 ADMIN = Actor("msm-mem-admin", "admin")
 
 
-def _remove_new_store(directory: Path, existed: bool) -> None:
-    """Undo a half-made ``init``: remove only what init created."""
+def _remove_new_store(directory: Path, existed: bool, store: Store) -> None:
+    """Undo a half-made ``init``: remove only what init created (a server store's tables too)."""
     import shutil
 
-    for name in ("msm-mem.sqlite", "msm-mem.sqlite-wal", "msm-mem.sqlite-shm"):
+    drop = getattr(store, "drop", None)
+    if drop is not None:
+        drop()
+    else:
+        store.close()
+    for name in ("msm-mem.sqlite", "msm-mem.sqlite-wal", "msm-mem.sqlite-shm", LOCATION_FILE):
         (directory / name).unlink(missing_ok=True)
     for sub in ("keys", "audit", "index"):
         shutil.rmtree(directory / sub, ignore_errors=True)
@@ -59,7 +65,7 @@ class MsmMem:
     manager) so the vector caches are saved.
     """
 
-    def __init__(self, directory: Path, store: SqliteStore, provider: KeyProvider, settings: Settings,
+    def __init__(self, directory: Path, store: Store, provider: KeyProvider, settings: Settings,
                  clock: Clock | None = None, backbone: str = "nonparametric") -> None:  # fmt: skip
         self.directory = directory
         self.store = store
@@ -78,14 +84,21 @@ class MsmMem:
 
     @classmethod
     def init(cls, directory: str | Path, *, settings: Settings | None = None, clock: Clock | None = None,
-             policy: list[ConsentRecord] | None = None) -> MsmMem:  # fmt: skip
+             policy: list[ConsentRecord] | None = None, database_url: str | None = None,
+             schema: str = "msm_mem") -> MsmMem:  # fmt: skip
         """Create a store in ``directory`` for the settings' encoder (default ``pixels``), a
-        local key file, and the default consent policy (see governance.consent.default_policy)."""
+        local key file, and the default consent policy (see governance.consent.default_policy).
+
+        The store of record is embedded (SQLite in ``directory``) unless ``database_url``
+        names a PostgreSQL server with pgvector: then it is a new store in ``schema`` there,
+        and ``directory`` keeps the keys, the checkpoints and ``store.json`` (the URL without
+        its password). When any step fails, what init made is removed again."""
         directory = Path(directory)
         settings = settings or Settings()
+        server = None if database_url is None else ServerLocation(database_url, schema)
         encoder = get_encoder(settings.encoder)
         existed = directory.exists()
-        store = SqliteStore.create(directory, dim=encoder.dim, encoder=encoder.name)
+        store = create_store(directory, dim=encoder.dim, encoder=encoder.name, server=server)
         try:
             (directory / "keys").mkdir(mode=0o700, exist_ok=True)
             provider = LocalKeyFileProvider.create(directory / "keys" / "kek.json")
@@ -93,17 +106,17 @@ class MsmMem:
             consents = default_policy(mem.clock.now()) if policy is None else policy
             mem.grant(consents, ADMIN)
         except BaseException:
-            store.close()
-            _remove_new_store(directory, existed)
+            _remove_new_store(directory, existed, store)
             raise
         return mem
 
     @classmethod
     def open(cls, directory: str | Path, *, settings: Settings | None = None, clock: Clock | None = None,
-             backbone: str = "nonparametric") -> MsmMem:  # fmt: skip
-        """Open an existing store directory; its recorded encoder is used."""
+             backbone: str = "nonparametric", database_url: str | None = None) -> MsmMem:  # fmt: skip
+        """Open an existing store directory; its recorded encoder is used. ``database_url``
+        replaces the one in ``store.json`` for this opening (a server store only)."""
         directory = Path(directory)
-        store = SqliteStore.open(directory)
+        store = open_store(directory, dsn=database_url)
         try:
             provider = LocalKeyFileProvider.open(directory / "keys" / "kek.json")
             settings = (settings or Settings()).with_(encoder=store.encoder_name)

@@ -15,6 +15,7 @@ from pathlib import Path
 from .._errors import InvalidInput, MsmMemError
 from .._settings import Settings
 from ..datasets.manifest import RowProblem, read_manifest
+from ..storage.location import is_store
 from .api import MsmMem
 
 __all__ = ["COMMANDS", "main"]
@@ -51,12 +52,24 @@ def _print_problems(problems: Sequence[RowProblem]) -> None:
     lambda p: (
         p.add_argument("dir", type=Path),
         p.add_argument("--encoder", help="image encoder plugin (default: pixels)"),
+        p.add_argument("--database-url", metavar="URL", help="keep the store of record on this PostgreSQL server"),
+        p.add_argument("--schema", help="PostgreSQL schema of the store (default: msm_mem; needs --database-url)"),
     ),
 )
 def cmd_init(args: argparse.Namespace) -> int:
-    """Create a new memory store in DIR (a SQLite database plus FAISS caches)."""
-    with MsmMem.init(args.dir, settings=_settings(args)) as mem:
-        print(f"created store {args.dir} (encoder {mem.store.encoder_name}, {mem.store.dim}-d)")
+    """Create a new memory store in DIR.
+
+    By default the store of record is embedded: a SQLite database plus FAISS caches in DIR.
+    With --database-url it is a new store in a schema of that PostgreSQL server (pgvector
+    needed), and DIR holds store.json, which points at it without the password (libpq reads
+    that from PGPASSWORD or ~/.pgpass). Either way DIR keeps the key file, the checkpoint
+    key and the signed audit checkpoints, and gets the default consent policy."""
+    if args.schema is not None and args.database_url is None:
+        raise InvalidInput("--schema names a PostgreSQL schema: give --database-url too")
+    schema = args.schema or "msm_mem"
+    with MsmMem.init(args.dir, settings=_settings(args), database_url=args.database_url, schema=schema) as mem:
+        where = f"PostgreSQL schema {schema}" if args.database_url else "embedded"
+        print(f"created store {args.dir} ({where}; encoder {mem.store.encoder_name}, {mem.store.dim}-d)")
     return 0
 
 
@@ -161,7 +174,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 @command("import", _configure_layout)
 def cmd_import(args: argparse.Namespace) -> int:
     """Import the paper's layout from PATH into DIR (created when missing; must be empty)."""
-    if not (args.dir / "msm-mem.sqlite").exists():
+    if not is_store(args.dir):
         try:
             layout = json.loads((args.path / "layout.json").read_text(encoding="utf-8"))
             encoder = str(layout["encoder"])

@@ -37,7 +37,9 @@ What assumes one node here: the table locks and ``max(pos) + 1`` positions (per 
 
 from __future__ import annotations
 
+import re
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -107,8 +109,14 @@ class PostgresStore(PgGovernanceTables, Store):
         self._closed = False
         use_schema(conn, schema)
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        if "tenant" not in meta:
+            # a store made before stores had a tenant gets one now: no ciphertext can be bound
+            # to it yet (the governed API could not open such a store)
+            conn.execute("INSERT INTO meta VALUES ('tenant', %s) ON CONFLICT (key) DO NOTHING", (uuid.uuid4().hex,))
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         self.dim = int(meta["dim"])
         self.encoder_name = meta["encoder"]
+        self.tenant = meta["tenant"]
         self._approximate = self._approximate and self.dim <= HNSW_MAX_DIM
         self._keys = PgKeyTable(self._db)
 
@@ -143,7 +151,7 @@ class PostgresStore(PgGovernanceTables, Store):
                     ddl += "".join(HNSW.format(kind=k) for k in _KINDS)
                 conn.execute(ddl.encode())
                 rows = [("format", FORMAT), ("schema", SCHEMA_VERSION), ("dim", str(dim)),
-                        ("encoder", encoder)]  # fmt: skip
+                        ("encoder", encoder), ("tenant", uuid.uuid4().hex)]  # fmt: skip
                 conn.cursor().executemany("INSERT INTO meta VALUES (%s, %s)", rows)
             return cls(conn, schema, codec or PlainCodec(), population_search)
         except psycopg.Error as exc:
@@ -184,6 +192,22 @@ class PostgresStore(PgGovernanceTables, Store):
             if not self._closed:
                 self._conn.close()
                 self._closed = True
+
+    def drop(self) -> None:
+        """Delete this store: drop all its tables (and its schema when nothing else is left in
+        it), then close. Irreversible; used to undo a store that was made by a failed ``init``."""
+        with self._db() as conn, conn.transaction():
+            tables = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (self.schema,)).fetchall()
+            ours = set(re.findall(r"CREATE TABLE (\w+)\(", SCHEMA + GOV_SCHEMA))
+            for (name,) in tables:
+                if name in ours:
+                    conn.execute(sql.SQL("DROP TABLE {}.{} CASCADE").format(sql.Identifier(self.schema),
+                                                                           sql.Identifier(name)))  # fmt: skip
+            left = conn.execute("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                                " WHERE n.nspname = %s", (self.schema,)).fetchone()  # fmt: skip
+            if left == (0,):
+                conn.execute(sql.SQL("DROP SCHEMA {}").format(sql.Identifier(self.schema)))
+        self.close()
 
     def keys(self) -> PgKeyTable:
         return self._keys

@@ -1,0 +1,157 @@
+"""The governed Python API and CLI with the store of record on PostgreSQL (a real server that
+the tests start): init, the online loop, reopening, audit verification and tamper detection,
+crypto-shredding, and init undoing itself when it fails."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from msm_mem import ConsentRecord, InvalidInput, StoreError
+from msm_mem.interfaces.api import ADMIN, MsmMem
+from msm_mem.interfaces.cli import main
+from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
+from msm_mem.storage.location import LOCATION_FILE
+from msm_mem.storage.postgres import PostgresStore
+from msm_mem.testing import FixedClock
+from tests.conftest import _SESSION
+from tests.helpers import png
+
+pytestmark = pytest.mark.postgres
+
+ANSWER = "Right lower lobe consolidation, new since prior"
+
+
+class FakeBackbone:
+    name = "fake"
+
+    def generate(self, request: BackboneRequest) -> BackboneReply:
+        return BackboneReply(ANSWER, decision="treat", source="fake")
+
+
+@pytest.fixture
+def schema() -> str:
+    """A fresh schema name, dropped with the test session's others."""
+    return f"t{_SESSION}_{uuid.uuid4().hex[:12]}"
+
+
+def _tables(url: str, schema: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)).fetchall()
+    return {r[0] for r in rows}
+
+
+def test_init_keeps_keys_local_and_no_password_on_disk(tmp_path: Path, postgres_url: str, schema: str) -> None:
+    """init on a server: store.json names schema and DSN without the password; keys stay local."""
+    with_password = make_conninfo(postgres_url, password="not-stored-anywhere")  # the server trusts the socket
+    with MsmMem.init(tmp_path / "m", database_url=with_password, schema=schema, clock=FixedClock(1.7e9)) as mem:
+        assert isinstance(mem.store, PostgresStore) and mem.store.schema == schema
+        tenant = mem.store.tenant
+    spec = json.loads((tmp_path / "m" / LOCATION_FILE).read_text())
+    assert spec["backend"] == "postgresql" and spec["schema"] == schema
+    assert "not-stored-anywhere" not in (tmp_path / "m" / LOCATION_FILE).read_text()
+    assert (tmp_path / "m" / "keys" / "kek.json").stat().st_mode & 0o777 == 0o600
+    assert not (tmp_path / "m" / "msm-mem.sqlite").exists()
+    assert {"meta", "episodic", "audit", "keys", "consents"} <= _tables(postgres_url, schema)
+    with MsmMem.open(tmp_path / "m", clock=FixedClock(1.7e9)) as mem:
+        assert mem.store.tenant == tenant  # the AAD binding survives reopening
+
+
+def test_online_loop_reopen_and_verify(tmp_path: Path, postgres_url: str, schema: str) -> None:
+    """Asks write back to the server store; a reopened handle retrieves them, decrypted, and
+    the audit chain (rows on the server, checkpoints in the directory) verifies."""
+    directory = tmp_path / "m"
+    with MsmMem.init(directory, database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:
+        mem.agent.backbone = FakeBackbone()
+        first = mem.ask("P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
+        assert first.gate is not None and first.gate.written
+        mem.audit.checkpoint()
+    with MsmMem.open(directory, clock=FixedClock(1.7e9 + 60)) as mem:
+        mem.agent.backbone = FakeBackbone()
+        second = mem.ask("P1", png(tmp_path, 2), "Any change?", study_id="S2")
+        kinds = {e.kind for e in second.evidence}
+        assert {"semantic", "episodic", "visual"} <= kinds
+        episodes = mem.store.get_episodes(mem.store.record_ids("episodic", "P1"))
+        assert [e.study_id for e in episodes] == ["S1", "S2"]
+        assert all(e.answer == ANSWER and e.patient_id == "P1" for e in episodes)
+        assert episodes[0].episode_id in {e.id for e in second.evidence}
+        assert mem.audit.verify().ok and mem.audit.verify(full=False).ok
+    with psycopg.connect(postgres_url) as conn:  # the server holds ciphertext, not the answer
+        stored = conn.execute(sql.SQL("SELECT answer FROM {}.episodic").format(sql.Identifier(schema))).fetchall()
+    assert stored and all(row[0].startswith("enc1:") and ANSWER not in row[0] for row in stored)
+
+
+def test_cli_on_postgres_and_tamper_detection(
+    tmp_path: Path, postgres_url: str, schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """init --database-url, ask --json and audit verify work through the CLI; editing one
+    audit row on the server makes verify exit 3 naming that event."""
+    directory = str(tmp_path / "m")
+    assert main(["init", directory, "--database-url", postgres_url, "--schema", schema]) == 0
+    assert f"PostgreSQL schema {schema}" in capsys.readouterr().out
+    image = str(png(tmp_path, 3))
+    assert main(["ask", directory, "--patient", "P9", "--image", image, "--question", "Impression?", "--json"]) == 0
+    reply = json.loads(capsys.readouterr().out)
+    assert set(reply) >= {"answer", "evidence", "gate"}
+    assert main(["audit", "verify", directory]) == 0
+    assert "intact" in capsys.readouterr().out
+    with psycopg.connect(postgres_url) as conn:
+        audit = sql.Identifier(schema, "audit")
+        third = sql.SQL("SELECT seq, payload FROM {} ORDER BY seq LIMIT 1 OFFSET 2").format(audit)
+        seq, payload = conn.execute(third).fetchone() or (0, b"")
+        forged = bytes(payload).replace(b'"success"', b'"failure"', 1)
+        assert forged != bytes(payload)
+        conn.execute(sql.SQL("UPDATE {} SET payload = %s WHERE seq = %s").format(audit), (forged, seq))
+    assert main(["audit", "verify", directory]) == 3
+    assert f"seq {seq}" in capsys.readouterr().out
+
+
+def test_cli_schema_needs_database_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--schema alone is a mistake (it would be ignored): refused, nothing created."""
+    assert main(["init", str(tmp_path / "m"), "--schema", "ward"]) == 1
+    assert "--database-url" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+
+
+def test_shred_on_postgres_keeps_the_chain(tmp_path: Path, postgres_url: str, schema: str) -> None:
+    """Crypto-shredding a patient on the server store retracts their records; the chain verifies."""
+    with MsmMem.init(tmp_path / "m", database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:
+        mem.agent.backbone = FakeBackbone()
+        mem.ask("P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
+        mem.ask("P2", png(tmp_path, 2), "What is the impression?", study_id="S1")
+        mem.maintainer.shred(ADMIN, "P1", reason="erasure request")
+        assert mem.store.record_ids("episodic", "P1") == []
+        assert len(mem.store.record_ids("episodic", "P2")) == 1
+        assert mem.audit.verify().ok
+
+
+def test_failed_init_removes_the_server_store(tmp_path: Path, postgres_url: str, schema: str) -> None:
+    """When init fails after making the server store (here: a bad consent record), its tables,
+    its schema and the directory are removed again."""
+    bad = ConsentRecord("C-1", "P1", "role:agent", "treatment", "permit", ("no-such-class",), 0.0)
+    with pytest.raises(InvalidInput):
+        MsmMem.init(tmp_path / "m", database_url=postgres_url, schema=schema, policy=[bad], clock=FixedClock(1.7e9))
+    assert _tables(postgres_url, schema) == set()
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
+    assert not (tmp_path / "m").exists()
+
+
+def test_second_init_on_a_used_schema_is_refused(tmp_path: Path, postgres_url: str, schema: str) -> None:
+    """Another directory cannot init over a schema holding a store; the first store is intact."""
+    with MsmMem.init(tmp_path / "a", database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:
+        mem.agent.backbone = FakeBackbone()
+        mem.ask("P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
+        head = mem.store.audit_head()
+    with pytest.raises(StoreError, match="already holds a store"):
+        MsmMem.init(tmp_path / "b", database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9))
+    assert not (tmp_path / "b").exists()
+    with MsmMem.open(tmp_path / "a", clock=FixedClock(time.time())) as mem:
+        assert mem.store.audit_head() == head and mem.audit.verify().ok
