@@ -14,7 +14,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from msm_mem import ConsentRecord, InvalidInput, StoreError
+from msm_mem import AccessDenied, ConsentRecord, InvalidInput, StoreError
 from msm_mem.interfaces.api import ADMIN, MsmMem
 from msm_mem.interfaces.cli import main
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
@@ -155,3 +155,19 @@ def test_second_init_on_a_used_schema_is_refused(tmp_path: Path, postgres_url: s
     assert not (tmp_path / "b").exists()
     with MsmMem.open(tmp_path / "a", clock=FixedClock(time.time())) as mem:
         assert mem.store.audit_head() == head and mem.audit.verify().ok
+
+
+def test_shred_by_another_handle_stops_the_next_turn(tmp_path: Path, postgres_url: str, schema: str) -> None:
+    """A server process keeps its handle open while the CLI shreds a patient through another:
+    the running handle's next turn for that patient is refused and writes nothing of them."""
+    with MsmMem.init(tmp_path / "m", database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as running:
+        running.agent.backbone = FakeBackbone()
+        running.ask("P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
+        with MsmMem.open(tmp_path / "m", clock=FixedClock(1.7e9)) as cli:
+            cli.maintainer.shred(ADMIN, "P1", reason="erasure request")
+        with pytest.raises(AccessDenied, match="shredded"):
+            running.ask("P1", png(tmp_path, 2), "Any change?", study_id="S2")
+        assert running.store.record_ids("episodic", "P1") == []
+        items = running.store.stm_list(patient_id="P1")  # the first turn's emptied item, nothing new
+        assert len(items) == 1 and items[0].payload == "" and items[0].z is None
+        assert running.audit.verify().ok

@@ -190,6 +190,26 @@ def test_hnsw_population_mode_finds_an_exact_duplicate(make_pg: Make) -> None:
         make_pg(population_search="fuzzy")
 
 
+def test_hnsw_index_exists_only_where_asked_for(make_pg: Make, postgres_url: str) -> None:
+    """An exact-mode store maintains no HNSW index (its inserts do not pay for one); the first
+    opening in HNSW mode builds it over the rows already there, and it stays after that."""
+
+    def indexes(schema: str) -> set[str]:
+        with psycopg.connect(postgres_url) as conn:
+            rows = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,)).fetchall()
+        return {r[0] for r in rows if r[0].endswith("_hnsw")}
+
+    store = make_pg()
+    records = episodes(50, 5)
+    store.write(WriteBatch(episodes=records))
+    assert indexes(store.schema) == set()
+    approximate = make_pg(store.schema, reopen=True, population_search="hnsw")
+    assert indexes(store.schema) == {"episodic_hnsw", "visual_hnsw"}
+    assert approximate.search("episodic", records[7].z, 1, None)[0][0] == "E-7"
+    make_pg(store.schema, reopen=True)
+    assert indexes(store.schema) == {"episodic_hnsw", "visual_hnsw"}
+
+
 def test_concurrent_writers_keep_positions_dense(make_pg: Make, postgres_url: str) -> None:
     """Two connections writing at once serialise: positions 0..n-1, no error, nothing lost."""
     first = make_pg()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from msm_mem import IllegalTransition, InvalidInput, NotFound, State, StateChange, Store, WriteBatch
+from msm_mem import IllegalTransition, InvalidInput, NotFound, SemanticState, State, StateChange, Store, WriteBatch
 from msm_mem._tier_records import (
     AuditRow,
     Claim,
@@ -149,6 +149,25 @@ def test_key_table_keeps_one_key_per_patient_and_shreds(store: Store) -> None:
     keys.shred("p")
     assert keys.get("p").shredded and keys.get("p").wrapped == b"" and keys.pseudonym("K-1") is None
     assert keys.get_by_id("K-1").shredded
+
+
+def test_key_made_by_a_batch_that_rolls_back_is_gone(store: Store) -> None:
+    """A data key created while a batch is written (a new patient's first record) goes with
+    the batch when it fails: no key is served for that patient afterwards, cached or not."""
+    from msm_mem.governance.codec import EnvelopeCodec
+    from msm_mem.governance.crypto import EnvelopeCipher
+    from msm_mem.governance.keys import InMemoryKeyProvider
+
+    store.use_codec(EnvelopeCodec(EnvelopeCipher("tenant", InMemoryKeyProvider(), store.keys()), store.keys()))
+    # the claim is encrypted (making the key) before the semantic state is refused
+    orphan = SemanticState("S-2", "p", "impression", (), version=2, supersedes="S-none")
+    with pytest.raises(IllegalTransition):
+        store.write(WriteBatch(claims=[claim("C-1")], semantic=[orphan]))
+    assert store.keys().get("p") is None and store.claims_active("p") == []
+    store.sync()
+    assert store.keys().get("p") is None
+    store.write(WriteBatch(claims=[claim("C-1")]))  # a fresh key now, and its claim reads back
+    assert store.keys().get("p") is not None and [c.content for c in store.claims_active("p")] == ["content"]
 
 
 def test_entities_and_relationships_round_trip(store: Store) -> None:

@@ -24,9 +24,13 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._errors import InvalidInput, MissingExtra, StoreError
 from .base import Store
+
+if TYPE_CHECKING:
+    from .postgres import PostgresStore
 
 __all__ = ["LOCATION_FILE", "ServerLocation", "create_store", "is_store", "open_store", "read_location"]
 
@@ -64,6 +68,14 @@ def without_password(dsn: str) -> str:
         raise InvalidInput(f"not a PostgreSQL connection string: {exc}") from exc
     params.pop("password", None)
     return make_conninfo(**{k: str(v) for k, v in params.items()})
+
+
+def _postgres_store() -> type[PostgresStore]:
+    try:
+        from .postgres import PostgresStore
+    except ImportError as exc:  # psycopg is the optional extra
+        raise MissingExtra("psycopg", "postgres") from exc
+    return PostgresStore
 
 
 def is_store(directory: Path) -> bool:
@@ -125,10 +137,9 @@ def create_store(directory: Path, *, dim: int, encoder: str, server: ServerLocat
         from .sqlite import SqliteStore
 
         return SqliteStore.create(directory, dim=dim, encoder=encoder)
-    from .postgres import PostgresStore
-
+    postgres = _postgres_store()
     stored = ServerLocation(without_password(server.dsn), server.schema)
-    store = PostgresStore.create(server.dsn, dim=dim, encoder=encoder, schema=server.schema)
+    store = postgres.create(server.dsn, dim=dim, encoder=encoder, schema=server.schema)
     try:  # the directory only once the server has the store: a refused init leaves nothing
         directory.mkdir(parents=True, exist_ok=True)
         _write_location(directory, stored)
@@ -148,10 +159,9 @@ def open_store(directory: Path, *, dsn: str | None = None) -> Store:
         from .sqlite import SqliteStore
 
         return SqliteStore.open(directory)
-    from .postgres import PostgresStore
-
+    postgres = _postgres_store()
     try:
-        return PostgresStore.open(dsn or server.dsn, schema=server.schema)
+        return postgres.open(dsn or server.dsn, schema=server.schema)
     except StoreError as exc:
         if dsn is None and "password" in str(exc):
             raise StoreError(f"{exc} ({directory / LOCATION_FILE} holds no password: set PGPASSWORD or use "

@@ -21,8 +21,10 @@ Search (``z <#> q`` is pgvector's negative inner product; on unit vectors, minus
   scan, O(rows); this keeps the contract (exact top-k, ties by insertion order). With
   ``population_search="hnsw"`` it uses the partial HNSW index (``vector_ip_ops``, live rows
   only) with ``hnsw.ef_search = clamp(4k, 40, 1000)``: sub-linear but approximate, outside the
-  contract. The index is kept up to date on every insert (a write cost paid in both modes);
-  it is not built for ``dim > 2000`` (pgvector's limit), where search is always exact.
+  contract. The index exists only in stores opened in that mode: the first such opening
+  builds it (time proportional to the rows), and from then on every insert keeps it up to
+  date, which costs a few milliseconds a 1024-d row (so an exact-mode store does not pay it).
+  It is not built for ``dim > 2000`` (pgvector's limit), where search is always exact.
 
 Writes are one transaction that first takes ``EXCLUSIVE`` locks on the three tables (readers
 go on; writers queue, as with SQLite's ``BEGIN IMMEDIATE``), so positions stay dense (the i-th
@@ -88,7 +90,7 @@ CREATE TABLE semantic(
 CREATE UNIQUE INDEX semantic_one_active ON semantic(patient_id, category) WHERE state = 'active';
 CREATE INDEX semantic_key ON semantic(patient_id, category, version);
 """
-HNSW = "CREATE INDEX {kind}_hnsw ON {kind} USING hnsw (z vector_ip_ops) WHERE " + _LIVE + ";"
+HNSW = "CREATE INDEX IF NOT EXISTS {kind}_hnsw ON {kind} USING hnsw (z vector_ip_ops) WHERE " + _LIVE + ";"
 
 
 class PostgresStore(PgGovernanceTables, Store):
@@ -118,6 +120,9 @@ class PostgresStore(PgGovernanceTables, Store):
         self.encoder_name = meta["encoder"]
         self.tenant = meta["tenant"]
         self._approximate = self._approximate and self.dim <= HNSW_MAX_DIM
+        if self._approximate:
+            for kind in _KINDS:
+                conn.execute(HNSW.format(kind=kind).encode())
         self._keys = PgKeyTable(self._db)
 
     # opening ------------------------------------------------------------------------------
@@ -146,10 +151,7 @@ class PostgresStore(PgGovernanceTables, Store):
                 if conn.execute("SELECT to_regclass(%s)", (meta,)).fetchone() != (None,):
                     raise StoreError(f"schema {schema!r} already holds a store")
                 conn.execute(sql.SQL("SET LOCAL search_path TO {}, {}").format(ident, ext))
-                ddl = SCHEMA.format(dim=dim) + GOV_SCHEMA
-                if dim <= HNSW_MAX_DIM:
-                    ddl += "".join(HNSW.format(kind=k) for k in _KINDS)
-                conn.execute(ddl.encode())
+                conn.execute((SCHEMA.format(dim=dim) + GOV_SCHEMA).encode())
                 rows = [("format", FORMAT), ("schema", SCHEMA_VERSION), ("dim", str(dim)),
                         ("encoder", encoder), ("tenant", uuid.uuid4().hex)]  # fmt: skip
                 conn.cursor().executemany("INSERT INTO meta VALUES (%s, %s)", rows)
@@ -211,6 +213,10 @@ class PostgresStore(PgGovernanceTables, Store):
 
     def keys(self) -> PgKeyTable:
         return self._keys
+
+    def sync(self) -> None:
+        """Forget the cached data keys: other connections may have written since."""
+        self._keys.sync()
 
     @contextmanager
     def _db(self) -> Iterator[psycopg.Connection[Any]]:
