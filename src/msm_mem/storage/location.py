@@ -10,8 +10,8 @@ purpose). Its store of record is one of:
       {"backend": "postgresql", "dsn": "host=db.internal dbname=clinic user=msm", "schema": "msm_mem"}
 
   The DSN is written without its password, so the file holds no secret; libpq takes the
-  password from ``PGPASSWORD`` or ``~/.pgpass`` as usual. Edit the file to move the store
-  (another host, a read replica for a read-only tool).
+  password from ``PGPASSWORD`` or ``~/.pgpass`` as usual. Edit the file when the server
+  moves.
 
 A directory with both, or with a ``store.json`` that does not parse or names an unknown
 backend, is refused with :class:`StoreError` naming the file and the problem.
@@ -32,7 +32,15 @@ from .base import Store
 if TYPE_CHECKING:
     from .postgres import PostgresStore
 
-__all__ = ["LOCATION_FILE", "ServerLocation", "create_store", "is_store", "open_store", "read_location"]
+__all__ = [
+    "LOCATION_FILE",
+    "ServerLocation",
+    "create_store",
+    "is_store",
+    "open_store",
+    "read_location",
+    "without_password",
+]
 
 LOCATION_FILE = "store.json"
 SQLITE_FILE = "msm-mem.sqlite"
