@@ -113,6 +113,12 @@ if not SKIP_POSTGRES:
     BACKENDS["postgres"] = _postgres_factory
 
 
+@pytest.fixture
+def pg_schema() -> str:
+    """A fresh PostgreSQL schema name, dropped at the end of the session with the others."""
+    return f"t{_SESSION}_{uuid.uuid4().hex[:12]}"
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
     """The session's PostgreSQL DSN (fails, not skips, when no server can be had)."""

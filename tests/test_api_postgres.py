@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from pathlib import Path
 
 import psycopg
@@ -21,7 +20,6 @@ from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.storage.location import LOCATION_FILE
 from msm_mem.storage.postgres import PostgresStore
 from msm_mem.testing import FixedClock
-from tests.conftest import _SESSION
 from tests.helpers import png
 
 pytestmark = pytest.mark.postgres
@@ -37,9 +35,8 @@ class FakeBackbone:
 
 
 @pytest.fixture
-def schema() -> str:
-    """A fresh schema name, dropped with the test session's others."""
-    return f"t{_SESSION}_{uuid.uuid4().hex[:12]}"
+def schema(pg_schema: str) -> str:
+    return pg_schema
 
 
 def _tables(url: str, schema: str) -> set[str]:
