@@ -110,13 +110,6 @@ def test_cli_on_postgres_and_tamper_detection(
     assert f"seq {seq}" in capsys.readouterr().out
 
 
-def test_cli_schema_needs_database_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """--schema alone is a mistake (it would be ignored): refused, nothing created."""
-    assert main(["init", str(tmp_path / "m"), "--schema", "ward"]) == 1
-    assert "--database-url" in capsys.readouterr().err
-    assert not (tmp_path / "m").exists()
-
-
 def test_shred_on_postgres_keeps_the_chain(tmp_path: Path, postgres_url: str, schema: str) -> None:
     """Crypto-shredding a patient on the server store retracts their records; the chain verifies."""
     with MsmMem.init(tmp_path / "m", database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:

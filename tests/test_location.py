@@ -9,6 +9,7 @@ import pytest
 
 from msm_mem._errors import InvalidInput, StoreError
 from msm_mem.interfaces.api import MsmMem
+from msm_mem.interfaces.cli import main
 from msm_mem.storage.location import (
     LOCATION_FILE,
     ServerLocation,
@@ -108,3 +109,10 @@ def test_bad_database_url_and_schema_are_refused_before_anything_is_made(tmp_pat
     with pytest.raises(InvalidInput, match="schema name"):
         MsmMem.init(tmp_path / "b", database_url="host=db", schema="1abc", clock=FixedClock(1.7e9))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_cli_schema_needs_database_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--schema alone is a mistake (it would be ignored): refused, nothing created."""
+    assert main(["init", str(tmp_path / "m"), "--schema", "ward"]) == 1
+    assert "--database-url" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
