@@ -41,9 +41,8 @@ from msm_mem import EpisodicRecord, MsmMem, Settings, VisualRecord, WriteBatch
 from msm_mem.agent.agent import MemoryAgent, Query
 from msm_mem.governance.audit_chain import verify_hashes_in_batches
 from msm_mem.memory.tiers import Actor
-from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.plugins.encoders.base import BaseEncoder
-from msm_mem.testing import FixedClock
+from msm_mem.testing import FixedBackbone, FixedClock
 
 AGENT = Actor("bench-agent", "agent")
 
@@ -59,13 +58,6 @@ class LookupEncoder(BaseEncoder):
     def _encode_batch(self, images):  # type: ignore[no-untyped-def]
         assert self.next is not None
         return self.next[None, :].astype(np.float64)
-
-
-class ConstantBackbone:
-    name = "constant"
-
-    def generate(self, request: BackboneRequest) -> BackboneReply:
-        return BackboneReply("Right lower lobe consolidation, unchanged.", source="constant")
 
 
 def unit(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -153,7 +145,7 @@ def bench_query_overhead(work: Path, items: int, queries: int = 300) -> tuple[fl
             visuals=[VisualRecord(f"V-{i}", f"P{i % patients}", 1.6e9 + i, z[j], f"img/{i}.png", "PA", f"E-{i}")
                      for j, i in enumerate(ids)]))  # fmt: skip
     encoder = LookupEncoder()
-    agent = MemoryAgent(mem.governed, encoder, ConstantBackbone())
+    agent = MemoryAgent(mem.governed, encoder, FixedBackbone("Right lower lobe consolidation, unchanged."))
     image = np.zeros((8, 8), dtype=np.float32)
     # a follow-up study resembles the patient's earlier one: its vector plus noise (cosine ~0.9);
     # an unrelated image makes the retrieval policy widen to a population scan as well

@@ -16,22 +16,14 @@ from psycopg.conninfo import make_conninfo
 from msm_mem import AccessDenied, ConsentRecord, InvalidInput, StoreError
 from msm_mem.interfaces.api import ADMIN, MsmMem
 from msm_mem.interfaces.cli import main
-from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.storage.location import LOCATION_FILE
 from msm_mem.storage.postgres import PostgresStore
-from msm_mem.testing import FixedClock
+from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import png
 
 pytestmark = pytest.mark.postgres
 
 ANSWER = "Right lower lobe consolidation, new since prior"
-
-
-class FakeBackbone:
-    name = "fake"
-
-    def generate(self, request: BackboneRequest) -> BackboneReply:
-        return BackboneReply(ANSWER, decision="treat", source="fake")
 
 
 @pytest.fixture
@@ -66,12 +58,12 @@ def test_online_loop_reopen_and_verify(tmp_path: Path, postgres_url: str, schema
     the audit chain (rows on the server, checkpoints in the directory) verifies."""
     directory = tmp_path / "m"
     with MsmMem.init(directory, database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:
-        mem.agent.backbone = FakeBackbone()
+        mem.agent.backbone = FixedBackbone(ANSWER, "treat")
         first = mem.ask("P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
         assert first.gate is not None and first.gate.written
         mem.audit.checkpoint()
     with MsmMem.open(directory, clock=FixedClock(1.7e9 + 60)) as mem:
-        mem.agent.backbone = FakeBackbone()
+        mem.agent.backbone = FixedBackbone(ANSWER, "treat")
         second = mem.ask("P1", png(tmp_path, 2), "Any change?", study_id="S2")
         kinds = {e.kind for e in second.evidence}
         assert {"semantic", "episodic", "visual"} <= kinds
@@ -113,7 +105,7 @@ def test_cli_on_postgres_and_tamper_detection(
 def test_shred_on_postgres_keeps_the_chain(tmp_path: Path, postgres_url: str, schema: str) -> None:
     """Crypto-shredding a patient on the server store retracts their records; the chain verifies."""
     with MsmMem.init(tmp_path / "m", database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:
-        mem.agent.backbone = FakeBackbone()
+        mem.agent.backbone = FixedBackbone(ANSWER, "treat")
         mem.ask("P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
         mem.ask("P2", png(tmp_path, 2), "What is the impression?", study_id="S1")
         mem.maintainer.shred(ADMIN, "P1", reason="erasure request")
@@ -137,7 +129,7 @@ def test_failed_init_removes_the_server_store(tmp_path: Path, postgres_url: str,
 def test_second_init_on_a_used_schema_is_refused(tmp_path: Path, postgres_url: str, schema: str) -> None:
     """Another directory cannot init over a schema holding a store; the first store is intact."""
     with MsmMem.init(tmp_path / "a", database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:
-        mem.agent.backbone = FakeBackbone()
+        mem.agent.backbone = FixedBackbone(ANSWER, "treat")
         mem.ask("P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
         head = mem.store.audit_head()
     with pytest.raises(StoreError, match="already holds a store"):
@@ -151,7 +143,7 @@ def test_shred_by_another_handle_stops_the_next_turn(tmp_path: Path, postgres_ur
     """A server process keeps its handle open while the CLI shreds a patient through another:
     the running handle's next turn for that patient is refused and writes nothing of them."""
     with MsmMem.init(tmp_path / "m", database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as running:
-        running.agent.backbone = FakeBackbone()
+        running.agent.backbone = FixedBackbone(ANSWER, "treat")
         running.ask("P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
         with MsmMem.open(tmp_path / "m", clock=FixedClock(1.7e9)) as cli:
             cli.maintainer.shred(ADMIN, "P1", reason="erasure request")

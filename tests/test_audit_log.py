@@ -18,9 +18,8 @@ from msm_mem.governance.audit_chain import AuditEvent, ChainBuilder, VerifyResul
 from msm_mem.interfaces.api import MsmMem
 from msm_mem.interfaces.cli import main
 from msm_mem.memory.tiers import Actor
-from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.storage.base import AUDIT_PAGE_ROWS
-from msm_mem.testing import FixedClock
+from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import audit_events
 from tests.helpers import png as _png
 
@@ -31,15 +30,6 @@ ANSWER = "Stable zebrastripe nodule, right hilar region, no pneumonia"
 CORRECTION = "Enlarging quokka-shaped nodule, recommend CT for malignancy"
 
 
-class FakeBackbone:
-    """A backbone that always gives the same distinctive answer."""
-
-    name = "fake"
-
-    def generate(self, request: BackboneRequest) -> BackboneReply:
-        return BackboneReply(ANSWER, decision="follow up in 3 months", source="fake")
-
-
 @pytest.fixture
 def clock() -> FixedClock:
     return FixedClock(T0)
@@ -48,7 +38,7 @@ def clock() -> FixedClock:
 @pytest.fixture
 def mem(tmp_path: Path, clock: FixedClock) -> Iterator[MsmMem]:
     m = MsmMem.init(tmp_path / "s", clock=clock)
-    m.agent.backbone = FakeBackbone()
+    m.agent.backbone = FixedBackbone(ANSWER, "follow up in 3 months")
     yield m
     m.close()
 
@@ -173,7 +163,7 @@ TAMPER: dict[str, tuple[Callable[[sqlite3.Connection, int], None], int]] = {
 def _store_with_events(tmp_path: Path) -> tuple[Path, int]:
     directory = tmp_path / "s"
     mem = MsmMem.init(directory, clock=FixedClock(T0))
-    mem.agent.backbone = FakeBackbone()
+    mem.agent.backbone = FixedBackbone(ANSWER, "follow up in 3 months")
     for seed in (1, 2, 3):
         mem.ask(PATIENT, _png(tmp_path, seed), QUESTION, study_id=f"ACC-{seed}")
     head = mem.store.audit_head()[0]

@@ -15,20 +15,10 @@ from msm_mem._errors import ConsentDenied
 from msm_mem.interfaces.api import MsmMem
 from msm_mem.interfaces.cli import main
 from msm_mem.memory.tiers import Actor
-from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
-from msm_mem.testing import FixedClock
+from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import png as _png
 
 ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
-
-
-class FakeBackbone:
-    """A backbone that always gives the same clinical answer."""
-
-    name = "fake"
-
-    def generate(self, request: BackboneRequest) -> BackboneReply:
-        return BackboneReply(ANSWER, decision="treat", source="fake")
 
 
 @pytest.fixture(autouse=True)
@@ -132,7 +122,7 @@ def test_cli_consent_decides_in_process_turns(store_dir: Path, capsys: pytest.Ca
     consent_id = _grant(capsys, store_dir)
     mem = MsmMem.open(store_dir, clock=clock)
     try:
-        mem.agent.backbone = FakeBackbone()
+        mem.agent.backbone = FixedBackbone(ANSWER, "treat")
         mem.ask("P1", _png(store_dir.parent, 1), "Any consolidation?")
         with pytest.raises(ConsentDenied):
             mem.ask("P2", _png(store_dir.parent, 2), "Any consolidation?")
@@ -158,7 +148,7 @@ def test_maintain_prints_report(tmp_path: Path, capsys: pytest.CaptureFixture[st
     """maintain prints a JSON report and checkpoints the chain."""
     directory = tmp_path / "s"
     with MsmMem.init(directory, clock=FixedClock(time.time() - 3 * 86400)) as mem:
-        mem.agent.backbone = FakeBackbone()
+        mem.agent.backbone = FixedBackbone(ANSWER, "treat")
         mem.ask("P1", _png(tmp_path, 1), "Any consolidation?")
         mem.ask("P1", _png(tmp_path, 1), "Again?")  # held, expires with the store's one-day TTL
     code, out, _ = _run(capsys, "maintain", str(directory))
@@ -175,7 +165,7 @@ def test_keys_shred_then_verify(tmp_path: Path, capsys: pytest.CaptureFixture[st
     """keys shred retracts the patient's records, audits the reason, and the chain still verifies."""
     directory = tmp_path / "s"
     with MsmMem.init(directory, clock=FixedClock(time.time())) as mem:
-        mem.agent.backbone = FakeBackbone()
+        mem.agent.backbone = FixedBackbone(ANSWER, "treat")
         mem.ask("P1", _png(tmp_path, 1), "Any consolidation?")
     code, out, _ = _run(capsys, "keys", "shred", str(directory), "--patient", "P1", "--reason", "erasure request")
     assert code == 0 and "records retracted" in out

@@ -17,8 +17,7 @@ from msm_mem.governance.crypto import is_token
 from msm_mem.interfaces.api import MsmMem
 from msm_mem.interfaces.cli import main
 from msm_mem.memory.tiers import Actor
-from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
-from msm_mem.testing import FixedClock
+from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import png as _png
 
 T0 = 1_700_000_000.0
@@ -35,20 +34,11 @@ PHI_COLUMNS = {
 }
 
 
-class FakeBackbone:
-    """A backbone that always gives the same distinctive answer."""
-
-    name = "fake"
-
-    def generate(self, request: BackboneRequest) -> BackboneReply:
-        return BackboneReply(ANSWER, decision=DECISION, source="fake")
-
-
 def _fill(tmp_path: Path) -> Path:
     """A closed store with two patients, a held item and a critic correction."""
     directory = tmp_path / "s"
     mem = MsmMem.init(directory, clock=FixedClock(T0))
-    mem.agent.backbone = FakeBackbone()
+    mem.agent.backbone = FixedBackbone(ANSWER, DECISION)
     for patient, seed in (("P1", 1), ("P1", 1), ("P2", 2)):
         mem.ask(patient, _png(tmp_path, seed), QUESTION, study_id=f"S{seed}")
     mem.maintainer.critic_verdict(Actor("rad-1", "critic"), "P2", "S2", accept=False,
@@ -210,7 +200,7 @@ def test_shred_through_another_handle_is_enforced(tmp_path: Path) -> None:
     directory = tmp_path / "s"
     mem = MsmMem.init(directory, clock=FixedClock(T0))
     try:
-        mem.agent.backbone = FakeBackbone()
+        mem.agent.backbone = FixedBackbone(ANSWER, DECISION)
         mem.ask("P1", _png(tmp_path, 1), QUESTION)
         assert main(["keys", "shred", str(directory), "--patient", "P1", "--reason", "erasure"]) == 0
         with pytest.raises(AccessDenied):

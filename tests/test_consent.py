@@ -15,21 +15,11 @@ from msm_mem._tier_records import ConsentRecord
 from msm_mem.governance.consent import DATA_CLASSES, ConsentDecision, default_policy, evaluate
 from msm_mem.interfaces.api import MsmMem
 from msm_mem.memory.tiers import Actor
-from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
-from msm_mem.testing import FixedClock
+from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import audit_events
 
 T0 = 1_700_000_000.0
 ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
-
-
-class FakeBackbone:
-    """A backbone that always gives the same clinical answer."""
-
-    name = "fake"
-
-    def generate(self, request: BackboneRequest) -> BackboneReply:
-        return BackboneReply(ANSWER, decision="treat", source="fake")
 
 
 def _png(folder: Path, seed: int) -> Path:
@@ -60,7 +50,7 @@ def clock() -> FixedClock:
 def bare(tmp_path: Path, clock: FixedClock) -> Iterator[MsmMem]:
     """A store with no consent records at all (everything denied)."""
     mem = MsmMem.init(tmp_path / "s", clock=clock, policy=[])
-    mem.agent.backbone = FakeBackbone()
+    mem.agent.backbone = FixedBackbone(ANSWER, "treat")
     yield mem
     mem.close()
 
@@ -283,7 +273,7 @@ def test_population_prior_respects_other_patients_deny(tmp_path: Path, clock: Fi
     """A patient who denied the agent must not feed another patient's answer."""
     mem = MsmMem.init(tmp_path / "s", clock=clock, policy=[])
     try:
-        mem.agent.backbone = FakeBackbone()
+        mem.agent.backbone = FixedBackbone(ANSWER, "treat")
         mem.grant([_consent(patient="*")])
         mem.ask("P2", _png(tmp_path, 2), "Any consolidation?")
         mem.grant([_consent(patient="P2", decision="deny")])

@@ -16,9 +16,8 @@ from msm_mem._tier_records import StmState
 from msm_mem.governance.deid import find_identifiers
 from msm_mem.interfaces.api import MsmMem
 from msm_mem.memory.tiers import Actor
-from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.plugins.images import load_image
-from msm_mem.testing import FixedClock
+from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import audit_events
 from tests.helpers import png as _png
 
@@ -34,18 +33,6 @@ PHI_QUESTION = "Dr. Bob Jones asks on March 4, 2020 about MRN: 7654321: any pneu
 PHI_CORRECTION = "Consolidation seen by Dr. Carol King on 04/05/2020, aged 93, phone (617) 555-0199"
 
 
-class FakeBackbone:
-    """A backbone that always gives the same answer."""
-
-    name = "fake"
-
-    def __init__(self, answer: str = ANSWER, decision: str = "treat") -> None:
-        self.answer, self.decision = answer, decision
-
-    def generate(self, request: BackboneRequest) -> BackboneReply:
-        return BackboneReply(self.answer, decision=self.decision, source="fake")
-
-
 def _payloads(mem: MsmMem) -> list[bytes]:
     return [r.payload for r in mem.store.iter_audit()]
 
@@ -58,7 +45,7 @@ def clock() -> FixedClock:
 @pytest.fixture
 def mem(tmp_path: Path, clock: FixedClock) -> Iterator[MsmMem]:
     m = MsmMem.init(tmp_path / "s", clock=clock)
-    m.agent.backbone = FakeBackbone()
+    m.agent.backbone = FixedBackbone(ANSWER, "treat")
     yield m
     m.close()
 
@@ -238,7 +225,7 @@ def test_second_verdict_corrects_the_corrected_episode(mem: MsmMem, tmp_path: Pa
 
 def _phi_store(mem: MsmMem, folder: Path) -> None:
     """Claims, episodes and visuals full of Safe Harbor identifiers, one of them corrected by a critic."""
-    mem.agent.backbone = FakeBackbone(PHI_ANSWER, decision="Call Dr. Eve Stone at 617-555-0142 on May 5, 2020")
+    mem.agent.backbone = FixedBackbone(PHI_ANSWER, "Call Dr. Eve Stone at 617-555-0142 on May 5, 2020")
     mem.ask("PAT-0042", _png(folder, 1), PHI_QUESTION, study_id="ACC-778899")
     mem.ask("PAT-0042", _png(folder, 2), PHI_QUESTION, study_id="ACC-778900")
     mem.maintainer.critic_verdict(CRITIC, "PAT-0042", "ACC-778899", accept=False, correction=PHI_CORRECTION)

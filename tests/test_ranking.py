@@ -27,20 +27,10 @@ from msm_mem.memory.ranking import (
     freshness,
     rerank,
 )
-from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
-from msm_mem.testing import FixedClock
+from msm_mem.testing import FixedBackbone, FixedClock
 
 T0 = 1_700_000_000.0
 ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
-
-
-class FakeBackbone:
-    """A backbone that always gives the same clinical answer."""
-
-    name = "fake"
-
-    def generate(self, request: BackboneRequest) -> BackboneReply:
-        return BackboneReply(ANSWER, decision="treat", source="fake")
 
 
 def _png(folder: Path, seed: int) -> Path:
@@ -65,7 +55,7 @@ def clock() -> FixedClock:
 @pytest.fixture
 def mem(tmp_path: Path, clock: FixedClock) -> Iterator[MsmMem]:
     m = MsmMem.init(tmp_path / "s", clock=clock)
-    m.agent.backbone = FakeBackbone()
+    m.agent.backbone = FixedBackbone(ANSWER, "treat")
     yield m
     m.close()
 

@@ -20,25 +20,13 @@ from msm_mem.interfaces.api import MsmMem
 from msm_mem.memory.tiers import Actor
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.storage.base import WriteBatch
-from msm_mem.testing import FixedClock
+from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import audit_events
 from tests.helpers import png as _png
 
 T0 = 1_700_000_000.0
 ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
 AGENT = Actor("agent-1", "agent")
-
-
-class FakeBackbone:
-    """A backbone that always gives the same clinical answer."""
-
-    name = "fake"
-
-    def __init__(self, answer: str = ANSWER) -> None:
-        self.answer = answer
-
-    def generate(self, request: BackboneRequest) -> BackboneReply:
-        return BackboneReply(self.answer, decision="treat", source="fake")
 
 
 def _z(mem: MsmMem, folder: Path, seed: int) -> np.ndarray:
@@ -62,7 +50,7 @@ def clock() -> FixedClock:
 @pytest.fixture
 def mem(tmp_path: Path, clock: FixedClock) -> Iterator[MsmMem]:
     m = MsmMem.init(tmp_path / "s", clock=clock)
-    m.agent.backbone = FakeBackbone()
+    m.agent.backbone = FixedBackbone(ANSWER, "treat")
     yield m
     m.close()
 
@@ -317,7 +305,7 @@ def test_supersession_property(steps: list[tuple[str, str, object, str]]) -> Non
         folder = Path(tmp)
         mem = MsmMem.init(folder / "s", clock=FixedClock(T0))
         try:
-            mem.agent.backbone = FakeBackbone()
+            mem.agent.backbone = FixedBackbone(ANSWER, "treat")
             snap = _snapshot(mem)
             for kind, patient, arg, study in steps:
                 if kind == "ask":

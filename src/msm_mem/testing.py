@@ -3,6 +3,8 @@
 - :class:`FixedClock`: a clock that only moves when told (TTL, decay and freshness tests).
 - :class:`DeterministicEncoder`: maps an image to a unit vector seeded by its pixel bytes, so
   equal images give equal vectors and different images nearly orthogonal ones; no weights.
+- :class:`FixedBackbone`: answers every prompt with the same text and decision, so a test
+  controls what the write-back gate and the audit see; no model.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .plugins.backbones.base import BackboneReply, BackboneRequest
 from .plugins.encoders.base import BaseEncoder
 
-__all__ = ["DeterministicEncoder", "FixedClock"]
+__all__ = ["DeterministicEncoder", "FixedBackbone", "FixedClock"]
 
 
 class FixedClock:
@@ -53,3 +56,13 @@ class DeterministicEncoder(BaseEncoder):
             rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
             out[i] = rng.standard_normal(self.dim)
         return out
+
+
+class FixedBackbone:
+    """A backbone that gives the same ``answer`` and ``decision`` whatever it is asked."""
+
+    def __init__(self, answer: str, decision: str = "", *, name: str = "fixed") -> None:
+        self.answer, self.decision, self.name = answer, decision, name
+
+    def generate(self, request: BackboneRequest) -> BackboneReply:
+        return BackboneReply(self.answer, decision=self.decision, source=self.name)
