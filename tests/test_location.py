@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from msm_mem._errors import InvalidInput, StoreError
+from msm_mem._tier_records import ConsentRecord
 from msm_mem.interfaces.api import MsmMem
 from msm_mem.interfaces.cli import main
 from msm_mem.storage.location import (
@@ -116,3 +117,24 @@ def test_cli_schema_needs_database_url(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["init", str(tmp_path / "m"), "--schema", "ward"]) == 1
     assert "--database-url" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
+
+
+def test_database_url_does_not_apply_to_an_embedded_store(tmp_path: Path) -> None:
+    """Opening an embedded store with a database URL is a mistake, refused by name."""
+    MsmMem.init(tmp_path / "s", clock=FixedClock(1.7e9)).close()
+    with pytest.raises(InvalidInput, match="embedded store"):
+        MsmMem.open(tmp_path / "s", database_url="host=db")
+
+
+def test_a_failing_undo_does_not_hide_why_init_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When init fails and undoing it fails too, the first error is raised, with a note."""
+    import msm_mem.interfaces.api as api
+
+    def broken(*args: object) -> None:
+        raise OSError("disk went read-only")
+
+    monkeypatch.setattr(api, "remove_new_store", broken)
+    bad = ConsentRecord("C-1", "P1", "role:agent", "treatment", "permit", ("no-such-class",), 0.0)
+    with pytest.raises(InvalidInput) as info:
+        MsmMem.init(tmp_path / "s", policy=[bad], clock=FixedClock(1.7e9))
+    assert any("disk went read-only" in note for note in info.value.__notes__)

@@ -33,7 +33,7 @@ from ..memory.tiers import Actor, GovernedMemory
 from ..plugins.backbones import get_backbone
 from ..plugins.encoders import get_encoder
 from ..storage.base import Store, WriteBatch
-from ..storage.location import LOCATION_FILE, ServerLocation, create_store, open_store
+from ..storage.location import ServerLocation, create_store, open_store, remove_new_store
 from ..storage.paper_layout import export_paper, read_paper
 
 __all__ = ["ADMIN", "MsmMem"]
@@ -45,13 +45,7 @@ def _remove_new_store(directory: Path, existed: bool, store: Store) -> None:
     """Undo a half-made ``init``: remove only what init created (a server store's tables too)."""
     import shutil
 
-    drop = getattr(store, "drop", None)
-    if drop is not None:
-        drop()
-    else:
-        store.close()
-    for name in ("msm-mem.sqlite", "msm-mem.sqlite-wal", "msm-mem.sqlite-shm", LOCATION_FILE):
-        (directory / name).unlink(missing_ok=True)
+    remove_new_store(directory, store)
     for sub in ("keys", "audit", "index"):
         shutil.rmtree(directory / sub, ignore_errors=True)
     if not existed:
@@ -105,8 +99,11 @@ class MsmMem:
             mem = cls(directory, store, provider, settings, clock)
             consents = default_policy(mem.clock.now()) if policy is None else policy
             mem.grant(consents, ADMIN)
-        except BaseException:
-            _remove_new_store(directory, existed, store)
+        except BaseException as exc:
+            try:
+                _remove_new_store(directory, existed, store)
+            except Exception as cleanup:  # the first error is the one to report
+                exc.add_note(f"and undoing init failed too, leaving parts of the store: {cleanup}")
             raise
         return mem
 

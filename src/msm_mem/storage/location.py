@@ -39,6 +39,7 @@ __all__ = [
     "is_store",
     "open_store",
     "read_location",
+    "remove_new_store",
     "without_password",
 ]
 
@@ -157,13 +158,32 @@ def create_store(directory: Path, *, dim: int, encoder: str, server: ServerLocat
     return store
 
 
+def remove_new_store(directory: Path, store: Store) -> None:
+    """Undo :func:`create_store`: drop a server store's tables (its schema too when that is
+    left empty) or delete the embedded database files, then the location file. Only for a
+    store that was just made: everything in it is lost."""
+    from .sqlite import SqliteStore
+
+    if isinstance(store, SqliteStore):
+        store.close()
+    else:
+        postgres = _postgres_store()
+        if not isinstance(store, postgres):
+            raise InvalidInput(f"not a store this module makes: {type(store).__name__}")
+        store.drop()
+    for name in (SQLITE_FILE, f"{SQLITE_FILE}-wal", f"{SQLITE_FILE}-shm", LOCATION_FILE):
+        (directory / name).unlink(missing_ok=True)
+
+
 def open_store(directory: Path, *, dsn: str | None = None) -> Store:
     """Open the store of record of a memory directory (see the module docstring).
 
     ``dsn`` replaces the connection string of ``store.json`` for this opening (for example
-    one with a password, or a read replica); it is ignored by embedded stores."""
+    one with a password); an embedded store refuses it (InvalidInput)."""
     server = read_location(directory)
     if server is None:
+        if dsn is not None:
+            raise InvalidInput(f"{directory} is an embedded store: a database URL does not apply to it")
         from .sqlite import SqliteStore
 
         return SqliteStore.open(directory)
