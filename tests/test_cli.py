@@ -477,26 +477,3 @@ def test_demo_can_be_rerun_in_the_same_folder(tmp_path: Path) -> None:
     """A second run in the same folder replaces the previous demo instead of failing."""
     assert run_demo(tmp_path, patients=6, verbose=False) == 0
     assert run_demo(tmp_path, patients=6, verbose=False) == 0
-
-
-def test_api_ask_refuses_unknown_options(tmp_path: Path) -> None:
-    """MsmMem.ask names an unknown keyword option instead of failing with a TypeError."""
-    from msm_mem import InvalidInput, MsmMem
-
-    with MsmMem.init(tmp_path / "s") as mem, pytest.raises(InvalidInput, match="studyid"):
-        mem.ask("P1", np.zeros((8, 8), dtype=np.float32), "q?", studyid="S1")
-
-
-def test_api_import_is_audited(tmp_path: Path) -> None:
-    """After an API import the audit chain verifies and its last event is the import."""
-    from msm_mem import MsmMem
-    from msm_mem.governance.audit_chain import AuditEvent
-
-    with MsmMem.init(tmp_path / "a") as src:
-        src.ask("P1", np.random.default_rng(0).random((16, 16), dtype=np.float32), "Any consolidation?")
-        src.export_paper(tmp_path / "out")
-    with MsmMem.init(tmp_path / "b") as dst:
-        counts = dst.import_paper(tmp_path / "out")
-        assert counts["episodic"] == dst.store.count("episodic")
-        last = list(dst.store.iter_audit())[-1]
-        assert AuditEvent.from_row(*last).action == "import" and dst.audit.verify().ok
