@@ -69,17 +69,33 @@ def run_one(n: int, workdir: Path) -> dict[str, float]:
         z /= np.linalg.norm(z, axis=1, keepdims=True)
         ids = range(written, written + m)
         batch = WriteBatch(
-            episodes=[EpisodicRecord(f"E-{i}", f"P{i % patients}", 1.6e9 + i, z[j], "What is the impression?",
-                                     "Right lower lobe consolidation.", "treat", f"img/{i}.png", "", f"s{i}")
-                      for j, i in enumerate(ids)],
-            visuals=[VisualRecord(f"V-{i}", f"P{i % patients}", 1.6e9 + i, z[j], f"img/{i}.png", "PA", f"E-{i}")
-                     for j, i in enumerate(ids)],
-        )  # fmt: skip
+            episodes=[
+                EpisodicRecord(
+                    f"E-{i}",
+                    f"P{i % patients}",
+                    1.6e9 + i,
+                    z[j],
+                    "What is the impression?",
+                    "Right lower lobe consolidation.",
+                    "treat",
+                    f"img/{i}.png",
+                    "",
+                    f"s{i}",
+                )
+                for j, i in enumerate(ids)
+            ],
+            visuals=[
+                VisualRecord(f"V-{i}", f"P{i % patients}", 1.6e9 + i, z[j], f"img/{i}.png", "PA", f"E-{i}")
+                for j, i in enumerate(ids)
+            ],
+        )
         store.write(batch)
         written += m
     ingest_s = time.perf_counter() - t0
-    sem = [SemanticState(f"S-{p}", f"P{p}", "impression", (Impression(1.6e9, "Right lower lobe consolidation."),))
-           for p in range(patients)]  # fmt: skip
+    sem = [
+        SemanticState(f"S-{p}", f"P{p}", "impression", (Impression(1.6e9, "Right lower lobe consolidation."),))
+        for p in range(patients)
+    ]
     for start in range(0, len(sem), 10000):
         store.write(WriteBatch(semantic=sem[start : start + 10000]))
     store.close()

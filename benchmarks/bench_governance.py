@@ -38,9 +38,9 @@ import numpy as np
 from _impressions import impressions
 
 from msm_mem import EpisodicRecord, MsmMem, Settings, VisualRecord, WriteBatch
-from msm_mem.agent.agent import MemoryAgent, Query
-from msm_mem.governance.audit_chain import verify_hashes_in_batches
-from msm_mem.memory.tiers import Actor
+from msm_mem._agent.agent import MemoryAgent, Query
+from msm_mem._governance.audit_chain import verify_hashes_in_batches
+from msm_mem._memory.tiers import Actor
 from msm_mem.plugins.encoders.base import BaseEncoder
 from msm_mem.testing import FixedBackbone, FixedClock
 
@@ -99,8 +99,13 @@ def bench_audit(work: Path, events: int) -> dict[str, float]:
     assert verify_hashes_in_batches(pages).ok
     hashing = time.process_time() - t0
     mem.close()
-    return {"append_events_per_s": append, "verify_full_s": full, "verify_hash_s": hashes,
-            "read_s": read, "hash_in_memory_s": hashing}  # fmt: skip
+    return {
+        "append_events_per_s": append,
+        "verify_full_s": full,
+        "verify_hash_s": hashes,
+        "read_s": read,
+        "hash_in_memory_s": hashing,
+    }
 
 
 def bench_write_back(work: Path, n: int, patients: int, unique: bool = False, database_url: str | None = None) -> float:
@@ -138,12 +143,30 @@ def bench_query_overhead(work: Path, items: int, queries: int = 300) -> tuple[fl
         m = min(5000, items - start)
         z = unit(rng, m)
         ids = range(start, start + m)
-        mem.store.write(WriteBatch(
-            episodes=[EpisodicRecord(f"E-{i}", f"P{i % patients}", 1.6e9 + i, z[j], "What is the impression?",
-                                     "Right lower lobe consolidation.", "treat", f"img/{i}.png", "", f"s{i}",
-                                     evidence_tier="ground_truth") for j, i in enumerate(ids)],
-            visuals=[VisualRecord(f"V-{i}", f"P{i % patients}", 1.6e9 + i, z[j], f"img/{i}.png", "PA", f"E-{i}")
-                     for j, i in enumerate(ids)]))  # fmt: skip
+        mem.store.write(
+            WriteBatch(
+                episodes=[
+                    EpisodicRecord(
+                        f"E-{i}",
+                        f"P{i % patients}",
+                        1.6e9 + i,
+                        z[j],
+                        "What is the impression?",
+                        "Right lower lobe consolidation.",
+                        "treat",
+                        f"img/{i}.png",
+                        "",
+                        f"s{i}",
+                        evidence_tier="ground_truth",
+                    )
+                    for j, i in enumerate(ids)
+                ],
+                visuals=[
+                    VisualRecord(f"V-{i}", f"P{i % patients}", 1.6e9 + i, z[j], f"img/{i}.png", "PA", f"E-{i}")
+                    for j, i in enumerate(ids)
+                ],
+            )
+        )
     encoder = LookupEncoder()
     agent = MemoryAgent(mem.governed, encoder, FixedBackbone("Right lower lobe consolidation, unchanged."))
     image = np.zeros((8, 8), dtype=np.float32)
@@ -174,8 +197,9 @@ def main() -> None:
     ap.add_argument("--patients", type=int, nargs="+", default=[1000, 100])
     ap.add_argument("--items", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each write-back row (median reported)")
-    ap.add_argument("--postgres", action="store_true",
-                    help="also run the first write-back row on PostgreSQL (a local pgserver)")  # fmt: skip
+    ap.add_argument(
+        "--postgres", action="store_true", help="also run the first write-back row on PostgreSQL (a local pgserver)"
+    )
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat: at least 1")
@@ -195,7 +219,7 @@ def main() -> None:
                 wb[(p, u)].append(bench_write_back(work, args.interactions, p, u))
         on_postgres: list[float] = []
         if args.postgres:
-            from msm_mem.storage.pgserver_util import local_server
+            from msm_mem._storage.pgserver_util import local_server
 
             url = local_server(work / "pgdata", delete_at_exit=True)
             for _ in range(args.repeat):
@@ -226,9 +250,11 @@ def main() -> None:
     if on_postgres:
         spread = f" ({min(on_postgres):,.0f} to {max(on_postgres):,.0f} over {len(on_postgres)} runs)"
         spread = spread if len(on_postgres) > 1 else ""
-        print(f"| same on PostgreSQL 16 + pgvector (local pgserver, Unix socket, fsync on), over "
-              f"{args.patients[0]:,} patients, 240 distinct impressions, median "
-              f"| {statistics.median(on_postgres):,.0f} interactions/s{spread} | - |")  # fmt: skip
+        print(
+            f"| same on PostgreSQL 16 + pgvector (local pgserver, Unix socket, fsync on), over "
+            f"{args.patients[0]:,} patients, 240 distinct impressions, median "
+            f"| {statistics.median(on_postgres):,.0f} interactions/s{spread} | - |"
+        )
     print(
         f"| memory overhead per query with {args.items:,} stored items, follow-up image of the patient (median) "
         f"| {overhead[0]:.2f} ms | <= 5 ms |"

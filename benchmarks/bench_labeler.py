@@ -18,7 +18,7 @@ import time
 from _impressions import impressions
 
 from msm_mem.datasets import iu_xray
-from msm_mem.eval import labeler
+from msm_mem._memory import labeler
 
 
 def main() -> None:

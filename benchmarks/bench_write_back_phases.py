@@ -24,9 +24,9 @@ from typing import Any
 
 from bench_governance import bench_write_back
 
-from msm_mem.governance import audit, audit_chain, crypto
-from msm_mem.memory import msm, tiers
-from msm_mem.storage import sqlite, sqlite_gov
+from msm_mem._governance import audit, audit_chain, crypto
+from msm_mem._memory import msm, tiers
+from msm_mem._storage import sqlite, sqlite_gov
 
 SPENT: collections.Counter[str] = collections.Counter()
 

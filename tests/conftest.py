@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from msm_mem import Store
-from msm_mem.storage.sqlite import SqliteStore
+from msm_mem._storage.sqlite import SqliteStore
 from msm_mem.testing import FixedClock
 
 settings.register_profile("default", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
@@ -56,7 +56,7 @@ def postgres_dsn() -> str:
             return url
         start = time.perf_counter()
         try:
-            from msm_mem.storage.pgserver_util import local_server
+            from msm_mem._storage.pgserver_util import local_server
 
             parent = tempfile.mkdtemp(prefix="msm-mem-pg-")
             atexit.register(shutil.rmtree, parent, True)  # runs after pgserver's own exit handler
@@ -97,7 +97,7 @@ def _drop_test_schemas(url: str) -> None:
 
 
 def _postgres_factory(tmp_path: Path) -> StoreFactory:
-    from msm_mem.storage.postgres import PostgresStore
+    from msm_mem._storage.postgres import PostgresStore
 
     dsn = postgres_dsn()
 

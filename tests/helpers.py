@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from msm_mem.governance.audit_chain import AuditEvent
-from msm_mem.storage.base import Store
+from msm_mem._governance.audit_chain import AuditEvent
+from msm_mem._storage.base import Store
 
 
 def png(folder: Path, seed: int, size: int = 64) -> Path:

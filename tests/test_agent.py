@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from msm_mem import BackendError, ImageError, InvalidInput
-from msm_mem.agent.agent import AgentAnswer, MemoryAgent, Query
-from msm_mem.agent.policy import BackbonePolicy, PolicyQuery, RetrievalStep, Step
-from msm_mem.agent.router import ROUTER_FILE, FixedRouter, LearnedRouter, RouterExample, RouterFeatures, fit_router
+from msm_mem._agent.agent import AgentAnswer, MemoryAgent, Query
+from msm_mem._agent.policy import BackbonePolicy, PolicyQuery, RetrievalStep, Step
+from msm_mem._agent.router import ROUTER_FILE, FixedRouter, LearnedRouter, RouterExample, RouterFeatures, fit_router
+from msm_mem._api.mem import MsmMem
 from msm_mem.datasets.manifest import ManifestRow
 from msm_mem.datasets.registry import load_dataset
 from msm_mem.datasets.synthetic import generate
-from msm_mem.interfaces.api import MsmMem
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.plugins.backbones.nonparametric import EMPTY_ANSWER, NonparametricBackbone
 from msm_mem.testing import FixedClock
@@ -64,8 +64,13 @@ def mem(tmp_path: Path, synthetic: list[ManifestRow]) -> Iterator[MsmMem]:
 
 def counts(mem: MsmMem) -> dict[str, int]:
     claims = sum(len(mem.store.record_ids("claims", p)) for p in mem.store.patients())
-    return {"episodic": mem.store.count("episodic"), "visual": mem.store.count("visual"),
-            "semantic": mem.store.count("semantic"), "claims": claims, "stm": len(mem.store.stm_list())}  # fmt: skip
+    return {
+        "episodic": mem.store.count("episodic"),
+        "visual": mem.store.count("visual"),
+        "semantic": mem.store.count("semantic"),
+        "claims": claims,
+        "stm": len(mem.store.stm_list()),
+    }
 
 
 def audit_since(mem: MsmMem, seq: int) -> list[dict[str, Any]]:
@@ -178,7 +183,8 @@ def test_flags_override_the_policy(mem: MsmMem, synthetic: list[ManifestRow]) ->
     """A policy asking for a switched-off memory is refused every time: nothing read, limit enforced."""
     seq, _ = mem.store.audit_head()
     a = agent(mem, policy=Always(Step("visual", "population")), max_steps=3).ask(
-        query(later(synthetic)[0]), use_vis=False, write_back=False)  # fmt: skip
+        query(later(synthetic)[0]), use_vis=False, write_back=False
+    )
     assert [s.refused for s in a.steps] == [True, True, True]
     assert not [e for e in audit_since(mem, seq) if e["action"] == "read"]
     assert a.weights is not None and a.weights.visual == 0.0
@@ -212,7 +218,8 @@ def test_a_backbone_policy_drives_the_reads(mem: MsmMem, synthetic: list[Manifes
 def test_step_limit_bounds_a_policy_that_never_stops(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
     """max_steps reads at most; repeated hits are deduplicated by id."""
     a = agent(mem, policy=Always(Step("episodic", "population", 3)), max_steps=2).ask(
-        query(later(synthetic)[0]), write_back=False)  # fmt: skip
+        query(later(synthetic)[0]), write_back=False
+    )
     assert len(a.steps) == 2
     assert a.steps[0].new_ids and a.steps[1].new_ids == ()
     assert len({e.id for e in a.evidence}) == len(a.evidence)
@@ -221,7 +228,8 @@ def test_step_limit_bounds_a_policy_that_never_stops(mem: MsmMem, synthetic: lis
 def test_step_k_keeps_the_best_hits(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
     """k=1 keeps only the top hit of a population read."""
     a = agent(mem, policy=Always(Step("episodic", "population", 1)), max_steps=1).ask(
-        query(later(synthetic)[0]), write_back=False)  # fmt: skip
+        query(later(synthetic)[0]), write_back=False
+    )
     assert a.steps[0].count == 1
 
 
@@ -304,8 +312,10 @@ def test_a_learned_router_in_the_store_directory_is_used(tmp_path: Path, synthet
 
 def _summary(answers: Sequence[AgentAnswer]) -> list[tuple[Any, ...]]:
     """Everything but the random record ids."""
-    return [(a.answer, a.source, a.decision, a.gate, tuple((e.kind, round(e.score, 9)) for e in a.evidence))
-            for a in answers]  # fmt: skip
+    return [
+        (a.answer, a.source, a.decision, a.gate, tuple((e.kind, round(e.score, 9)) for e in a.evidence))
+        for a in answers
+    ]
 
 
 def test_ask_many_equals_asking_one_at_a_time(tmp_path: Path, synthetic: list[ManifestRow]) -> None:
@@ -363,10 +373,16 @@ def test_an_empty_question_fails_before_anything_happens(
 
 @pytest.mark.parametrize(
     "result",
-    [BackendError("endpoint timed out"), RuntimeError("socket closed"), BackboneReply(""),
-     BackboneReply(123), "just a string", None],  # type: ignore[arg-type]
+    [
+        BackendError("endpoint timed out"),
+        RuntimeError("socket closed"),
+        BackboneReply(""),
+        BackboneReply(123),
+        "just a string",
+        None,
+    ],  # type: ignore[arg-type]
     ids=["backend-error", "other-exception", "empty-answer", "non-text-answer", "not-a-reply", "none"],
-)  # fmt: skip
+)
 def test_a_failing_backbone_changes_nothing_but_the_audit(
     mem: MsmMem, synthetic: list[ManifestRow], result: object
 ) -> None:

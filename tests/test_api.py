@@ -1,4 +1,4 @@
-"""Tests of the Python API (msm_mem.interfaces.api) beyond what the CLI tests reach through it."""
+"""Tests of the Python API (msm_mem._api.mem) beyond what the CLI tests reach through it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from msm_mem import InvalidInput, MsmMem
-from msm_mem.governance.audit_chain import AuditEvent
+from msm_mem._governance.audit_chain import AuditEvent
 
 
 def test_api_ask_refuses_unknown_options(tmp_path: Path) -> None:

@@ -14,10 +14,10 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from msm_mem import AccessDenied, ConsentRecord, InvalidInput, StoreError
-from msm_mem.interfaces.api import ADMIN, MsmMem
+from msm_mem._api.mem import ADMIN, MsmMem
+from msm_mem._storage.location import LOCATION_FILE
+from msm_mem._storage.postgres import PostgresStore
 from msm_mem.interfaces.cli import main
-from msm_mem.storage.location import LOCATION_FILE
-from msm_mem.storage.postgres import PostgresStore
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import png
 

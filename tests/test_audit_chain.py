@@ -1,4 +1,4 @@
-"""Tests for msm_mem.governance.audit_chain: events, the builder and both verifiers."""
+"""Tests for msm_mem._governance.audit_chain: events, the builder and both verifiers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from msm_mem._errors import AuditChainBroken, CanonicalJSONError, InvalidInput
-from msm_mem.governance.audit_chain import (
+from msm_mem._governance.audit_chain import (
     GENESIS,
     PAYLOAD_FIELDS,
     AuditEvent,
@@ -24,7 +24,7 @@ from msm_mem.governance.audit_chain import (
     verify_hashes_in_batches,
     verify_hashes_only,
 )
-from msm_mem.governance.jcs import canonicalize
+from msm_mem._governance.jcs import canonicalize
 
 Verifier = Callable[..., VerifyResult]
 

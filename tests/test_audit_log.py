@@ -1,4 +1,4 @@
-"""Tests of the audit tier (msm_mem.governance.audit): one event per action, no identifiers or
+"""Tests of the audit tier (msm_mem._governance.audit): one event per action, no identifiers or
 narrative, tamper evidence through the CLI verifier, checkpoints and retention."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from msm_mem import WriteBatch
+from msm_mem._api.mem import MsmMem
 from msm_mem._errors import AccessDenied, IllegalTransition, NotFound
-from msm_mem.governance.audit import RETENTION_S
-from msm_mem.governance.audit_chain import AuditEvent, ChainBuilder, VerifyResult
-from msm_mem.interfaces.api import MsmMem
+from msm_mem._governance.audit import RETENTION_S
+from msm_mem._governance.audit_chain import AuditEvent, ChainBuilder, VerifyResult
+from msm_mem._memory.tiers import Actor
+from msm_mem._storage.base import AUDIT_PAGE_ROWS
 from msm_mem.interfaces.cli import main
-from msm_mem.memory.tiers import Actor
-from msm_mem.storage.base import AUDIT_PAGE_ROWS
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import audit_events
 from tests.helpers import png as _png
@@ -81,8 +81,19 @@ def test_events_hold_no_patient_identifier_or_narrative(mem: MsmMem, tmp_path: P
     blob = b"\n".join(payloads)
     pseudonym = mem.audit.pseudonym(PATIENT)
     assert pseudonym.startswith("pt-") and pseudonym.encode() in blob
-    for secret in (PATIENT, "998877", QUESTION, "zebra", ANSWER, "zebrastripe", CORRECTION, "quokka", "follow up",
-                   "ACC-1", "ACC-3"):  # fmt: skip
+    for secret in (
+        PATIENT,
+        "998877",
+        QUESTION,
+        "zebra",
+        ANSWER,
+        "zebrastripe",
+        CORRECTION,
+        "quokka",
+        "follow up",
+        "ACC-1",
+        "ACC-3",
+    ):
         assert secret.encode() not in blob, secret
     actions = {e.action for e in audit_events(mem.store)}
     assert {"consent", "write", "read", "consolidate", "hold", "semantic_update", "critic_reject", "decay"} <= actions
@@ -208,9 +219,16 @@ def test_forged_insert_with_valid_links_names_the_next_slot(tmp_path: Path, caps
     k = head // 2
     con = _db(directory)
     prev_payload, prev_hash = _row(con, k - 1)
-    forged = ChainBuilder(k - 1, prev_hash).next(time=T0, actor="mallory", role="admin", action="read",
-                                                 source_tier="ltm", target_tier="stm", purpose="treatment",
-                                                 outcome="success")  # fmt: skip
+    forged = ChainBuilder(k - 1, prev_hash).next(
+        time=T0,
+        actor="mallory",
+        role="admin",
+        action="read",
+        source_tier="ltm",
+        target_tier="stm",
+        purpose="treatment",
+        outcome="success",
+    )
     _shift(con, k)
     con.execute("INSERT INTO audit VALUES (?, ?, ?)", forged.row())
     con.close()
@@ -240,8 +258,19 @@ def test_recomputed_chain_after_checkpoint(tmp_path: Path, capsys: pytest.Captur
     builder = ChainBuilder(k - 1, _row(con, k - 1)[1])
     for seq in range(k, head + 1):
         event = AuditEvent.from_row(seq, *_row(con, seq))
-        names = ("time", "role", "action", "source_tier", "target_tier", "purpose", "outcome", "record_ids",
-                 "patient", "consent_id", "reason")  # fmt: skip
+        names = (
+            "time",
+            "role",
+            "action",
+            "source_tier",
+            "target_tier",
+            "purpose",
+            "outcome",
+            "record_ids",
+            "patient",
+            "consent_id",
+            "reason",
+        )
         rewritten = builder.next(actor="mallory", **{f: getattr(event, f) for f in names})
         sql = "UPDATE audit SET payload = ?, event_hash = ? WHERE seq = ?"
         con.execute(sql, (rewritten.payload(), rewritten.event_hash, seq))
@@ -257,8 +286,22 @@ def test_open_handle_continues_after_another_handle_appends(mem: MsmMem, tmp_pat
     """Events appended through another handle (the CLI) do not break the next turn of an open handle."""
     mem.ask(PATIENT, _png(tmp_path, 1), QUESTION)
     assert main(["audit", "checkpoint", str(mem.directory)]) == 0
-    assert main(["consent", "grant", str(mem.directory), "--patient", "*", "--grantee", "role:auditor",
-                 "--purpose", "treatment"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "consent",
+                "grant",
+                str(mem.directory),
+                "--patient",
+                "*",
+                "--grantee",
+                "role:auditor",
+                "--purpose",
+                "treatment",
+            ]
+        )
+        == 0
+    )
     head = mem.store.audit_head()[0]
     mem.ask(PATIENT, _png(tmp_path, 2), QUESTION)  # would fail if the handle chained after a stale head
     new = audit_events(mem.store)[head:]
@@ -345,9 +388,18 @@ def paged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with MsmMem.init(directory, clock=FixedClock(T0)) as mem:
         mem.audit.checkpoint_every = 10**9
         for size in (PAGE, PAGE + 1, PAGE + 50):
-            specs = [mem.audit.spec(actor="rad-1", role="clinician", action="read", source_tier="ltm",
-                                    target_tier="stm", purpose="treatment", record_ids=[f"E-{i}"])
-                     for i in range(size - mem.store.audit_head()[0])]  # fmt: skip
+            specs = [
+                mem.audit.spec(
+                    actor="rad-1",
+                    role="clinician",
+                    action="read",
+                    source_tier="ltm",
+                    target_tier="stm",
+                    purpose="treatment",
+                    record_ids=[f"E-{i}"],
+                )
+                for i in range(size - mem.store.audit_head()[0])
+            ]
             mem.audit.write(WriteBatch(), specs)
             assert mem.audit.checkpoint()[0] == size
     return directory
@@ -370,10 +422,20 @@ def _recompute(con: sqlite3.Connection, k: int) -> None:
     """Rewrite events k.. with valid hashes and links (caught only by the checkpoints)."""
     builder = ChainBuilder(k - 1, _row(con, k - 1)[1])
     for (seq,) in con.execute("SELECT seq FROM audit WHERE seq >= ? ORDER BY seq", (k,)).fetchall():
-        rewritten = builder.next(time=T0, actor="mallory", role="admin", action="read", source_tier="ltm",
-                                 target_tier="stm", purpose="treatment", outcome="success")  # fmt: skip
-        con.execute("UPDATE audit SET payload = ?, event_hash = ? WHERE seq = ?",
-                    (rewritten.payload(), rewritten.event_hash, seq))  # fmt: skip
+        rewritten = builder.next(
+            time=T0,
+            actor="mallory",
+            role="admin",
+            action="read",
+            source_tier="ltm",
+            target_tier="stm",
+            purpose="treatment",
+            outcome="success",
+        )
+        con.execute(
+            "UPDATE audit SET payload = ?, event_hash = ? WHERE seq = ?",
+            (rewritten.payload(), rewritten.event_hash, seq),
+        )
 
 
 #: tampering at the page boundary -> (event attacked, first bad seq)

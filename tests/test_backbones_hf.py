@@ -50,33 +50,53 @@ def _build(folder: Path, chat_template: str | None) -> Path:
     specials = ["<pad>", "<unk>", "<s>", "</s>", "<image>"]
     tok.train_from_iterator(CORPUS, trainers.WordLevelTrainer(special_tokens=specials))
     fast = tf.PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", bos_token="<s>",
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        bos_token="<s>",
         eos_token="</s>",
-    )  # fmt: skip
+    )
     image_cls = getattr(tf, "CLIPImageProcessorPil", tf.CLIPImageProcessor)  # no torchvision
     images = image_cls(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
     processor = tf.LlavaProcessor(  # type: ignore[no-untyped-call]
-        image_processor=images, tokenizer=fast, patch_size=8, image_token="<image>",
-        vision_feature_select_strategy="default", num_additional_image_tokens=1,
+        image_processor=images,
+        tokenizer=fast,
+        patch_size=8,
+        image_token="<image>",
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
         chat_template=chat_template,
-    )  # fmt: skip
+    )
     vision = tf.CLIPVisionConfig(
-        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        image_size=16, patch_size=8, projection_dim=16,
-    )  # fmt: skip
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=16,
+        patch_size=8,
+        projection_dim=16,
+    )
     text = tf.LlamaConfig(
-        vocab_size=len(fast), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
-        pad_token_id=fast.pad_token_id, bos_token_id=fast.bos_token_id,
+        vocab_size=len(fast),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=fast.pad_token_id,
+        bos_token_id=fast.bos_token_id,
         eos_token_id=fast.eos_token_id,
-    )  # fmt: skip
+    )
     image_id = fast.convert_tokens_to_ids("<image>")
     assert isinstance(image_id, int)
     config = tf.LlavaConfig(
-        vision_config=vision, text_config=text, vision_feature_layer=-1,
+        vision_config=vision,
+        text_config=text,
+        vision_feature_layer=-1,
         image_token_index=image_id,
         vision_feature_select_strategy="default",
-    )  # fmt: skip
+    )
     torch.manual_seed(0)
     tf.LlavaForConditionalGeneration(config).save_pretrained(folder)
     processor.save_pretrained(folder)

@@ -18,8 +18,7 @@ from msm_mem.plugins.backbones import (
 from msm_mem.plugins.backbones.nonparametric import EMPTY_ANSWER, NonparametricBackbone
 
 
-def c(id_: str, text: str, weight: float, time: float = 0.0, kind: str = "episodic",
-      decision: str = "") -> Candidate:  # fmt: skip
+def c(id_: str, text: str, weight: float, time: float = 0.0, kind: str = "episodic", decision: str = "") -> Candidate:
     return Candidate(id_, kind, text, decision, weight, time)
 
 
@@ -104,8 +103,9 @@ def test_ties_break_by_recency_then_text() -> None:
 
 def test_winner_decision_comes_from_its_most_recent_candidate() -> None:
     """The reply's text and decision are those of the winning answer's most recent candidate."""
-    reply = ask(c("E-1", "Effusion", 0.5, time=1, decision="drain"),
-                c("E-2", "effusion", 0.5, time=8, decision="observe"))  # fmt: skip
+    reply = ask(
+        c("E-1", "Effusion", 0.5, time=1, decision="drain"), c("E-2", "effusion", 0.5, time=8, decision="observe")
+    )
     assert (reply.answer, reply.decision) == ("effusion", "observe")
 
 

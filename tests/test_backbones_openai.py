@@ -235,9 +235,8 @@ def test_base_url_must_be_http_or_https(url: str) -> None:
 
 @pytest.mark.parametrize(
     "options",
-    [{"model": ""}, {"timeout_s": 0}, {"retries": -1}, {"backoff_s": -1.0}, {"max_tokens": 0},
-     {"temperature": -0.5}],
-)  # fmt: skip
+    [{"model": ""}, {"timeout_s": 0}, {"retries": -1}, {"backoff_s": -1.0}, {"max_tokens": 0}, {"temperature": -0.5}],
+)
 def test_invalid_options_raise_invalid_input(options: dict[str, object]) -> None:
     """Out-of-range settings are refused at construction."""
     kw: dict[str, object] = {"model": "m", **options}

@@ -15,12 +15,14 @@ def _z(*values: float) -> np.ndarray:
 
 
 def _known() -> KnownStudies:
-    return KnownStudies([
-        Known("p1", 10.0, "s1", "Pleural effusion.", _z(1, 0, 0)),
-        Known("p1", 20.0, "s2", "Cardiomegaly.", _z(0, 1, 0)),
-        Known("p2", 15.0, "s3", "pleural effusion", _z(0, 0, 1)),
-        Known("p3", 5.0, "s4", "Cardiomegaly", _z(0.9, 0.1, 0)),
-    ])  # fmt: skip
+    return KnownStudies(
+        [
+            Known("p1", 10.0, "s1", "Pleural effusion.", _z(1, 0, 0)),
+            Known("p1", 20.0, "s2", "Cardiomegaly.", _z(0, 1, 0)),
+            Known("p2", 15.0, "s3", "pleural effusion", _z(0, 0, 1)),
+            Known("p3", 5.0, "s4", "Cardiomegaly", _z(0.9, 0.1, 0)),
+        ]
+    )
 
 
 def test_prior_is_the_most_frequent_normalised_answer_in_its_latest_wording() -> None:
@@ -31,8 +33,13 @@ def test_prior_is_the_most_frequent_normalised_answer_in_its_latest_wording() ->
 
 def test_prior_counts_after_normalisation() -> None:
     """ "The effusion." and "effusion" are one answer with two votes."""
-    known = KnownStudies([Known("a", 1, "1", "The effusion.", _z(1, 0)), Known("b", 2, "2", "effusion", _z(0, 1)),
-                          Known("c", 3, "3", "edema", _z(1, 1))])  # fmt: skip
+    known = KnownStudies(
+        [
+            Known("a", 1, "1", "The effusion.", _z(1, 0)),
+            Known("b", 2, "2", "effusion", _z(0, 1)),
+            Known("c", 3, "3", "edema", _z(1, 1)),
+        ]
+    )
     assert known.prior() == "effusion"
 
 

@@ -1,4 +1,4 @@
-"""Tests for msm_mem.governance.checkpoint: signing, the JSONL log and chain comparison."""
+"""Tests for msm_mem._governance.checkpoint: signing, the JSONL log and chain comparison."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from msm_mem._errors import AuditChainBroken, CanonicalJSONError, InvalidInput, StoreError
-from msm_mem.governance.audit_chain import GENESIS, ChainBuilder
-from msm_mem.governance.checkpoint import (
+from msm_mem._governance.audit_chain import GENESIS, ChainBuilder
+from msm_mem._governance.checkpoint import (
     Checkpoint,
     CheckpointLog,
     CheckpointSigner,
@@ -31,11 +31,17 @@ def hashes(n: int, tag: str = "a") -> list[str]:
     builder = ChainBuilder()
     return [
         builder.next(
-            time=float(i), actor=tag, role="r", action="write", source_tier="stm",
-            target_tier="ltm", purpose="treatment", outcome="success",
+            time=float(i),
+            actor=tag,
+            role="r",
+            action="write",
+            source_tier="stm",
+            target_tier="ltm",
+            purpose="treatment",
+            outcome="success",
         ).event_hash
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 def lookup(chain: list[str]) -> Any:
@@ -95,8 +101,11 @@ def test_signature_covers_every_field(signer: CheckpointSigner, tmp_path: Path) 
     cp = signer.sign("node-1", 3, "ab" * 32, 1_700_000_000.5)
     assert cp.verify(signer.public_key) and cp.verify(signer.public_key_bytes)
     assert json.loads(cp.message()) == {
-        "origin": "node-1", "size": 3, "head_hash": "ab" * 32, "time": 1_700_000_000.5,
-    }  # fmt: skip
+        "origin": "node-1",
+        "size": 3,
+        "head_hash": "ab" * 32,
+        "time": 1_700_000_000.5,
+    }
     for change in ({"origin": "node-2"}, {"size": 4}, {"head_hash": "cd" * 32}, {"time": 1.0}):
         fields = {f: getattr(cp, f) for f in ("origin", "size", "head_hash", "time", "signature")}
         forged = Checkpoint(**{**fields, **change})
@@ -107,9 +116,15 @@ def test_signature_covers_every_field(signer: CheckpointSigner, tmp_path: Path) 
 
 @pytest.mark.parametrize(
     "args",
-    [("", 1, "ab" * 32, 0.0), ("n", -1, "ab" * 32, 0.0), ("n", 1, "AB" * 32, 0.0),
-     ("n", 0, "ab" * 32, 0.0), ("n", 1, "ab" * 32, float("inf")), ("n", True, "ab" * 32, 0.0)],
-)  # fmt: skip
+    [
+        ("", 1, "ab" * 32, 0.0),
+        ("n", -1, "ab" * 32, 0.0),
+        ("n", 1, "AB" * 32, 0.0),
+        ("n", 0, "ab" * 32, 0.0),
+        ("n", 1, "ab" * 32, float("inf")),
+        ("n", True, "ab" * 32, 0.0),
+    ],
+)
 def test_sign_rejects_malformed_fields(signer: CheckpointSigner, args: tuple[Any, ...]) -> None:
     """Empty origin, negative size, bad hash, non-GENESIS empty head, infinite time fail."""
     with pytest.raises(InvalidInput):

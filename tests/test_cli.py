@@ -393,8 +393,7 @@ def test_ask_with_a_bad_image_fails_and_writes_nothing(
 def test_ask_with_an_empty_question_fails(capsys: pytest.CaptureFixture[str], store: Path, data: Path) -> None:
     """A blank question exits 1 with one error line and writes nothing."""
     before = _counts(store)
-    rc, _, err = _run(capsys, "ask", store, "--patient", "p1", "--image", data / "img1.png",
-                      "--question", "   ")  # fmt: skip
+    rc, _, err = _run(capsys, "ask", store, "--patient", "p1", "--image", data / "img1.png", "--question", "   ")
     assert rc == 1
     _one_line_error(err)
     assert _counts(store) == before

@@ -14,9 +14,28 @@ def test_eval_writes_reports_and_prints_table1(capsys: pytest.CaptureFixture[str
     """`msm-mem eval` on a small synthetic set exits 0, prints Table 1 and writes the reports;
     the data set options reach the loader (12 patients)."""
     out = tmp_path / "out"
-    code = main(["eval", "--dataset", "synthetic", str(tmp_path / "data"), "--out", str(out), "--configs", "s,sev",
-                 "--option", "patients=12", "--option", "size=64", "--bootstrap", "20", "--no-progress",
-                 "--no-plots", "--jobs", "1"])  # fmt: skip
+    code = main(
+        [
+            "eval",
+            "--dataset",
+            "synthetic",
+            str(tmp_path / "data"),
+            "--out",
+            str(out),
+            "--configs",
+            "s,sev",
+            "--option",
+            "patients=12",
+            "--option",
+            "size=64",
+            "--bootstrap",
+            "20",
+            "--no-progress",
+            "--no-plots",
+            "--jobs",
+            "1",
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0
     assert "# Table 1" in printed and "| SEV | ✓ | ✓ | ✓ |" in printed
@@ -26,14 +45,18 @@ def test_eval_writes_reports_and_prints_table1(capsys: pytest.CaptureFixture[str
     assert not list(out.glob("*.png"))
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--configs", "SX"], "unknown memory configuration"),
-    (["--option", "patients"], "KEY=VALUE"),
-    (["--option", "colour=3"], "unknown option"),
-    (["--bootstrap", "0"], "--bootstrap"),
-])  # fmt: skip
-def test_eval_bad_arguments_are_one_line_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                                args: list[str], message: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--configs", "SX"], "unknown memory configuration"),
+        (["--option", "patients"], "KEY=VALUE"),
+        (["--option", "colour=3"], "unknown option"),
+        (["--bootstrap", "0"], "--bootstrap"),
+    ],
+)
+def test_eval_bad_arguments_are_one_line_errors(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str], message: str
+) -> None:
     """Bad configurations, options or bootstrap counts exit 1 with one `error:` line."""
     code = main(["eval", "--dataset", "synthetic", str(tmp_path / "d"), "--out", str(tmp_path / "o"), *args])
     err = capsys.readouterr().err

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from msm_mem._api.mem import MsmMem
 from msm_mem._errors import ConsentDenied
-from msm_mem.interfaces.api import MsmMem
+from msm_mem._memory.tiers import Actor
 from msm_mem.interfaces.cli import main
-from msm_mem.memory.tiers import Actor
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import png as _png
 
@@ -44,16 +44,35 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 
 def _grant(capsys: pytest.CaptureFixture[str], directory: Path, *extra: str) -> str:
-    code, out, err = _run(capsys, "consent", "grant", str(directory), "--patient", "P1", "--grantee", "role:agent",
-                          "--purpose", "treatment", *extra)  # fmt: skip
+    code, out, err = _run(
+        capsys,
+        "consent",
+        "grant",
+        str(directory),
+        "--patient",
+        "P1",
+        "--grantee",
+        "role:agent",
+        "--purpose",
+        "treatment",
+        *extra,
+    )
     assert code == 0, err
     consent_id = out.strip()
     assert consent_id.startswith("C-")
     return consent_id
 
 
-COMMANDS = [["consent", "grant"], ["consent", "revoke"], ["consent", "list"], ["audit", "verify"],
-            ["audit", "checkpoint"], ["keys", "rotate"], ["keys", "shred"], ["maintain"]]  # fmt: skip
+COMMANDS = [
+    ["consent", "grant"],
+    ["consent", "revoke"],
+    ["consent", "list"],
+    ["audit", "verify"],
+    ["audit", "checkpoint"],
+    ["keys", "rotate"],
+    ["keys", "shred"],
+    ["maintain"],
+]
 
 
 @pytest.mark.parametrize("argv", COMMANDS)
@@ -96,7 +115,7 @@ def test_consent_grant_deny_and_period(store_dir: Path, capsys: pytest.CaptureFi
         ["--grantee", "agent"],
         ["--grantee", "role:agent", "--start", "not a time"],
         ["--grantee", "role:agent", "--start", "2021-01-01", "--end", "2020-01-01"],
-    ],  # fmt: skip
+    ],
 )
 def test_consent_grant_refuses_bad_input(store_dir: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     """Malformed consent input exits 1 with one error line and stores nothing."""

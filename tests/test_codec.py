@@ -1,4 +1,4 @@
-"""Tests of the envelope codec at the repository boundary (msm_mem.governance.codec): PHI at rest
+"""Tests of the envelope codec at the repository boundary (msm_mem._governance.codec): PHI at rest
 is ciphertext bound to its place, KEK rotation keeps data readable, shredding unlinks a patient."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from msm_mem._api.mem import MsmMem
 from msm_mem._errors import AccessDenied, DecryptionError
-from msm_mem.governance.codec import SHREDDED
-from msm_mem.governance.crypto import is_token
-from msm_mem.interfaces.api import MsmMem
+from msm_mem._governance.codec import SHREDDED
+from msm_mem._governance.crypto import is_token
+from msm_mem._memory.tiers import Actor
 from msm_mem.interfaces.cli import main
-from msm_mem.memory.tiers import Actor
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import png as _png
 
@@ -41,8 +41,9 @@ def _fill(tmp_path: Path) -> Path:
     mem.agent.backbone = FixedBackbone(ANSWER, DECISION)
     for patient, seed in (("P1", 1), ("P1", 1), ("P2", 2)):
         mem.ask(patient, _png(tmp_path, seed), QUESTION, study_id=f"S{seed}")
-    mem.maintainer.critic_verdict(Actor("rad-1", "critic"), "P2", "S2", accept=False,
-                                  correction="Confirmed wombatoid pneumonia")  # fmt: skip
+    mem.maintainer.critic_verdict(
+        Actor("rad-1", "critic"), "P2", "S2", accept=False, correction="Confirmed wombatoid pneumonia"
+    )
     mem.close()
     return directory
 
@@ -162,7 +163,7 @@ def test_cli_rotate_keeps_every_record_readable(store_dir: Path, capsys: pytest.
     con.close()
     assert len(after) == 1 and not (after & keks)
     with MsmMem.open(store_dir) as mem:
-        from msm_mem.governance.audit_chain import AuditEvent
+        from msm_mem._governance.audit_chain import AuditEvent
 
         last = [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in mem.store.iter_audit()][-1]
         assert (last.action, last.role) == ("key_rotate", "admin")

@@ -1,4 +1,4 @@
-"""Tests of consent (msm_mem.governance.consent): permits, denies, periods, revocation, audit."""
+"""Tests of consent (msm_mem._governance.consent): permits, denies, periods, revocation, audit."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from msm_mem._api.mem import MsmMem
 from msm_mem._errors import ConsentDenied, InvalidInput
+from msm_mem._governance.consent import DATA_CLASSES, ConsentDecision, default_policy, evaluate
+from msm_mem._memory.tiers import Actor
 from msm_mem._records import new_id
 from msm_mem._tier_records import ConsentRecord
-from msm_mem.governance.consent import DATA_CLASSES, ConsentDecision, default_policy, evaluate
-from msm_mem.interfaces.api import MsmMem
-from msm_mem.memory.tiers import Actor
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import audit_events
 
@@ -29,15 +29,29 @@ def _png(folder: Path, seed: int) -> Path:
     return path
 
 
-def _consent(patient: str = "P1", grantee: str = "role:agent", purpose: str = "treatment", decision: str = "permit",
-             classes: tuple[str, ...] = ("*",), start: float = 0.0, end: float | None = None,
-             revoked_at: float | None = None) -> ConsentRecord:  # fmt: skip
+def _consent(
+    patient: str = "P1",
+    grantee: str = "role:agent",
+    purpose: str = "treatment",
+    decision: str = "permit",
+    classes: tuple[str, ...] = ("*",),
+    start: float = 0.0,
+    end: float | None = None,
+    revoked_at: float | None = None,
+) -> ConsentRecord:
     return ConsentRecord(new_id("C"), patient, grantee, purpose, decision, classes, start, end, T0, revoked_at)
 
 
-def _ask(consents: list[ConsentRecord], *, patient: str = "P1", actor: str = "a1", role: str = "agent",
-         purpose: str = "treatment", classes: tuple[str, ...] = DATA_CLASSES,
-         when: float = T0) -> ConsentDecision:  # fmt: skip
+def _ask(
+    consents: list[ConsentRecord],
+    *,
+    patient: str = "P1",
+    actor: str = "a1",
+    role: str = "agent",
+    purpose: str = "treatment",
+    classes: tuple[str, ...] = DATA_CLASSES,
+    when: float = T0,
+) -> ConsentDecision:
     return evaluate(consents, patient=patient, actor=actor, role=role, purpose=purpose, classes=classes, when=when)
 
 
@@ -143,7 +157,7 @@ def test_revoked_deny_no_longer_denies() -> None:
         {"patient": ""},
         {"classes": ()},
         {"start": T0, "end": T0},
-    ],  # fmt: skip
+    ],
 )
 def test_malformed_consent_records_are_refused(kwargs: dict[str, object]) -> None:
     """Consent records validate decision, grantee, purpose, patient, classes and period."""
@@ -293,8 +307,10 @@ def test_grant_refuses_unknown_classes_and_roles(tmp_path: Path) -> None:
     mem = MsmMem.init(tmp_path / "g", policy=[])
     try:
         before = len(mem.store.consents())
-        for bad in (ConsentRecord("C-x", "P1", "role:agent", "treatment", "permit", ("episodc",), 0.0),
-                    ConsentRecord("C-y", "P1", "role:clinican", "treatment", "permit", ("*",), 0.0)):  # fmt: skip
+        for bad in (
+            ConsentRecord("C-x", "P1", "role:agent", "treatment", "permit", ("episodc",), 0.0),
+            ConsentRecord("C-y", "P1", "role:clinican", "treatment", "permit", ("*",), 0.0),
+        ):
             with pytest.raises(_Invalid):
                 mem.grant([bad])
         assert len(mem.store.consents()) == before

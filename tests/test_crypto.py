@@ -1,4 +1,4 @@
-"""Tests of msm_mem.governance.crypto: AES-GCM primitives and per-patient envelope encryption."""
+"""Tests of msm_mem._governance.crypto: AES-GCM primitives and per-patient envelope encryption."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from msm_mem._errors import AccessDenied, DecryptionError, InvalidInput
-from msm_mem.governance.crypto import (
+from msm_mem._governance.crypto import (
     EnvelopeCipher,
     aes_gcm_decrypt,
     aes_gcm_encrypt,
     is_token,
 )
-from msm_mem.governance.keys import (
+from msm_mem._governance.keys import (
     InMemoryKeyProvider,
     InMemoryWrappedKeyStore,
     KeyProvider,

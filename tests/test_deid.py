@@ -1,4 +1,4 @@
-"""Tests of msm_mem.governance.deid: Safe Harbor scanning and scrubbing of free text."""
+"""Tests of msm_mem._governance.deid: Safe Harbor scanning and scrubbing of free text."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msm_mem.governance.deid import Category, Finding, find_identifiers, scrub
+from msm_mem._governance.deid import Category, Finding, find_identifiers, scrub
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 COVID_CSV = SHARED / "data" / "covid-cxr" / "metadata.csv"

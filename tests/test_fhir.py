@@ -1,4 +1,4 @@
-"""Tests of msm_mem.governance.fhir: the audit tier as FHIR R5 AuditEvent resources (IHE BALP)."""
+"""Tests of msm_mem._governance.fhir: the audit tier as FHIR R5 AuditEvent resources (IHE BALP)."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from PIL import Image
 
 import msm_mem
 from msm_mem import AuditChainBroken, ConsentDenied, InvalidInput, ManifestRow, SqliteStore
+from msm_mem._governance.audit_chain import GENESIS, AuditEvent, ChainBuilder
+from msm_mem._governance.fhir import CHAIN_EXTENSION, export_fhir, iter_fhir, to_fhir, verify_fhir
+from msm_mem._memory.tiers import Actor
 from msm_mem._tier_records import ConsentRecord
-from msm_mem.governance.audit_chain import GENESIS, AuditEvent, ChainBuilder
-from msm_mem.governance.fhir import CHAIN_EXTENSION, export_fhir, iter_fhir, to_fhir, verify_fhir
 from msm_mem.interfaces.cli import main
-from msm_mem.memory.tiers import Actor
 from msm_mem.testing import FixedClock
 
 PATIENT = "PATIENT-SECRET-7731"
@@ -47,13 +47,22 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mem = msm_mem.MsmMem.init(root / "s", clock=FixedClock())
     try:
         images = [_png(root / f"i{i}.png", i) for i in range(3)]
-        mem.ingest([
-            ManifestRow(PATIENT, "s1", 1.6e9, images[0], QUESTION, "small left pleural effusion", "report"),
-            ManifestRow(PATIENT, "s2", 1.61e9, images[1], QUESTION, "pleural effusion resolved"),
-        ])  # fmt: skip
+        mem.ingest(
+            [
+                ManifestRow(PATIENT, "s1", 1.6e9, images[0], QUESTION, "small left pleural effusion", "report"),
+                ManifestRow(PATIENT, "s2", 1.61e9, images[1], QUESTION, "pleural effusion resolved"),
+            ]
+        )
         mem.ask(PATIENT, images[2], QUESTION)
-        deny = ConsentRecord(consent_id="C-deny-research", patient_id=PATIENT, grantee="actor:x",
-                             purpose="research", decision="deny", data_classes=("*",), start=0.0)  # fmt: skip
+        deny = ConsentRecord(
+            consent_id="C-deny-research",
+            patient_id=PATIENT,
+            grantee="actor:x",
+            purpose="research",
+            decision="deny",
+            data_classes=("*",),
+            start=0.0,
+        )
         mem.grant([deny])
         with pytest.raises(ConsentDenied):
             mem.governed.begin(Actor("x", "agent"), PATIENT, "research")
@@ -95,13 +104,35 @@ def _codes(concept: dict[str, Any]) -> dict[str, str]:
     return {c["system"]: c["code"] for c in concept.get("coding", [])}
 
 
-def _event(action: str = "write", *, outcome: str = "success", role: str = "agent", purpose: str = "treatment",
-           time: float = 1_700_000_000.0, reason: str = "", patient: str = "pt-abc", consent_id: str = "",
-           record_ids: tuple[str, ...] = ("E-1",), actor: str = "a1", tier: str = "stm") -> AuditEvent:  # fmt: skip
+def _event(
+    action: str = "write",
+    *,
+    outcome: str = "success",
+    role: str = "agent",
+    purpose: str = "treatment",
+    time: float = 1_700_000_000.0,
+    reason: str = "",
+    patient: str = "pt-abc",
+    consent_id: str = "",
+    record_ids: tuple[str, ...] = ("E-1",),
+    actor: str = "a1",
+    tier: str = "stm",
+) -> AuditEvent:
     """One chained event with the given fields."""
-    return ChainBuilder().next(time=time, actor=actor, role=role, action=action, source_tier=tier, target_tier="ltm",
-                               purpose=purpose, outcome=outcome, record_ids=record_ids, patient=patient,
-                               consent_id=consent_id, reason=reason)  # fmt: skip
+    return ChainBuilder().next(
+        time=time,
+        actor=actor,
+        role=role,
+        action=action,
+        source_tier=tier,
+        target_tier="ltm",
+        purpose=purpose,
+        outcome=outcome,
+        record_ids=record_ids,
+        patient=patient,
+        consent_id=consent_id,
+        reason=reason,
+    )
 
 
 # the export as a whole ----------------------------------------------------------------------
@@ -156,8 +187,11 @@ def test_patient_read_follows_the_balp_pattern(exported: tuple[Path, list[dict[s
         assert r["outcome"]["code"] == {"system": OUTCOME_SYSTEM, "code": "0", "display": "Success"}
         assert r["recorded"].endswith("Z") and r["recorded"].startswith("2023-11-14T22:13:20")
         assert r["patient"]["identifier"]["value"] == stored["patient"]
-        records = [e["what"]["identifier"]["value"] for e in r["entity"]
-                   if e["what"]["identifier"]["system"] == "urn:msm-mem:record"]  # fmt: skip
+        records = [
+            e["what"]["identifier"]["value"]
+            for e in r["entity"]
+            if e["what"]["identifier"]["system"] == "urn:msm-mem:record"
+        ]
         assert records == stored["record_ids"] and records
         (agent,) = r["agent"]
         assert agent["requestor"] is True and agent["who"]["identifier"]["value"] == stored["actor"]
@@ -191,12 +225,26 @@ def test_consent_deny_is_a_serious_failure_with_the_reason(
 
 @pytest.mark.parametrize(
     ("action", "verb", "category"),
-    [("write", "C", "110110"), ("consolidate", "C", "110110"), ("critic_promote", "C", "110110"),
-     ("semantic_update", "U", "110110"), ("supersede", "U", "110110"), ("decay", "U", "110110"),
-     ("expire", "D", "110110"), ("retract", "D", "110110"), ("discard", "D", "110110"), ("hold", "E", "110110"),
-     ("consent_grant", "C", "110113"), ("consent_revoke", "U", "110113"), ("key_rotate", "E", "110113"),
-     ("export", "R", "110106"), ("import", "C", "110107"), ("turn", "E", "110100"), ("no_such_action", "E", "110100")],
-)  # fmt: skip
+    [
+        ("write", "C", "110110"),
+        ("consolidate", "C", "110110"),
+        ("critic_promote", "C", "110110"),
+        ("semantic_update", "U", "110110"),
+        ("supersede", "U", "110110"),
+        ("decay", "U", "110110"),
+        ("expire", "D", "110110"),
+        ("retract", "D", "110110"),
+        ("discard", "D", "110110"),
+        ("hold", "E", "110110"),
+        ("consent_grant", "C", "110113"),
+        ("consent_revoke", "U", "110113"),
+        ("key_rotate", "E", "110113"),
+        ("export", "R", "110106"),
+        ("import", "C", "110107"),
+        ("turn", "E", "110100"),
+        ("no_such_action", "E", "110100"),
+    ],
+)
 def test_action_mapping(action: str, verb: str, category: str) -> None:
     """Each stored action maps to its documented AuditEvent.action and DICOM category; the action stays."""
     resource = to_fhir(_event(action))
@@ -216,9 +264,16 @@ def test_error_outcome_is_serious_failure_kept_apart_from_denied() -> None:
 
 @pytest.mark.parametrize(
     ("purpose", "code"),
-    [("treatment", "TREAT"), ("operations", "HOPERAT"), ("research", "HRESCH"), ("export", "RECORDMGT"),
-     ("erasure", "RECORDMGT"), ("*", None), ("teaching file", None)],
-)  # fmt: skip
+    [
+        ("treatment", "TREAT"),
+        ("operations", "HOPERAT"),
+        ("research", "HRESCH"),
+        ("export", "RECORDMGT"),
+        ("erasure", "RECORDMGT"),
+        ("*", None),
+        ("teaching file", None),
+    ],
+)
 def test_purpose_becomes_authorization(purpose: str, code: str | None) -> None:
     """The purpose maps to its v3-ActReason code (when one is documented) and keeps its own text."""
     (concept,) = to_fhir(_event(purpose=purpose))["authorization"]
@@ -232,8 +287,9 @@ def test_role_types_and_consent_entities() -> None:
     FhirAuditEvent.model_validate(grant)
     assert "patient" not in grant  # a grant for every patient names none
     assert [e["what"]["identifier"] for e in grant["entity"]] == [{"system": "urn:msm-mem:consent", "value": "C-1"}]
-    assert _codes(grant["agent"][0]["type"]) == {"http://terminology.hl7.org/CodeSystem/extra-security-role-type":
-                                                 "humanuser"}  # fmt: skip
+    assert _codes(grant["agent"][0]["type"]) == {
+        "http://terminology.hl7.org/CodeSystem/extra-security-role-type": "humanuser"
+    }
     assert _codes(to_fhir(_event(role="agent"))["agent"][0]["type"]) == {DCM: "110150"}
 
 
@@ -255,19 +311,36 @@ def test_strings_fhir_cannot_hold_are_escaped() -> None:
 
 
 @given(
-    text=st.fixed_dictionaries({
-        "action": st.text(min_size=1, max_size=12), "actor": st.text(min_size=1, max_size=8),
-        "role": st.text(max_size=8), "purpose": st.text(max_size=12), "reason": st.text(max_size=20),
-        "patient": st.text(max_size=8), "consent_id": st.text(max_size=8), "tier": st.text(max_size=6),
-    }),
-    ids=st.lists(st.text(max_size=8), max_size=3), outcome=st.sampled_from(["success", "denied", "error"]),
-)  # fmt: skip
+    text=st.fixed_dictionaries(
+        {
+            "action": st.text(min_size=1, max_size=12),
+            "actor": st.text(min_size=1, max_size=8),
+            "role": st.text(max_size=8),
+            "purpose": st.text(max_size=12),
+            "reason": st.text(max_size=20),
+            "patient": st.text(max_size=8),
+            "consent_id": st.text(max_size=8),
+            "tier": st.text(max_size=6),
+        }
+    ),
+    ids=st.lists(st.text(max_size=8), max_size=3),
+    outcome=st.sampled_from(["success", "denied", "error"]),
+)
 def test_any_event_maps_to_a_valid_resource(text: dict[str, str], ids: list[str], outcome: str) -> None:
     """For any stored field values, the resource validates, has no empty value, and re-verifies."""
     try:
-        event = _event(text["action"], actor=text["actor"], role=text["role"], purpose=text["purpose"],
-                       reason=text["reason"], patient=text["patient"], consent_id=text["consent_id"],
-                       tier=text["tier"], record_ids=tuple(ids), outcome=outcome)  # fmt: skip
+        event = _event(
+            text["action"],
+            actor=text["actor"],
+            role=text["role"],
+            purpose=text["purpose"],
+            reason=text["reason"],
+            patient=text["patient"],
+            consent_id=text["consent_id"],
+            tier=text["tier"],
+            record_ids=tuple(ids),
+            outcome=outcome,
+        )
     except InvalidInput:  # a lone surrogate cannot be stored at all
         return
     resource = to_fhir(event)
@@ -319,8 +392,9 @@ def _swap_payload(r: dict[str, Any]) -> dict[str, Any]:
     [_set_outcome, _swap_payload, lambda r: None, lambda r: "not a resource"],
     ids=["edited-field", "changed-payload", "dropped-line", "foreign-line"],
 )
-def test_verify_names_the_first_tampered_line(exported: tuple[Path, list[dict[str, Any]], SqliteStore],
-                                              change: Any) -> None:  # fmt: skip
+def test_verify_names_the_first_tampered_line(
+    exported: tuple[Path, list[dict[str, Any]], SqliteStore], change: Any
+) -> None:
     """An edited field, a changed payload, a dropped line or a foreign line fails at that seq."""
     out, _, _ = exported
     _rewrite(out, 6, change)
@@ -336,8 +410,7 @@ def _zero_seq(r: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "change", [lambda r: "{", lambda r: {}, _zero_seq], ids=["json-string", "empty-object", "seq-0"]
 )
-def test_verify_reports_a_bad_first_line(exported: tuple[Path, list[dict[str, Any]], SqliteStore],
-                                         change: Any) -> None:  # fmt: skip
+def test_verify_reports_a_bad_first_line(exported: tuple[Path, list[dict[str, Any]], SqliteStore], change: Any) -> None:
     """A malformed or impossible first line gives a failed result, not an exception."""
     out, _, _ = exported
     _rewrite(out, 0, change)
@@ -383,12 +456,23 @@ def _tamper(store_dir: Path, seq: int, how: str = "edit") -> None:
             conn.execute("DELETE FROM audit WHERE seq = ?", (seq,))
         else:
             (payload,) = conn.execute("SELECT payload FROM audit WHERE seq = ?", (seq,)).fetchone()
-            event = AuditEvent.from_row(seq, payload, conn.execute(
-                "SELECT event_hash FROM audit WHERE seq = ?", (seq,)).fetchone()[0])  # fmt: skip
+            event = AuditEvent.from_row(
+                seq, payload, conn.execute("SELECT event_hash FROM audit WHERE seq = ?", (seq,)).fetchone()[0]
+            )
             if how == "relink":
-                forged = ChainBuilder(seq - 1, "f" * 64).next(**{k: getattr(event, k) for k in (
-                    "time actor role action source_tier target_tier purpose outcome record_ids patient consent_id"
-                    " reason").split()}).row()  # fmt: skip
+                forged = (
+                    ChainBuilder(seq - 1, "f" * 64)
+                    .next(
+                        **{
+                            k: getattr(event, k)
+                            for k in (
+                                "time actor role action source_tier target_tier purpose outcome"
+                                " record_ids patient consent_id reason"
+                            ).split()
+                        }
+                    )
+                    .row()
+                )
                 conn.execute("UPDATE audit SET payload = ?, event_hash = ? WHERE seq = ?", (forged[1], forged[2], seq))
             else:
                 edited = bytes(payload).replace(b'"outcome":"success"', b'"outcome":"denied"', 1)

@@ -1,4 +1,4 @@
-"""Tests of msm_mem.memory.fusion: section layout, citable lines and the prompt budget."""
+"""Tests of msm_mem._memory.fusion: section layout, citable lines and the prompt budget."""
 
 from __future__ import annotations
 

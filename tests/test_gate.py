@@ -47,9 +47,11 @@ def test_keyword_matches_whole_words_only() -> None:
 
 
 @given(
-    cos=st.floats(-1, 1), tau_low=st.floats(-1, 1), tau_high=st.floats(-1, 1),
+    cos=st.floats(-1, 1),
+    tau_low=st.floats(-1, 1),
+    tau_high=st.floats(-1, 1),
     answer=st.sampled_from(["", "normal", "right lower lobe consolidation", "nothing to see here"]),
-)  # fmt: skip
+)
 def test_lower_tau_never_writes_more(cos: float, tau_low: float, tau_high: float, answer: str) -> None:
     """For any input, a gate with a lower tau writes only when one with a higher tau does."""
     low, high = sorted((tau_low, tau_high))

@@ -1,4 +1,4 @@
-"""Tests of msm_mem.governance.keys: KEK providers, key files and the wrapped-key store."""
+"""Tests of msm_mem._governance.keys: KEK providers, key files and the wrapped-key store."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from msm_mem._errors import DecryptionError, InvalidInput, NotFound
-from msm_mem.governance.keys import (
+from msm_mem._governance.keys import (
     InMemoryKeyProvider,
     InMemoryWrappedKeyStore,
     KeyProvider,

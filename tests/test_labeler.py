@@ -1,4 +1,4 @@
-"""Tests for msm_mem.eval.labeler: a hand-labelled table, hand-computed finding F1, and the
+"""Tests for msm_mem._memory.labeler: a hand-labelled table, hand-computed finding F1, and the
 labels of the whole IU X-ray archive pinned (a change to the labeler that moves any of them
 must say so)."""
 
@@ -13,8 +13,8 @@ import re
 import pytest
 
 from msm_mem._errors import InvalidInput
-from msm_mem.eval import labeler
-from msm_mem.eval.labeler import OBSERVATIONS, finding_f1, label
+from msm_mem._memory.labeler import OBSERVATIONS, finding_f1, label
+from msm_mem._memory import labeler
 
 NF = "No Finding"
 ECM = "Enlarged Cardiomediastinum"

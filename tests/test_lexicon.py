@@ -1,4 +1,4 @@
-"""Tests of msm_mem.memory.lexicon: matching rules, file parsing and the packaged default."""
+"""Tests of msm_mem._memory.lexicon: matching rules, file parsing and the packaged default."""
 
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def test_packaged_default_loads_with_chest_terms() -> None:
 
 def test_packaged_file_has_no_duplicate_or_padded_terms() -> None:
     """Each line of the packaged file is a distinct, trimmed, lower-case term or a comment."""
-    text = resources.files("msm_mem.memory").joinpath("clinical_keywords.txt").read_text("utf-8")
+    text = resources.files("msm_mem._memory").joinpath("clinical_keywords.txt").read_text("utf-8")
     terms = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
     assert len(terms) == len(set(terms))
     assert all(t == t.strip().lower() for t in terms)

@@ -1,4 +1,4 @@
-"""Tests of msm_mem.storage.location: which store of record a memory directory names (no server)."""
+"""Tests of msm_mem._storage.location: which store of record a memory directory names (no server)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from msm_mem._api.mem import MsmMem
 from msm_mem._errors import InvalidInput, StoreError
-from msm_mem._tier_records import ConsentRecord
-from msm_mem.interfaces.api import MsmMem
-from msm_mem.interfaces.cli import main
-from msm_mem.storage.location import (
+from msm_mem._storage.location import (
     LOCATION_FILE,
     ServerLocation,
     is_store,
     read_location,
     without_password,
 )
+from msm_mem._tier_records import ConsentRecord
+from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedClock
 
 
@@ -99,8 +99,12 @@ def test_without_password_drops_only_the_password(dsn: str) -> None:
     stripped = without_password(dsn)
     assert "s3cret" not in stripped
     assert conninfo_to_dict(stripped) == {
-        "host": "db.internal", "port": "5433", "dbname": "clinic", "user": "msm", "sslmode": "require",
-    }  # fmt: skip
+        "host": "db.internal",
+        "port": "5433",
+        "dbname": "clinic",
+        "user": "msm",
+        "sslmode": "require",
+    }
 
 
 def test_bad_database_url_and_schema_are_refused_before_anything_is_made(tmp_path: Path) -> None:
@@ -128,7 +132,7 @@ def test_database_url_does_not_apply_to_an_embedded_store(tmp_path: Path) -> Non
 
 def test_a_failing_undo_does_not_hide_why_init_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """When init fails and undoing it fails too, the first error is raised, with a note."""
-    import msm_mem.interfaces.api as api
+    import msm_mem._api.mem as api
 
     def broken(*args: object) -> None:
         raise OSError("disk went read-only")

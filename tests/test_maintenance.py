@@ -1,4 +1,4 @@
-"""Tests of maintenance and corrections (msm_mem.memory.maintenance): STM expiry, age-threshold
+"""Tests of maintenance and corrections (msm_mem._memory.maintenance): STM expiry, age-threshold
 consolidation, decay (anonymisation in place, Safe Harbor scan), critic verdicts, shredding."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from msm_mem._api.mem import MsmMem
 from msm_mem._errors import IllegalTransition, InvalidInput, NotFound
+from msm_mem._governance.deid import find_identifiers
+from msm_mem._memory.tiers import Actor
 from msm_mem._records import State
 from msm_mem._tier_records import StmState
-from msm_mem.governance.deid import find_identifiers
-from msm_mem.interfaces.api import MsmMem
-from msm_mem.memory.tiers import Actor
 from msm_mem.plugins.images import load_image
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import audit_events
@@ -27,8 +27,10 @@ ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
 CRITIC = Actor("rad-1", "critic")
 CORRECTION = "Right lower lobe consolidation, pneumonia confirmed"
 #: Safe Harbor identifiers the scanner must not find after decay
-PHI_ANSWER = ("Pneumonia in the right lower lobe per Dr. Alice Walker on March 3, 2020; call 617-555-0123 "
-              "or jdoe@example.com; MRN: 1234567; Boston, MA 02114; 92-year-old man")  # fmt: skip
+PHI_ANSWER = (
+    "Pneumonia in the right lower lobe per Dr. Alice Walker on March 3, 2020; call 617-555-0123 "
+    "or jdoe@example.com; MRN: 1234567; Boston, MA 02114; 92-year-old man"
+)
 PHI_QUESTION = "Dr. Bob Jones asks on March 4, 2020 about MRN: 7654321: any pneumonia?"
 PHI_CORRECTION = "Consolidation seen by Dr. Carol King on 04/05/2020, aged 93, phone (617) 555-0199"
 
@@ -73,8 +75,9 @@ def test_expire_after_ttl_purges_payload(mem: MsmMem, tmp_path: Path, clock: Fix
     (item,) = mem.store.stm_get([item_id])
     assert (item.state, item.payload, item.z) == (StmState.EXPIRED, "", None)
     expire = [e for e in audit_events(mem.store) if e.action == "expire"]
-    assert [(e.role, e.record_ids, e.source_tier, e.target_tier) for e in expire] == [("system", (item_id,), "stm",
-                                                                                       "stm")]  # fmt: skip
+    assert [(e.role, e.record_ids, e.source_tier, e.target_tier) for e in expire] == [
+        ("system", (item_id,), "stm", "stm")
+    ]
     assert mem.audit.verify().ok
 
 
@@ -232,8 +235,14 @@ def _phi_store(mem: MsmMem, folder: Path) -> None:
     g = mem.governed
     turn = g.begin(Actor("ingest", "system"), "PAT-0042", "operations")
     z = mem.encoder.encode([load_image(_png(folder, 3))])[0]
-    item = g.observe(turn, z, PHI_QUESTION, study_id="ACC-778901", media_path=str(_png(folder, 3)),
-                     media_description="Dictated by Dr. Ann Lee, DOB: 01/02/1930, jane.roe@mail.com")  # fmt: skip
+    item = g.observe(
+        turn,
+        z,
+        PHI_QUESTION,
+        study_id="ACC-778901",
+        media_path=str(_png(folder, 3)),
+        media_description="Dictated by Dr. Ann Lee, DOB: 01/02/1930, jane.roe@mail.com",
+    )
     g.consolidate(turn, item, PHI_ANSWER, evidence_tier="ground_truth", confidence=1.0, source="manifest", force=True)
     g.commit(turn)
 
@@ -242,8 +251,16 @@ def _decayed_texts(mem: MsmMem) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for e in mem.store.iter_episodes():
         if e.state == State.ANONYMIZED:
-            out[e.episode_id] = [e.question, e.answer, e.decision, e.media_path, e.media_description, e.study_id,
-                                 e.source, e.patient_id]  # fmt: skip
+            out[e.episode_id] = [
+                e.question,
+                e.answer,
+                e.decision,
+                e.media_path,
+                e.media_description,
+                e.study_id,
+                e.source,
+                e.patient_id,
+            ]
     for v in mem.store.iter_visuals():
         if v.state == State.ANONYMIZED:
             out[v.visual_id] = [v.media_path, v.visual_tag, v.source, v.patient_id]
@@ -258,8 +275,11 @@ def test_decay_anonymises_in_place(mem: MsmMem, tmp_path: Path, clock: FixedCloc
     _phi_store(mem, tmp_path)
     old = {("episodic", e.episode_id) for e in mem.store.iter_episodes()}
     old |= {("visual", v.visual_id) for v in mem.store.iter_visuals()}
-    old_claims = {c.claim_id for k in ("ACC-778899", "ACC-778900", "ACC-778901")
-                  for c in mem.store.claim_history("PAT-0042", f"study:{k}")}  # fmt: skip
+    old_claims = {
+        c.claim_id
+        for k in ("ACC-778899", "ACC-778900", "ACC-778901")
+        for c in mem.store.claim_history("PAT-0042", f"study:{k}")
+    }
     assert mem.maintainer.decay() == (0, 0)  # nothing due yet
     active_claims = {c.claim_id for c in mem.store.claims_active("PAT-0042")}
     active = [e for e in mem.store.iter_episodes() if e.state == State.ACTIVE]

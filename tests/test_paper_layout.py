@@ -47,8 +47,9 @@ def evidence(store: Store, z: np.ndarray) -> list[tuple[str, str, float]]:
 
 @settings(max_examples=10, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(0, 25), seed=st.integers(0, 1000))
-def test_export_then_import_is_identity(make_store: StoreFactory, tmp_path_factory: pytest.TempPathFactory,
-                                        n: int, seed: int) -> None:  # fmt: skip
+def test_export_then_import_is_identity(
+    make_store: StoreFactory, tmp_path_factory: pytest.TempPathFactory, n: int, seed: int
+) -> None:
     """Round trip: same records, same semantic history, identical retrieval results."""
     src, dst = make_store(), make_store()
     zs = populate(src, n, seed)

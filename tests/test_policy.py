@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from msm_mem import BackendError, InvalidInput
-from msm_mem._records import EpisodicRecord, Hit, VisualRecord
-from msm_mem.agent.policy import (
+from msm_mem._agent.policy import (
     MEMORIES,
     BackbonePolicy,
     HeuristicPolicy,
@@ -19,7 +18,8 @@ from msm_mem.agent.policy import (
     Step,
     parse_step,
 )
-from msm_mem.memory.ranking import Score
+from msm_mem._memory.ranking import Score
+from msm_mem._records import EpisodicRecord, Hit, VisualRecord
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 
 Z = np.ones(4, dtype=np.float32) / 2.0
@@ -101,10 +101,22 @@ def test_parse_step_ignores_case_and_runs_of_spaces() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "episodic", "episodic patient 5 please", "I think: episodic patient 5", "episodic\npatient 5",
-     "episodic patient 0", "episodic patient 1000", "episodic patient -1", "semantic population",
-     "semantic patient 5", "STOP now", "procedural patient", "episodic everyone"],
-)  # fmt: skip
+    [
+        "",
+        "episodic",
+        "episodic patient 5 please",
+        "I think: episodic patient 5",
+        "episodic\npatient 5",
+        "episodic patient 0",
+        "episodic patient 1000",
+        "episodic patient -1",
+        "semantic population",
+        "semantic patient 5",
+        "STOP now",
+        "procedural patient",
+        "episodic everyone",
+    ],
+)
 def test_parse_step_is_strict(text: str) -> None:
     """Anything but exactly one step or STOP raises InvalidInput (never a guess)."""
     with pytest.raises(InvalidInput):
@@ -129,7 +141,10 @@ def test_heuristic_reads_s_e_v_in_patient_scope_then_stops_on_strong_evidence() 
     """With similar patient evidence the heuristic reads S, E, V (patient scope) and stops."""
     results = {Step("episodic"): [hit("E-1", 0.9)], Step("visual"): [hit("V-1", 0.8, "visual")]}
     assert run(HeuristicPolicy(), PolicyQuery(QUESTION), results) == [
-        Step("semantic"), Step("episodic"), Step("visual")]  # fmt: skip
+        Step("semantic"),
+        Step("episodic"),
+        Step("visual"),
+    ]
 
 
 def test_heuristic_widens_episodic_to_the_population_without_patient_hits() -> None:
@@ -183,8 +198,11 @@ def test_backbone_policy_follows_parsable_replies_then_stop() -> None:
     """Each reply becomes a step; STOP ends; the prompt lists allowed memories and the history."""
     bb = Scripted("episodic patient 5", "visual population 3", "STOP")
     policy = BackbonePolicy(bb)
-    steps = run(policy, PolicyQuery(QUESTION, frozenset({"episodic", "visual"})),
-                {Step("episodic", "patient", 5): [hit("E-1", 0.91)]})  # fmt: skip
+    steps = run(
+        policy,
+        PolicyQuery(QUESTION, frozenset({"episodic", "visual"})),
+        {Step("episodic", "patient", 5): [hit("E-1", 0.91)]},
+    )
     assert steps == [Step("episodic", "patient", 5), Step("visual", "population", 3)]
     assert "Allowed memories: episodic, visual" in bb.requests[0].prompt
     assert "(none)" in bb.requests[0].prompt

@@ -25,10 +25,10 @@ from msm_mem import (
     VisualRecord,
     WriteBatch,
 )
+from msm_mem._storage.base import PII_FIELDS
+from msm_mem._storage.pgserver_util import local_server
+from msm_mem._storage.postgres import PostgresStore
 from msm_mem._tier_records import AuditRow, Claim, WrappedKey
-from msm_mem.storage.base import PII_FIELDS
-from msm_mem.storage.pgserver_util import local_server
-from msm_mem.storage.postgres import PostgresStore
 from tests.conftest import DIM, random_unit
 
 pytestmark = pytest.mark.postgres
@@ -63,8 +63,10 @@ def make_pg(postgres_url: str) -> Iterator[Make]:
 
 def episodes(n: int, patients: int, seed: int = 0, start: int = 0) -> list[EpisodicRecord]:
     rng = np.random.default_rng(seed)
-    return [EpisodicRecord(f"E-{i}", f"p{i % patients}", 1e9 + i, random_unit(rng), "q?", f"a{i}", study_id=f"s{i}")
-            for i in range(start, start + n)]  # fmt: skip
+    return [
+        EpisodicRecord(f"E-{i}", f"p{i % patients}", 1e9 + i, random_unit(rng), "q?", f"a{i}", study_id=f"s{i}")
+        for i in range(start, start + n)
+    ]
 
 
 def positions(url: str, schema: str, table: str) -> list[int]:
@@ -109,10 +111,13 @@ def test_failing_batch_leaves_nothing(make_pg: Make, postgres_url: str) -> None:
     sem = SemanticState("S-1", "p0", "impression", (Impression(1e9, "t"),))
     claim = Claim("C-1", "p0", "k", "content", "src", 0.9, "agent", created_at=1.0)
     batch = WriteBatch(
-        episodes=episodes(2, 1, start=10), visuals=[VisualRecord("V-1", "p0", 1.0, z)], semantic=[sem],
-        claims=[claim], audit=[AuditRow(1, b"{}", "0" * 64)],
+        episodes=episodes(2, 1, start=10),
+        visuals=[VisualRecord("V-1", "p0", 1.0, z)],
+        semantic=[sem],
+        claims=[claim],
+        audit=[AuditRow(1, b"{}", "0" * 64)],
         changes=[StateChange("episodic", "E-missing", State.ACTIVE, State.SUPERSEDED)],
-    )  # fmt: skip
+    )
     with pytest.raises(NotFound):
         store.write(batch)
     assert (store.count("episodic"), store.count("visual"), store.count("semantic")) == (3, 0, 0)

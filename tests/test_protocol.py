@@ -178,8 +178,7 @@ def test_gate_outcomes_are_recorded_for_memory_configurations_only(truth: Protoc
     assert {a.gate for a in truth.answers if a.arm == "none"} <= {g for g in gates if g.startswith("discarded")}
 
 
-def test_same_seed_same_answers_whatever_the_number_of_processes(data: list[ManifestRow],
-                                                                 truth: ProtocolRun) -> None:  # fmt: skip
+def test_same_seed_same_answers_whatever_the_number_of_processes(data: list[ManifestRow], truth: ProtocolRun) -> None:
     """A second run with 2 worker processes gives exactly the same answers."""
     again = run_protocol(data, ProtocolSettings(configs=("none", "S", "SEV")), dataset="synthetic", jobs=2)
     assert again.answers == truth.answers

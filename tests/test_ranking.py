@@ -1,4 +1,4 @@
-"""Tests of evidence ranking (msm_mem.memory.ranking): composite_k, freshness, decay_at, rerank,
+"""Tests of evidence ranking (msm_mem._memory.ranking): composite_k, freshness, decay_at, rerank,
 and the factors the agent returns in its evidence trail."""
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from msm_mem._records import EpisodicRecord, Hit, Impression, SemanticState
-from msm_mem.interfaces.api import MsmMem
-from msm_mem.memory import ranking
-from msm_mem.memory.ranking import (
+from msm_mem._api.mem import MsmMem
+from msm_mem._memory import ranking
+from msm_mem._memory.ranking import (
     DAY,
     DECAY_THRESHOLD,
     HALF_LIFE_DAYS,
@@ -27,6 +26,7 @@ from msm_mem.memory.ranking import (
     freshness,
     rerank,
 )
+from msm_mem._records import EpisodicRecord, Hit, Impression, SemanticState
 from msm_mem.testing import FixedBackbone, FixedClock
 
 T0 = 1_700_000_000.0
@@ -43,8 +43,16 @@ def _png(folder: Path, seed: int) -> Path:
 def _episode(eid: str, confidence: float, tier: str, timestamp: float) -> EpisodicRecord:
     z = np.zeros(4, dtype=np.float32)
     z[0] = 1.0
-    return EpisodicRecord(episode_id=eid, patient_id="P1", timestamp=timestamp, z=z, question="q?", answer="a",
-                          confidence=confidence, evidence_tier=tier)  # fmt: skip
+    return EpisodicRecord(
+        episode_id=eid,
+        patient_id="P1",
+        timestamp=timestamp,
+        z=z,
+        question="q?",
+        answer="a",
+        confidence=confidence,
+        evidence_tier=tier,
+    )
 
 
 @pytest.fixture
@@ -97,8 +105,11 @@ def test_tier_weights_order() -> None:
     assert ranking.tier_weight("made-up") == ranking.DEFAULT_TIER_WEIGHT
 
 
-@given(confidence=st.floats(0.06, 1.0), tier=st.sampled_from(sorted(TIER_WEIGHTS)),
-       kind=st.sampled_from(sorted(HALF_LIFE_DAYS)))  # fmt: skip
+@given(
+    confidence=st.floats(0.06, 1.0),
+    tier=st.sampled_from(sorted(TIER_WEIGHTS)),
+    kind=st.sampled_from(sorted(HALF_LIFE_DAYS)),
+)
 def test_decay_at_is_when_composite_reaches_the_threshold(confidence: float, tier: str, kind: str) -> None:
     """At decay_at the composite aged from created_at equals DECAY_THRESHOLD (formula and meaning)."""
     start = confidence * TIER_WEIGHTS[tier]
@@ -171,12 +182,13 @@ def test_agent_evidence_trail_carries_every_factor(mem: MsmMem, clock: FixedCloc
 
 def test_critic_verdict_raises_the_rank_of_corrected_evidence(mem: MsmMem, tmp_path: Path) -> None:
     """After a critic's correction the corrected episode ranks with the critic's confidence and weight."""
-    from msm_mem.memory.tiers import Actor
+    from msm_mem._memory.tiers import Actor
 
     image = _png(tmp_path, 1)
     mem.ask("P1", image, "Any consolidation?", study_id="S1")
-    mem.maintainer.critic_verdict(Actor("rad-1", "critic"), "P1", "S1", accept=False,
-                                  correction="Right lower lobe consolidation, pneumonia")  # fmt: skip
+    mem.maintainer.critic_verdict(
+        Actor("rad-1", "critic"), "P1", "S1", accept=False, correction="Right lower lobe consolidation, pneumonia"
+    )
     answer = mem.ask("P1", _png(tmp_path, 2), "Any change?", study_id="S2", write_back=False)
     episodic = [e for e in answer.evidence if e.kind == "episodic"]
     assert len(episodic) == 1

@@ -7,18 +7,26 @@ from pathlib import Path
 import pytest
 
 from msm_mem import IllegalTransition, Impression, SemanticState, SqliteStore, WriteBatch
+from msm_mem._governance.codec import SHREDDED, EnvelopeCodec
+from msm_mem._governance.crypto import EnvelopeCipher
+from msm_mem._governance.keys import InMemoryKeyProvider
 from msm_mem._records import State
+from msm_mem._storage.base import StateChange
 from msm_mem._tier_records import Entity
-from msm_mem.governance.codec import SHREDDED, EnvelopeCodec
-from msm_mem.governance.crypto import EnvelopeCipher
-from msm_mem.governance.keys import InMemoryKeyProvider
-from msm_mem.storage.base import StateChange
 
 
-def state(sid: str, version: int, text: str, supersedes: str | None = None, category: str = "impression",
-          patient: str = "P1") -> SemanticState:  # fmt: skip
-    return SemanticState(sid, patient, category, (Impression(1e9 + version, text, ""),), version,
-                         created_at=1e9 + version, supersedes=supersedes)  # fmt: skip
+def state(
+    sid: str, version: int, text: str, supersedes: str | None = None, category: str = "impression", patient: str = "P1"
+) -> SemanticState:
+    return SemanticState(
+        sid,
+        patient,
+        category,
+        (Impression(1e9 + version, text, ""),),
+        version,
+        created_at=1e9 + version,
+        supersedes=supersedes,
+    )
 
 
 def encrypted(path: Path) -> SqliteStore:
@@ -35,9 +43,12 @@ def test_own_writes_update_the_cached_state_and_entities(tmp_path: Path) -> None
     store.write(WriteBatch(entities=[Entity("N-1", "P1", "finding", "Edema", 5.0)]))
     assert [s.state_id for s in store.semantic_active("P1")] == ["S-x", "S-1"]  # by category
     assert [e.entity_id for e in store.entities("P1")] == ["N-1"]
-    store.write(WriteBatch(semantic=[state("S-2", 2, "new", supersedes="S-1")],
-                           entities=[Entity("N-2", "P1", "finding", "Mass", 5.0),
-                                     Entity("N-0", "P1", "finding", "Nodule", 1.0)]))  # fmt: skip
+    store.write(
+        WriteBatch(
+            semantic=[state("S-2", 2, "new", supersedes="S-1")],
+            entities=[Entity("N-2", "P1", "finding", "Mass", 5.0), Entity("N-0", "P1", "finding", "Nodule", 1.0)],
+        )
+    )
     assert [s.state_id for s in store.semantic_active("P1")] == ["S-x", "S-2"]
     assert [s.state_id for s in store.semantic_active("P1", "impression")] == ["S-2"]
     cached = [e.entity_id for e in store.entities("P1")]
@@ -53,8 +64,10 @@ def test_a_failed_write_leaves_the_cache_as_the_store(tmp_path: Path) -> None:
     store = SqliteStore.create(tmp_path / "s", dim=4, encoder="t")
     store.write(WriteBatch(semantic=[state("S-1", 1, "old")]))
     assert store.semantic_active("P1")[0].state_id == "S-1"
-    bad = WriteBatch(semantic=[state("S-2", 2, "new", supersedes="S-missing")],
-                     entities=[Entity("N-1", "P1", "finding", "Edema", 5.0)])  # fmt: skip
+    bad = WriteBatch(
+        semantic=[state("S-2", 2, "new", supersedes="S-missing")],
+        entities=[Entity("N-1", "P1", "finding", "Edema", 5.0)],
+    )
     with pytest.raises(IllegalTransition):
         store.write(bad)
     assert [s.state_id for s in store.semantic_active("P1")] == ["S-1"]
@@ -69,8 +82,11 @@ def test_another_connection_s_commit_is_seen(tmp_path: Path) -> None:
     assert first.semantic_active("P1")[0].state_id == "S-1"
     assert first.entities("P1") == []
     second = SqliteStore.open(tmp_path / "s")
-    second.write(WriteBatch(semantic=[state("S-2", 2, "new", supersedes="S-1")],
-                            entities=[Entity("N-1", "P1", "finding", "Edema", 5.0)]))  # fmt: skip
+    second.write(
+        WriteBatch(
+            semantic=[state("S-2", 2, "new", supersedes="S-1")], entities=[Entity("N-1", "P1", "finding", "Edema", 5.0)]
+        )
+    )
     assert first.semantic_active("P1")[0].state_id == "S-2"
     assert [e.name for e in first.entities("P1")] == ["Edema"]
     second.close()
@@ -91,8 +107,12 @@ def test_state_changes_are_followed(tmp_path: Path) -> None:
 def test_shredding_drops_cached_plaintext(tmp_path: Path) -> None:
     """Once a patient's key is shredded, cached names and impressions are no longer served."""
     store = encrypted(tmp_path / "s")
-    store.write(WriteBatch(semantic=[state("S-1", 1, "Right pleural effusion.")],
-                           entities=[Entity("N-1", "P1", "finding", "Effusion", 5.0)]))  # fmt: skip
+    store.write(
+        WriteBatch(
+            semantic=[state("S-1", 1, "Right pleural effusion.")],
+            entities=[Entity("N-1", "P1", "finding", "Effusion", 5.0)],
+        )
+    )
     assert store.entities("P1")[0].name == "Effusion"
     assert store.semantic_active("P1")[0].impressions[0].text == "Right pleural effusion."
     store.keys().shred("P1")

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from msm_mem._errors import MissingExtra
+from msm_mem._memory.labeler import finding_f1
 from msm_mem._settings import Settings
 from msm_mem.datasets.manifest import ManifestRow
 from msm_mem.datasets.synthetic import generate
-from msm_mem.eval.labeler import finding_f1
 from msm_mem.eval.plots import write_plots
 from msm_mem.eval.protocol import Answered, ProtocolRun, ProtocolSettings, run_protocol
 from msm_mem.eval.report import finding_counts, summarise, table1_markdown, write_reports
@@ -113,8 +113,9 @@ def test_results_json_has_settings_fingerprint_split_and_no_random_ids(reports: 
     assert not re.search(r"[0-9a-f]{32}", text.replace(str(run.data["fingerprint"]), ""))
 
 
-def test_same_seed_gives_byte_identical_results(rows: list[ManifestRow], reports: tuple[Path, ProtocolRun],
-                                                tmp_path: Path) -> None:  # fmt: skip
+def test_same_seed_gives_byte_identical_results(
+    rows: list[ManifestRow], reports: tuple[Path, ProtocolRun], tmp_path: Path
+) -> None:
     """Running again with the same data, settings and seed writes identical results and tables."""
     out, _ = reports
     again = run_protocol(rows, ProtocolSettings(configs=("none", "SEV"), seed=5), dataset="synthetic")

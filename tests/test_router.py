@@ -11,8 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from msm_mem import InvalidInput
-from msm_mem._records import EpisodicRecord, Hit, Impression, SemanticState, VisualRecord
-from msm_mem.agent.router import (
+from msm_mem._agent.router import (
     FEATURE_NAMES,
     ExpertWeights,
     FixedRouter,
@@ -23,7 +22,8 @@ from msm_mem.agent.router import (
     fit_router,
     label_example,
 )
-from msm_mem.memory.ranking import Score
+from msm_mem._memory.ranking import Score
+from msm_mem._records import EpisodicRecord, Hit, Impression, SemanticState, VisualRecord
 from msm_mem.plugins.backbones.base import Candidate
 
 DAY = 86_400.0
@@ -78,11 +78,17 @@ def test_evidence_from_the_future_has_age_zero() -> None:
     assert f.vector()[FEATURE_NAMES.index("recency")] == 0.0
 
 
-@given(cos_e=st.one_of(st.none(), st.floats(-1, 1)), cos_v=st.one_of(st.none(), st.floats(-1, 1)),
-       n_e=st.integers(0, 1000), n_v=st.integers(0, 1000), age=st.one_of(st.none(), st.floats(0, 1e6)),
-       sem=st.integers(0, 100))  # fmt: skip
-def test_feature_vector_is_always_bounded(cos_e: float | None, cos_v: float | None, n_e: int, n_v: int,
-                                          age: float | None, sem: int) -> None:  # fmt: skip
+@given(
+    cos_e=st.one_of(st.none(), st.floats(-1, 1)),
+    cos_v=st.one_of(st.none(), st.floats(-1, 1)),
+    n_e=st.integers(0, 1000),
+    n_v=st.integers(0, 1000),
+    age=st.one_of(st.none(), st.floats(0, 1e6)),
+    sem=st.integers(0, 100),
+)
+def test_feature_vector_is_always_bounded(
+    cos_e: float | None, cos_v: float | None, n_e: int, n_v: int, age: float | None, sem: int
+) -> None:
     """Every feature lies in [-1, 1] (cosines) or [0, 1] (the rest), whatever the inputs."""
     v = RouterFeatures(cos_e, cos_v, n_e, n_v, age, sem).vector()
     assert np.all(np.isfinite(v))
@@ -122,13 +128,19 @@ def test_fixed_router_is_constant() -> None:
 
 def test_label_example_judges_each_experts_top_candidate() -> None:
     """Each expert is labelled by its heaviest candidate's token F1 >= threshold; absent ones not at all."""
-    cands = [cand("E-1", "episodic", "small right pleural effusion", 0.9),
-             cand("E-2", "episodic", "no acute abnormality", 0.4),
-             cand("V-1", "visual", "no acute abnormality", 0.95)]  # fmt: skip
+    cands = [
+        cand("E-1", "episodic", "small right pleural effusion", 0.9),
+        cand("E-2", "episodic", "no acute abnormality", 0.4),
+        cand("V-1", "visual", "no acute abnormality", 0.95),
+    ]
     ex = label_example(RouterFeatures(), cands, "Small right pleural effusion.")
     assert dict(ex.labels) == {"episodic": True, "visual": False}
-    strict = label_example(RouterFeatures(), [cand("E-1", "episodic", "right pleural effusion", 1.0)],
-                           "small right pleural effusion", threshold=0.95)  # fmt: skip
+    strict = label_example(
+        RouterFeatures(),
+        [cand("E-1", "episodic", "right pleural effusion", 1.0)],
+        "small right pleural effusion",
+        threshold=0.95,
+    )
     assert dict(strict.labels) == {"episodic": False}  # F1 = 6/7 < 0.95
 
 
@@ -217,8 +229,21 @@ def _corrupt(doc: dict[str, object], how: str) -> object:
     return doc
 
 
-@pytest.mark.parametrize("how", ["format", "features", "expert-missing", "coef-length", "coef-nan", "bias-text",
-                                 "examples-negative", "min-weight", "extra-key", "not-object"])  # fmt: skip
+@pytest.mark.parametrize(
+    "how",
+    [
+        "format",
+        "features",
+        "expert-missing",
+        "coef-length",
+        "coef-nan",
+        "bias-text",
+        "examples-negative",
+        "min-weight",
+        "extra-key",
+        "not-object",
+    ],
+)
 def test_load_rejects_malformed_documents(tmp_path: Path, how: str) -> None:
     """Every malformed router file raises InvalidInput naming the file."""
     doc = fit_router(_examples(10)).to_json()

@@ -47,8 +47,9 @@ def test_too_few_items_may_leave_parts_empty() -> None:
     assert largest_remainder(0, SPLIT_SHARES) == [0, 0, 0]
 
 
-@pytest.mark.parametrize(("n", "shares"), [(-1, [1.0]), (3, []), (3, [0.0, 0.0]), (3, [1.0, -1.0]),
-                                            (3, [float("nan"), 1.0])])  # fmt: skip
+@pytest.mark.parametrize(
+    ("n", "shares"), [(-1, [1.0]), (3, []), (3, [0.0, 0.0]), (3, [1.0, -1.0]), (3, [float("nan"), 1.0])]
+)
 def test_bad_arguments_are_refused(n: int, shares: list[float]) -> None:
     """A negative count, no shares, all-zero, negative or NaN shares raise InvalidInput."""
     with pytest.raises(InvalidInput):

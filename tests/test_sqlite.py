@@ -111,8 +111,9 @@ def test_create_refuses_an_existing_store(tmp_path: Path) -> None:
     assert SqliteStore.open(tmp_path / "s").count("episodic") == 3
 
 
-def _state(sid: str, version: int, text: str, supersedes: str | None = None,
-           category: str = "impression") -> SemanticState:  # fmt: skip
+def _state(
+    sid: str, version: int, text: str, supersedes: str | None = None, category: str = "impression"
+) -> SemanticState:
     return SemanticState(sid, "P1", category, (Impression(1e9 + version, text, ""),), version, supersedes=supersedes)
 
 

@@ -22,13 +22,21 @@ from msm_mem import (
     VisualRecord,
     WriteBatch,
 )
-from msm_mem.storage.base import PII_FIELDS, VectorKind
+from msm_mem._storage.base import PII_FIELDS, VectorKind
 from tests.conftest import DIM, StoreFactory, random_unit
 
 
 def episode(i: int, patient: str, z: np.ndarray, **kw: object) -> EpisodicRecord:
-    return EpisodicRecord(episode_id=f"E-{i}", patient_id=patient, timestamp=1e9 + i, z=z,
-                          question="q?", answer=f"answer {i}", study_id=f"s{i}", **kw)  # type: ignore[arg-type]  # fmt: skip
+    return EpisodicRecord(
+        episode_id=f"E-{i}",
+        patient_id=patient,
+        timestamp=1e9 + i,
+        z=z,
+        question="q?",
+        answer=f"answer {i}",
+        study_id=f"s{i}",
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def visual(i: int, patient: str, z: np.ndarray) -> VisualRecord:
@@ -127,13 +135,25 @@ def test_search_many_equals_one_search_per_kind(store: Store) -> None:
     """E and V asked together give what separate searches give, in the order asked, every scope."""
     rng = np.random.default_rng(4)
     records = [episode(i, f"p{i % 3}", random_unit(rng)) for i in range(24)]
-    store.write(WriteBatch(episodes=records, visuals=[visual(i, r.patient_id, random_unit(rng)) for i, r in
-                                                      enumerate(records)]))  # fmt: skip
-    store.write(WriteBatch(changes=[
-        StateChange("episodic", "E-0", State.ACTIVE, State.ANONYMIZED, new_id="E-anon", new_patient_id="",
-                    fields=tuple((f, "scrubbed") for f in PII_FIELDS["episodic"])),
-        StateChange("episodic", "E-3", State.ACTIVE, State.SUPERSEDED),
-    ]))  # fmt: skip
+    store.write(
+        WriteBatch(episodes=records, visuals=[visual(i, r.patient_id, random_unit(rng)) for i, r in enumerate(records)])
+    )
+    store.write(
+        WriteBatch(
+            changes=[
+                StateChange(
+                    "episodic",
+                    "E-0",
+                    State.ACTIVE,
+                    State.ANONYMIZED,
+                    new_id="E-anon",
+                    new_patient_id="",
+                    fields=tuple((f, "scrubbed") for f in PII_FIELDS["episodic"]),
+                ),
+                StateChange("episodic", "E-3", State.ACTIVE, State.SUPERSEDED),
+            ]
+        )
+    )
     requests: list[tuple[VectorKind, int]] = [("episodic", 3), ("visual", 5), ("episodic", 0), ("episodic", 40)]
     sizes = {}
     for scope in ("p0", "p1", "", None, "nobody"):
@@ -142,8 +162,13 @@ def test_search_many_equals_one_search_per_kind(store: Store) -> None:
         assert store.search_many(zq, requests, scope) == want
         sizes[scope] = [len(w) for w in want]
     # p0 lost E-0 (anonymised into "") and E-3 (superseded, searched nowhere)
-    assert sizes == {"p0": [3, 5, 0, 6], "p1": [3, 5, 0, 8], "": [1, 0, 0, 1], None: [3, 5, 0, 23],
-                     "nobody": [0, 0, 0, 0]}  # fmt: skip
+    assert sizes == {
+        "p0": [3, 5, 0, 6],
+        "p1": [3, 5, 0, 8],
+        "": [1, 0, 0, 1],
+        None: [3, 5, 0, 23],
+        "nobody": [0, 0, 0, 0],
+    }
 
 
 def test_equal_cosines_come_in_insertion_order(store: Store) -> None:
@@ -200,11 +225,22 @@ def test_state_changes_move_records_between_scopes(store: Store) -> None:
     """Anonymisation moves a record to the anonymous pool; supersession hides it from search."""
     records = fill(store, 4, 1)
     a, b = records[0], records[1]
-    store.write(WriteBatch(changes=[
-        StateChange("episodic", a.episode_id, State.ACTIVE, State.ANONYMIZED, new_id="E-anon", new_patient_id="",
-                    fields=tuple((f, "scrubbed") for f in PII_FIELDS["episodic"])),
-        StateChange("episodic", b.episode_id, State.ACTIVE, State.SUPERSEDED),
-    ]))  # fmt: skip
+    store.write(
+        WriteBatch(
+            changes=[
+                StateChange(
+                    "episodic",
+                    a.episode_id,
+                    State.ACTIVE,
+                    State.ANONYMIZED,
+                    new_id="E-anon",
+                    new_patient_id="",
+                    fields=tuple((f, "scrubbed") for f in PII_FIELDS["episodic"]),
+                ),
+                StateChange("episodic", b.episode_id, State.ACTIVE, State.SUPERSEDED),
+            ]
+        )
+    )
     ids = [i for i, _ in store.search("episodic", a.z, 10, "p0")]
     assert a.episode_id not in ids and b.episode_id not in ids and len(ids) == 2
     assert store.search("episodic", a.z, 1, "")[0][0] == "E-anon"

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from msm_mem import IllegalTransition, InvalidInput, NotFound, SemanticState, State, StateChange, Store, WriteBatch
+from msm_mem._governance.audit_chain import GENESIS, ChainBuilder, verify_hashes_in_batches, verify_hashes_only
+from msm_mem._storage.base import AUDIT_PAGE_ROWS
 from msm_mem._tier_records import (
     AuditRow,
     Claim,
@@ -17,14 +19,19 @@ from msm_mem._tier_records import (
     StmState,
     WrappedKey,
 )
-from msm_mem.governance.audit_chain import GENESIS, ChainBuilder, verify_hashes_in_batches, verify_hashes_only
-from msm_mem.storage.base import AUDIT_PAGE_ROWS
 from tests.conftest import random_unit
 
 
 def item(i: int, patient: str = "p", created: float = 100.0) -> StmItem:
-    return StmItem(f"M-{i}", patient, "interaction", '{"question": "q"}', created, created + 50,
-                   z=random_unit(np.random.default_rng(i)))  # fmt: skip
+    return StmItem(
+        f"M-{i}",
+        patient,
+        "interaction",
+        '{"question": "q"}',
+        created,
+        created + 50,
+        z=random_unit(np.random.default_rng(i)),
+    )
 
 
 def claim(cid: str, key: str = "study:1", supersedes: str | None = None, decay: float | None = None) -> Claim:
@@ -86,7 +93,9 @@ def test_claims_supersede_and_keep_one_active(store: Store) -> None:
     store.write(WriteBatch(claims=[claim("C-2", supersedes="C-1")]))
     assert [c.claim_id for c in store.claims_active("p")] == ["C-2"]
     assert [(c.claim_id, c.state) for c in store.claim_history("p", "study:1")] == [
-        ("C-1", State.SUPERSEDED), ("C-2", State.ACTIVE)]  # fmt: skip
+        ("C-1", State.SUPERSEDED),
+        ("C-2", State.ACTIVE),
+    ]
     with pytest.raises(IllegalTransition):
         store.write(WriteBatch(claims=[claim("C-3")]))
     assert store.get_claims(["C-1", "C-2"])[1].claim_id == "C-2"
@@ -154,9 +163,9 @@ def test_key_table_keeps_one_key_per_patient_and_shreds(store: Store) -> None:
 def test_key_made_by_a_batch_that_rolls_back_is_gone(store: Store) -> None:
     """A data key created while a batch is written (a new patient's first record) goes with
     the batch when it fails: no key is served for that patient afterwards, cached or not."""
-    from msm_mem.governance.codec import EnvelopeCodec
-    from msm_mem.governance.crypto import EnvelopeCipher
-    from msm_mem.governance.keys import InMemoryKeyProvider
+    from msm_mem._governance.codec import EnvelopeCodec
+    from msm_mem._governance.crypto import EnvelopeCipher
+    from msm_mem._governance.keys import InMemoryKeyProvider
 
     store.use_codec(EnvelopeCodec(EnvelopeCipher("tenant", InMemoryKeyProvider(), store.keys()), store.keys()))
     # the claim is encrypted (making the key) before the semantic state is refused
@@ -174,8 +183,12 @@ def test_entities_and_relationships_round_trip(store: Store) -> None:
     """Entities (name encrypted at rest by the codec) and relationships come back per patient."""
     from msm_mem._tier_records import Entity, Relationship
 
-    store.write(WriteBatch(entities=[Entity("N-1", "p", "finding", "Pleural Effusion", 1.0)],
-                           relationships=[Relationship("R-1", "p", "C-1", "N-1", "asserts", 1.0)]))  # fmt: skip
+    store.write(
+        WriteBatch(
+            entities=[Entity("N-1", "p", "finding", "Pleural Effusion", 1.0)],
+            relationships=[Relationship("R-1", "p", "C-1", "N-1", "asserts", 1.0)],
+        )
+    )
     assert [(e.entity_id, e.name) for e in store.entities("p")] == [("N-1", "Pleural Effusion")]
     assert [(r.source_id, r.target_id, r.type) for r in store.relationships("p")] == [("C-1", "N-1", "asserts")]
     assert store.entities("q") == [] and store.relationships("q") == []
@@ -185,10 +198,15 @@ def test_entities_and_relationships_are_retracted_by_state_change(store: Store) 
     """A StateChange retracts an entity or relationship: it leaves the active graph; a wrong
     expected state is refused and changes nothing."""
     entities = [Entity("N-1", "p", "finding", "Edema", 1.0), Entity("N-2", "p", "finding", "Mass", 2.0)]
-    store.write(WriteBatch(entities=entities,
-                           relationships=[Relationship("R-1", "p", "C-1", "N-1", "asserts", 1.0)]))  # fmt: skip
-    store.write(WriteBatch(changes=[StateChange("entities", "N-1", State.ACTIVE, State.RETRACTED),
-                                    StateChange("relationships", "R-1", State.ACTIVE, State.RETRACTED)]))  # fmt: skip
+    store.write(WriteBatch(entities=entities, relationships=[Relationship("R-1", "p", "C-1", "N-1", "asserts", 1.0)]))
+    store.write(
+        WriteBatch(
+            changes=[
+                StateChange("entities", "N-1", State.ACTIVE, State.RETRACTED),
+                StateChange("relationships", "R-1", State.ACTIVE, State.RETRACTED),
+            ]
+        )
+    )
     assert [e.entity_id for e in store.entities("p")] == ["N-2"] and store.relationships("p") == []
     with pytest.raises(IllegalTransition):
         store.write(WriteBatch(changes=[StateChange("entities", "N-1", State.ACTIVE, State.RETRACTED)]))

@@ -1,4 +1,4 @@
-"""Tests of the governed tiers (msm_mem.memory.tiers): fail-closed transitions, short-term items,
+"""Tests of the governed tiers (msm_mem._memory.tiers): fail-closed transitions, short-term items,
 consolidation, supersession of claims and semantic state, atomic turns."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from msm_mem._api.mem import MsmMem
 from msm_mem._errors import BackendError, IllegalTransition, ImageError, InvalidInput, NotFound
+from msm_mem._memory.tiers import Actor
 from msm_mem._records import State, new_id
+from msm_mem._storage.base import WriteBatch
 from msm_mem._tier_records import ConsentRecord, StmChange, StmItem, StmState
-from msm_mem.interfaces.api import MsmMem
-from msm_mem.memory.tiers import Actor
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
-from msm_mem.storage.base import WriteBatch
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import audit_events
 from tests.helpers import png as _png
@@ -73,8 +73,12 @@ def test_auditor_cannot_write_to_stm(mem: MsmMem, tmp_path: Path) -> None:
     new = audit_events(mem.store)[before:]
     assert [(e.action, e.outcome) for e in new] == [("consent", "success"), ("write", "denied")]
     denied = new[-1]
-    assert (denied.role, denied.source_tier, denied.target_tier, denied.reason) == ("auditor", "source", "stm",
-                                                                                     "illegal_transition")  # fmt: skip
+    assert (denied.role, denied.source_tier, denied.target_tier, denied.reason) == (
+        "auditor",
+        "source",
+        "stm",
+        "illegal_transition",
+    )
     assert turn.audit == []  # nothing of the refused turn is left to commit
     assert mem.audit.verify().ok
 
@@ -144,8 +148,12 @@ def test_observe_writes_scoped_item_with_ttl(mem: MsmMem, tmp_path: Path, clock:
     assert stored.z is not None and np.allclose(stored.z, z) and stored.actor == AGENT.id
     assert json.loads(stored.payload)["question"] == "Any consolidation?"
     event = audit_events(mem.store)[-1]
-    assert (event.action, event.source_tier, event.target_tier, event.record_ids) == ("write", "source", "stm",
-                                                                                      (item.item_id,))  # fmt: skip
+    assert (event.action, event.source_tier, event.target_tier, event.record_ids) == (
+        "write",
+        "source",
+        "stm",
+        (item.item_id,),
+    )
 
 
 def test_observe_refuses_an_empty_question(mem: MsmMem, tmp_path: Path) -> None:
@@ -312,8 +320,13 @@ def test_supersession_property(steps: list[tuple[str, str, object, str]]) -> Non
                     mem.ask(patient, _png(folder, int(arg)), f"Question about {study}?", study_id=study)  # type: ignore[call-overload]
                 else:
                     try:
-                        mem.maintainer.critic_verdict(Actor("rad-1", "critic"), patient, study, accept=bool(arg),
-                                                      correction="Right lower lobe consolidation")  # fmt: skip
+                        mem.maintainer.critic_verdict(
+                            Actor("rad-1", "critic"),
+                            patient,
+                            study,
+                            accept=bool(arg),
+                            correction="Right lower lobe consolidation",
+                        )
                     except NotFound:
                         pass  # no claim for that study yet
                 mem.clock.advance(60)  # type: ignore[attr-defined]
@@ -441,8 +454,10 @@ def test_claims_derive_finding_entities_and_relationships(tmp_path: Path, clock:
         claims = {c.claim_id for c in mem.store.claims_active("P1")}
         assert len(links) == 4 and {r.source_id for r in links} == claims
         kinds = {(r.target_id, r.type) for r in links}
-        assert kinds == {(entities["Pleural Effusion"].entity_id, "asserts"),
-                         (entities["Pneumothorax"].entity_id, "negates")}  # fmt: skip
+        assert kinds == {
+            (entities["Pleural Effusion"].entity_id, "asserts"),
+            (entities["Pneumothorax"].entity_id, "negates"),
+        }
         assert mem.store.entities("P2") == []
     finally:
         mem.close()

@@ -1,4 +1,4 @@
-"""Tests of the transition table (msm_mem.governance.transitions): legal flows, roles, fail closed."""
+"""Tests of the transition table (msm_mem._governance.transitions): legal flows, roles, fail closed."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import itertools
 import pytest
 
 from msm_mem._errors import AccessDenied, IllegalTransition
+from msm_mem._governance import transitions
+from msm_mem._governance.transitions import ROLES, TRANSITIONS, Flow, check, find
 from msm_mem._records import State
 from msm_mem._tier_records import StmState
-from msm_mem.governance import transitions
-from msm_mem.governance.transitions import ROLES, TRANSITIONS, Flow, check, find
 
 #: every tier:state the memory knows ("-" for tiers without states)
 TIER_STATES = ["source:-", "audit:-"] + [f"stm:{s.value}" for s in StmState] + [f"ltm:{s.value}" for s in State]

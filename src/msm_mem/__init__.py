@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import logging
 
+from ._agent.agent import AgentAnswer, Evidence, MemoryAgent, Query
+from ._agent.offline import IngestReport, ingest_rows
+from ._agent.policy import HeuristicPolicy
+from ._agent.router import FixedRouter, LearnedRouter, fit_router
+from ._api.mem import MsmMem
 from ._clock import Clock, SystemClock
 from ._errors import (
     AccessDenied,
@@ -27,29 +32,24 @@ from ._errors import (
     NotFound,
     StoreError,
 )
+from ._governance.crypto import EnvelopeCipher
+from ._governance.keys import KeyProvider, LocalKeyFileProvider
+from ._memory.fusion import FusedPrompt, fuse
+from ._memory.gate import GateDecision, WriteBackGate
+from ._memory.lexicon import Lexicon
+from ._memory.maintenance import Maintainer, MaintenanceReport
+from ._memory.msm import Interaction, Memory, WriteResult
+from ._memory.retrieval import Retrieval
+from ._memory.tiers import Actor, GovernedMemory
 from ._records import EpisodicRecord, Hit, Impression, SemanticState, State, VisualRecord, unit_vector
 from ._settings import Settings
+from ._storage.base import FieldCodec, StateChange, Store, WriteBatch
+from ._storage.paper_layout import export_paper, import_paper
+from ._storage.sqlite import SqliteStore
 from ._tier_records import AuditRow, Claim, ConsentRecord, StmItem, StmState
-from .agent.agent import AgentAnswer, Evidence, MemoryAgent, Query
-from .agent.offline import IngestReport, ingest_rows
-from .agent.policy import HeuristicPolicy
-from .agent.router import FixedRouter, LearnedRouter, fit_router
 from .datasets.manifest import ManifestRow, RowProblem, read_manifest, write_manifest
-from .governance.crypto import EnvelopeCipher
-from .governance.keys import KeyProvider, LocalKeyFileProvider
-from .interfaces.api import MsmMem
-from .memory.fusion import FusedPrompt, fuse
-from .memory.gate import GateDecision, WriteBackGate
-from .memory.lexicon import Lexicon
-from .memory.maintenance import Maintainer, MaintenanceReport
-from .memory.msm import Interaction, Memory, WriteResult
-from .memory.retrieval import Retrieval
-from .memory.tiers import Actor, GovernedMemory
 from .plugins.backbones import Backbone, BackboneReply, BackboneRequest, get_backbone
 from .plugins.encoders import Encoder, get_encoder
-from .storage.base import FieldCodec, StateChange, Store, WriteBatch
-from .storage.paper_layout import export_paper, import_paper
-from .storage.sqlite import SqliteStore
 
 __version__ = "0.1.0"
 

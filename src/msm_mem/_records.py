@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +31,8 @@ __all__ = [
     "Hit",
     "Impression",
     "Kind",
+    "ManifestRow",
+    "RowProblem",
     "SemanticState",
     "State",
     "Vector",
@@ -110,8 +113,7 @@ def _check_time(name: str, value: object) -> None:
 
 
 def _check_confidence(value: object) -> None:
-    if (not isinstance(value, (int, float)) or isinstance(value, bool)
-            or not 0.0 <= value <= 1.0):  # fmt: skip
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
         raise InvalidInput(f"confidence must be in [0, 1], got {value!r}")
 
 
@@ -241,3 +243,34 @@ class Hit:
     kind: Kind
     score: float
     record: EpisodicRecord | VisualRecord | SemanticState
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestRow:
+    """One validated study. ``timestamp`` is UTC seconds; ``image`` is an absolute path string."""
+
+    patient_id: str
+    study_id: str
+    timestamp: float
+    image: str
+    question: str
+    answer: str
+    report: str = ""
+    decision: str = ""
+    view: str = ""
+    line: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as manifest columns (timestamp as ISO 8601 UTC)."""
+        data = asdict(self)
+        data.pop("line")
+        data["timestamp"] = datetime.fromtimestamp(self.timestamp, UTC).isoformat()
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class RowProblem:
+    """A row that was skipped: its 1-based line number (0 when unknown) and the reason."""
+
+    line: int
+    reason: str

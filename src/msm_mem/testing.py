@@ -16,30 +16,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ._clock import FixedClock
 from .plugins.backbones.base import BackboneReply, BackboneRequest
 from .plugins.encoders.base import BaseEncoder
 
 __all__ = ["DeterministicEncoder", "FixedBackbone", "FixedClock"]
-
-
-class FixedClock:
-    """A clock at a fixed UTC time (seconds) that moves only by :meth:`advance` or :meth:`set`."""
-
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self._now = float(start)
-
-    def now(self) -> float:
-        return self._now
-
-    def advance(self, seconds: float) -> float:
-        """Move forward by ``seconds`` (>= 0); returns the new time."""
-        if seconds < 0:
-            raise ValueError("a clock does not move backwards")
-        self._now += float(seconds)
-        return self._now
-
-    def set(self, when: float) -> None:
-        self._now = float(when)
 
 
 class DeterministicEncoder(BaseEncoder):

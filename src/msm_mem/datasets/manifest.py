@@ -16,49 +16,18 @@ import csv
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .._errors import ManifestError
+from .._records import ManifestRow, RowProblem
 
 __all__ = ["COLUMNS", "ManifestRow", "RowProblem", "parse_timestamp", "read_manifest", "write_manifest"]
 
 COLUMNS = ("patient_id", "study_id", "timestamp", "image", "question", "answer", "report", "decision")
 OPTIONAL = ("view",)
 REQUIRED = ("patient_id", "study_id", "timestamp", "image", "question")
-
-
-@dataclass(frozen=True, slots=True)
-class ManifestRow:
-    """One validated study. ``timestamp`` is UTC seconds; ``image`` is an absolute path string."""
-
-    patient_id: str
-    study_id: str
-    timestamp: float
-    image: str
-    question: str
-    answer: str
-    report: str = ""
-    decision: str = ""
-    view: str = ""
-    line: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The row as manifest columns (timestamp as ISO 8601 UTC)."""
-        data = asdict(self)
-        data.pop("line")
-        data["timestamp"] = datetime.fromtimestamp(self.timestamp, UTC).isoformat()
-        return data
-
-
-@dataclass(frozen=True, slots=True)
-class RowProblem:
-    """A row that was skipped: its 1-based line number (0 when unknown) and the reason."""
-
-    line: int
-    reason: str
 
 
 def parse_timestamp(value: object) -> float:

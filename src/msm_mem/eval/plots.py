@@ -64,8 +64,10 @@ def _bars(plt: Any, records: Records, arms: Sequence[str], path: Path) -> None:
         names = [a for a in arms if a in rows]
         for offset, (key, label) in zip((-0.2, 0.2), (("token_f1", "F1"), ("exact_match", "EM")), strict=True):
             means = [100 * rows[a][key]["mean"] for a in names]
-            errs = [[100 * (rows[a][key]["mean"] - rows[a][key]["low"]) for a in names],
-                    [100 * (rows[a][key]["high"] - rows[a][key]["mean"]) for a in names]]  # fmt: skip
+            errs = [
+                [100 * (rows[a][key]["mean"] - rows[a][key]["low"]) for a in names],
+                [100 * (rows[a][key]["high"] - rows[a][key]["mean"]) for a in names],
+            ]
             xs = [i + offset for i in range(len(names))]
             bars = ax.bar(xs, means, width=0.4, yerr=errs, capsize=2, label=label)
             for bar, arm in zip(bars, names, strict=True):
@@ -109,8 +111,9 @@ def _gate(plt: Any, records: Records, configs: Sequence[str], path: Path) -> Non
     plt.close(fig)
 
 
-def write_plots(records: Sequence[dict[str, Any]], out: Path, *, arms: Sequence[str],
-                configs: Sequence[str]) -> list[Path]:  # fmt: skip
+def write_plots(
+    records: Sequence[dict[str, Any]], out: Path, *, arms: Sequence[str], configs: Sequence[str]
+) -> list[Path]:
     """Write the PNG plots into ``out``; returns their paths. Raises :class:`MissingExtra`
     when matplotlib is not installed."""
     plt = _pyplot()

@@ -41,20 +41,30 @@ from typing import Any, Literal
 import numpy as np
 from tqdm import tqdm
 
+from .._agent.agent import Query
+from .._api.mem import MsmMem
+from .._clock import FixedClock
 from .._errors import InvalidInput
+from .._memory.tiers import Actor
+from .._records import ManifestRow
 from .._settings import Settings
-from ..agent.agent import Query
-from ..datasets.manifest import ManifestRow
-from ..interfaces.api import MsmMem
-from ..memory.tiers import Actor
 from ..plugins.encoders import get_encoder
-from ..testing import FixedClock
 from .baselines import BASELINES, Known, KnownStudies, Vector, baseline_answer
 from .metrics import normalize_answer
 from .split import PHASES, Split, split_patients
 
-__all__ = ["CONFIGS", "CRITIC", "MODES", "Answered", "ProtocolRun", "ProtocolSettings", "config_flags",
-           "fingerprint", "parse_configs", "run_protocol"]  # fmt: skip
+__all__ = [
+    "CONFIGS",
+    "CRITIC",
+    "MODES",
+    "Answered",
+    "ProtocolRun",
+    "ProtocolSettings",
+    "config_flags",
+    "fingerprint",
+    "parse_configs",
+    "run_protocol",
+]
 
 #: The 8 memory configurations (subsets of S, E, V), in the paper's Table 1 order.
 CONFIGS: tuple[str, ...] = ("none", "S", "E", "V", "SE", "SV", "EV", "SEV")
@@ -92,8 +102,17 @@ def fingerprint(rows: Sequence[ManifestRow]) -> str:
     digest = hashlib.sha256()
     for r in sorted(rows, key=lambda r: (r.patient_id, r.study_id)):
         image = hashlib.sha256(Path(r.image).read_bytes()).hexdigest()
-        fields = [r.patient_id, r.study_id, repr(r.timestamp), r.question, r.answer, r.report, r.decision, r.view,
-                  image]  # fmt: skip
+        fields = [
+            r.patient_id,
+            r.study_id,
+            repr(r.timestamp),
+            r.question,
+            r.answer,
+            r.report,
+            r.decision,
+            r.view,
+            image,
+        ]
         digest.update(json.dumps(fields, ensure_ascii=False).encode() + b"\n")
     return digest.hexdigest()
 
@@ -166,8 +185,9 @@ class _AgentArm:
         return _AgentArm(self.name, directory, self.run)
 
     def answer(self, row: ManifestRow) -> tuple[str, str]:
-        q = Query(row.patient_id, row.image, row.question, timestamp=row.timestamp, study_id=row.study_id,
-                  visual_tag=row.view)  # fmt: skip
+        q = Query(
+            row.patient_id, row.image, row.question, timestamp=row.timestamp, study_id=row.study_id, visual_tag=row.view
+        )
         a = self.mem.agent.ask(q, **self.flags)
         if a.gate is None:
             return a.answer, ""
@@ -177,8 +197,9 @@ class _AgentArm:
         if self.run.plan.settings.feedback == "truth" and row.answer.strip():
             accept = normalize_answer(prediction) == normalize_answer(row.answer)
             correction = "" if accept else row.answer
-            self.mem.maintainer.critic_verdict(CRITIC, row.patient_id, row.study_id, accept=accept,
-                                               correction=correction, decision=row.decision)  # fmt: skip
+            self.mem.maintainer.critic_verdict(
+                CRITIC, row.patient_id, row.study_id, accept=accept, correction=correction, decision=row.decision
+            )
 
     def close(self, *, discard: bool = False) -> None:
         self.mem.close()
@@ -243,8 +264,9 @@ class _Runner:
     def probe(self, arm: _Arm, mode: str, phase: str, rows: Sequence[ManifestRow]) -> None:
         for row in rows:
             prediction, gate = arm.answer(row)
-            self.answers.append(Answered(mode, phase, arm.name, row.patient_id, row.study_id, prediction,
-                                         row.answer, gate))  # fmt: skip
+            self.answers.append(
+                Answered(mode, phase, arm.name, row.patient_id, row.study_id, prediction, row.answer, gate)
+            )
             arm.learn(row, prediction)
             self.tick(1)
 
@@ -303,8 +325,9 @@ def _run_configs(plan: _Plan, base: Path, jobs: int, bar: tqdm[Any]) -> list[Ans
     ctx = multiprocessing.get_context("spawn")
     ticks = ctx.Queue()
     bar.set_description(f"eval {len(configs)} configurations in {min(jobs, len(configs))} processes")
-    with ProcessPoolExecutor(min(jobs, len(configs)), mp_context=ctx, initializer=_init_worker,
-                             initargs=(ticks,)) as pool:  # fmt: skip
+    with ProcessPoolExecutor(
+        min(jobs, len(configs)), mp_context=ctx, initializer=_init_worker, initargs=(ticks,)
+    ) as pool:
         futures = [pool.submit(_agent_arm, plan, name, base) for name in configs]
         while not all(f.done() for f in futures):
             try:
@@ -318,9 +341,17 @@ def _run_configs(plan: _Plan, base: Path, jobs: int, bar: tqdm[Any]) -> list[Ans
     return answers
 
 
-def run_protocol(rows: Sequence[ManifestRow], settings: ProtocolSettings | None = None, *,
-                 memory: Settings | None = None, work_dir: Path | None = None, dataset: str = "",
-                 jobs: int = 1, keep_stores: Path | None = None, progress: bool = False) -> ProtocolRun:  # fmt: skip
+def run_protocol(
+    rows: Sequence[ManifestRow],
+    settings: ProtocolSettings | None = None,
+    *,
+    memory: Settings | None = None,
+    work_dir: Path | None = None,
+    dataset: str = "",
+    jobs: int = 1,
+    keep_stores: Path | None = None,
+    progress: bool = False,
+) -> ProtocolRun:
     """Run the protocol on labelled ``rows`` (rows with an empty answer are left out).
 
     ``memory`` holds the store settings (k, tau, gate; its encoder is replaced by the
@@ -365,8 +396,11 @@ def run_protocol(rows: Sequence[ManifestRow], settings: ProtocolSettings | None 
                 runner = _Runner(plan, bar.update)
                 answers += runner.run_arm(_BaselineArm(name, KnownStudies(known), runner))
     data: dict[str, object] = {
-        "name": dataset, "fingerprint": fingerprint(labelled), "rows": len(rows), "labelled": len(labelled),
+        "name": dataset,
+        "fingerprint": fingerprint(labelled),
+        "rows": len(rows),
+        "labelled": len(labelled),
         "patients": len({r.patient_id for r in labelled}),
         "studies": {name: len(part) for name, part in parts.items()},
-    }  # fmt: skip
+    }
     return ProtocolRun(settings, store_settings, split, data, answers)

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .labeler import finding_f1, label
+from .._memory.labeler import finding_f1, label
 from .metrics import bootstrap_ci, corpus_bleu4, exact_match, rouge_l, token_f1
 from .protocol import CONFIGS, MODES, Answered, ProtocolRun
 from .split import PHASES
@@ -39,8 +39,14 @@ from .split import PHASES
 __all__ = ["METRICS", "finding_counts", "results_json", "summarise", "table1_markdown", "write_reports"]
 
 #: Metric keys in report order, with their column titles.
-METRICS: dict[str, str] = {"token_f1": "F1", "exact_match": "EM", "bleu4": "BLEU-4", "rouge_l": "ROUGE-L",
-                           "finding_f1": "Finding F1", "finding_f1_macro": "Finding F1 (macro)"}  # fmt: skip
+METRICS: dict[str, str] = {
+    "token_f1": "F1",
+    "exact_match": "EM",
+    "bleu4": "BLEU-4",
+    "rouge_l": "ROUGE-L",
+    "finding_f1": "Finding F1",
+    "finding_f1_macro": "Finding F1 (macro)",
+}
 FINAL = PHASES[-1]
 
 
@@ -90,14 +96,18 @@ def _score(answers: Sequence[Answered], n_boot: int, seed: int) -> dict[str, Any
     gates = [a.gate for a in answers if a.gate]
     reasons = Counter(code for g in gates if g != "written" for code in g.split(":", 1)[1].split("+"))
     return {
-        "n": len(answers), "patients": len(counts),
+        "n": len(answers),
+        "patients": len(counts),
         **{k: _ci(v, n_boot, seed) for k, v in per.items()},
         "bleu4": {"mean": corpus_bleu4(preds, refs)},
         "finding_f1": {"mean": mean, "low": low, "high": high},
         "finding_f1_macro": {"mean": finding_f1(preds, refs)["macro"]},
-        "gate": {"written": sum(g == "written" for g in gates), "discarded": sum(g != "written" for g in gates),
-                 "reasons": dict(sorted(reasons.items()))},
-    }  # fmt: skip
+        "gate": {
+            "written": sum(g == "written" for g in gates),
+            "discarded": sum(g != "written" for g in gates),
+            "reasons": dict(sorted(reasons.items())),
+        },
+    }
 
 
 def summarise(run: ProtocolRun, *, n_boot: int = 1000) -> list[dict[str, Any]]:
@@ -111,8 +121,15 @@ def summarise(run: ProtocolRun, *, n_boot: int = 1000) -> list[dict[str, Any]]:
             for arm in run.arms:
                 if answers := groups.get((mode, phase, arm)):
                     kind = "memory" if arm in CONFIGS else "baseline"
-                    out.append({"mode": mode, "phase": phase, "arm": arm, "kind": kind,
-                                **_score(answers, n_boot, run.settings.seed)})  # fmt: skip
+                    out.append(
+                        {
+                            "mode": mode,
+                            "phase": phase,
+                            "arm": arm,
+                            "kind": kind,
+                            **_score(answers, n_boot, run.settings.seed),
+                        }
+                    )
     return out
 
 
@@ -135,8 +152,11 @@ def _flat(rec: dict[str, Any]) -> dict[str, Any]:
         for part, value in rec[key].items():
             row[key if part == "mean" else f"{key}_{part}"] = f"{value:.4f}"
     gate = rec["gate"]
-    row.update(gate_written=gate["written"], gate_discarded=gate["discarded"],
-               gate_reasons=";".join(f"{k}:{v}" for k, v in gate["reasons"].items()))  # fmt: skip
+    row.update(
+        gate_written=gate["written"],
+        gate_discarded=gate["discarded"],
+        gate_reasons=";".join(f"{k}:{v}" for k, v in gate["reasons"].items()),
+    )
     return row
 
 
@@ -155,11 +175,16 @@ def _pct(m: dict[str, float]) -> str:
     return f"{text} [{100 * m['low']:.1f}, {100 * m['high']:.1f}]" if "low" in m else text
 
 
-_ARM_TITLES = {"none": "no memory (agent)", "prior": "baseline: population prior",
-               "copy-prior": "baseline: copy patient's last answer",
-               "nearest-neighbour": "baseline: nearest neighbour (population)"}  # fmt: skip
-_MODE_TITLES = {"frozen": "Frozen probe: the validation patients answered against the memory after {phase}",
-                "online": "Online: the {phase} studies, each answered before its write-back"}  # fmt: skip
+_ARM_TITLES = {
+    "none": "no memory (agent)",
+    "prior": "baseline: population prior",
+    "copy-prior": "baseline: copy patient's last answer",
+    "nearest-neighbour": "baseline: nearest neighbour (population)",
+}
+_MODE_TITLES = {
+    "frozen": "Frozen probe: the validation patients answered against the memory after {phase}",
+    "online": "Online: the {phase} studies, each answered before its write-back",
+}
 
 
 def _mark(arm: str, letter: str) -> str:
@@ -171,20 +196,26 @@ def _mark(arm: str, letter: str) -> str:
 def table1_markdown(records: Sequence[dict[str, Any]], run: ProtocolRun, phase: str = FINAL) -> str:
     """The paper's Table 1 shape: one row per arm, metric columns (percent, 95% patient CI)."""
     s, m = run.settings, run.memory_settings
-    lines = [f"# Table 1: performance by memory configuration at {phase}", "",
-             f"Data: {run.data['name']} ({run.data['labelled']} labelled studies, {run.data['patients']} patients; "
-             f"fingerprint `{str(run.data['fingerprint'])[:16]}`). Encoder `{s.encoder}`, backbone `{s.backbone}`, "
-             f"feedback `{s.feedback}`, seed {s.seed}; gate tau {m.tau}, at least {m.min_answer_words} words. "
-             "Percent; brackets: 95% bootstrap interval over patients.",
-             ""]  # fmt: skip
+    lines = [
+        f"# Table 1: performance by memory configuration at {phase}",
+        "",
+        f"Data: {run.data['name']} ({run.data['labelled']} labelled studies, {run.data['patients']} patients; "
+        f"fingerprint `{str(run.data['fingerprint'])[:16]}`). Encoder `{s.encoder}`, backbone `{s.backbone}`, "
+        f"feedback `{s.feedback}`, seed {s.seed}; gate tau {m.tau}, at least {m.min_answer_words} words. "
+        "Percent; brackets: 95% bootstrap interval over patients.",
+        "",
+    ]
     for mode in MODES:
         rows = [r for r in records if r["mode"] == mode and r["phase"] == phase]
         if not rows:
             continue
         title = _MODE_TITLES[mode].format(phase=phase)
-        lines += [f"## {title} ({rows[0]['n']} answers, {rows[0]['patients']} patients)",
-                  "", "| Configuration | S | E | V | " + " | ".join(METRICS.values()) + " |",
-                  "|---|:-:|:-:|:-:|" + "---:|" * len(METRICS)]  # fmt: skip
+        lines += [
+            f"## {title} ({rows[0]['n']} answers, {rows[0]['patients']} patients)",
+            "",
+            "| Configuration | S | E | V | " + " | ".join(METRICS.values()) + " |",
+            "|---|:-:|:-:|:-:|" + "---:|" * len(METRICS),
+        ]
         for r in rows:
             name = _ARM_TITLES.get(r["arm"], r["arm"])
             marks = " | ".join(_mark(r["arm"], c) for c in "SEV")
@@ -194,25 +225,40 @@ def table1_markdown(records: Sequence[dict[str, Any]], run: ProtocolRun, phase: 
 
 
 def _phases_markdown(records: Sequence[dict[str, Any]], run: ProtocolRun) -> str:
-    lines = ["# Metrics per write-back phase", "",
-             "Percent. Frozen: the same validation queries after each phase. Online: each phase's own "
-             "studies, answered before write-back. Gate: answers written / discarded by the write-back gate.",
-             ""]  # fmt: skip
+    lines = [
+        "# Metrics per write-back phase",
+        "",
+        "Percent. Frozen: the same validation queries after each phase. Online: each phase's own "
+        "studies, answered before write-back. Gate: answers written / discarded by the write-back gate.",
+        "",
+    ]
     for mode in MODES:
         phases = [p for p in PHASES if any(r["mode"] == mode and r["phase"] == p for r in records)]
         for key in ("token_f1", "exact_match", "finding_f1"):
-            lines += [f"## {mode}: {METRICS[key]}", "", "| Arm | " + " | ".join(phases) + " |",
-                      "|---|" + "---:|" * len(phases)]  # fmt: skip
+            lines += [
+                f"## {mode}: {METRICS[key]}",
+                "",
+                "| Arm | " + " | ".join(phases) + " |",
+                "|---|" + "---:|" * len(phases),
+            ]
             for arm in run.arms:
-                cells = {r["phase"]: f"{100 * r[key]['mean']:.2f}" for r in records
-                         if r["mode"] == mode and r["arm"] == arm}  # fmt: skip
+                cells = {
+                    r["phase"]: f"{100 * r[key]['mean']:.2f}" for r in records if r["mode"] == mode and r["arm"] == arm
+                }
                 lines.append(f"| {arm} | " + " | ".join(cells.get(p, "") for p in phases) + " |")
             lines.append("")
-        lines += [f"## {mode}: write-back gate (written / discarded)", "",
-                  "| Configuration | " + " | ".join(phases) + " |", "|---|" + "---:|" * len(phases)]  # fmt: skip
+        lines += [
+            f"## {mode}: write-back gate (written / discarded)",
+            "",
+            "| Configuration | " + " | ".join(phases) + " |",
+            "|---|" + "---:|" * len(phases),
+        ]
         for arm in run.settings.configs:
-            cells = {r["phase"]: f"{r['gate']['written']} / {r['gate']['discarded']}" for r in records
-                     if r["mode"] == mode and r["arm"] == arm}  # fmt: skip
+            cells = {
+                r["phase"]: f"{r['gate']['written']} / {r['gate']['discarded']}"
+                for r in records
+                if r["mode"] == mode and r["arm"] == arm
+            }
             lines.append(f"| {arm} | " + " | ".join(cells.get(p, "") for p in phases) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -225,12 +271,26 @@ def results_json(records: Sequence[dict[str, Any]], run: ProtocolRun, *, n_boot:
     split.update(finetune=list(run.split.finetune), validation=list(run.split.validation))
     doc = {
         "format": "msm-mem-eval/1",
-        "settings": {**asdict(run.settings), "bootstrap_resamples": n_boot,
-                     "memory": {k: getattr(m, k) for k in ("k_epi", "k_vis", "top_k", "tau", "min_answer_words",
-                                                           "semantic_history", "prompt_budget_chars")}},
-        "data": run.data, "split": {"counts": run.split.counts(), "patients": split},
+        "settings": {
+            **asdict(run.settings),
+            "bootstrap_resamples": n_boot,
+            "memory": {
+                k: getattr(m, k)
+                for k in (
+                    "k_epi",
+                    "k_vis",
+                    "top_k",
+                    "tau",
+                    "min_answer_words",
+                    "semantic_history",
+                    "prompt_budget_chars",
+                )
+            },
+        },
+        "data": run.data,
+        "split": {"counts": run.split.counts(), "patients": split},
         "metrics": list(records),
-    }  # fmt: skip
+    }
     return json.dumps(_round(doc), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 

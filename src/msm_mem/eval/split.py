@@ -98,9 +98,13 @@ class Split:
         return out
 
 
-def split_patients(patient_ids: Iterable[str], *, seed: int = 0,
-                   shares: Sequence[float] = SPLIT_SHARES,
-                   phase_shares: Sequence[float] = PHASE_SHARES) -> Split:  # fmt: skip
+def split_patients(
+    patient_ids: Iterable[str],
+    *,
+    seed: int = 0,
+    shares: Sequence[float] = SPLIT_SHARES,
+    phase_shares: Sequence[float] = PHASE_SHARES,
+) -> Split:
     """Split the distinct ``patient_ids`` into memory phases, fine-tune and validation.
 
     ``shares`` are the (memory, fine-tune, validation) weights and ``phase_shares`` the Base,

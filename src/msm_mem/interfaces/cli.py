@@ -12,11 +12,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from .._api import MsmMem
 from .._errors import InvalidInput, MsmMemError
 from .._settings import Settings
+from .._storage.location import is_store
 from ..datasets.manifest import RowProblem, read_manifest
-from ..storage.location import is_store
-from .api import MsmMem
 
 __all__ = ["COMMANDS", "main"]
 
@@ -146,8 +146,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
     print(f"  (backbone {result.backbone}: {result.source})")
     print("evidence:")
     for e in result.evidence or ():
-        print(f"  {e.kind:<9} {e.id}  score={e.score:.4f} (cosine {e.cosine:.3f} x confidence {e.confidence:.2f}"
-              f" x freshness {e.freshness:.3f} x tier {e.tier_weight:.2f})")  # fmt: skip
+        print(
+            f"  {e.kind:<9} {e.id}  score={e.score:.4f} (cosine {e.cosine:.3f} x confidence {e.confidence:.2f}"
+            f" x freshness {e.freshness:.3f} x tier {e.tier_weight:.2f})"
+        )
     if not result.evidence:
         print("  (none)")
     if result.gate is not None:
@@ -195,8 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (fn, configure) in COMMANDS.items():
         doc = inspect.cleandoc(fn.__doc__ or "")  # a command without one still parses
-        p = sub.add_parser(name, help=doc.splitlines()[0] if doc else None, description=doc,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+        p = sub.add_parser(
+            name,
+            help=doc.splitlines()[0] if doc else None,
+            description=doc,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         configure(p)
         p.set_defaults(func=fn)
     return parser

@@ -68,7 +68,7 @@ def _configure_eval(p: argparse.ArgumentParser) -> None:
         help="worker processes for the memory configurations (results do not depend on it)",
     )
     p.add_argument("--no-plots", action="store_true", help="write no PNG plots")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")  # fmt: skip
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def _options(pairs: list[str]) -> dict[str, Any]:
@@ -101,16 +101,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from ..eval.report import table1_markdown, write_reports
 
     memory = Settings.from_env()
-    settings = ProtocolSettings(configs=parse_configs(args.configs), baselines=() if args.no_baselines else BASELINES,
-                                backbone=args.backbone, encoder=args.encoder or memory.encoder,
-                                feedback=args.feedback, seed=args.seed)  # fmt: skip
+    settings = ProtocolSettings(
+        configs=parse_configs(args.configs),
+        baselines=() if args.no_baselines else BASELINES,
+        backbone=args.backbone,
+        encoder=args.encoder or memory.encoder,
+        feedback=args.feedback,
+        seed=args.seed,
+    )
     if args.bootstrap < 1:
         raise InvalidInput("--bootstrap must be at least 1")
     name, path = args.dataset
     rows, problems = load_dataset(name, path, **_options(args.option))
     if problems:
-        print(f"skipped {len(problems)} rows of {name} (first: line {problems[0].line}: {problems[0].reason})",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"skipped {len(problems)} rows of {name} (first: line {problems[0].line}: {problems[0].reason})",
+            file=sys.stderr,
+        )
     run = run_protocol(rows, settings, memory=memory, dataset=name, jobs=args.jobs, progress=not args.no_progress)
     records = write_reports(run, args.out, n_boot=args.bootstrap)
     if not args.no_plots:

@@ -7,12 +7,12 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+from .._api.mem import ADMIN, MsmMem
 from .._errors import AuditChainBroken, InvalidInput
+from .._memory.tiers import Actor
 from .._records import new_id
 from .._tier_records import ConsentRecord
 from ..datasets.manifest import parse_timestamp
-from ..memory.tiers import Actor
-from .api import ADMIN, MsmMem
 from .cli import command
 
 __all__ = ["cmd_audit", "cmd_consent", "cmd_keys", "cmd_maintain"]
@@ -50,7 +50,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
             size, head = mem.audit.checkpoint()
             print(f"checkpoint signed: size {size}, head {head}")
             return 0
-        from ..governance.fhir import export_fhir
+        from .._governance.fhir import export_fhir
 
         result = mem.audit.verify()
         if not result.ok:
@@ -116,8 +116,10 @@ def cmd_consent(args: argparse.Namespace) -> int:
             for c in mem.store.consents(args.patient):
                 end = datetime.fromtimestamp(c.end, UTC).isoformat() if c.end else "open"
                 revoked = f" revoked {datetime.fromtimestamp(c.revoked_at, UTC).isoformat()}" if c.revoked_at else ""
-                print(f"{c.consent_id} {c.decision} patient={c.patient_id} grantee={c.grantee} purpose={c.purpose} "
-                      f"classes={','.join(c.data_classes)} until={end}{revoked}")  # fmt: skip
+                print(
+                    f"{c.consent_id} {c.decision} patient={c.patient_id} grantee={c.grantee} purpose={c.purpose} "
+                    f"classes={','.join(c.data_classes)} until={end}{revoked}"
+                )
     return 0
 
 
@@ -146,7 +148,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
                 purpose="operations",
                 reason=f"{count} data keys rewrapped",
             )
-            from ..storage.base import WriteBatch
+            from .._storage.base import WriteBatch
 
             mem.audit.write(WriteBatch(), [spec])
             print(f"rotated: {count} data keys rewrapped")

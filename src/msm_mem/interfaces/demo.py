@@ -28,12 +28,26 @@ __all__ = ["DEMO_PATIENTS", "run_demo"]
 #: Patients of the demo's synthetic set: sized so ``make demo`` ends within minutes on 2 cores.
 DEMO_PATIENTS = 200
 _MARKER = ".msm-mem-demo"
-_OUTPUTS = ("data", "store", "stores", "table1.md", "table1.csv", "phases.md", "phases.csv", "results.json",
-            "answers.jsonl", "figure6.png", "figure6_finding_f1.png", "configs.png", "gate.png")  # fmt: skip
+_OUTPUTS = (
+    "data",
+    "store",
+    "stores",
+    "table1.md",
+    "table1.csv",
+    "phases.md",
+    "phases.csv",
+    "results.json",
+    "answers.jsonl",
+    "figure6.png",
+    "figure6_finding_f1.png",
+    "configs.png",
+    "gate.png",
+)
 
 
-def run_demo(out: Path, *, seed: int = 0, patients: int = DEMO_PATIENTS, verbose: bool = True,
-             jobs: int | None = None) -> int:  # fmt: skip
+def run_demo(
+    out: Path, *, seed: int = 0, patients: int = DEMO_PATIENTS, verbose: bool = True, jobs: int | None = None
+) -> int:
     """Run the demo in ``out`` (its previous demo outputs are replaced); returns 0.
 
     Always prints two summary lines (mean token F1 of S+E+V and of the population prior, frozen
@@ -51,8 +65,15 @@ def run_demo(out: Path, *, seed: int = 0, patients: int = DEMO_PATIENTS, verbose
     if verbose:
         print(f"synthetic set: {len(rows)} studies of {patients} patients in {out / 'data'}")
     jobs = jobs if jobs is not None else max(1, min(2, os.cpu_count() or 1))
-    run = run_protocol(rows, ProtocolSettings(seed=seed), memory=Settings(), dataset="synthetic", jobs=jobs,
-                       keep_stores=out / "stores", progress=verbose)  # fmt: skip
+    run = run_protocol(
+        rows,
+        ProtocolSettings(seed=seed),
+        memory=Settings(),
+        dataset="synthetic",
+        jobs=jobs,
+        keep_stores=out / "stores",
+        progress=verbose,
+    )
     shutil.move(out / "stores" / "SEV", out / "store")
     shutil.rmtree(out / "stores")
     records = write_reports(run, out)
@@ -60,12 +81,16 @@ def run_demo(out: Path, *, seed: int = 0, patients: int = DEMO_PATIENTS, verbose
     final = {r["arm"]: r["token_f1"]["mean"] for r in records if r["mode"] == "frozen" and r["phase"] == "WB4"}
     if verbose:
         counts = run.split.counts()
-        print(f"\npatients: {counts['memory']} memory (Base {counts['Base']}, WB1-WB4 "
-              f"{'/'.join(str(counts[p]) for p in ('WB1', 'WB2', 'WB3', 'WB4'))}), {counts['finetune']} fine-tune "
-              f"(unused), {counts['validation']} validation; {len(run.answers)} answers scored\n")  # fmt: skip
+        print(
+            f"\npatients: {counts['memory']} memory (Base {counts['Base']}, WB1-WB4 "
+            f"{'/'.join(str(counts[p]) for p in ('WB1', 'WB2', 'WB3', 'WB4'))}), {counts['finetune']} fine-tune "
+            f"(unused), {counts['validation']} validation; {len(run.answers)} answers scored\n"
+        )
         print(table1_markdown(records, run))
-        print(f"reports: {', '.join(p.name for p in (out / 'table1.md', out / 'phases.md', out / 'results.json'))}; "
-              f"plots: {', '.join(p.name for p in plots)} (in {out})")  # fmt: skip
+        print(
+            f"reports: {', '.join(p.name for p in (out / 'table1.md', out / 'phases.md', out / 'results.json'))}; "
+            f"plots: {', '.join(p.name for p in plots)} (in {out})"
+        )
     print(f"mean token F1 with memory (S+E+V), validation after WB4:       {final['SEV']:.3f}")
     print(f"mean token F1 without memory (population prior), same queries: {final['prior']:.3f}")
     if verbose:

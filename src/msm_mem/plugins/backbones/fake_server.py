@@ -113,11 +113,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             parsed = None
         owner = self.server.owner
-        owner._record(
-            RecordedRequest(
-                "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, raw, parsed
-            )  # fmt: skip
-        )
+        owner._record(RecordedRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, raw, parsed))
         if self.path.split("?", 1)[0].rstrip("/") != "/v1/chat/completions":
             self._send(FakeReply(404, {"error": {"message": f"no route {self.path}"}}))
             return
@@ -212,7 +208,9 @@ class FakeChatServer:
         return self.start()
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.close()

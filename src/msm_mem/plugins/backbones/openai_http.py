@@ -199,8 +199,7 @@ class OpenAICompatibleBackbone:
         """Send the request, retrying transient failures; raises BackendError on failure."""
         body = json.dumps(self.payload(request)).encode("utf-8")
         shape = None if request.image is None else tuple(np.asarray(request.image).shape)
-        log.debug("POST %s model=%s prompt_chars=%d image=%s", self.url, self.model,
-                  len(request.prompt), shape)  # fmt: skip
+        log.debug("POST %s model=%s prompt_chars=%d image=%s", self.url, self.model, len(request.prompt), shape)
         raw = self._post(body)
         text = self._content(raw)
         known = [c.id for c in request.candidates] + [c.id for c in request.prior]
@@ -243,8 +242,7 @@ class OpenAICompatibleBackbone:
                 problem = short = f"connection error: {exc}"
             if attempt + 1 < attempts:
                 # the body excerpt may echo the request, so only the status is logged
-                log.warning("POST %s: %s; retry %d of %d in %.2f s",
-                            self.url, short, attempt + 1, self.retries, wait)  # fmt: skip
+                log.warning("POST %s: %s; retry %d of %d in %.2f s", self.url, short, attempt + 1, self.retries, wait)
                 self._sleep(wait)
         raise BackendError(
             f"POST {self.url} failed: {problem}; gave up after {attempts} attempt(s) "

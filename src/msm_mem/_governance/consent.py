@@ -1,0 +1,110 @@
+"""Consent: FHIR-like records checked on every access; no matching permit means denied.
+
+A request names the patient, the actor and role, the purpose of use and the data classes it
+touches (``episodic``, ``visual``, ``semantic``, ``stm``, ``claims``). It is permitted when a
+consent in force at that time matches the patient (or ``*``), the grantee (``actor:<id>`` or
+``role:<role>``), the purpose (or ``*``) and covers every requested class (or ``*``), and no
+matching ``deny`` covers any requested class. Deny wins; silence denies (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .._errors import InvalidInput
+from .._records import new_id
+from .._tier_records import ConsentRecord
+from .transitions import ROLES
+
+__all__ = ["DATA_CLASSES", "ConsentDecision", "check_record", "default_policy", "evaluate"]
+
+DATA_CLASSES = ("episodic", "visual", "semantic", "stm", "claims")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsentDecision:
+    """The outcome: ``consent_id`` is the deciding record ("" when nothing matched)."""
+
+    permitted: bool
+    consent_id: str
+    reason: str
+
+
+def _matches(c: ConsentRecord, patient: str, actor: str, role: str, purpose: str, when: float) -> bool:
+    return (
+        c.patient_id in (patient, "*")
+        and c.grantee in (f"actor:{actor}", f"role:{role}")
+        and c.purpose in (purpose, "*")
+        and c.active_at(when)
+    )
+
+
+def evaluate(
+    consents: Iterable[ConsentRecord],
+    *,
+    patient: str,
+    actor: str,
+    role: str,
+    purpose: str,
+    classes: Sequence[str],
+    when: float,
+) -> ConsentDecision:
+    """Decide one access request against the consent records (see module docstring)."""
+    wanted = set(classes)
+    permit: ConsentRecord | None = None
+    for c in consents:
+        if not _matches(c, patient, actor, role, purpose, when):
+            continue
+        covered = "*" in c.data_classes or wanted <= set(c.data_classes)
+        touches = "*" in c.data_classes or bool(wanted & set(c.data_classes))
+        if c.decision == "deny" and touches:
+            return ConsentDecision(False, c.consent_id, "denied by consent")
+        if c.decision == "permit" and covered and permit is None:
+            permit = c
+    if permit is None:
+        return ConsentDecision(False, "", "no matching permit")
+    return ConsentDecision(True, permit.consent_id, "permitted")
+
+
+def check_record(c: ConsentRecord) -> None:
+    """Refuse a consent that could never match what it names: an unknown data class or role.
+
+    A typo (``episodc``, ``role:clinican``) would otherwise be stored and silently grant or
+    deny nothing.
+    """
+    unknown = sorted(set(c.data_classes) - {*DATA_CLASSES, "*"})
+    if unknown:
+        raise InvalidInput(f"unknown data class(es) {unknown}: use {', '.join(DATA_CLASSES)} or *")
+    if c.grantee.startswith("role:") and c.grantee[5:] not in ROLES:
+        raise InvalidInput(f"unknown role {c.grantee[5:]!r}: use one of {', '.join(sorted(ROLES))}")
+
+
+def default_policy(now: float) -> list[ConsentRecord]:
+    """The embedded demo's policy, written by ``msm-mem init``.
+
+    Treatment by the care team: agents, clinicians and critics may read and write every data
+    class of every patient for purpose ``treatment``; the system role may run maintenance
+    (``operations``) on every class. Nothing else is permitted (research, export...) until a
+    consent grants it. A real deployment replaces this with the hospital's consent records.
+    """
+    grants = [
+        ("role:agent", "treatment"),
+        ("role:clinician", "treatment"),
+        ("role:critic", "treatment"),
+        ("role:system", "operations"),
+        ("role:clinician", "export"),
+    ]
+    return [
+        ConsentRecord(
+            consent_id=new_id("C"),
+            patient_id="*",
+            grantee=g,
+            purpose=p,
+            decision="permit",
+            data_classes=("*",),
+            start=0.0,
+            created_at=now,
+        )
+        for g, p in grants
+    ]

@@ -1,0 +1,382 @@
+"""Maintenance and corrections of the governed tiers: expiry, age-threshold consolidation,
+decay (anonymisation in place), critic verdicts and crypto-shredding.
+
+All of them run as a role from the transition table, check every move, and write each step's
+records and audit events in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from .._errors import InvalidInput, NotFound
+from .._governance import deid, transitions
+from .._governance.crypto import EnvelopeCipher
+from .._records import EpisodicRecord, Impression, SemanticState, State, VisualRecord, new_id
+from .._storage.base import PII_FIELDS, StateChange, WriteBatch
+from .._tier_records import Claim, StmChange, StmState
+from .ranking import TIER_WEIGHTS, decay_at
+from .tiers import Actor, GovernedMemory, link_findings
+
+__all__ = ["MaintenanceReport", "Maintainer"]
+
+SYSTEM = Actor("msm-mem", "system")
+#: no semantic version decays younger than this (the shortest retention any tier gets)
+_SEMANTIC_MIN_AGE = min(decay_at(0.0, 1.0, tier, "semantic") for tier in (*TIER_WEIGHTS, "unknown-tier"))
+
+
+def _year(t: float) -> str:
+    """UTC seconds of 1 January of ``t``'s year (Safe Harbor keeps the year only)."""
+    return str(datetime(datetime.fromtimestamp(t, UTC).year, 1, 1, tzinfo=UTC).timestamp())
+
+
+@dataclass
+class MaintenanceReport:
+    """What one maintenance pass did."""
+
+    expired: int = 0
+    consolidated: int = 0
+    discarded: int = 0
+    anonymized: int = 0
+    retracted: int = 0
+    checkpoint: tuple[int, str] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class Maintainer:
+    """Runs the system-role sweeps and the critic / erasure operations."""
+
+    def __init__(self, gm: GovernedMemory, cipher: EnvelopeCipher, *, consolidate_after_s: float = 3600.0) -> None:
+        self.gm = gm
+        self.store = gm.store
+        self.cipher = cipher
+        self.consolidate_after_s = consolidate_after_s
+
+    # sweeps --------------------------------------------------------------------------------
+
+    def expire(self) -> int:
+        """STM items past ``expires_at`` become EXPIRED and are forgotten (payload purged)."""
+        now = self.gm.clock.now()
+        due = self.store.stm_list(state=StmState.ACTIVE, expires_before=now)
+        for item in due:
+            transitions.check("stm:active", "stm:expired", "expire", SYSTEM.role)
+            spec = self.gm.audit.spec(
+                actor=SYSTEM.id,
+                role=SYSTEM.role,
+                action="expire",
+                source_tier="stm",
+                target_tier="stm",
+                purpose="operations",
+                record_ids=[item.item_id],
+                patient=item.patient_id,
+            )
+            batch = WriteBatch(stm_changes=[StmChange(item.item_id, StmState.ACTIVE, StmState.EXPIRED, purge=True)])
+            self.gm.audit.write(batch, [spec])
+        return len(due)
+
+    def consolidate_aged(self) -> tuple[int, int]:
+        """Age threshold trigger: answered STM items older than the threshold go through the
+        gate once more; passing ones are consolidated, the rest discarded (returns counts)."""
+        now = self.gm.clock.now()
+        done = discarded = 0
+        for item in self.store.stm_list(state=StmState.ACTIVE, created_before=now - self.consolidate_after_s):
+            info = json.loads(item.payload)
+            if "answer" not in info:
+                continue
+            turn = self.gm.begin(SYSTEM, item.patient_id, "operations")
+            # the turn that held the item recorded its impression already: gate and consolidate only
+            result = self.gm.consolidate(
+                turn, item, info["answer"], decision=info.get("decision", ""), trigger="age_threshold", derive=False
+            )
+            if not result.gate.written:
+                turn.batch.stm_changes.append(StmChange(item.item_id, StmState.ACTIVE, StmState.DISCARDED, purge=True))
+                self.gm._event(turn, "discard", "stm", "stm", [item.item_id], reason=",".join(result.gate.reasons))
+                discarded += 1
+            else:
+                done += 1
+            self.gm.commit(turn)
+        return done, discarded
+
+    def decay(self) -> tuple[int, int]:
+        """Decay every long-term record past ``decay_at`` (semantic versions: past the same
+        scorer's time, aged from ``created_at``).
+
+        ACTIVE episodic, visual and claim records are anonymised in place: a random new id,
+        patient, source, study and supersession links removed, times coarsened to the year,
+        content scrubbed of Safe Harbor identifiers; they join the population pool. SUPERSEDED
+        records and semantic state (wrong, outdated, or meaningless without the patient) are
+        blanked and RETRACTED instead. The audit event names the old id only. Returns the
+        counts (anonymised, retracted).
+        """
+        now = self.gm.clock.now()
+        due: list[tuple[str, str, State | None]] = [(t, i, None) for t, i in self.store.decay_due(now)]
+        due += [
+            ("semantic", s.state_id, s.state)
+            for s in self.store.semantic_created_before(now - _SEMANTIC_MIN_AGE)
+            if decay_at(s.created_at, 1.0, s.evidence_tier, "semantic") <= now
+        ]
+        counts = {State.ANONYMIZED: 0, State.RETRACTED: 0}
+        for table, record_id, known in due:
+            change = self._decayed(table, record_id, known)
+            transitions.check("ltm:" + change.expect.value, "ltm:" + change.to.value, "decay", SYSTEM.role)
+            spec = self.gm.audit.spec(
+                actor=SYSTEM.id,
+                role=SYSTEM.role,
+                action="decay",
+                source_tier="ltm",
+                target_tier="ltm",
+                purpose="operations",
+                record_ids=[record_id],
+                reason=change.to.value,
+            )
+            self.gm.audit.write(WriteBatch(changes=[change]), [spec])
+            counts[change.to] += 1
+        return counts[State.ANONYMIZED], counts[State.RETRACTED]
+
+    def _decayed(self, table: str, record_id: str, known: State | None) -> StateChange:
+        values: dict[str, str]
+        if table == "episodic":
+            e = self.store.get_episodes([record_id])[0]
+            values = {f: deid.scrub(getattr(e, f)) for f in PII_FIELDS["episodic"]}
+            values.update(media_path="", study_id="", source="", supersedes="", timestamp=_year(e.timestamp))
+            prefix, state = "E", e.state
+        elif table == "visual":
+            v = self.store.get_visuals([record_id])[0]
+            values = {
+                "media_path": "",
+                "source": "",
+                "source_episode_id": "",
+                "supersedes": "",
+                "timestamp": _year(v.timestamp),
+            }
+            prefix, state = "V", v.state
+        elif table == "claims":
+            c = self.store.get_claims([record_id])[0]
+            values = {"content": deid.scrub(c.content), "source": "", "key": new_id("anon"), "supersedes": ""}
+            prefix, state = "C", c.state
+        else:
+            assert known is not None
+            values, prefix, state = {"impressions": "", "supersedes": ""}, "S", known
+        to = State.ANONYMIZED if state == State.ACTIVE and table != "semantic" else State.RETRACTED
+        if to == State.RETRACTED:
+            values = {k: "" if k in PII_FIELDS.get(table, ()) else v for k, v in values.items()}
+        values["created_at"] = _year(self.gm.clock.now())
+        if table != "semantic":
+            values["decay_at"] = ""
+        return StateChange(
+            table,
+            record_id,
+            state,
+            to,
+            new_id=new_id(prefix),
+            new_patient_id="",  # type: ignore[arg-type]
+            fields=tuple(values.items()),
+        )
+
+    def run(self) -> MaintenanceReport:
+        """expire, consolidate by age, decay, then checkpoint the audit chain."""
+        report = MaintenanceReport(expired=self.expire())
+        report.consolidated, report.discarded = self.consolidate_aged()
+        report.anonymized, report.retracted = self.decay()
+        report.checkpoint = self.gm.audit.checkpoint()
+        return report
+
+    # corrections ---------------------------------------------------------------------------
+
+    def critic_verdict(
+        self, actor: Actor, patient_id: str, study_id: str, *, accept: bool, correction: str = "", decision: str = ""
+    ) -> Claim:
+        """A critic's verdict on the agent's impression of one study (for example the signed
+        report): accept, or reject with a correction. The claim and the semantic state are
+        superseded at the critic's evidence tier; a consolidated episode is superseded by a
+        corrected copy; a held STM item is promoted with the correction (forced past the gate).
+        Only the critic and clinician roles may give a verdict, accepting or rejecting."""
+        if not accept and not correction.strip():
+            raise InvalidInput("a rejecting verdict needs the correction")
+        turn = self.gm.begin(actor, patient_id, "treatment")
+        trigger = "supersede" if accept else "critic_reject"
+        # any verdict, an acceptance too, lifts the claim to the critic's evidence tier: only the
+        # roles that may reject may give one (checked before revealing whether the claim exists)
+        self.gm._check(turn, "ltm:active", "ltm:superseded", "critic_reject")
+        self.gm._check(turn, "ltm:active", "ltm:superseded", trigger)
+        active = self.store.claims_active(patient_id, f"study:{study_id}")
+        if not active:
+            raise NotFound(f"no active claim for study {study_id!r} of this patient")
+        old = active[0]
+        text = old.content if accept else correction
+        now = self.gm.clock.now()
+        provenance = {**json.loads(old.source), "by": actor.id}
+        ids: list[str] = []
+        episode_id = provenance.get("episode") or ""
+        if episode_id and not accept:
+            fixed = self._supersede_episode(turn.batch, episode_id, text, decision, now)
+            if fixed:  # a later verdict on this study corrects the corrected copy
+                provenance["episode"] = fixed[0]
+            ids += fixed
+        item_id = provenance.get("stm") or ""
+        if item_id and not episode_id:
+            items = [
+                i for i in self.store.stm_list(patient_id=patient_id, state=StmState.ACTIVE) if i.item_id == item_id
+            ]
+            if items:
+                # the critic's verdict is the outcome the held item waited for: it is promoted even
+                # when the gate held it (a repeat image is never novel); the audit keeps "forced"
+                result = self.gm.consolidate(
+                    turn,
+                    items[0],
+                    text,
+                    decision=decision,
+                    trigger="critic_promote",
+                    evidence_tier="critic",
+                    confidence=1.0,
+                    source=actor.id,
+                    force=True,
+                    derive=False,
+                )
+                if result.episode_id:
+                    provenance["episode"] = result.episode_id
+                ids += [x for x in (result.episode_id, result.visual_id) if x]
+        claim = Claim(
+            new_id("C"),
+            patient_id,
+            old.key,
+            text,
+            json.dumps(provenance),
+            1.0,
+            "critic",
+            now,
+            decay_at(now, 1.0, "critic", "claims"),
+            supersedes=old.claim_id,
+        )
+        turn.batch.claims.append(claim)
+        link_findings(self.store, turn.batch, claim)
+        ids = [claim.claim_id, old.claim_id, *ids]
+        ids += self._semantic_correction(turn.batch, patient_id, study_id, text, decision, now)
+        self.gm._event(turn, trigger, "ltm", "ltm", ids)
+        self.gm.commit(turn)
+        return claim
+
+    def _supersede_episode(self, batch: WriteBatch, episode_id: str, text: str, decision: str, now: float) -> list[str]:
+        try:
+            e = self.store.get_episodes([episode_id])[0]
+        except NotFound:
+            return []
+        if e.state != State.ACTIVE:
+            return []
+        fixed = EpisodicRecord(
+            episode_id=new_id("E"),
+            patient_id=e.patient_id,
+            timestamp=e.timestamp,
+            z=e.z,
+            question=e.question,
+            answer=text,
+            decision=decision or e.decision,
+            media_path=e.media_path,
+            media_description=e.media_description,
+            study_id=e.study_id,
+            confidence=1.0,
+            evidence_tier="critic",
+            source=e.source,
+            created_at=now,
+            decay_at=decay_at(now, 1.0, "critic", "episodic"),
+            supersedes=e.episode_id,
+        )
+        batch.changes.append(StateChange("episodic", e.episode_id, State.ACTIVE, State.SUPERSEDED))
+        batch.episodes.append(fixed)
+        return [fixed.episode_id, e.episode_id]
+
+    def _semantic_correction(
+        self, batch: WriteBatch, patient_id: str, study_id: str, text: str, decision: str, now: float
+    ) -> list[str]:
+        pending = [s for s in batch.semantic if s.patient_id == patient_id]
+        current: SemanticState | None = (
+            pending[-1] if pending else next(iter(self.store.semantic_active(patient_id)), None)
+        )
+        if current is None:
+            return []
+        study_time = self._study_time(patient_id, study_id)
+        impressions = [i for i in current.impressions if study_time is None or i.timestamp != study_time]
+        when = study_time if study_time is not None else now
+        impressions.append(Impression(when, text, decision))
+        impressions.sort(key=lambda i: i.timestamp)
+        new = SemanticState(
+            new_id("S"),
+            patient_id,
+            current.category,
+            tuple(impressions[-self.gm.settings.semantic_history :]),
+            version=current.version + 1,
+            created_at=now,
+            supersedes=current.state_id,
+            evidence_tier="critic",
+        )
+        batch.semantic.append(new)
+        return [new.state_id, current.state_id]
+
+    def _study_time(self, patient_id: str, study_id: str) -> float | None:
+        for item in self.store.stm_list(patient_id=patient_id):
+            if item.payload:
+                info = json.loads(item.payload)
+                if info.get("study_id") == study_id:
+                    return float(info["timestamp"])
+        for e in self.store.get_episodes(self.store.record_ids("episodic", patient_id)):
+            if e.study_id == study_id:
+                return e.timestamp
+        return None
+
+    # erasure -------------------------------------------------------------------------------
+
+    def shred(self, actor: Actor, patient_id: str, reason: str) -> int:
+        """Crypto-shred a patient: every record retracted (entities and relationships too), STM
+        purged, the data key destroyed.
+
+        The audit chain still verifies; the patient's pseudonym is unlinked."""
+        transitions.check("ltm:active", "ltm:retracted", "retract", actor.role)
+        if not reason.strip():
+            raise InvalidInput("shredding a patient needs a stated reason")
+        batch = WriteBatch()
+        ids: list[str] = []
+        for table, getter in (
+            ("episodic", self.store.get_episodes),
+            ("visual", self.store.get_visuals),
+            ("claims", self.store.get_claims),
+        ):
+            for rec in getter(self.store.record_ids(table, patient_id)):  # type: ignore[arg-type]
+                if isinstance(rec, EpisodicRecord):
+                    rid = rec.episode_id
+                elif isinstance(rec, VisualRecord):
+                    rid = rec.visual_id
+                else:
+                    rid = rec.claim_id
+                batch.changes.append(StateChange(table, rid, rec.state, State.RETRACTED))  # type: ignore[arg-type]
+                ids.append(rid)
+        active = {s.state_id for s in self.store.semantic_active(patient_id)}
+        for sid in self.store.record_ids("semantic", patient_id):
+            state = State.ACTIVE if sid in active else State.SUPERSEDED
+            batch.changes.append(StateChange("semantic", sid, state, State.RETRACTED))
+            ids.append(sid)
+        # the knowledge graph derived from the claims goes with them
+        graph = [("entities", e.entity_id) for e in self.store.entities(patient_id)]
+        graph += [("relationships", r.relationship_id) for r in self.store.relationships(patient_id)]
+        for table, rid in graph:
+            batch.changes.append(StateChange(table, rid, State.ACTIVE, State.RETRACTED))  # type: ignore[arg-type]
+            ids.append(rid)
+        for item in self.store.stm_list(patient_id=patient_id, state=StmState.ACTIVE):
+            batch.stm_changes.append(StmChange(item.item_id, StmState.ACTIVE, StmState.DISCARDED, purge=True))
+            ids.append(item.item_id)
+        spec = self.gm.audit.spec(
+            actor=actor.id,
+            role=actor.role,
+            action="retract",
+            source_tier="ltm",
+            target_tier="ltm",
+            purpose="erasure",
+            record_ids=ids,
+            patient=patient_id,
+            reason=reason,
+        )
+        self.gm.audit.write(batch, [spec])
+        self.cipher.shred(patient_id)
+        self.gm.audit.forget(patient_id)
+        return len(ids)

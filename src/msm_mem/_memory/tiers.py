@@ -1,0 +1,486 @@
+"""The governed tiers over the memory core: consent, short-term memory, ranked reads,
+consolidation into long-term memory, all audited and written atomically per turn.
+
+One clinical turn (DESIGN.md section 2)::
+
+    turn = gm.begin(actor, patient, purpose)        consent check (audited; deny -> ConsentDenied)
+    item = gm.observe(turn, z, question, ...)       source -> STM (scope required, TTL)
+    ranked = gm.retrieve(turn, z, ...)              LTM read, reranked by cosine x composite_k
+    result = gm.consolidate(turn, item, answer)     STM -> LTM through the write-back gate;
+                                                    semantic state and claim superseded
+    gm.commit(turn)                                 one transaction: STM, LTM, audit rows
+
+A held item (the gate said no) stays in STM until a critic promotes it or its TTL ends. A
+failing turn still records its reads and the failure in the audit tier, and nothing else.
+Every move is checked against :mod:`msm_mem._governance.transitions` (fail closed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .._errors import AccessDenied, ConsentDenied, IllegalTransition, InvalidInput, MsmMemError
+from .._governance import transitions
+from .._governance.audit import AuditLog
+from .._governance.consent import DATA_CLASSES, evaluate
+from .._records import Hit, new_id
+from .._storage.base import Store, WriteBatch
+from .._tier_records import Claim, Entity, Relationship, StmChange, StmItem, StmState
+from .labeler import label
+from .msm import Interaction, Memory, Staging, WriteResult
+from .ranking import Score, decay_at, rerank
+from .retrieval import Retrieval, Scope
+
+__all__ = ["Actor", "GovernedMemory", "Ranked", "Turn"]
+
+
+_LINKS = {1: "asserts", -1: "suggests", 0: "negates"}
+
+
+def link_findings(store: Store, batch: WriteBatch, claim: Claim) -> None:
+    """Derive entities and relationships from a claim: every observation the rule-based
+    labeler finds in its content (positive, uncertain or negated) becomes the patient's
+    ``finding`` entity (created once), linked from the claim by ``asserts``, ``suggests`` or
+    ``negates``."""
+    labels = {name: v for name, v in label(claim.content).items() if v is not None and name != "No Finding"}
+    if not labels:
+        return
+    known = {e.name: e.entity_id for e in store.entities(claim.patient_id) if e.type == "finding"}
+    known.update({e.name: e.entity_id for e in batch.entities if e.patient_id == claim.patient_id})
+    for name, value in sorted(labels.items()):
+        if name not in known:
+            entity = Entity(new_id("N"), claim.patient_id, "finding", name, claim.created_at)
+            batch.entities.append(entity)
+            known[name] = entity.entity_id
+        batch.relationships.append(
+            Relationship(new_id("R"), claim.patient_id, claim.claim_id, known[name], _LINKS[value], claim.created_at)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who acts: an id (never a patient identifier) and a role from the transition table."""
+
+    id: str
+    role: str
+
+    def __post_init__(self) -> None:
+        if not self.id or self.role not in transitions.ROLES:
+            raise InvalidInput(f"actor needs an id and a role in {sorted(transitions.ROLES)}, got {self.role!r}")
+
+
+@dataclass
+class Turn:
+    """The writes and audit rows of one turn, committed together."""
+
+    actor: Actor
+    patient_id: str
+    purpose: str
+    consent_id: str
+    staging: Staging = field(default_factory=Staging)
+    #: audit events of the turn, chained and written at commit
+    audit: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def batch(self) -> WriteBatch:
+        return self.staging.batch
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """A retrieval reranked by ``cosine x composite_k``, with every factor per hit."""
+
+    retrieval: Retrieval
+    ranked: tuple[tuple[Hit, Score], ...]
+
+
+class GovernedMemory:
+    """Consent, tiers, transitions and audit around a :class:`Memory`."""
+
+    def __init__(self, memory: Memory, audit: AuditLog) -> None:
+        self.memory = memory
+        self.store = memory.store
+        self.audit = audit
+        self.clock = memory.clock
+        self.settings = memory.settings
+
+    # consent -------------------------------------------------------------------------------
+
+    def begin(
+        self, actor: Actor, patient_id: str, purpose: str = "treatment", classes: Sequence[str] = DATA_CLASSES
+    ) -> Turn:
+        """Check consent for a turn; a denial is audited and raises :class:`ConsentDenied`."""
+        if not isinstance(patient_id, str) or not patient_id.strip():
+            raise InvalidInput("a turn needs a patient scope (patient_id)")
+        self.store.sync()
+        decision = evaluate(
+            self.store.consents(patient_id),
+            patient=patient_id,
+            actor=actor.id,
+            role=actor.role,
+            purpose=purpose,
+            classes=classes,
+            when=self.clock.now(),
+        )
+        try:
+            self.audit.pseudonym(patient_id)
+        except AccessDenied:  # crypto-shredded: refuse, and record the refusal without a patient link
+            self._write_audit_only(
+                [
+                    self.audit.spec(
+                        actor=actor.id,
+                        role=actor.role,
+                        action="consent",
+                        source_tier="source",
+                        target_tier="ltm",
+                        purpose=purpose,
+                        outcome="denied",
+                        reason="patient_shredded",
+                    )
+                ]
+            )
+            raise
+        row = self.audit.spec(
+            actor=actor.id,
+            role=actor.role,
+            action="consent",
+            source_tier="source",
+            target_tier="ltm",
+            purpose=purpose,
+            patient=patient_id,
+            consent_id=decision.consent_id,
+            outcome="success" if decision.permitted else "denied",
+            reason="" if decision.permitted else decision.reason,
+        )
+        if not decision.permitted:
+            self._write_audit_only([row])
+            raise ConsentDenied(
+                f"{actor.role} {actor.id!r} has no consent for {purpose!r} on this patient ({decision.reason})"
+            )
+        return Turn(actor, patient_id, purpose, decision.consent_id, audit=[row])
+
+    def _event(
+        self,
+        turn: Turn,
+        action: str,
+        source: str,
+        target: str,
+        ids: Sequence[str],
+        *,
+        outcome: str = "success",
+        reason: str = "",
+    ) -> None:
+        turn.audit.append(
+            self.audit.spec(
+                actor=turn.actor.id,
+                role=turn.actor.role,
+                action=action,
+                source_tier=source,
+                target_tier=target,
+                purpose=turn.purpose,
+                outcome=outcome,
+                record_ids=ids,
+                patient=turn.patient_id,
+                consent_id=turn.consent_id,
+                reason=reason,
+            )
+        )
+
+    def _check(self, turn: Turn, source: str, target: str, trigger: str, reason: str = "") -> None:
+        try:
+            transitions.check(source, target, trigger, turn.actor.role, reason=reason)
+        except IllegalTransition:
+            self._event(
+                turn,
+                trigger,
+                source.split(":")[0],
+                target.split(":")[0],
+                (),
+                outcome="denied",
+                reason="illegal_transition",
+            )
+            denied, turn.audit = turn.audit, []
+            self._write_audit_only(denied)
+            raise
+
+    # short-term ----------------------------------------------------------------------------
+
+    def observe(
+        self,
+        turn: Turn,
+        z: object,
+        question: str,
+        *,
+        timestamp: float | None = None,
+        media_path: str = "",
+        visual_tag: str = "",
+        study_id: str = "",
+        media_description: str = "",
+        kind: str = "interaction",
+    ) -> StmItem:
+        """Write the current interaction into short-term memory (source -> STM)."""
+        self._check(turn, "source:-", "stm:active", "write")
+        if not isinstance(question, str) or not question.strip():
+            raise InvalidInput("question must not be empty")
+        now = self.clock.now()
+        payload = {
+            "question": question,
+            "timestamp": now if timestamp is None else timestamp,
+            "media_path": media_path,
+            "visual_tag": visual_tag,
+            "study_id": study_id,
+            "media_description": media_description,
+        }
+        item = StmItem(
+            new_id("M"),
+            turn.patient_id,
+            kind,
+            json.dumps(payload),
+            created_at=now,
+            expires_at=now + self.settings.stm_ttl_s,
+            z=self.memory.vector(z),
+            actor=turn.actor.id,
+        )
+        turn.batch.stm.append(item)
+        self._event(turn, "write", "source", "stm", [item.item_id])
+        return item
+
+    def refresh(self, turn: Turn, item_id: str, *, ttl_s: float | None = None) -> float:
+        """Extend an active STM item of the turn's patient by ``ttl_s`` (default: the setting)
+        from now; returns the new ``expires_at``."""
+        self._check(turn, "stm:active", "stm:active", "refresh")
+        (item,) = self.store.stm_get([item_id])
+        if item.patient_id != turn.patient_id or item.state != StmState.ACTIVE:
+            raise IllegalTransition(f"short-term item {item_id!r} is not active in this patient's scope")
+        ttl = self.settings.stm_ttl_s if ttl_s is None else ttl_s
+        if not 0 < ttl < float("inf"):
+            raise InvalidInput(f"ttl_s must be a positive number of seconds, got {ttl_s!r}")
+        expires = self.clock.now() + ttl
+        turn.batch.stm_changes.append(StmChange(item_id, StmState.ACTIVE, StmState.ACTIVE, expires_at=expires))
+        self._event(turn, "refresh", "stm", "stm", [item_id])
+        return expires
+
+    def cross_scope_copy(self, turn: Turn, item_id: str, *, reason: str) -> StmItem:
+        """Copy another patient's active STM item into the turn's patient scope: admin only,
+        with a stated reason (the seed's override of the STM -> STM cross-scope rule)."""
+        self._check(turn, "stm:active", "stm:active", "cross_scope_copy", reason=reason)
+        (item,) = self.store.stm_get([item_id])
+        if item.state != StmState.ACTIVE:
+            raise IllegalTransition(f"short-term item {item_id!r} is {item.state.value}, not active")
+        now = self.clock.now()
+        copy = StmItem(
+            new_id("M"),
+            turn.patient_id,
+            item.kind,
+            item.payload,
+            now,
+            now + self.settings.stm_ttl_s,
+            z=item.z,
+            actor=turn.actor.id,
+        )
+        turn.batch.stm.append(copy)
+        self._event(turn, "cross_scope_copy", "stm", "stm", [item_id, copy.item_id], reason=reason)
+        return copy
+
+    # reads ---------------------------------------------------------------------------------
+
+    def retrieve(
+        self,
+        turn: Turn,
+        z: object,
+        *,
+        at: float | None = None,
+        use_sem: bool = True,
+        use_epi: bool = True,
+        use_vis: bool = True,
+        scope: Scope = "patient",
+    ) -> Ranked:
+        """Read S, E, V for the turn's patient; rerank by cosine x composite_k; audit the ids."""
+        self._check(turn, "ltm:active", "ltm:active", "read")
+        r = self.memory.retrieve(turn.patient_id, z, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, scope=scope)
+        if scope == "population":
+            r = self._consented(turn, r)
+        ranked = rerank(r.evidence(), self.clock.now() if at is None else at)
+        self._event(turn, "read", "ltm", "stm", [h.id for h, _ in ranked])
+        return Ranked(r, tuple(ranked))
+
+    def _consented(self, turn: Turn, r: Retrieval) -> Retrieval:
+        """Keep only other patients' records whose own consent permits this actor and purpose
+        (anonymised records have no patient and are always usable); the rest is never used."""
+        allowed: dict[str, bool] = {turn.patient_id: True, "": True}
+        now = self.clock.now()
+
+        def ok(hit: Hit) -> bool:
+            pid = getattr(hit.record, "patient_id", "")
+            if pid not in allowed:
+                allowed[pid] = evaluate(
+                    self.store.consents(pid),
+                    patient=pid,
+                    actor=turn.actor.id,
+                    role=turn.actor.role,
+                    purpose=turn.purpose,
+                    classes=("episodic", "visual"),
+                    when=now,
+                ).permitted
+            return allowed[pid]
+
+        return Retrieval(r.semantic, tuple(h for h in r.episodic if ok(h)), tuple(h for h in r.visual if ok(h)))
+
+    # consolidation -------------------------------------------------------------------------
+
+    def consolidate(
+        self,
+        turn: Turn,
+        item: StmItem,
+        answer: str,
+        *,
+        decision: str = "",
+        trigger: str = "consolidate",
+        evidence_tier: str = "agent",
+        confidence: float = 0.6,
+        source: str = "agent",
+        force: bool = False,
+        derive: bool = True,
+    ) -> WriteResult:
+        """STM -> LTM through the write-back gate; a held item stays in STM.
+
+        With ``derive`` (the default) the semantic state and the study's claim are superseded
+        whatever the gate says; without it (a retried or promoted item whose impression was
+        already recorded) only the gate and the consolidation run."""
+        self._check(turn, "stm:active", "ltm:active", trigger)
+        if derive:
+            self._check(turn, "stm:active", "ltm:superseded", "semantic_update")
+        info = json.loads(item.payload)
+        if item.z is None:
+            raise InvalidInput(f"short-term item {item.item_id} has no embedding to consolidate")
+        it = Interaction(
+            patient_id=item.patient_id,
+            z=item.z,
+            question=info["question"],
+            answer=answer,
+            timestamp=float(info["timestamp"]),
+            decision=decision,
+            media_path=info.get("media_path", ""),
+            visual_tag=info.get("visual_tag", ""),
+            study_id=info.get("study_id", ""),
+            media_description=info.get("media_description", ""),
+            evidence_tier=evidence_tier,
+            confidence=confidence,
+            source=source,
+        )
+        result = self.memory.stage(it, turn.staging, force=force, semantic=derive)
+        if result.gate.written:
+            # the item moved: long-term memory holds it now and decays or shreds it by its own
+            # rules, so the short-term copy keeps no content (no second, undecayed copy of PHI)
+            turn.batch.stm_changes.append(StmChange(item.item_id, StmState.ACTIVE, StmState.CONSOLIDATED, purge=True))
+            ids = [item.item_id, result.episode_id or "", result.visual_id or ""]
+            self._event(turn, trigger, "stm", "ltm", ids, reason=",".join(result.gate.reasons))
+        else:
+            # a held item carries its answer, for a later critic or age sweep
+            for i, staged in enumerate(turn.batch.stm):
+                if staged.item_id == item.item_id:
+                    turn.batch.stm[i] = replace(
+                        staged, payload=json.dumps({**info, "answer": answer, "decision": decision})
+                    )
+            self._event(turn, "hold", "stm", "stm", [item.item_id], reason=",".join(result.gate.reasons))
+        if result.semantic is not None:
+            claim = self._claim(turn, it, item, result)
+            ids = [result.semantic.state_id, claim.claim_id]
+            ids += [x for x in (result.semantic.supersedes, claim.supersedes) if x]
+            self._event(turn, "semantic_update", "stm", "ltm", ids)
+        return result
+
+    def _claim(self, turn: Turn, it: Interaction, item: StmItem, result: WriteResult) -> Claim:
+        key = f"study:{it.study_id or item.item_id}"
+        current = next(
+            (
+                c
+                for c in turn.batch.claims
+                if c.patient_id == it.patient_id
+                and c.key == key
+                and not any(n.supersedes == c.claim_id for n in turn.batch.claims)
+            ),
+            None,
+        )
+        if current is None:
+            active = self.store.claims_active(it.patient_id, key)
+            current = active[0] if active else None
+        now = self.clock.now()
+        provenance = {"by": it.source, "stm": item.item_id, "episode": result.episode_id or ""}
+        claim = Claim(
+            new_id("C"),
+            it.patient_id,
+            key,
+            it.answer,
+            json.dumps(provenance),
+            it.confidence,
+            it.evidence_tier,
+            now,
+            decay_at(now, it.confidence, it.evidence_tier, "claims"),
+            supersedes=current.claim_id if current else None,
+        )
+        turn.batch.claims.append(claim)
+        link_findings(self.store, turn.batch, claim)
+        return claim
+
+    # committing ----------------------------------------------------------------------------
+
+    def commit(self, turn: Turn) -> None:
+        """Write the turn's batch and its audit events in one transaction.
+
+        When the write fails, the turn's consent decision and reads (which did happen) and the
+        error are audited in a transaction of their own, and the error is raised.
+        """
+        try:
+            self.audit.write(turn.batch, turn.audit)
+        except MsmMemError as exc:
+            self.fail(turn, exc)
+            raise
+        turn.audit = []
+
+    def commit_many(self, turns: Sequence[Turn]) -> None:
+        """Commit several turns of different patients in one transaction, in order.
+
+        Each turn was staged against the store as it is (its patient's active semantic state,
+        claims, novelty), so two turns of one patient cannot share a transaction: InvalidInput,
+        and nothing is written.
+        """
+        patients = [t.patient_id for t in turns]
+        if len(set(patients)) != len(patients):
+            raise InvalidInput("commit_many takes turns of different patients; commit one patient's turns in order")
+        merged, specs = WriteBatch(), []
+        for turn in turns:
+            for name in merged.__dataclass_fields__:
+                if name not in ("restore", "audit"):
+                    getattr(merged, name).extend(getattr(turn.batch, name))
+            specs.extend(turn.audit)
+        self.audit.write(merged, specs)
+        for turn in turns:
+            turn.audit = []
+
+    def fail(self, turn: Turn, exc: BaseException) -> None:
+        """Record a turn that failed (for example a backbone timeout): its consent decision and
+        reads, then the error; nothing else of the turn is written."""
+        kept = [e for e in turn.audit if e["action"] in ("consent", "read")]
+        kept.append(
+            self.audit.spec(
+                actor=turn.actor.id,
+                role=turn.actor.role,
+                action="turn",
+                source_tier="stm",
+                target_tier="ltm",
+                purpose=turn.purpose,
+                outcome="error",
+                patient=turn.patient_id,
+                consent_id=turn.consent_id,
+                reason=type(exc).__name__,
+            )
+        )
+        turn.audit = []
+        self._write_audit_only(kept)
+
+    def _write_audit_only(self, specs: list[dict[str, Any]]) -> None:
+        self.audit.write(WriteBatch(), specs)

@@ -1,0 +1,137 @@
+"""Wrapped data keys and patient pseudonyms in the embedded store's database."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._tier_records import WrappedKey
+
+__all__ = ["SqliteKeyTable", "data_version"]
+
+
+def data_version(conn: sqlite3.Connection) -> int:
+    """SQLite's ``PRAGMA data_version``: changes when another connection commits (cheap)."""
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+
+class SqliteKeyTable:
+    """Wrapped data keys and pseudonyms in the store's database (own short transactions)."""
+
+    def __init__(
+        self, conn: sqlite3.Connection, lock: threading.RLock, on_shred: Callable[[], None] = lambda: None
+    ) -> None:
+        self._conn, self._lock = conn, lock
+        self._on_shred = on_shred  # the store drops plaintext it has cached
+        # read cache; every write through this table updates it, and a commit by another
+        # connection (the CLI shredding a patient while a server runs) empties it
+        self._by_patient: dict[str, WrappedKey | None] = {}
+        self._by_id: dict[str, WrappedKey] = {}
+        self._version = -1
+
+    @staticmethod
+    def _key(r: Sequence[Any]) -> WrappedKey:
+        return WrappedKey(
+            key_id=r[0], patient_ref=r[1], kek_id=r[2], wrapped=bytes(r[3]), created_at=r[4], shredded=bool(r[5])
+        )
+
+    def _one(self, where: str, value: str) -> WrappedKey | None:
+        with self._lock:
+            row = self._conn.execute(f"SELECT * FROM keys WHERE {where} = ?", (value,)).fetchone()
+        return None if row is None else self._key(row)
+
+    def sync(self, version: int | None = None) -> None:
+        """Empty the cache when another connection has committed since the last sync
+        (``version``: the connection's ``data_version`` if the caller has just read it)."""
+        with self._lock:
+            version = data_version(self._conn) if version is None else version
+            if version != self._version:
+                self._by_patient.clear()
+                self._by_id.clear()
+                self._version = version
+
+    def get(self, patient_ref: str) -> WrappedKey | None:
+        with self._lock:
+            if patient_ref in self._by_patient:
+                return self._by_patient[patient_ref]
+            key = self._one("patient_ref", patient_ref)
+            if key is not None and not self._conn.in_transaction:
+                self._by_patient[patient_ref] = key
+            return key
+
+    def _forget(self, patient_ref: str) -> None:
+        self._by_patient.pop(patient_ref, None)
+        self._by_id.clear()  # refilled on demand; a put or shred is rare
+
+    def get_by_id(self, key_id: str) -> WrappedKey | None:
+        with self._lock:
+            if key_id in self._by_id:
+                return self._by_id[key_id]
+            key = self._one("key_id", key_id)
+            if key is not None and not self._conn.in_transaction:
+                self._by_id[key_id] = key
+            return key
+
+    def _atomic(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """Run statements in a transaction of their own, or inside the caller's open one.
+
+        A data key created while a batch is being written (a new patient's first record) joins
+        that batch's transaction: if the batch rolls back, the key goes with the ciphertexts
+        that used it, so no stored token ever names a key that does not exist.
+        """
+        with self._lock:
+            if self._conn.in_transaction:
+                for sql, args in statements:
+                    self._conn.execute(sql, args)
+                return
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, args in statements:
+                    self._conn.execute(sql, args)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def put(self, key: WrappedKey) -> None:
+        self._forget(key.patient_ref)
+        self._atomic(
+            [
+                ("DELETE FROM keys WHERE patient_ref = ? AND key_id != ?", (key.patient_ref, key.key_id)),
+                (
+                    "INSERT OR REPLACE INTO keys VALUES (?, ?, ?, ?, ?, ?)",
+                    (key.key_id, key.patient_ref, key.kek_id, key.wrapped, key.created_at, int(key.shredded)),
+                ),
+            ]
+        )
+
+    def shred(self, patient_ref: str) -> None:
+        """Destroy the wrapped key and the pseudonym link of a patient in one transaction."""
+        with self._lock:
+            self._forget(patient_ref)
+            self._on_shred()
+            row = self._conn.execute("SELECT key_id FROM keys WHERE patient_ref = ?", (patient_ref,)).fetchone()
+            if row is None:
+                return
+            self._atomic(
+                [
+                    ("UPDATE keys SET wrapped = x'', shredded = 1 WHERE key_id = ?", (row[0],)),
+                    ("DELETE FROM pseudonyms WHERE key_id = ?", (row[0],)),
+                ]
+            )
+
+    def all(self) -> list[WrappedKey]:
+        with self._lock:
+            return [self._key(r) for r in self._conn.execute("SELECT * FROM keys ORDER BY created_at, key_id")]
+
+    def pseudonym(self, key_id: str) -> tuple[str, str] | None:
+        """``(pseudonym, encrypted patient reference)`` of a key, or None."""
+        with self._lock:
+            row = self._conn.execute("SELECT pseudonym, token FROM pseudonyms WHERE key_id = ?", (key_id,)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def put_pseudonym(self, key_id: str, pseudonym: str, token: str) -> None:
+        with self._lock:
+            self._conn.execute("INSERT INTO pseudonyms VALUES (?, ?, ?)", (key_id, pseudonym, token))
