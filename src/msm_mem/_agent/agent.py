@@ -28,7 +28,8 @@ from .._errors import BackendError, InvalidInput, MsmMemError, NotFound
 from .._memory.fusion import fuse
 from .._memory.gate import GateDecision
 from .._memory.ranking import Score
-from .._memory.tiers import Actor, GovernedMemory, Turn
+from .._memory.tiers import GovernedMemory, Turn
+from .._principal import Principal
 from .._records import EpisodicRecord, Hit, SemanticState, VisualRecord
 from ..plugins.backbones.base import Backbone, BackboneReply, BackboneRequest, Candidate
 from ..plugins.backbones.nonparametric import NonparametricBackbone
@@ -148,9 +149,6 @@ def _checked(reply: object, name: str) -> BackboneReply:
     return reply
 
 
-AGENT = Actor("msm-mem-agent", "agent")
-
-
 class MemoryAgent:
     """Memory-conditioned inference with consent, STM, a retrieval policy, a router over the
     memory experts, ranked and audited reads, the write-back gate and audit.
@@ -170,8 +168,6 @@ class MemoryAgent:
         policy: RetrievalPolicy | None = None,
         router: Router | None = None,
         max_steps: int = 4,
-        actor: Actor = AGENT,
-        purpose: str = "treatment",
     ) -> None:
         if encoder.dim != gm.store.dim:
             raise InvalidInput(f"encoder {encoder.name} is {encoder.dim}-d; the store is {gm.store.dim}-d")
@@ -184,8 +180,6 @@ class MemoryAgent:
         self.policy: RetrievalPolicy = policy if policy is not None else HeuristicPolicy()
         self.router: Router = router if router is not None else self._stored_router()
         self.max_steps = max_steps
-        self.actor = actor
-        self.purpose = purpose
 
     def _router_path(self) -> Path | None:
         directory = getattr(self.gm.store, "directory", None)
@@ -204,6 +198,10 @@ class MemoryAgent:
         router.save(path)
         self.router = router
         return path
+
+    def embed(self, image: object) -> npt.NDArray[np.float32]:
+        """The unit embedding of one image (a path or a grayscale array)."""
+        return np.asarray(self.encoder.encode([self._image(image)])[0], dtype=np.float32)
 
     def _image(self, image: object) -> npt.NDArray[np.float32]:
         if isinstance(image, np.ndarray):
@@ -284,7 +282,14 @@ class MemoryAgent:
         return got
 
     def ask(
-        self, query: Query, *, use_sem: bool = True, use_epi: bool = True, use_vis: bool = True, write_back: bool = True
+        self,
+        principal: Principal,
+        query: Query,
+        *,
+        use_sem: bool = True,
+        use_epi: bool = True,
+        use_vis: bool = True,
+        write_back: bool = True,
     ) -> AgentAnswer:
         """Answer one query (the loop in the module docstring).
 
@@ -296,7 +301,7 @@ class MemoryAgent:
             raise InvalidInput("question must not be empty")
         flags: dict[MemoryName, bool] = {"semantic": use_sem, "episodic": use_epi, "visual": use_vis}
         allowed = frozenset(m for m in MEMORIES if flags[m])
-        turn = self.gm.begin(self.actor, query.patient_id, self.purpose)
+        turn = self.gm.begin(principal, query.patient_id)
         try:
             img = self._image(query.image)
             z = self.encoder.encode([img])[0]
@@ -368,6 +373,7 @@ class MemoryAgent:
 
     def ask_many(
         self,
+        principal: Principal,
         queries: Sequence[Query],
         *,
         use_sem: bool = True,
@@ -378,4 +384,7 @@ class MemoryAgent:
         """Answer queries in order, one turn each, exactly as :meth:`ask` one at a time would:
         each query sees the write-backs of the ones before it. The first failure raises; the
         queries before it stay answered and committed."""
-        return [self.ask(q, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, write_back=write_back) for q in queries]
+        return [
+            self.ask(principal, q, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, write_back=write_back)
+            for q in queries
+        ]

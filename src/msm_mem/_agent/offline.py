@@ -16,14 +16,13 @@ from dataclasses import dataclass, field
 from tqdm import tqdm
 
 from .._errors import ImageError, InvalidInput
-from .._memory.tiers import Actor, GovernedMemory, Turn
+from .._memory.tiers import GovernedMemory, Turn
+from .._principal import Principal
 from .._records import ManifestRow, RowProblem
 from ..plugins.encoders.base import Encoder
 from ..plugins.images import load_image
 
-__all__ = ["INGEST_ACTOR", "IngestReport", "ingest_rows"]
-
-INGEST_ACTOR = Actor("msm-mem-ingest", "system")
+__all__ = ["IngestReport", "ingest_rows"]
 
 
 @dataclass(slots=True)
@@ -41,15 +40,16 @@ class IngestReport:
 
 
 def ingest_rows(
+    principal: Principal,
     gm: GovernedMemory,
     encoder: Encoder,
     rows: Sequence[ManifestRow],
     *,
     batch_size: int = 64,
     progress: bool = False,
-    actor: Actor = INGEST_ACTOR,
 ) -> IngestReport:
-    """Encode and store rows in batches of ``batch_size``, each batch one transaction."""
+    """Encode and store rows as ``principal`` (consent-checked per patient, audited) in batches
+    of ``batch_size``, each batch one transaction."""
     store = gm.store
     if encoder.name != store.encoder_name or encoder.dim != store.dim:
         raise InvalidInput(
@@ -80,7 +80,7 @@ def ingest_rows(
                 turns: dict[str, Turn] = {}
                 for row, z in zip(good, vectors, strict=True):
                     turn = turns.get(row.patient_id) or turns.setdefault(
-                        row.patient_id, gm.begin(actor, row.patient_id, "operations")
+                        row.patient_id, gm.begin(principal, row.patient_id)
                     )
                     item = gm.observe(
                         turn,

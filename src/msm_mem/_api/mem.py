@@ -1,4 +1,4 @@
-"""The Python API: a governed memory store directory with its encoder, memory and agent.
+"""The Python API: a governed memory store directory, the one door to patient data.
 
 A store directory holds::
 
@@ -8,43 +8,48 @@ A store directory holds::
     keys/kek.json             local key-encryption keys (mode 0600); use a KMS in production
     keys/checkpoint.key       Ed25519 key signing audit checkpoints (mode 0600)
     audit/checkpoints.jsonl   signed checkpoints of the audit chain
+
+Every operation takes the acting :class:`~msm_mem.Principal` (id, role, purpose). The role is
+checked against :data:`~msm_mem._api.access.OPERATIONS`, every move against the transition
+table, every patient against consent, and the audit event is written in the same transaction
+as the change. The store, cipher, audit log and memory core are private to this object.
 """
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._agent.agent import AgentAnswer, MemoryAgent, Query
-from .._agent.offline import IngestReport, ingest_rows
+from .._agent.agent import MemoryAgent
 from .._clock import Clock, SystemClock
 from .._errors import EncoderMismatch, InvalidInput
 from .._governance.audit import AuditLog
 from .._governance.codec import EnvelopeCodec
-from .._governance.consent import check_record, default_policy
+from .._governance.consent import default_policy
 from .._governance.crypto import EnvelopeCipher
 from .._governance.keys import KeyProvider, LocalKeyFileProvider
-from .._memory.maintenance import Maintainer, MaintenanceReport
+from .._memory.maintenance import Maintainer
 from .._memory.msm import Memory
-from .._memory.tiers import Actor, GovernedMemory
-from .._records import ManifestRow
+from .._memory.tiers import GovernedMemory
+from .._principal import Principal
 from .._settings import Settings
-from .._storage.base import Store, WriteBatch
+from .._storage.base import Store
 from .._storage.location import ServerLocation, create_store, open_store, remove_new_store
-from .._storage.paper_layout import export_paper, read_paper
 from .._tier_records import ConsentRecord
-from ..plugins.backbones import get_backbone
-from ..plugins.encoders import get_encoder
+from ..plugins.backbones import Backbone, get_backbone
+from ..plugins.encoders import Encoder, get_encoder
+from .access import Operation, require
+from .admin import _Admin
+from .care import _Care
+from .reads import _Reads
 
-__all__ = ["ADMIN", "MsmMem"]
-
-ADMIN = Actor("msm-mem-admin", "admin")
+__all__ = ["MsmMem"]
 
 
 def _remove_new_store(directory: Path, existed: bool, store: Store) -> None:
     """Undo a half-made ``init``: remove only what init created (a server store's tables too)."""
-    import shutil
-
     remove_new_store(directory, store)
     for sub in ("keys", "audit", "index"):
         shutil.rmtree(directory / sub, ignore_errors=True)
@@ -52,11 +57,34 @@ def _remove_new_store(directory: Path, existed: bool, store: Store) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-class MsmMem:
-    """One governed memory store directory: ingest, ask, correct, maintain, export, audit.
+def _backbone(backbone: str | Backbone, options: Mapping[str, Any] | None) -> Backbone:
+    if isinstance(backbone, str):
+        return get_backbone(backbone, **dict(options or {}))
+    if options:
+        raise InvalidInput("backbone_options go with a backbone name, not with a backbone object")
+    if not callable(getattr(backbone, "generate", None)):
+        raise InvalidInput(f"backbone must be a name or an object with generate(), got {type(backbone).__name__}")
+    return backbone
+
+
+def _encoder(encoder: str | Encoder, options: Mapping[str, Any] | None) -> Encoder:
+    if isinstance(encoder, str):
+        return get_encoder(encoder, **dict(options or {}))
+    if options:
+        raise InvalidInput("encoder_options go with an encoder name, not with an encoder object")
+    if not callable(getattr(encoder, "encode", None)) or not isinstance(getattr(encoder, "dim", None), int):
+        raise InvalidInput(f"encoder must be a name or an object with dim and encode(), got {type(encoder).__name__}")
+    return encoder
+
+
+class MsmMem(_Care, _Reads, _Admin):
+    """One governed memory store: ingest, ask, retrieve, observe, consolidate, feedback, reads,
+    consent, keys, audit, maintenance, export and import, each called with a principal.
 
     Open with :meth:`init` (new directory) or :meth:`open`; close it (or use it as a context
-    manager) so the vector caches are saved.
+    manager) so the vector caches are saved. The encoder and the backbone are given by name
+    (with ``encoder_options`` / ``backbone_options``) or as objects; a misconfigured plugin is
+    :class:`InvalidInput` (or :class:`MissingExtra` naming the extra to install).
     """
 
     def __init__(
@@ -66,53 +94,79 @@ class MsmMem:
         provider: KeyProvider,
         settings: Settings,
         clock: Clock | None = None,
-        backbone: str = "nonparametric",
+        *,
+        backbone: str | Backbone = "nonparametric",
+        backbone_options: Mapping[str, Any] | None = None,
+        encoder: str | Encoder | None = None,
+        encoder_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.directory = directory
-        self.store = store
-        self.settings = settings
-        self.clock = clock or SystemClock()
-        self.encoder = get_encoder(store.encoder_name)
-        if self.encoder.dim != store.dim:
-            raise EncoderMismatch(f"encoder {store.encoder_name} is {self.encoder.dim}-d; the store is {store.dim}-d")
-        self.cipher = EnvelopeCipher(store.tenant, provider, store.keys(), self.clock.now)
-        store.use_codec(EnvelopeCodec(self.cipher, store.keys()))
-        self.audit = AuditLog(store, self.cipher, directory, self.clock)
-        self.memory = Memory(store, settings, self.clock)
-        self.governed = GovernedMemory(self.memory, self.audit)
-        self.maintainer = Maintainer(self.governed, self.cipher, consolidate_after_s=settings.consolidate_after_s)
-        self.agent = MemoryAgent(self.governed, self.encoder, get_backbone(backbone))
+        """Private: use :meth:`init` or :meth:`open`."""
+        self._directory = directory
+        self._settings = settings
+        self._clock = clock or SystemClock()
+        enc = _encoder(store.encoder_name if encoder is None else encoder, encoder_options)
+        if enc.dim != store.dim or enc.name != store.encoder_name:
+            raise EncoderMismatch(
+                f"encoder {enc.name} ({enc.dim}-d) does not match the store's {store.encoder_name} ({store.dim}-d)"
+            )
+        self._encoder = enc
+        self._store = store
+        self._cipher = EnvelopeCipher(store.tenant, provider, store.keys(), self._clock.now)
+        store.use_codec(EnvelopeCodec(self._cipher, store.keys()))
+        self._audit = AuditLog(store, self._cipher, directory, self._clock)
+        self._gm = GovernedMemory(Memory(store, settings, self._clock), self._audit)
+        self._agent = MemoryAgent(self._gm, enc, _backbone(backbone, backbone_options))
+
+    def _maintainer(self, system: Principal | None = None) -> Maintainer:
+        if system is None:
+            return Maintainer(self._gm, self._cipher, consolidate_after_s=self._settings.consolidate_after_s)
+        return Maintainer(self._gm, self._cipher, consolidate_after_s=self._settings.consolidate_after_s, system=system)
 
     @classmethod
     def init(
         cls,
         directory: str | Path,
+        principal: Principal,
         *,
         settings: Settings | None = None,
         clock: Clock | None = None,
         policy: list[ConsentRecord] | None = None,
         database_url: str | None = None,
         schema: str = "msm_mem",
+        backbone: str | Backbone = "nonparametric",
+        backbone_options: Mapping[str, Any] | None = None,
+        encoder_options: Mapping[str, Any] | None = None,
     ) -> MsmMem:
         """Create a store in ``directory`` for the settings' encoder (default ``pixels``), a
-        local key file, and the default consent policy (see governance.consent.default_policy).
+        local key file, and the consent ``policy`` (default: governance.consent.default_policy),
+        granted by ``principal`` (an admin; audited).
 
         The store of record is embedded (SQLite in ``directory``) unless ``database_url``
         names a PostgreSQL server with pgvector: then it is a new store in ``schema`` there,
         and ``directory`` keeps the keys, the checkpoints and ``store.json`` (the URL without
         its password). When any step fails, what init made is removed again."""
+        require(principal, Operation.INIT)
         directory = Path(directory)
         settings = settings or Settings()
         server = None if database_url is None else ServerLocation(database_url, schema)
-        encoder = get_encoder(settings.encoder)
+        encoder = get_encoder(settings.encoder, **dict(encoder_options or {}))
         existed = directory.exists()
         store = create_store(directory, dim=encoder.dim, encoder=encoder.name, server=server)
         try:
             (directory / "keys").mkdir(mode=0o700, exist_ok=True)
             provider = LocalKeyFileProvider.create(directory / "keys" / "kek.json")
-            mem = cls(directory, store, provider, settings, clock)
-            consents = default_policy(mem.clock.now()) if policy is None else policy
-            mem.grant(consents, ADMIN)
+            mem = cls(
+                directory,
+                store,
+                provider,
+                settings,
+                clock,
+                backbone=backbone,
+                backbone_options=backbone_options,
+                encoder=encoder,
+            )
+            consents = default_policy(mem._clock.now()) if policy is None else policy
+            mem.grant(principal, consents)
         except BaseException as exc:
             try:
                 _remove_new_store(directory, existed, store)
@@ -128,112 +182,70 @@ class MsmMem:
         *,
         settings: Settings | None = None,
         clock: Clock | None = None,
-        backbone: str = "nonparametric",
+        backbone: str | Backbone = "nonparametric",
+        backbone_options: Mapping[str, Any] | None = None,
+        encoder: Encoder | None = None,
+        encoder_options: Mapping[str, Any] | None = None,
         database_url: str | None = None,
     ) -> MsmMem:
-        """Open an existing store directory; its recorded encoder is used. ``database_url``
-        replaces the one in ``store.json`` for this opening (a server store only)."""
+        """Open an existing store directory; its recorded encoder is used (``encoder`` may pass
+        an instance of it). ``database_url`` replaces the one in ``store.json`` for this opening
+        (a server store only). Opening reads no patient data, so it takes no principal; every
+        operation on the opened store does."""
         directory = Path(directory)
         store = open_store(directory, dsn=database_url)
         try:
             provider = LocalKeyFileProvider.open(directory / "keys" / "kek.json")
             settings = (settings or Settings()).with_(encoder=store.encoder_name)
-            return cls(directory, store, provider, settings, clock, backbone)
+            return cls(
+                directory,
+                store,
+                provider,
+                settings,
+                clock,
+                backbone=backbone,
+                backbone_options=backbone_options,
+                encoder=encoder,
+                encoder_options=encoder_options,
+            )
         except BaseException:
             store.close()
             raise
 
-    # data ----------------------------------------------------------------------------------
+    # what the store is (no patient data) ---------------------------------------------------
 
-    def ingest(self, rows: list[ManifestRow], *, progress: bool = False) -> IngestReport:
-        """Encode and store manifest rows as base memory; see :func:`ingest_rows`."""
-        return ingest_rows(self.governed, self.encoder, rows, progress=progress)
+    @property
+    def directory(self) -> Path:
+        """The store directory."""
+        return self._directory
 
-    def ask(self, patient_id: str, image: Any, question: str, **options: Any) -> AgentAnswer:
-        """Run the online loop for one query; see :meth:`MemoryAgent.ask`."""
-        write_back = options.pop("write_back", True)
-        flags = {k: options.pop(k) for k in ("use_sem", "use_epi", "use_vis") if k in options}
-        unknown = sorted(set(options) - {"timestamp", "study_id", "visual_tag"})
-        if unknown:
-            raise InvalidInput(
-                f"unknown ask option(s) {unknown}: use timestamp, study_id, visual_tag, "
-                "write_back, use_sem, use_epi, use_vis"
-            )
-        return self.agent.ask(Query(patient_id, image, question, **options), write_back=write_back, **flags)
+    @property
+    def settings(self) -> Settings:
+        """The memory settings in force (frozen)."""
+        return self._settings
 
-    def export_paper(self, out: str | Path) -> dict[str, int]:
-        """Write the paper's layout (decrypted) into ``out``; audited as an export."""
-        spec = self.audit.spec(
-            actor=ADMIN.id,
-            role=ADMIN.role,
-            action="export",
-            source_tier="ltm",
-            target_tier="source",
-            purpose="export",
-            reason="paper layout",
-        )
-        counts = export_paper(self.store, out)
-        self.audit.write(WriteBatch(), [spec])
-        return counts
+    @property
+    def encoder_name(self) -> str:
+        """The store's image encoder."""
+        return self._store.encoder_name
 
-    def import_paper(self, src: str | Path) -> dict[str, int]:
-        """Read the paper's layout from ``src`` into this (empty) store; the records and the
-        audit event are written in one transaction."""
-        batch = read_paper(self.store, src)
-        spec = self.audit.spec(
-            actor=ADMIN.id,
-            role=ADMIN.role,
-            action="import",
-            source_tier="source",
-            target_tier="ltm",
-            purpose="operations",
-            reason="paper layout",
-        )
-        self.audit.write(batch, [spec])
-        return {"episodic": len(batch.episodes), "visual": len(batch.visuals), "semantic": len(batch.semantic)}
+    @property
+    def dim(self) -> int:
+        """The dimension of the store's embeddings."""
+        return self._store.dim
 
-    # governance ----------------------------------------------------------------------------
+    @property
+    def backbone_name(self) -> str:
+        """The name of the backbone that answers :meth:`ask`."""
+        return str(getattr(self._agent.backbone, "name", type(self._agent.backbone).__name__))
 
-    def grant(self, consents: list[ConsentRecord], actor: Actor = ADMIN) -> None:
-        """Store consent records (audited, one event each); each is validated first."""
-        for c in consents:
-            check_record(c)
-        specs = [
-            self.audit.spec(
-                actor=actor.id,
-                role=actor.role,
-                action="consent_grant",
-                source_tier="source",
-                target_tier="ltm",
-                purpose=c.purpose,
-                record_ids=[c.consent_id],
-                patient=c.patient_id,
-                consent_id=c.consent_id,
-            )
-            for c in consents
-        ]
-        self.audit.write(WriteBatch(consents=list(consents)), specs)
-
-    def revoke(self, consent_id: str, actor: Actor = ADMIN) -> None:
-        """Revoke a consent from now on (audited)."""
-        spec = self.audit.spec(
-            actor=actor.id,
-            role=actor.role,
-            action="consent_revoke",
-            source_tier="source",
-            target_tier="ltm",
-            purpose="operations",
-            record_ids=[consent_id],
-            consent_id=consent_id,
-        )
-        self.audit.write(WriteBatch(revocations=[(consent_id, self.clock.now())]), [spec])
-
-    def maintain(self) -> MaintenanceReport:
-        """Expire STM, consolidate by age, decay LTM, checkpoint the audit chain."""
-        return self.maintainer.run()
+    def now(self) -> float:
+        """The store's clock, UTC seconds."""
+        return self._clock.now()
 
     def close(self) -> None:
-        self.store.close()
+        """Save the caches and close the store."""
+        self._store.close()
 
     def __enter__(self) -> MsmMem:
         return self

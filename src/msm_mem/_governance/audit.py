@@ -22,11 +22,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import _transitions as tr
 from .._clock import Clock
 from .._errors import AccessDenied, InvalidInput, NotFound
+from .._principal import as_role
 from .._storage.base import Store, WriteBatch
 from .._tier_records import AuditRow
-from . import transitions
 from .audit_chain import AuditEvent, ChainBuilder, VerifyResult, verify_chain, verify_hashes_in_batches
 from .checkpoint import CheckpointLog, CheckpointSigner, verify_against_checkpoints
 from .crypto import EnvelopeCipher
@@ -226,7 +227,7 @@ class AuditLog:
     def purge(self, through_seq: int, *, actor: str, role: str, reason: str) -> int:
         """Delete events up to ``through_seq``: admin only, with a reason, refused while any of
         them is younger than the 6-year retention period; the purge itself is audited."""
-        transitions.check("audit:-", "audit:-", "purge_expired", role, reason=reason)
+        tr.check(tr.AUDIT, tr.AUDIT, tr.Trigger.PURGE_EXPIRED, as_role(role), reason=reason)
         base = self.store.audit_base()[0]
         if through_seq <= base:
             raise InvalidInput(f"events up to {base} are purged already")

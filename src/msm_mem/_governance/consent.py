@@ -13,9 +13,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .._errors import InvalidInput
+from .._principal import as_purpose
 from .._records import new_id
 from .._tier_records import ConsentRecord
-from .transitions import ROLES
+from .._transitions import ROLES
 
 __all__ = ["DATA_CLASSES", "ConsentDecision", "check_record", "default_policy", "evaluate"]
 
@@ -68,7 +69,8 @@ def evaluate(
 
 
 def check_record(c: ConsentRecord) -> None:
-    """Refuse a consent that could never match what it names: an unknown data class or role.
+    """Refuse a consent that could never match what it names: an unknown data class, role or
+    purpose.
 
     A typo (``episodc``, ``role:clinican``) would otherwise be stored and silently grant or
     deny nothing.
@@ -78,6 +80,8 @@ def check_record(c: ConsentRecord) -> None:
         raise InvalidInput(f"unknown data class(es) {unknown}: use {', '.join(DATA_CLASSES)} or *")
     if c.grantee.startswith("role:") and c.grantee[5:] not in ROLES:
         raise InvalidInput(f"unknown role {c.grantee[5:]!r}: use one of {', '.join(sorted(ROLES))}")
+    if c.purpose != "*":
+        as_purpose(c.purpose)
 
 
 def default_policy(now: float) -> list[ConsentRecord]:

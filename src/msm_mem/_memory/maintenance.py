@@ -11,18 +11,20 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from .. import _transitions as tr
 from .._errors import InvalidInput, NotFound
-from .._governance import deid, transitions
+from .._governance import deid
 from .._governance.crypto import EnvelopeCipher
+from .._principal import Principal, Purpose, Role
 from .._records import EpisodicRecord, Impression, SemanticState, State, VisualRecord, new_id
 from .._storage.base import PII_FIELDS, StateChange, WriteBatch
 from .._tier_records import Claim, StmChange, StmState
 from .ranking import TIER_WEIGHTS, decay_at
-from .tiers import Actor, GovernedMemory, link_findings
+from .tiers import GovernedMemory, link_findings
 
 __all__ = ["MaintenanceReport", "Maintainer"]
 
-SYSTEM = Actor("msm-mem", "system")
+SYSTEM = Principal("msm-mem", Role.SYSTEM, Purpose.OPERATIONS)
 #: no semantic version decays younger than this (the shortest retention any tier gets)
 _SEMANTIC_MIN_AGE = min(decay_at(0.0, 1.0, tier, "semantic") for tier in (*TIER_WEIGHTS, "unknown-tier"))
 
@@ -48,7 +50,16 @@ class MaintenanceReport:
 class Maintainer:
     """Runs the system-role sweeps and the critic / erasure operations."""
 
-    def __init__(self, gm: GovernedMemory, cipher: EnvelopeCipher, *, consolidate_after_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        gm: GovernedMemory,
+        cipher: EnvelopeCipher,
+        *,
+        consolidate_after_s: float = 3600.0,
+        system: Principal = SYSTEM,
+    ) -> None:
+        """``system`` is the principal the sweeps run as (role system)."""
+        self.system = system
         self.gm = gm
         self.store = gm.store
         self.cipher = cipher
@@ -61,10 +72,10 @@ class Maintainer:
         now = self.gm.clock.now()
         due = self.store.stm_list(state=StmState.ACTIVE, expires_before=now)
         for item in due:
-            transitions.check("stm:active", "stm:expired", "expire", SYSTEM.role)
+            tr.check(tr.STM_ACTIVE, tr.STM_EXPIRED, tr.Trigger.EXPIRE, self.system.role)
             spec = self.gm.audit.spec(
-                actor=SYSTEM.id,
-                role=SYSTEM.role,
+                actor=self.system.id,
+                role=self.system.role.value,
                 action="expire",
                 source_tier="stm",
                 target_tier="stm",
@@ -85,7 +96,7 @@ class Maintainer:
             info = json.loads(item.payload)
             if "answer" not in info:
                 continue
-            turn = self.gm.begin(SYSTEM, item.patient_id, "operations")
+            turn = self.gm.begin(self.system, item.patient_id)
             # the turn that held the item recorded its impression already: gate and consolidate only
             result = self.gm.consolidate(
                 turn, item, info["answer"], decision=info.get("decision", ""), trigger="age_threshold", derive=False
@@ -120,10 +131,15 @@ class Maintainer:
         counts = {State.ANONYMIZED: 0, State.RETRACTED: 0}
         for table, record_id, known in due:
             change = self._decayed(table, record_id, known)
-            transitions.check("ltm:" + change.expect.value, "ltm:" + change.to.value, "decay", SYSTEM.role)
+            tr.check(
+                tr.Place(tr.Tier.LTM, change.expect),
+                tr.Place(tr.Tier.LTM, change.to),
+                tr.Trigger.DECAY,
+                self.system.role,
+            )
             spec = self.gm.audit.spec(
-                actor=SYSTEM.id,
-                role=SYSTEM.role,
+                actor=self.system.id,
+                role=self.system.role.value,
                 action="decay",
                 source_tier="ltm",
                 target_tier="ltm",
@@ -186,7 +202,14 @@ class Maintainer:
     # corrections ---------------------------------------------------------------------------
 
     def critic_verdict(
-        self, actor: Actor, patient_id: str, study_id: str, *, accept: bool, correction: str = "", decision: str = ""
+        self,
+        actor: Principal,
+        patient_id: str,
+        study_id: str,
+        *,
+        accept: bool,
+        correction: str = "",
+        decision: str = "",
     ) -> Claim:
         """A critic's verdict on the agent's impression of one study (for example the signed
         report): accept, or reject with a correction. The claim and the semantic state are
@@ -195,12 +218,12 @@ class Maintainer:
         Only the critic and clinician roles may give a verdict, accepting or rejecting."""
         if not accept and not correction.strip():
             raise InvalidInput("a rejecting verdict needs the correction")
-        turn = self.gm.begin(actor, patient_id, "treatment")
-        trigger = "supersede" if accept else "critic_reject"
+        turn = self.gm.begin(actor, patient_id)
+        trigger = tr.Trigger.SUPERSEDE if accept else tr.Trigger.CRITIC_REJECT
         # any verdict, an acceptance too, lifts the claim to the critic's evidence tier: only the
         # roles that may reject may give one (checked before revealing whether the claim exists)
-        self.gm._check(turn, "ltm:active", "ltm:superseded", "critic_reject")
-        self.gm._check(turn, "ltm:active", "ltm:superseded", trigger)
+        self.gm._check(turn, tr.LTM_ACTIVE, tr.LTM_SUPERSEDED, tr.Trigger.CRITIC_REJECT)
+        self.gm._check(turn, tr.LTM_ACTIVE, tr.LTM_SUPERSEDED, trigger)
         active = self.store.claims_active(patient_id, f"study:{study_id}")
         if not active:
             raise NotFound(f"no active claim for study {study_id!r} of this patient")
@@ -228,7 +251,7 @@ class Maintainer:
                     items[0],
                     text,
                     decision=decision,
-                    trigger="critic_promote",
+                    trigger=tr.Trigger.CRITIC_PROMOTE,
                     evidence_tier="critic",
                     confidence=1.0,
                     source=actor.id,
@@ -254,7 +277,7 @@ class Maintainer:
         link_findings(self.store, turn.batch, claim)
         ids = [claim.claim_id, old.claim_id, *ids]
         ids += self._semantic_correction(turn.batch, patient_id, study_id, text, decision, now)
-        self.gm._event(turn, trigger, "ltm", "ltm", ids)
+        self.gm._event(turn, trigger.value, "ltm", "ltm", ids)
         self.gm.commit(turn)
         return claim
 
@@ -327,12 +350,12 @@ class Maintainer:
 
     # erasure -------------------------------------------------------------------------------
 
-    def shred(self, actor: Actor, patient_id: str, reason: str) -> int:
+    def shred(self, actor: Principal, patient_id: str, reason: str) -> int:
         """Crypto-shred a patient: every record retracted (entities and relationships too), STM
         purged, the data key destroyed.
 
         The audit chain still verifies; the patient's pseudonym is unlinked."""
-        transitions.check("ltm:active", "ltm:retracted", "retract", actor.role)
+        tr.check(tr.LTM_ACTIVE, tr.LTM_RETRACTED, tr.Trigger.RETRACT, actor.role)
         if not reason.strip():
             raise InvalidInput("shredding a patient needs a stated reason")
         batch = WriteBatch()
@@ -367,7 +390,7 @@ class Maintainer:
             ids.append(item.item_id)
         spec = self.gm.audit.spec(
             actor=actor.id,
-            role=actor.role,
+            role=actor.role.value,
             action="retract",
             source_tier="ltm",
             target_tier="ltm",

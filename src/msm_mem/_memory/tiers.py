@@ -12,7 +12,7 @@ One clinical turn (DESIGN.md section 2)::
 
 A held item (the gate said no) stays in STM until a critic promotes it or its TTL ends. A
 failing turn still records its reads and the failure in the audit tier, and nothing else.
-Every move is checked against :mod:`msm_mem._governance.transitions` (fail closed).
+Every move is checked against :mod:`msm_mem._transitions` (fail closed).
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .. import _transitions as tr
 from .._errors import AccessDenied, ConsentDenied, IllegalTransition, InvalidInput, MsmMemError
-from .._governance import transitions
 from .._governance.audit import AuditLog
 from .._governance.consent import DATA_CLASSES, evaluate
+from .._principal import Principal
 from .._records import Hit, new_id
 from .._storage.base import Store, WriteBatch
 from .._tier_records import Claim, Entity, Relationship, StmChange, StmItem, StmState
@@ -34,7 +35,7 @@ from .msm import Interaction, Memory, Staging, WriteResult
 from .ranking import Score, decay_at, rerank
 from .retrieval import Retrieval, Scope
 
-__all__ = ["Actor", "GovernedMemory", "Ranked", "Turn"]
+__all__ = ["GovernedMemory", "Ranked", "Turn"]
 
 
 _LINKS = {1: "asserts", -1: "suggests", 0: "negates"}
@@ -61,28 +62,28 @@ def link_findings(store: Store, batch: WriteBatch, claim: Claim) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Actor:
-    """Who acts: an id (never a patient identifier) and a role from the transition table."""
-
+class _Who:
     id: str
     role: str
 
-    def __post_init__(self) -> None:
-        if not self.id or self.role not in transitions.ROLES:
-            raise InvalidInput(f"actor needs an id and a role in {sorted(transitions.ROLES)}, got {self.role!r}")
 
-
-@dataclass
+@dataclass(frozen=True)
 class Turn:
-    """The writes and audit rows of one turn, committed together."""
+    """The writes and audit rows of one turn, committed together.
 
-    actor: Actor
+    Who acts, for whom and under which consent are fixed when the turn begins (frozen): a turn
+    begun for one patient can never write under another patient's consent."""
+
+    actor: Principal
     patient_id: str
-    purpose: str
     consent_id: str
     staging: Staging = field(default_factory=Staging)
     #: audit events of the turn, chained and written at commit
     audit: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def purpose(self) -> str:
+        return self.actor.purpose.value
 
     @property
     def batch(self) -> WriteBatch:
@@ -109,12 +110,15 @@ class GovernedMemory:
 
     # consent -------------------------------------------------------------------------------
 
-    def begin(
-        self, actor: Actor, patient_id: str, purpose: str = "treatment", classes: Sequence[str] = DATA_CLASSES
-    ) -> Turn:
-        """Check consent for a turn; a denial is audited and raises :class:`ConsentDenied`."""
+    def begin(self, principal: Principal, patient_id: str, classes: Sequence[str] = DATA_CLASSES) -> Turn:
+        """Check consent for a turn of ``principal`` (its purpose is the turn's purpose of use)
+        on ``patient_id``; a denial is audited and raises :class:`ConsentDenied`."""
+        if not isinstance(principal, Principal):
+            raise InvalidInput(f"a turn needs a Principal (id, role, purpose), got {type(principal).__name__}")
         if not isinstance(patient_id, str) or not patient_id.strip():
             raise InvalidInput("a turn needs a patient scope (patient_id)")
+        actor = _Who(principal.id, principal.role.value)
+        purpose = principal.purpose.value
         self.store.sync()
         decision = evaluate(
             self.store.consents(patient_id),
@@ -160,7 +164,7 @@ class GovernedMemory:
             raise ConsentDenied(
                 f"{actor.role} {actor.id!r} has no consent for {purpose!r} on this patient ({decision.reason})"
             )
-        return Turn(actor, patient_id, purpose, decision.consent_id, audit=[row])
+        return Turn(principal, patient_id, decision.consent_id, audit=[row])
 
     def _event(
         self,
@@ -176,7 +180,7 @@ class GovernedMemory:
         turn.audit.append(
             self.audit.spec(
                 actor=turn.actor.id,
-                role=turn.actor.role,
+                role=turn.actor.role.value,
                 action=action,
                 source_tier=source,
                 target_tier=target,
@@ -189,20 +193,21 @@ class GovernedMemory:
             )
         )
 
-    def _check(self, turn: Turn, source: str, target: str, trigger: str, reason: str = "") -> None:
+    def _check(self, turn: Turn, source: tr.Place, target: tr.Place, trigger: tr.Trigger, reason: str = "") -> None:
         try:
-            transitions.check(source, target, trigger, turn.actor.role, reason=reason)
+            tr.check(source, target, trigger, turn.actor.role, reason=reason)
         except IllegalTransition:
             self._event(
                 turn,
-                trigger,
-                source.split(":")[0],
-                target.split(":")[0],
+                trigger.value,
+                source.tier.value,
+                target.tier.value,
                 (),
                 outcome="denied",
                 reason="illegal_transition",
             )
-            denied, turn.audit = turn.audit, []
+            denied = list(turn.audit)
+            turn.audit.clear()
             self._write_audit_only(denied)
             raise
 
@@ -222,7 +227,7 @@ class GovernedMemory:
         kind: str = "interaction",
     ) -> StmItem:
         """Write the current interaction into short-term memory (source -> STM)."""
-        self._check(turn, "source:-", "stm:active", "write")
+        self._check(turn, tr.SOURCE, tr.STM_ACTIVE, tr.Trigger.WRITE)
         if not isinstance(question, str) or not question.strip():
             raise InvalidInput("question must not be empty")
         now = self.clock.now()
@@ -251,7 +256,7 @@ class GovernedMemory:
     def refresh(self, turn: Turn, item_id: str, *, ttl_s: float | None = None) -> float:
         """Extend an active STM item of the turn's patient by ``ttl_s`` (default: the setting)
         from now; returns the new ``expires_at``."""
-        self._check(turn, "stm:active", "stm:active", "refresh")
+        self._check(turn, tr.STM_ACTIVE, tr.STM_ACTIVE, tr.Trigger.REFRESH)
         (item,) = self.store.stm_get([item_id])
         if item.patient_id != turn.patient_id or item.state != StmState.ACTIVE:
             raise IllegalTransition(f"short-term item {item_id!r} is not active in this patient's scope")
@@ -266,7 +271,7 @@ class GovernedMemory:
     def cross_scope_copy(self, turn: Turn, item_id: str, *, reason: str) -> StmItem:
         """Copy another patient's active STM item into the turn's patient scope: admin only,
         with a stated reason (the seed's override of the STM -> STM cross-scope rule)."""
-        self._check(turn, "stm:active", "stm:active", "cross_scope_copy", reason=reason)
+        self._check(turn, tr.STM_ACTIVE, tr.STM_ACTIVE, tr.Trigger.CROSS_SCOPE_COPY, reason=reason)
         (item,) = self.store.stm_get([item_id])
         if item.state != StmState.ACTIVE:
             raise IllegalTransition(f"short-term item {item_id!r} is {item.state.value}, not active")
@@ -299,7 +304,7 @@ class GovernedMemory:
         scope: Scope = "patient",
     ) -> Ranked:
         """Read S, E, V for the turn's patient; rerank by cosine x composite_k; audit the ids."""
-        self._check(turn, "ltm:active", "ltm:active", "read")
+        self._check(turn, tr.LTM_ACTIVE, tr.LTM_ACTIVE, tr.Trigger.READ)
         r = self.memory.retrieve(turn.patient_id, z, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, scope=scope)
         if scope == "population":
             r = self._consented(turn, r)
@@ -320,7 +325,7 @@ class GovernedMemory:
                     self.store.consents(pid),
                     patient=pid,
                     actor=turn.actor.id,
-                    role=turn.actor.role,
+                    role=turn.actor.role.value,
                     purpose=turn.purpose,
                     classes=("episodic", "visual"),
                     when=now,
@@ -338,7 +343,7 @@ class GovernedMemory:
         answer: str,
         *,
         decision: str = "",
-        trigger: str = "consolidate",
+        trigger: tr.Trigger = tr.Trigger.CONSOLIDATE,
         evidence_tier: str = "agent",
         confidence: float = 0.6,
         source: str = "agent",
@@ -350,9 +355,9 @@ class GovernedMemory:
         With ``derive`` (the default) the semantic state and the study's claim are superseded
         whatever the gate says; without it (a retried or promoted item whose impression was
         already recorded) only the gate and the consolidation run."""
-        self._check(turn, "stm:active", "ltm:active", trigger)
+        self._check(turn, tr.STM_ACTIVE, tr.LTM_ACTIVE, trigger)
         if derive:
-            self._check(turn, "stm:active", "ltm:superseded", "semantic_update")
+            self._check(turn, tr.STM_ACTIVE, tr.LTM_SUPERSEDED, tr.Trigger.SEMANTIC_UPDATE)
         info = json.loads(item.payload)
         if item.z is None:
             raise InvalidInput(f"short-term item {item.item_id} has no embedding to consolidate")
@@ -377,7 +382,7 @@ class GovernedMemory:
             # rules, so the short-term copy keeps no content (no second, undecayed copy of PHI)
             turn.batch.stm_changes.append(StmChange(item.item_id, StmState.ACTIVE, StmState.CONSOLIDATED, purge=True))
             ids = [item.item_id, result.episode_id or "", result.visual_id or ""]
-            self._event(turn, trigger, "stm", "ltm", ids, reason=",".join(result.gate.reasons))
+            self._event(turn, trigger.value, "stm", "ltm", ids, reason=",".join(result.gate.reasons))
         else:
             # a held item carries its answer, for a later critic or age sweep
             for i, staged in enumerate(turn.batch.stm):
@@ -439,7 +444,7 @@ class GovernedMemory:
         except MsmMemError as exc:
             self.fail(turn, exc)
             raise
-        turn.audit = []
+        turn.audit.clear()
 
     def commit_many(self, turns: Sequence[Turn]) -> None:
         """Commit several turns of different patients in one transaction, in order.
@@ -459,7 +464,7 @@ class GovernedMemory:
             specs.extend(turn.audit)
         self.audit.write(merged, specs)
         for turn in turns:
-            turn.audit = []
+            turn.audit.clear()
 
     def fail(self, turn: Turn, exc: BaseException) -> None:
         """Record a turn that failed (for example a backbone timeout): its consent decision and
@@ -468,7 +473,7 @@ class GovernedMemory:
         kept.append(
             self.audit.spec(
                 actor=turn.actor.id,
-                role=turn.actor.role,
+                role=turn.actor.role.value,
                 action="turn",
                 source_tier="stm",
                 target_tier="ltm",
@@ -479,7 +484,7 @@ class GovernedMemory:
                 reason=type(exc).__name__,
             )
         )
-        turn.audit = []
+        turn.audit.clear()
         self._write_audit_only(kept)
 
     def _write_audit_only(self, specs: list[dict[str, Any]]) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -67,8 +67,12 @@ def _write_vectors(path: Path, vectors: list[np.ndarray], dim: int) -> None:
     faiss.write_index(index, str(path))
 
 
-def export_paper(store: Store, out: str | Path) -> dict[str, int]:
-    """Write the store in the paper's layout into ``out`` (created; must be empty if it exists)."""
+def export_paper(store: Store, out: str | Path, *, include: Callable[[str], bool] | None = None) -> dict[str, int]:
+    """Write the store in the paper's layout into ``out`` (created; must be empty if it exists).
+
+    ``include(patient_id)`` decides which patients' records are written (default: all); an
+    anonymised record has the patient id ``""``."""
+    keep = include or (lambda _patient: True)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InvalidInput(f"{out} must be a new or empty directory")
@@ -81,12 +85,16 @@ def export_paper(store: Store, out: str | Path) -> dict[str, int]:
         vectors: list[np.ndarray] = []
         with (out / f"{kind}.jsonl").open("w", encoding="utf-8") as fh:
             for record in records:
+                if not keep(record.patient_id):
+                    continue
                 fh.write(_line(record, names) + "\n")
                 vectors.append(record.z)
         _write_vectors(out / f"{kind}.faiss", vectors, store.dim)
         counts[kind] = len(vectors)
     by_patient: dict[str, dict[str, list[SemanticState]]] = defaultdict(lambda: defaultdict(list))
     for state in store.iter_semantic():
+        if not keep(state.patient_id):
+            continue
         by_patient[state.patient_id][state.category].append(state)
     for patient_id, categories in by_patient.items():
         doc: dict[str, Any] = {"patient_id": patient_id, "categories": {}}

@@ -1,0 +1,176 @@
+"""Governance operations of :class:`~msm_mem.MsmMem`: consent, keys, audit, maintenance,
+export and import. Each checks the principal's role (see :mod:`.access`) and writes its audit
+event itself, with the change where there is one; the auditor never sees patient data."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from .._errors import AuditChainBroken, InvalidInput, NotFound
+from .._governance.audit_chain import VerifyResult
+from .._governance.consent import check_record, evaluate
+from .._memory.maintenance import MaintenanceReport
+from .._principal import Purpose, Role
+from .._storage.base import WriteBatch
+from .._storage.paper_layout import export_paper, read_paper
+from .._tier_records import ConsentRecord
+from .access import Operation
+from .base import _Base
+
+__all__: list[str] = []
+
+
+def _reason(reason: str, what: str) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInput(f"{what} needs a stated reason")
+    return reason.strip()
+
+
+class _Admin(_Base):
+    # consent -------------------------------------------------------------------------------
+
+    def grant(self, principal: object, consents: list[ConsentRecord]) -> None:
+        """Store consent records (admin only; audited, one event each, in one transaction with
+        the records). Each is validated first: unknown data classes, roles or purposes are
+        refused, and nothing is stored."""
+        p = self._allow(principal, Operation.CONSENT_GRANT)
+        consents = list(consents)
+        for c in consents:
+            if not isinstance(c, ConsentRecord):
+                raise InvalidInput(f"grant takes ConsentRecord objects, got {type(c).__name__}")
+            check_record(c)
+        specs = [
+            self._audit.spec(
+                actor=p.id,
+                role=p.role.value,
+                action="consent_grant",
+                source_tier="source",
+                target_tier="ltm",
+                purpose=c.purpose,
+                record_ids=[c.consent_id],
+                patient=c.patient_id,
+                consent_id=c.consent_id,
+            )
+            for c in consents
+        ]
+        self._audit.write(WriteBatch(consents=consents), specs)
+
+    def revoke(self, principal: object, consent_id: str) -> None:
+        """Revoke a consent from now on (admin only; audited with the revocation)."""
+        p = self._allow(principal, Operation.CONSENT_REVOKE)
+        if not any(c.consent_id == consent_id for c in self._store.consents()):
+            raise NotFound(f"no consent {consent_id!r}")
+        self._event(
+            p,
+            "consent_revoke",
+            "source",
+            "ltm",
+            batch=WriteBatch(revocations=[(consent_id, self._clock.now())]),
+            record_ids=(consent_id,),
+            consent_id=consent_id,
+        )
+
+    def consents(self, principal: object, patient_id: str | None = None) -> list[ConsentRecord]:
+        """The consent records (of one patient, or all). The auditor sees each patient as the
+        pseudonym of the audit trail, never the patient id. Audited."""
+        p = self._allow(principal, Operation.CONSENT_LIST, tier="audit")
+        self._store.sync()
+        records = self._store.consents(patient_id)
+        if p.role is Role.AUDITOR:
+            records = [replace(c, patient_id=self._audit.pseudonym(c.patient_id)) for c in records]
+        self._event(p, "consent_list", "ltm", "source", record_ids=tuple(c.consent_id for c in records))
+        return records
+
+    # keys ----------------------------------------------------------------------------------
+
+    def rotate_keys(self, principal: object, reason: str = "scheduled rotation") -> int:
+        """A new key-encryption key; every data key rewrapped under it (admin only, audited).
+        Returns how many data keys were rewrapped."""
+        p = self._allow(principal, Operation.KEY_ROTATE)
+        reason = _reason(reason, "key rotation")
+        count = self._cipher.rotate_kek()
+        self._event(p, "key_rotate", "ltm", "ltm", reason=f"{count} data keys rewrapped; {reason}"[:120])
+        return count
+
+    def shred(self, principal: object, patient_id: str, reason: str) -> int:
+        """Crypto-shred a patient (admin only, with a reason): every record retracted, STM
+        purged, the data key destroyed; the audit chain still verifies. Returns the number of
+        records retracted."""
+        p = self._allow(principal, Operation.SHRED)
+        return self._maintainer().shred(p, patient_id, _reason(reason, "shredding a patient"))
+
+    # audit ---------------------------------------------------------------------------------
+
+    def verify_audit(self, principal: object, *, full: bool = True) -> VerifyResult:
+        """Verify the hash chain (fully, or hashes and links only) and the signed checkpoints
+        (auditor or admin). Read-only: verification writes nothing."""
+        self._allow(principal, Operation.AUDIT_VERIFY, tier="audit")
+        return self._audit.verify(full=full)
+
+    def checkpoint(self, principal: object) -> tuple[int, str]:
+        """Sign the current head of the chain (auditor, admin or system); returns (size, head)."""
+        self._allow(principal, Operation.AUDIT_CHECKPOINT, tier="audit")
+        return self._audit.checkpoint()
+
+    def export_fhir(self, principal: object, out: str | Path) -> int:
+        """Write every audit event as a FHIR R5 AuditEvent (IHE BALP), one JSON object a line
+        (auditor or admin). Events hold ids and pseudonyms only, never PHI. A broken chain is
+        refused. The export is audited. Returns the number of resources."""
+        from .._governance.fhir import export_fhir
+
+        p = self._allow(principal, Operation.AUDIT_EXPORT, tier="audit")
+        result = self._audit.verify()
+        if not result.ok:
+            raise AuditChainBroken(f"refusing to export a broken chain: {result.reason}", result.first_bad_seq)
+        count = export_fhir(self._store, out)
+        self._event(p, "export", "audit", "source", reason=f"fhir audit events: {count}")
+        return count
+
+    # maintenance ---------------------------------------------------------------------------
+
+    def maintain(self, principal: object) -> MaintenanceReport:
+        """Expire STM, consolidate aged STM, decay LTM, checkpoint the audit chain, as
+        ``principal`` (role system). Time is the store's clock: open the store with a
+        ``clock`` to replay maintenance at a given time."""
+        p = self._allow(principal, Operation.MAINTAIN)
+        return self._maintainer(p).run()
+
+    # the paper's layout --------------------------------------------------------------------
+
+    def export_paper(self, principal: object, out: str | Path) -> dict[str, int]:
+        """Write the paper's layout (decrypted) into ``out`` (clinician or admin, purpose
+        export): only patients whose consent permits this principal to export are written
+        (anonymised records, which have no patient, always are). Audited."""
+        p = self._allow(principal, Operation.EXPORT)
+        if p.purpose is not Purpose.EXPORT:
+            raise InvalidInput(f"exporting patient data needs purpose 'export', got {p.purpose.value!r}")
+        self._store.sync()
+        now = self._clock.now()
+        allowed: dict[str, bool] = {"": True}
+
+        def permitted(patient_id: str) -> bool:
+            if patient_id not in allowed:
+                allowed[patient_id] = evaluate(
+                    self._store.consents(patient_id),
+                    patient=patient_id,
+                    actor=p.id,
+                    role=p.role.value,
+                    purpose=p.purpose.value,
+                    classes=("episodic", "visual", "semantic"),
+                    when=now,
+                ).permitted
+            return allowed[patient_id]
+
+        counts = export_paper(self._store, out, include=permitted)
+        refused = sum(1 for ok in allowed.values() if not ok)
+        self._event(p, "export", "ltm", "source", reason=f"paper layout; {refused} patients without consent left out")
+        return counts
+
+    def import_paper(self, principal: object, src: str | Path) -> dict[str, int]:
+        """Read the paper's layout from ``src`` into this (empty) store (admin or system); the
+        records and the audit event are written in one transaction."""
+        p = self._allow(principal, Operation.IMPORT)
+        batch = read_paper(self._store, src)
+        self._event(p, "import", "source", "ltm", batch=batch, reason="paper layout")
+        return {"episodic": len(batch.episodes), "visual": len(batch.visuals), "semantic": len(batch.semantic)}

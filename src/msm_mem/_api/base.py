@@ -1,0 +1,75 @@
+"""What the parts of :class:`~msm_mem.MsmMem` share: its private components and the role check
+that audits a refusal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .._agent.agent import MemoryAgent
+from .._clock import Clock
+from .._errors import AccessDenied
+from .._governance.audit import AuditLog
+from .._governance.crypto import EnvelopeCipher
+from .._memory.maintenance import Maintainer
+from .._memory.tiers import GovernedMemory
+from .._principal import Principal
+from .._settings import Settings
+from .._storage.base import Store, WriteBatch
+from ..plugins.encoders import Encoder
+from .access import Operation, require
+
+__all__ = ["_Base"]
+
+
+class _Base:
+    _directory: Path
+    _settings: Settings
+    _clock: Clock
+    _encoder: Encoder
+    _store: Store
+    _cipher: EnvelopeCipher
+    _audit: AuditLog
+    _gm: GovernedMemory
+    _agent: MemoryAgent
+
+    def _maintainer(self, system: Principal | None = None) -> Maintainer:
+        raise NotImplementedError
+
+    def _allow(self, principal: object, op: Operation, *, tier: str = "ltm") -> Principal:
+        """``principal`` when its role may call ``op``; a refusal is audited, then raised."""
+        try:
+            return require(principal, op)
+        except AccessDenied:
+            assert isinstance(principal, Principal)  # require raised InvalidInput otherwise
+            self._event(principal, op.value, tier, tier, outcome="denied", reason="role_not_allowed")
+            raise
+
+    def _event(
+        self,
+        principal: Principal,
+        action: str,
+        source: str,
+        target: str,
+        *,
+        batch: WriteBatch | None = None,
+        outcome: str = "success",
+        record_ids: tuple[str, ...] = (),
+        patient: str = "",
+        consent_id: str = "",
+        reason: str = "",
+    ) -> None:
+        """Write one audit event by ``principal`` (with ``batch``, in one transaction)."""
+        spec = self._audit.spec(
+            actor=principal.id,
+            role=principal.role.value,
+            action=action,
+            source_tier=source,
+            target_tier=target,
+            purpose=principal.purpose.value,
+            outcome=outcome,
+            record_ids=record_ids,
+            patient=patient,
+            consent_id=consent_id,
+            reason=reason,
+        )
+        self._audit.write(batch if batch is not None else WriteBatch(), [spec])

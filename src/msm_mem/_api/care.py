@@ -1,0 +1,196 @@
+"""The clinical operations of :class:`~msm_mem.MsmMem`: ingest, ask, retrieve, observe,
+consolidate and feedback. Each checks the principal's role, begins a consent-checked turn and
+commits its writes with their audit events in one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .._agent.agent import AgentAnswer, Evidence, Query
+from .._agent.offline import IngestReport, ingest_rows
+from .._errors import IllegalTransition, InvalidInput, MsmMemError, NotFound
+from .._memory.msm import WriteResult
+from .._records import EpisodicRecord, ManifestRow, SemanticState, VisualRecord
+from .._tier_records import Claim, StmItem, StmState
+from .access import Operation
+from .base import _Base
+
+__all__ = ["Retrieved", "RetrievedItem"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievedItem:
+    """One ranked piece of evidence and its record. ``record`` is None for another patient's
+    record in a population-scope retrieval: it counts as evidence, its content is withheld."""
+
+    evidence: Evidence
+    record: EpisodicRecord | VisualRecord | SemanticState | None
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieved:
+    """Evidence without an answer, ranked by ``cosine x composite_k`` (highest first)."""
+
+    patient_id: str
+    scope: Literal["patient", "population"]
+    items: tuple[RetrievedItem, ...]
+
+    @property
+    def evidence(self) -> tuple[Evidence, ...]:
+        return tuple(i.evidence for i in self.items)
+
+
+class _Care(_Base):
+    def ingest(self, principal: object, rows: Sequence[ManifestRow], *, progress: bool = False) -> IngestReport:
+        """Encode and store manifest rows as base memory, as ``principal`` (system or clinician):
+        consent-checked per patient, each batch one transaction with its audit events."""
+        p = self._allow(principal, Operation.INGEST)
+        return ingest_rows(p, self._gm, self._encoder, list(rows), progress=progress)
+
+    def ask(
+        self,
+        principal: object,
+        patient_id: str,
+        image: object,
+        question: str,
+        *,
+        timestamp: float | None = None,
+        study_id: str = "",
+        visual_tag: str = "",
+        write_back: bool = True,
+        use_sem: bool = True,
+        use_epi: bool = True,
+        use_vis: bool = True,
+    ) -> AgentAnswer:
+        """Answer ``question`` about ``image`` (a path or a grayscale array) with the patient's
+        memory: the online loop (consent, STM, ranked retrieval, fusion, backbone, write-back
+        gate, audit) as ``principal`` (agent or clinician). ``timestamp`` is the study's UTC
+        time (default now); ``use_*`` are ablation switches."""
+        p = self._allow(principal, Operation.ASK)
+        query = Query(patient_id, image, question, timestamp=timestamp, study_id=study_id, visual_tag=visual_tag)  # type: ignore[arg-type]
+        return self._agent.ask(p, query, write_back=write_back, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis)
+
+    def ask_many(
+        self,
+        principal: object,
+        queries: Sequence[Query],
+        *,
+        write_back: bool = True,
+        use_sem: bool = True,
+        use_epi: bool = True,
+        use_vis: bool = True,
+    ) -> list[AgentAnswer]:
+        """:meth:`ask` for each query in order, one turn each (each sees the ones before)."""
+        p = self._allow(principal, Operation.ASK)
+        flags = {"write_back": write_back, "use_sem": use_sem, "use_epi": use_epi, "use_vis": use_vis}
+        return self._agent.ask_many(p, list(queries), **flags)
+
+    def retrieve(
+        self,
+        principal: object,
+        patient_id: str,
+        image: object,
+        *,
+        scope: Literal["patient", "population"] = "patient",
+        at: float | None = None,
+        use_sem: bool = True,
+        use_epi: bool = True,
+        use_vis: bool = True,
+    ) -> Retrieved:
+        """The ranked evidence for ``image`` without an answer: the patient's semantic state,
+        episodic and visual records (``scope="patient"``), or also other patients' consented
+        and anonymised records (``"population"``; other patients' content is withheld).
+        ``at`` is the query's UTC time for freshness (default now). Audited as a read."""
+        p = self._allow(principal, Operation.RETRIEVE)
+        if scope not in ("patient", "population"):
+            raise InvalidInput(f"scope must be 'patient' or 'population', got {scope!r}")
+        turn = self._gm.begin(p, patient_id)
+        try:
+            z = self._agent.embed(image)
+            ranked = self._gm.retrieve(turn, z, at=at, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, scope=scope)
+        except MsmMemError as exc:
+            self._gm.fail(turn, exc)
+            raise
+        self._gm.commit(turn)
+        items = []
+        for hit, sc in ranked.ranked:
+            owner = getattr(hit.record, "patient_id", "")
+            own = owner in (patient_id, "")
+            evidence = Evidence(hit.id, hit.kind, sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight)
+            items.append(RetrievedItem(evidence, hit.record if own else None))
+        items.sort(key=lambda i: (-i.evidence.score, i.evidence.id))
+        return Retrieved(patient_id, scope, tuple(items))
+
+    def observe(
+        self,
+        principal: object,
+        patient_id: str,
+        image: object,
+        question: str,
+        *,
+        timestamp: float | None = None,
+        study_id: str = "",
+        visual_tag: str = "",
+    ) -> StmItem:
+        """Write a working observation (image embedding and question) into the patient's
+        short-term memory (TTL from the settings); returns the item. Audited."""
+        p = self._allow(principal, Operation.OBSERVE)
+        turn = self._gm.begin(p, patient_id)
+        try:
+            z = self._agent.embed(image)
+            item = self._gm.observe(
+                turn,
+                z,
+                question,
+                timestamp=timestamp,
+                study_id=study_id,
+                visual_tag=visual_tag,
+                media_path="" if not isinstance(image, str) else image,
+            )
+        except MsmMemError as exc:
+            self._gm.fail(turn, exc)
+            raise
+        self._gm.commit(turn)
+        return item
+
+    def consolidate(
+        self, principal: object, patient_id: str, item_id: str, answer: str, *, decision: str = ""
+    ) -> WriteResult:
+        """Move an active short-term item of the patient into long-term memory with its
+        ``answer``, through the write-back gate (held items stay in STM); the semantic state
+        and the study's claim are superseded. The seed's explicit consolidate. Audited."""
+        p = self._allow(principal, Operation.CONSOLIDATE)
+        turn = self._gm.begin(p, patient_id)
+        try:
+            found = [i for i in self._store.stm_get([item_id]) if i.patient_id == patient_id]
+            if not found:
+                raise NotFound(f"no short-term item {item_id!r} for this patient")
+            if found[0].state != StmState.ACTIVE:
+                raise IllegalTransition(f"short-term item {item_id!r} is {found[0].state.value}, not active")
+            result = self._gm.consolidate(turn, found[0], answer, decision=decision)
+        except MsmMemError as exc:
+            self._gm.fail(turn, exc)
+            raise
+        self._gm.commit(turn)
+        return result
+
+    def feedback(
+        self,
+        principal: object,
+        patient_id: str,
+        study_id: str,
+        *,
+        accept: bool,
+        correction: str = "",
+        decision: str = "",
+    ) -> Claim:
+        """A critic verdict on the agent's impression of one study (for example the signed
+        report), as ``principal`` (critic or clinician): accept, or reject with the
+        ``correction``. The claim and the semantic state are superseded at the critic's
+        evidence tier, a consolidated episode by a corrected copy. Returns the new claim."""
+        p = self._allow(principal, Operation.FEEDBACK)
+        return self._maintainer().critic_verdict(
+            p, patient_id, study_id, accept=accept, correction=correction, decision=decision
+        )
