@@ -37,14 +37,15 @@ from pathlib import Path
 import numpy as np
 from _impressions import impressions
 
-from msm_mem import EpisodicRecord, MsmMem, Settings, VisualRecord, WriteBatch
+from msm_mem import EpisodicRecord, MsmMem, Principal, Settings, VisualRecord
 from msm_mem._agent.agent import MemoryAgent, Query
 from msm_mem._governance.audit_chain import verify_hashes_in_batches
-from msm_mem._memory.tiers import Actor
+from msm_mem._storage.base import WriteBatch
 from msm_mem.plugins.encoders.base import BaseEncoder
 from msm_mem.testing import FixedBackbone, FixedClock
+from tests.helpers import ADMIN
 
-AGENT = Actor("bench-agent", "agent")
+AGENT = Principal("bench-agent", "agent")
 
 
 class LookupEncoder(BaseEncoder):
@@ -66,8 +67,8 @@ def unit(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def bench_audit(work: Path, events: int) -> dict[str, float]:
-    mem = MsmMem.init(work / "audit", clock=FixedClock(1.7e9))
-    mem.audit.checkpoint_every = 10**12  # checkpoints are measured separately (one per pass)
+    mem = MsmMem.init(work / "audit", ADMIN, clock=FixedClock(1.7e9))
+    mem._audit.checkpoint_every = 10**12  # checkpoints are measured separately (one per pass)
     spec = dict(
         actor="bench",
         role="agent",
@@ -81,19 +82,19 @@ def bench_audit(work: Path, events: int) -> dict[str, float]:
     )
     t0 = time.perf_counter()
     for start in range(0, events, 1000):
-        mem.audit.write(WriteBatch(), [mem.audit.spec(**spec) for _ in range(min(1000, events - start))])
+        mem._audit.write(WriteBatch(), [mem._audit.spec(**spec) for _ in range(min(1000, events - start))])
     append = events / (time.perf_counter() - t0)
-    mem.audit.checkpoint()
+    mem._audit.checkpoint()
     t0 = time.process_time()
-    ok_full = mem.audit.verify(full=True).ok
+    ok_full = mem._audit.verify(full=True).ok
     full = time.process_time() - t0
     t0 = time.process_time()
-    ok_hash = mem.audit.verify(full=False).ok
+    ok_hash = mem._audit.verify(full=False).ok
     hashes = time.process_time() - t0
     assert ok_full and ok_hash
     # the two parts of hash-only verification, apart: reading the pages of rows, hashing them in memory
     t0 = time.process_time()
-    pages = list(mem.store.iter_audit_batches())
+    pages = list(mem._store.iter_audit_batches())
     read = time.process_time() - t0
     t0 = time.process_time()
     assert verify_hashes_in_batches(pages).ok
@@ -112,12 +113,12 @@ def bench_write_back(work: Path, n: int, patients: int, unique: bool = False, da
     directory = work / f"wb-{patients}-{unique}"
     shutil.rmtree(directory, ignore_errors=True)  # a repeat starts from an empty store
     schema = f"wb_{uuid.uuid4().hex[:12]}"  # (a server store: a fresh schema each time)
-    mem = MsmMem.init(directory, clock=FixedClock(1.7e9), database_url=database_url, schema=schema)
-    gm = mem.governed
+    mem = MsmMem.init(directory, ADMIN, clock=FixedClock(1.7e9), database_url=database_url, schema=schema)
+    gm = mem._gm
     rng = np.random.default_rng(0)
     z = unit(rng, n)
     for p in range(patients):  # patients' keys and pseudonyms exist already in steady state
-        mem.audit.pseudonym(f"P{p}")
+        mem._audit.pseudonym(f"P{p}")
     answers = impressions()
     t0 = time.perf_counter()
     for start in range(0, n, 100):
@@ -136,14 +137,14 @@ def bench_write_back(work: Path, n: int, patients: int, unique: bool = False, da
 
 
 def bench_query_overhead(work: Path, items: int, queries: int = 300) -> tuple[float, float]:
-    mem = MsmMem.init(work / "q", settings=Settings(), clock=FixedClock(1.7e9))
+    mem = MsmMem.init(work / "q", ADMIN, settings=Settings(), clock=FixedClock(1.7e9))
     rng = np.random.default_rng(1)
     patients = items // 10
     for start in range(0, items, 5000):
         m = min(5000, items - start)
         z = unit(rng, m)
         ids = range(start, start + m)
-        mem.store.write(
+        mem._store.write(
             WriteBatch(
                 episodes=[
                     EpisodicRecord(
@@ -168,11 +169,11 @@ def bench_query_overhead(work: Path, items: int, queries: int = 300) -> tuple[fl
             )
         )
     encoder = LookupEncoder()
-    agent = MemoryAgent(mem.governed, encoder, FixedBackbone("Right lower lobe consolidation, unchanged."))
+    agent = MemoryAgent(mem._gm, encoder, FixedBackbone("Right lower lobe consolidation, unchanged."))
     image = np.zeros((8, 8), dtype=np.float32)
     # a follow-up study resembles the patient's earlier one: its vector plus noise (cosine ~0.9);
     # an unrelated image makes the retrieval policy widen to a population scan as well
-    base = mem.store.get_episodes([f"E-{p}" for p in range(queries)])
+    base = mem._store.get_episodes([f"E-{p}" for p in range(queries)])
     noise = unit(rng, queries)
     results = []
     for near in (True, False):

@@ -10,12 +10,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
-from msm_mem import Store
+from msm_mem._storage.base import Store
 from msm_mem._storage.sqlite import SqliteStore
 from msm_mem.testing import FixedClock
 
@@ -167,3 +168,37 @@ def shared_path(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"../shared/{'/'.join(parts)} is absent (third-party data lives beside the repository)")
     return path
+
+
+MemFactory = Callable[..., Any]
+
+
+@pytest.fixture(
+    params=[pytest.param(name, marks=[pytest.mark.postgres] if name == "postgres" else []) for name in sorted(BACKENDS)]
+)
+def new_mem(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemFactory]:
+    """A factory of new governed stores (``MsmMem.init`` by the test admin) of one backend:
+    ``new_mem("name", **init_options)`` makes ``tmp_path / name``; on PostgreSQL its records
+    live in a fresh schema of the session's server. Every store made is closed afterwards."""
+    from msm_mem import MsmMem
+    from tests.helpers import ADMIN
+
+    made: list[MsmMem] = []
+
+    def make(name: str = "store", **options: Any) -> MsmMem:
+        if request.param == "postgres":
+            options.setdefault("database_url", postgres_dsn())
+            options.setdefault("schema", f"t{_SESSION}_{uuid.uuid4().hex[:12]}")
+        mem = MsmMem.init(tmp_path / name, ADMIN, **options)
+        made.append(mem)
+        return mem
+
+    yield make
+    for mem in made:
+        mem.close()
+
+
+@pytest.fixture
+def backend(new_mem: MemFactory, request: pytest.FixtureRequest) -> str:
+    """The backend name of the ``new_mem`` fixture in use (``sqlite`` or ``postgres``)."""
+    return str(request.node.callspec.params["new_mem"])

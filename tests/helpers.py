@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from msm_mem import Principal, Purpose, Role
 from msm_mem._governance.audit_chain import AuditEvent
 from msm_mem._storage.base import Store
 
@@ -23,3 +24,14 @@ def png(folder: Path, seed: int, size: int = 64) -> Path:
 def audit_events(store: Store) -> list[AuditEvent]:
     """Every stored audit event, parsed and hash-checked."""
     return [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in store.iter_audit()]
+
+
+# principals of the tests (the default consent policy permits each of them for its purpose)
+ADMIN = Principal("test-admin", Role.ADMIN, Purpose.OPERATIONS)
+AGENT = Principal("msm-mem-agent", Role.AGENT, Purpose.TREATMENT)
+CLINICIAN = Principal("dr-test", Role.CLINICIAN, Purpose.TREATMENT)
+CRITIC = Principal("report-signer", Role.CRITIC, Purpose.TREATMENT)
+SYSTEM = Principal("msm-mem", Role.SYSTEM, Purpose.OPERATIONS)
+INGEST = Principal("msm-mem-ingest", Role.SYSTEM, Purpose.OPERATIONS)
+AUDITOR = Principal("auditor-1", Role.AUDITOR, Purpose.AUDIT)
+EXPORTER = Principal("dr-export", Role.CLINICIAN, Purpose.EXPORT)

@@ -21,6 +21,7 @@ from msm_mem.datasets.synthetic import generate
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.plugins.backbones.nonparametric import EMPTY_ANSWER, NonparametricBackbone
 from msm_mem.testing import FixedClock
+from tests.helpers import ADMIN, AGENT, INGEST
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -51,8 +52,8 @@ def later(rows: Sequence[ManifestRow]) -> list[ManifestRow]:
 
 def open_store(tmp_path: Path, rows: Sequence[ManifestRow], name: str = "store") -> MsmMem:
     """A fresh store holding the first study of each patient."""
-    mem = MsmMem.init(tmp_path / name, clock=FixedClock())
-    mem.ingest([rs[0] for rs in by_patient(rows).values()])
+    mem = MsmMem.init(tmp_path / name, ADMIN, clock=FixedClock())
+    mem.ingest(INGEST, [rs[0] for rs in by_patient(rows).values()])
     return mem
 
 
@@ -63,18 +64,18 @@ def mem(tmp_path: Path, synthetic: list[ManifestRow]) -> Iterator[MsmMem]:
 
 
 def counts(mem: MsmMem) -> dict[str, int]:
-    claims = sum(len(mem.store.record_ids("claims", p)) for p in mem.store.patients())
+    claims = sum(len(mem._store.record_ids("claims", p)) for p in mem._store.patients())
     return {
-        "episodic": mem.store.count("episodic"),
-        "visual": mem.store.count("visual"),
-        "semantic": mem.store.count("semantic"),
+        "episodic": mem._store.count("episodic"),
+        "visual": mem._store.count("visual"),
+        "semantic": mem._store.count("semantic"),
         "claims": claims,
-        "stm": len(mem.store.stm_list()),
+        "stm": len(mem._store.stm_list()),
     }
 
 
 def audit_since(mem: MsmMem, seq: int) -> list[dict[str, Any]]:
-    return [json.loads(r.payload) for r in mem.store.iter_audit(seq + 1)]
+    return [json.loads(r.payload) for r in mem._store.iter_audit(seq + 1)]
 
 
 class Recording:
@@ -115,7 +116,7 @@ class Always:
 
 
 def agent(mem: MsmMem, **kwargs: Any) -> MemoryAgent:
-    return MemoryAgent(mem.governed, mem.encoder, kwargs.pop("backbone", None), **kwargs)
+    return MemoryAgent(mem._gm, mem._encoder, kwargs.pop("backbone", None), **kwargs)
 
 
 # answers -----------------------------------------------------------------------------------------
@@ -128,7 +129,7 @@ def test_semantic_memory_recovers_the_patients_earlier_finding(mem: MsmMem, synt
     asked = later(synthetic)
     assert len(asked) >= 5
     for row in asked:
-        a = mem.agent.ask(query(row), use_epi=False, use_vis=False, write_back=False)
+        a = mem._agent.ask(AGENT, query(row), use_epi=False, use_vis=False, write_back=False)
         assert a.answer == firsts[row.patient_id].answer, row.patient_id
         assert a.source == "memory"
         assert [e.kind for e in a.evidence] == ["semantic"]
@@ -138,8 +139,8 @@ def test_semantic_memory_recovers_the_patients_earlier_finding(mem: MsmMem, synt
 def test_without_any_memory_there_is_no_patient_evidence(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
     """All flags off: nothing is read, no evidence, and the answer says there is no prior evidence."""
     row = later(synthetic)[0]
-    seq, _ = mem.store.audit_head()
-    a = mem.agent.ask(query(row), use_sem=False, use_epi=False, use_vis=False, write_back=False)
+    seq, _ = mem._store.audit_head()
+    a = mem._agent.ask(AGENT, query(row), use_sem=False, use_epi=False, use_vis=False, write_back=False)
     assert (a.answer, a.source, a.evidence, a.steps) == (EMPTY_ANSWER, "empty", (), ())
     assert not [e for e in audit_since(mem, seq) if e["action"] == "read"]
 
@@ -148,7 +149,7 @@ def test_a_patient_without_memory_gets_the_population_prior(mem: MsmMem, synthet
     """A new patient has no evidence; the heuristic widens episodic to the population and the
     backbone answers from other patients' impressions."""
     row = later(synthetic)[0]
-    a = mem.agent.ask(query(row, patient="NEW-PATIENT"), write_back=False)
+    a = mem._agent.ask(AGENT, query(row, patient="NEW-PATIENT"), write_back=False)
     assert a.evidence == ()
     assert a.source == "population-prior"
     assert a.answer in {rs[0].answer for rs in by_patient(synthetic).values()}
@@ -158,11 +159,11 @@ def test_a_patient_without_memory_gets_the_population_prior(mem: MsmMem, synthet
 def test_full_memory_reads_s_e_v_and_cites_only_the_patients_records(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
     """Default ask: the heuristic reads S, E, V in patient scope; the evidence is the patient's own."""
     for row in later(synthetic)[:3]:
-        a = mem.agent.ask(query(row), write_back=False)
+        a = mem._agent.ask(AGENT, query(row), write_back=False)
         assert [s.step for s in a.steps] == [Step("semantic"), Step("episodic"), Step("visual")]
         assert {e.kind for e in a.evidence} == {"semantic", "episodic", "visual"}
         ids = [e.id for e in a.evidence if e.kind == "episodic"]
-        assert {r.patient_id for r in mem.store.get_episodes(ids)} == {row.patient_id}
+        assert {r.patient_id for r in mem._store.get_episodes(ids)} == {row.patient_id}
         assert [e.score for e in a.evidence] == sorted((e.score for e in a.evidence), reverse=True)
 
 
@@ -171,8 +172,8 @@ def test_full_memory_reads_s_e_v_and_cites_only_the_patients_records(mem: MsmMem
 
 def test_every_step_is_one_audited_read(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
     """One read event per executed step, carrying the ids that step returned."""
-    seq, _ = mem.store.audit_head()
-    a = mem.agent.ask(query(later(synthetic)[0]), write_back=False)
+    seq, _ = mem._store.audit_head()
+    a = mem._agent.ask(AGENT, query(later(synthetic)[0]), write_back=False)
     reads = [e for e in audit_since(mem, seq) if e["action"] == "read"]
     assert len(reads) == len(a.steps) == 3
     for event, step in zip(reads, a.steps, strict=True):
@@ -181,9 +182,9 @@ def test_every_step_is_one_audited_read(mem: MsmMem, synthetic: list[ManifestRow
 
 def test_flags_override_the_policy(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
     """A policy asking for a switched-off memory is refused every time: nothing read, limit enforced."""
-    seq, _ = mem.store.audit_head()
+    seq, _ = mem._store.audit_head()
     a = agent(mem, policy=Always(Step("visual", "population")), max_steps=3).ask(
-        query(later(synthetic)[0]), use_vis=False, write_back=False
+        AGENT, query(later(synthetic)[0]), use_vis=False, write_back=False
     )
     assert [s.refused for s in a.steps] == [True, True, True]
     assert not [e for e in audit_since(mem, seq) if e["action"] == "read"]
@@ -205,9 +206,9 @@ class Replies:
 def test_a_backbone_policy_drives_the_reads(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
     """The backbone policy's steps are read as told; an unparsable reply stops the loop."""
     row = later(synthetic)[0]
-    seq, _ = mem.store.audit_head()
+    seq, _ = mem._store.audit_head()
     a = agent(mem, policy=BackbonePolicy(Replies("episodic patient 1", "sure, let me think"))).ask(
-        query(row), write_back=False
+        AGENT, query(row), write_back=False
     )
     assert [s.step for s in a.steps] == [Step("episodic", "patient", 1)]
     assert len([e for e in audit_since(mem, seq) if e["action"] == "read"]) == 1
@@ -218,7 +219,7 @@ def test_a_backbone_policy_drives_the_reads(mem: MsmMem, synthetic: list[Manifes
 def test_step_limit_bounds_a_policy_that_never_stops(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
     """max_steps reads at most; repeated hits are deduplicated by id."""
     a = agent(mem, policy=Always(Step("episodic", "population", 3)), max_steps=2).ask(
-        query(later(synthetic)[0]), write_back=False
+        AGENT, query(later(synthetic)[0]), write_back=False
     )
     assert len(a.steps) == 2
     assert a.steps[0].new_ids and a.steps[1].new_ids == ()
@@ -228,7 +229,7 @@ def test_step_limit_bounds_a_policy_that_never_stops(mem: MsmMem, synthetic: lis
 def test_step_k_keeps_the_best_hits(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
     """k=1 keeps only the top hit of a population read."""
     a = agent(mem, policy=Always(Step("episodic", "population", 1)), max_steps=1).ask(
-        query(later(synthetic)[0]), write_back=False
+        AGENT, query(later(synthetic)[0]), write_back=False
     )
     assert a.steps[0].count == 1
 
@@ -237,7 +238,7 @@ def test_a_policy_returning_garbage_fails_the_turn(mem: MsmMem, synthetic: list[
     """A policy answer that is neither a Step nor None is an error, audited, nothing written."""
     before = counts(mem)
     with pytest.raises(InvalidInput, match="policy"):
-        agent(mem, policy=Always("episodic patient"), max_steps=1).ask(query(later(synthetic)[0]))  # type: ignore[arg-type]
+        agent(mem, policy=Always("episodic patient"), max_steps=1).ask(AGENT, query(later(synthetic)[0]))  # type: ignore[arg-type]
     assert counts(mem) == before
 
 
@@ -258,7 +259,7 @@ def test_router_weights_scale_candidates_and_zero_switches_an_expert_off(
     row = later(synthetic)[0]
     bb = Recording()
     a = agent(mem, backbone=bb, router=FixedRouter(semantic=1.0, episodic=0.5, visual=0.0)).ask(
-        query(row), write_back=False
+        AGENT, query(row), write_back=False
     )
     sent = bb.requests[-1].candidates
     assert {c.kind for c in sent} == {"semantic", "episodic"}
@@ -273,14 +274,14 @@ def test_router_weights_scale_candidates_and_zero_switches_an_expert_off(
 
 def test_all_experts_off_means_no_evidence(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
     """A router switching every expert off leaves the backbone with nothing: 'No prior evidence'."""
-    a = agent(mem, router=FixedRouter(0.0, 0.0, 0.0)).ask(query(later(synthetic)[0]), write_back=False)
+    a = agent(mem, router=FixedRouter(0.0, 0.0, 0.0)).ask(AGENT, query(later(synthetic)[0]), write_back=False)
     assert (a.answer, a.evidence) == (EMPTY_ANSWER, ())
 
 
 def test_router_features_describe_the_patients_retrieval(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
     """The router sees the top cosines, counts, evidence age and semantic history of the patient."""
     row = later(synthetic)[0]
-    a = mem.agent.ask(query(row), write_back=False)
+    a = mem._agent.ask(AGENT, query(row), write_back=False)
     f = a.features
     assert f is not None
     assert (f.n_episodic, f.n_visual, f.semantic_len) == (1, 1, 1)
@@ -294,12 +295,12 @@ def test_a_learned_router_in_the_store_directory_is_used(tmp_path: Path, synthet
     examples = [RouterExample(RouterFeatures(0.9, 0.9, 1, 1, 1.0, 1), {"visual": False}) for _ in range(10)]
     learned = fit_router(examples, min_weight=0.5)
     with open_store(tmp_path, synthetic) as m:
-        assert isinstance(m.agent.router, FixedRouter)
-        path = m.agent.install_router(learned)
+        assert isinstance(m._agent.router, FixedRouter)
+        path = m._agent.install_router(learned)
         assert path == m.directory / ROUTER_FILE and path.is_file()
         fresh = agent(m)
         assert isinstance(fresh.router, LearnedRouter) and fresh.router.to_json() == learned.to_json()
-        a = fresh.ask(query(later(synthetic)[0]), write_back=False)
+        a = fresh.ask(AGENT, query(later(synthetic)[0]), write_back=False)
         assert a.weights is not None and a.weights.visual == 0.0
         assert "visual" not in {e.kind for e in a.evidence}
         path.write_text("{}", encoding="utf-8")
@@ -323,8 +324,8 @@ def test_ask_many_equals_asking_one_at_a_time(tmp_path: Path, synthetic: list[Ma
     rows = sorted((r for rs in by_patient(synthetic).values() for r in rs[1:]), key=lambda r: r.timestamp)
     queries = [query(r) for r in rows]
     with open_store(tmp_path, synthetic, "a") as a, open_store(tmp_path, synthetic, "b") as b:
-        many = a.agent.ask_many(queries)
-        one = [b.agent.ask(q) for q in queries]
+        many = a._agent.ask_many(AGENT, queries)
+        one = [b._agent.ask(AGENT, q) for q in queries]
         assert _summary(many) == _summary(one)
         assert counts(a) == counts(b)
         assert any(x.gate is not None and x.gate.written for x in many)
@@ -333,8 +334,8 @@ def test_ask_many_equals_asking_one_at_a_time(tmp_path: Path, synthetic: list[Ma
 def test_ask_many_without_write_back_is_identical_in_one_store(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
     """Without write-back, ask_many and sequential asks return identical JSON, ids included."""
     queries = [query(r) for r in later(synthetic)]
-    many = mem.agent.ask_many(queries, use_vis=False, write_back=False)
-    one = [mem.agent.ask(q, use_vis=False, write_back=False) for q in queries]
+    many = mem._agent.ask_many(AGENT, queries, use_vis=False, write_back=False)
+    one = [mem._agent.ask(AGENT, q, use_vis=False, write_back=False) for q in queries]
     assert [x.to_json() for x in many] == [x.to_json() for x in one]
 
 
@@ -351,9 +352,9 @@ def test_an_unreadable_image_fails_and_writes_only_the_audit(
     """A corrupt image raises ImageError; memory is unchanged; consent and the error are audited."""
     bad = tmp_path / "corrupt.png"
     bad.write_bytes(b"not a png")
-    before, (seq, _) = counts(mem), mem.store.audit_head()
+    before, (seq, _) = counts(mem), mem._store.audit_head()
     with pytest.raises(ImageError):
-        mem.agent.ask(Query(later(synthetic)[0].patient_id, bad, "What is the impression?"))
+        mem._agent.ask(AGENT, Query(later(synthetic)[0].patient_id, bad, "What is the impression?"))
     assert counts(mem) == before
     events = audit_since(mem, seq)
     assert [(e["action"], e["outcome"]) for e in events] == [("consent", "success"), ("turn", "error")]
@@ -365,10 +366,10 @@ def test_an_empty_question_fails_before_anything_happens(
     mem: MsmMem, synthetic: list[ManifestRow], question: str
 ) -> None:
     """A blank question raises InvalidInput; nothing at all is written, not even an audit event."""
-    before, head = counts(mem), mem.store.audit_head()
+    before, head = counts(mem), mem._store.audit_head()
     with pytest.raises(InvalidInput, match="question"):
-        mem.agent.ask(Query(later(synthetic)[0].patient_id, later(synthetic)[0].image, question))
-    assert (counts(mem), mem.store.audit_head()) == (before, head)
+        mem._agent.ask(AGENT, Query(later(synthetic)[0].patient_id, later(synthetic)[0].image, question))
+    assert (counts(mem), mem._store.audit_head()) == (before, head)
 
 
 @pytest.mark.parametrize(
@@ -388,13 +389,13 @@ def test_a_failing_backbone_changes_nothing_but_the_audit(
 ) -> None:
     """A backbone that raises or replies malformed gives BackendError; memory is unchanged; the
     consent decision, every read and the error are audited."""
-    before, (seq, _) = counts(mem), mem.store.audit_head()
+    before, (seq, _) = counts(mem), mem._store.audit_head()
     with pytest.raises(BackendError, match="faulty|timed out"):  # the backbone's own error passes unchanged
-        agent(mem, backbone=Faulty(result)).ask(query(later(synthetic)[0]))
+        agent(mem, backbone=Faulty(result)).ask(AGENT, query(later(synthetic)[0]))
     assert counts(mem) == before
     assert _events(mem, seq) == [("consent", "success")] + [("read", "success")] * 3 + [("turn", "error")]
     assert audit_since(mem, seq)[-1]["reason"] == "BackendError"
-    assert mem.audit.verify().ok
+    assert mem._audit.verify().ok
 
 
 # covid-cxr ---------------------------------------------------------------------------------------
@@ -417,12 +418,12 @@ def test_covid_cxr_end_to_end(tmp_path: Path) -> None:
     assert len(chosen) >= 3
     with open_store(tmp_path, [r for rs in chosen.values() for r in rs]) as m:
         for patient, rs in chosen.items():
-            sem = m.agent.ask(query(rs[1]), use_epi=False, use_vis=False, write_back=False)
+            sem = m._agent.ask(AGENT, query(rs[1]), use_epi=False, use_vis=False, write_back=False)
             assert sem.answer == rs[0].answer, patient
-            full = m.agent.ask(query(rs[1]), write_back=False)
-            episodes = m.store.get_episodes([e.id for e in full.evidence if e.kind == "episodic"])
+            full = m._agent.ask(AGENT, query(rs[1]), write_back=False)
+            episodes = m._store.get_episodes([e.id for e in full.evidence if e.kind == "episodic"])
             assert episodes and {e.patient_id for e in episodes} == {patient}
             assert full.answer == rs[0].answer  # the only evidence is the patient's first study
-        stranger = m.agent.ask(query(next(iter(chosen.values()))[1], patient="covid-nobody"), write_back=False)
+        stranger = m._agent.ask(AGENT, query(next(iter(chosen.values()))[1], patient="covid-nobody"), write_back=False)
         assert stranger.source == "population-prior" and stranger.evidence == ()
         assert stranger.answer in {rs[0].answer for rs in chosen.values()}

@@ -14,12 +14,12 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from msm_mem import AccessDenied, ConsentRecord, InvalidInput, StoreError
-from msm_mem._api.mem import ADMIN, MsmMem
+from msm_mem._api.mem import MsmMem
 from msm_mem._storage.location import LOCATION_FILE
 from msm_mem._storage.postgres import PostgresStore
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
-from tests.helpers import png
+from tests.helpers import ADMIN, AGENT, png
 
 pytestmark = pytest.mark.postgres
 
@@ -40,9 +40,9 @@ def _tables(url: str, schema: str) -> set[str]:
 def test_init_keeps_keys_local_and_no_password_on_disk(tmp_path: Path, postgres_url: str, schema: str) -> None:
     """init on a server: store.json names schema and DSN without the password; keys stay local."""
     with_password = make_conninfo(postgres_url, password="not-stored-anywhere")  # the server trusts the socket
-    with MsmMem.init(tmp_path / "m", database_url=with_password, schema=schema, clock=FixedClock(1.7e9)) as mem:
-        assert isinstance(mem.store, PostgresStore) and mem.store.schema == schema
-        tenant = mem.store.tenant
+    with MsmMem.init(tmp_path / "m", ADMIN, database_url=with_password, schema=schema, clock=FixedClock(1.7e9)) as mem:
+        assert isinstance(mem._store, PostgresStore) and mem._store.schema == schema
+        tenant = mem._store.tenant
     spec = json.loads((tmp_path / "m" / LOCATION_FILE).read_text())
     assert spec["backend"] == "postgresql" and spec["schema"] == schema
     assert "not-stored-anywhere" not in (tmp_path / "m" / LOCATION_FILE).read_text()
@@ -50,28 +50,28 @@ def test_init_keeps_keys_local_and_no_password_on_disk(tmp_path: Path, postgres_
     assert not (tmp_path / "m" / "msm-mem.sqlite").exists()
     assert {"meta", "episodic", "audit", "keys", "consents"} <= _tables(postgres_url, schema)
     with MsmMem.open(tmp_path / "m", clock=FixedClock(1.7e9)) as mem:
-        assert mem.store.tenant == tenant  # the AAD binding survives reopening
+        assert mem._store.tenant == tenant  # the AAD binding survives reopening
 
 
 def test_online_loop_reopen_and_verify(tmp_path: Path, postgres_url: str, schema: str) -> None:
     """Asks write back to the server store; a reopened handle retrieves them, decrypted, and
     the audit chain (rows on the server, checkpoints in the directory) verifies."""
     directory = tmp_path / "m"
-    with MsmMem.init(directory, database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:
-        mem.agent.backbone = FixedBackbone(ANSWER, "treat")
-        first = mem.ask("P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
+    with MsmMem.init(directory, ADMIN, database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:
+        mem._agent.backbone = FixedBackbone(ANSWER, "treat")
+        first = mem.ask(AGENT, "P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
         assert first.gate is not None and first.gate.written
-        mem.audit.checkpoint()
+        mem._audit.checkpoint()
     with MsmMem.open(directory, clock=FixedClock(1.7e9 + 60)) as mem:
-        mem.agent.backbone = FixedBackbone(ANSWER, "treat")
-        second = mem.ask("P1", png(tmp_path, 2), "Any change?", study_id="S2")
+        mem._agent.backbone = FixedBackbone(ANSWER, "treat")
+        second = mem.ask(AGENT, "P1", png(tmp_path, 2), "Any change?", study_id="S2")
         kinds = {e.kind for e in second.evidence}
         assert {"semantic", "episodic", "visual"} <= kinds
-        episodes = mem.store.get_episodes(mem.store.record_ids("episodic", "P1"))
+        episodes = mem._store.get_episodes(mem._store.record_ids("episodic", "P1"))
         assert [e.study_id for e in episodes] == ["S1", "S2"]
         assert all(e.answer == ANSWER and e.patient_id == "P1" for e in episodes)
         assert episodes[0].episode_id in {e.id for e in second.evidence}
-        assert mem.audit.verify().ok and mem.audit.verify(full=False).ok
+        assert mem._audit.verify().ok and mem._audit.verify(full=False).ok
     with psycopg.connect(postgres_url) as conn:  # the server holds ciphertext, not the answer
         stored = conn.execute(sql.SQL("SELECT answer FROM {}.episodic").format(sql.Identifier(schema))).fetchall()
     assert stored and all(row[0].startswith("enc1:") and ANSWER not in row[0] for row in stored)
@@ -104,14 +104,14 @@ def test_cli_on_postgres_and_tamper_detection(
 
 def test_shred_on_postgres_keeps_the_chain(tmp_path: Path, postgres_url: str, schema: str) -> None:
     """Crypto-shredding a patient on the server store retracts their records; the chain verifies."""
-    with MsmMem.init(tmp_path / "m", database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:
-        mem.agent.backbone = FixedBackbone(ANSWER, "treat")
-        mem.ask("P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
-        mem.ask("P2", png(tmp_path, 2), "What is the impression?", study_id="S1")
-        mem.maintainer.shred(ADMIN, "P1", reason="erasure request")
-        assert mem.store.record_ids("episodic", "P1") == []
-        assert len(mem.store.record_ids("episodic", "P2")) == 1
-        assert mem.audit.verify().ok
+    with MsmMem.init(tmp_path / "m", ADMIN, database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:
+        mem._agent.backbone = FixedBackbone(ANSWER, "treat")
+        mem.ask(AGENT, "P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
+        mem.ask(AGENT, "P2", png(tmp_path, 2), "What is the impression?", study_id="S1")
+        mem._maintainer().shred(ADMIN, "P1", reason="erasure request")
+        assert mem._store.record_ids("episodic", "P1") == []
+        assert len(mem._store.record_ids("episodic", "P2")) == 1
+        assert mem._audit.verify().ok
 
 
 def test_failed_init_removes_the_server_store(tmp_path: Path, postgres_url: str, schema: str) -> None:
@@ -119,7 +119,9 @@ def test_failed_init_removes_the_server_store(tmp_path: Path, postgres_url: str,
     its schema and the directory are removed again."""
     bad = ConsentRecord("C-1", "P1", "role:agent", "treatment", "permit", ("no-such-class",), 0.0)
     with pytest.raises(InvalidInput):
-        MsmMem.init(tmp_path / "m", database_url=postgres_url, schema=schema, policy=[bad], clock=FixedClock(1.7e9))
+        MsmMem.init(
+            tmp_path / "m", ADMIN, database_url=postgres_url, schema=schema, policy=[bad], clock=FixedClock(1.7e9)
+        )
     assert _tables(postgres_url, schema) == set()
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
@@ -128,28 +130,34 @@ def test_failed_init_removes_the_server_store(tmp_path: Path, postgres_url: str,
 
 def test_second_init_on_a_used_schema_is_refused(tmp_path: Path, postgres_url: str, schema: str) -> None:
     """Another directory cannot init over a schema holding a store; the first store is intact."""
-    with MsmMem.init(tmp_path / "a", database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:
-        mem.agent.backbone = FixedBackbone(ANSWER, "treat")
-        mem.ask("P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
-        head = mem.store.audit_head()
+    with MsmMem.init(tmp_path / "a", ADMIN, database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:
+        mem._agent.backbone = FixedBackbone(ANSWER, "treat")
+        mem.ask(AGENT, "P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
+        head = mem._store.audit_head()
     with pytest.raises(StoreError, match="already holds a store"):
-        MsmMem.init(tmp_path / "b", database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9))
+        MsmMem.init(tmp_path / "b", ADMIN, database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9))
     assert not (tmp_path / "b").exists()
     with MsmMem.open(tmp_path / "a", clock=FixedClock(time.time())) as mem:
-        assert mem.store.audit_head() == head and mem.audit.verify().ok
+        assert mem._store.audit_head() == head and mem._audit.verify().ok
 
 
 def test_shred_by_another_handle_stops_the_next_turn(tmp_path: Path, postgres_url: str, schema: str) -> None:
     """A server process keeps its handle open while the CLI shreds a patient through another:
     the running handle's next turn for that patient is refused and writes nothing of them."""
-    with MsmMem.init(tmp_path / "m", database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as running:
-        running.agent.backbone = FixedBackbone(ANSWER, "treat")
-        running.ask("P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
+    with MsmMem.init(
+        tmp_path / "m",
+        ADMIN,
+        database_url=postgres_url,
+        schema=schema,
+        clock=FixedClock(1.7e9),
+        backbone=FixedBackbone(ANSWER, "treat"),
+    ) as running:
+        running.ask(AGENT, "P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
         with MsmMem.open(tmp_path / "m", clock=FixedClock(1.7e9)) as cli:
-            cli.maintainer.shred(ADMIN, "P1", reason="erasure request")
+            cli.shred(ADMIN, "P1", reason="erasure request")
         with pytest.raises(AccessDenied, match="shredded"):
-            running.ask("P1", png(tmp_path, 2), "Any change?", study_id="S2")
-        assert running.store.record_ids("episodic", "P1") == []
-        items = running.store.stm_list(patient_id="P1")  # the first turn's emptied item, nothing new
+            running.ask(AGENT, "P1", png(tmp_path, 2), "Any change?", study_id="S2")
+        assert running._store.record_ids("episodic", "P1") == []
+        items = running._store.stm_list(patient_id="P1")  # the first turn's emptied item, nothing new
         assert len(items) == 1 and items[0].payload == "" and items[0].z is None
-        assert running.audit.verify().ok
+        assert running._audit.verify().ok

@@ -11,16 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from msm_mem import WriteBatch
+from msm_mem import Principal, Purpose, Role
 from msm_mem._api.mem import MsmMem
 from msm_mem._errors import AccessDenied, IllegalTransition, NotFound
 from msm_mem._governance.audit import RETENTION_S
 from msm_mem._governance.audit_chain import AuditEvent, ChainBuilder, VerifyResult
-from msm_mem._memory.tiers import Actor
-from msm_mem._storage.base import AUDIT_PAGE_ROWS
+from msm_mem._storage.base import AUDIT_PAGE_ROWS, WriteBatch
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
-from tests.helpers import audit_events
+from tests.helpers import ADMIN, AGENT, SYSTEM, audit_events
 from tests.helpers import png as _png
 
 T0 = 1_700_000_000.0
@@ -37,22 +36,23 @@ def clock() -> FixedClock:
 
 @pytest.fixture
 def mem(tmp_path: Path, clock: FixedClock) -> Iterator[MsmMem]:
-    m = MsmMem.init(tmp_path / "s", clock=clock)
-    m.agent.backbone = FixedBackbone(ANSWER, "follow up in 3 months")
+    m = MsmMem.init(tmp_path / "s", ADMIN, clock=clock, backbone=FixedBackbone(ANSWER, "follow up in 3 months"))
     yield m
     m.close()
 
 
 def _busy(mem: MsmMem, folder: Path, clock: FixedClock) -> None:
     """Asks, a held repeat, a critic verdict, maintenance and decay: many kinds of event."""
-    mem.ask(PATIENT, _png(folder, 1), QUESTION, study_id="ACC-1")
-    mem.ask(PATIENT, _png(folder, 1), QUESTION, study_id="ACC-2")
-    mem.ask(PATIENT, _png(folder, 2), QUESTION, study_id="ACC-3")
-    mem.maintainer.critic_verdict(Actor("rad-1", "critic"), PATIENT, "ACC-3", accept=False, correction=CORRECTION)
+    mem.ask(AGENT, PATIENT, _png(folder, 1), QUESTION, study_id="ACC-1")
+    mem.ask(AGENT, PATIENT, _png(folder, 1), QUESTION, study_id="ACC-2")
+    mem.ask(AGENT, PATIENT, _png(folder, 2), QUESTION, study_id="ACC-3")
+    mem._maintainer().critic_verdict(
+        Principal("rad-1", Role.CRITIC, Purpose.TREATMENT), PATIENT, "ACC-3", accept=False, correction=CORRECTION
+    )
     clock.advance(2 * 86400)
-    mem.maintain()
+    mem.maintain(SYSTEM)
     clock.advance(10 * 365 * 86400)
-    mem.maintain()
+    mem.maintain(SYSTEM)
 
 
 # what is recorded ----------------------------------------------------------------------------
@@ -60,26 +60,26 @@ def _busy(mem: MsmMem, folder: Path, clock: FixedClock) -> None:
 
 def test_one_turn_records_every_step(mem: MsmMem, tmp_path: Path) -> None:
     """An answered turn appends consent, STM write, read, consolidation and semantic update events."""
-    before = mem.store.audit_head()[0]
-    mem.ask(PATIENT, _png(tmp_path, 1), QUESTION, study_id="ACC-1")
-    new = audit_events(mem.store)[before:]
+    before = mem._store.audit_head()[0]
+    mem.ask(AGENT, PATIENT, _png(tmp_path, 1), QUESTION, study_id="ACC-1")
+    new = audit_events(mem._store)[before:]
     actions = [e.action for e in new]
     assert actions[:3] == ["consent", "write", "read"] and actions[-2:] == ["consolidate", "semantic_update"]
     assert set(actions[2:-2]) == {"read"}
     assert {e.seq for e in new} == set(range(before + 1, before + 1 + len(new)))
     assert all(e.outcome == "success" and e.actor == "msm-mem-agent" for e in new)
-    (item,) = mem.store.stm_list()
+    (item,) = mem._store.stm_list()
     assert new[1].record_ids == (item.item_id,)
-    episode = next(mem.store.iter_episodes())
+    episode = next(mem._store.iter_episodes())
     assert episode.episode_id in new[-2].record_ids
 
 
 def test_events_hold_no_patient_identifier_or_narrative(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
     """No payload holds the patient id, question, answer, decision or correction; the pseudonym appears."""
     _busy(mem, tmp_path, clock)
-    payloads = [r.payload for r in mem.store.iter_audit()]
+    payloads = [r.payload for r in mem._store.iter_audit()]
     blob = b"\n".join(payloads)
-    pseudonym = mem.audit.pseudonym(PATIENT)
+    pseudonym = mem._audit.pseudonym(PATIENT)
     assert pseudonym.startswith("pt-") and pseudonym.encode() in blob
     for secret in (
         PATIENT,
@@ -95,18 +95,18 @@ def test_events_hold_no_patient_identifier_or_narrative(mem: MsmMem, tmp_path: P
         "ACC-3",
     ):
         assert secret.encode() not in blob, secret
-    actions = {e.action for e in audit_events(mem.store)}
+    actions = {e.action for e in audit_events(mem._store)}
     assert {"consent", "write", "read", "consolidate", "hold", "semantic_update", "critic_reject", "decay"} <= actions
 
 
 def test_pseudonym_is_random_and_stable(mem: MsmMem, tmp_path: Path) -> None:
     """A patient's pseudonym is random, the same after reopening, and differs between patients."""
-    first = mem.audit.pseudonym(PATIENT)
-    assert first == mem.audit.pseudonym(PATIENT) != mem.audit.pseudonym("OTHER")
+    first = mem._audit.pseudonym(PATIENT)
+    assert first == mem._audit.pseudonym(PATIENT) != mem._audit.pseudonym("OTHER")
     assert PATIENT not in first and "998877" not in first
     mem.close()
     with MsmMem.open(tmp_path / "s") as again:
-        assert again.audit.pseudonym(PATIENT) == first
+        assert again._audit.pseudonym(PATIENT) == first
 
 
 # tamper evidence ------------------------------------------------------------------------------
@@ -173,11 +173,10 @@ TAMPER: dict[str, tuple[Callable[[sqlite3.Connection, int], None], int]] = {
 
 def _store_with_events(tmp_path: Path) -> tuple[Path, int]:
     directory = tmp_path / "s"
-    mem = MsmMem.init(directory, clock=FixedClock(T0))
-    mem.agent.backbone = FixedBackbone(ANSWER, "follow up in 3 months")
+    mem = MsmMem.init(directory, ADMIN, clock=FixedClock(T0), backbone=FixedBackbone(ANSWER, "follow up in 3 months"))
     for seed in (1, 2, 3):
-        mem.ask(PATIENT, _png(tmp_path, seed), QUESTION, study_id=f"ACC-{seed}")
-    head = mem.store.audit_head()[0]
+        mem.ask(AGENT, PATIENT, _png(tmp_path, seed), QUESTION, study_id=f"ACC-{seed}")
+    head = mem._store.audit_head()[0]
     mem.close()
     return directory, head
 
@@ -209,7 +208,7 @@ def test_verify_names_first_bad_seq(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert f"first bad seq {k + offset}:" in out
     with MsmMem.open(directory) as mem:
         for full in (True, False):
-            result = mem.audit.verify(full=full)
+            result = mem._audit.verify(full=full)
             assert not result.ok and result.first_bad_seq == k + offset
 
 
@@ -252,7 +251,7 @@ def test_recomputed_chain_after_checkpoint(tmp_path: Path, capsys: pytest.Captur
     """Events rewritten with valid hashes pass the chain check but not the signed checkpoint."""
     directory, head = _store_with_events(tmp_path)
     with MsmMem.open(directory, clock=FixedClock(T0)) as mem:
-        mem.audit.checkpoint()
+        mem._audit.checkpoint()
     con = _db(directory)
     k = head // 2
     builder = ChainBuilder(k - 1, _row(con, k - 1)[1])
@@ -276,7 +275,7 @@ def test_recomputed_chain_after_checkpoint(tmp_path: Path, capsys: pytest.Captur
         con.execute(sql, (rewritten.payload(), rewritten.event_hash, seq))
     con.close()
     with MsmMem.open(directory) as mem:
-        chain_only = mem.audit.verify()
+        chain_only = mem._audit.verify()
         assert not chain_only.ok
     code, out = _verify_cli(directory, capsys)
     assert code != 0 and f"first bad seq {head}:" in out and f"seqs 1..{head}" in out
@@ -284,7 +283,7 @@ def test_recomputed_chain_after_checkpoint(tmp_path: Path, capsys: pytest.Captur
 
 def test_open_handle_continues_after_another_handle_appends(mem: MsmMem, tmp_path: Path) -> None:
     """Events appended through another handle (the CLI) do not break the next turn of an open handle."""
-    mem.ask(PATIENT, _png(tmp_path, 1), QUESTION)
+    mem.ask(AGENT, PATIENT, _png(tmp_path, 1), QUESTION)
     assert main(["audit", "checkpoint", str(mem.directory)]) == 0
     assert (
         main(
@@ -302,22 +301,22 @@ def test_open_handle_continues_after_another_handle_appends(mem: MsmMem, tmp_pat
         )
         == 0
     )
-    head = mem.store.audit_head()[0]
-    mem.ask(PATIENT, _png(tmp_path, 2), QUESTION)  # would fail if the handle chained after a stale head
-    new = audit_events(mem.store)[head:]
+    head = mem._store.audit_head()[0]
+    mem.ask(AGENT, PATIENT, _png(tmp_path, 2), QUESTION)  # would fail if the handle chained after a stale head
+    new = audit_events(mem._store)[head:]
     assert new[0].seq == head + 1 and new[-1].action == "semantic_update"
     assert all(e.outcome == "success" for e in new)
-    assert mem.audit.verify().ok
+    assert mem._audit.verify().ok
 
 
 def test_appends_continue_after_verify_and_checkpoint(mem: MsmMem, tmp_path: Path) -> None:
     """A checkpointed chain keeps growing and still verifies, fully and by hashes only."""
-    mem.ask(PATIENT, _png(tmp_path, 1), QUESTION)
-    size, head = mem.audit.checkpoint()
-    assert (size, head) == mem.store.audit_head()
-    mem.ask(PATIENT, _png(tmp_path, 2), QUESTION)
-    assert mem.audit.verify().ok and mem.audit.verify(full=False).ok
-    assert mem.audit.verify().count == mem.store.audit_head()[0]
+    mem.ask(AGENT, PATIENT, _png(tmp_path, 1), QUESTION)
+    size, head = mem._audit.checkpoint()
+    assert (size, head) == mem._store.audit_head()
+    mem.ask(AGENT, PATIENT, _png(tmp_path, 2), QUESTION)
+    assert mem._audit.verify().ok and mem._audit.verify(full=False).ok
+    assert mem._audit.verify().count == mem._store.audit_head()[0]
 
 
 # retention --------------------------------------------------------------------------------------
@@ -325,54 +324,54 @@ def test_appends_continue_after_verify_and_checkpoint(mem: MsmMem, tmp_path: Pat
 
 def test_purge_refused_within_six_years(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
     """Events younger than 6 years cannot be purged; nothing is deleted."""
-    mem.ask(PATIENT, _png(tmp_path, 1), QUESTION)
-    head = mem.store.audit_head()[0]
+    mem.ask(AGENT, PATIENT, _png(tmp_path, 1), QUESTION)
+    head = mem._store.audit_head()[0]
     clock.advance(RETENTION_S - 1)
     with pytest.raises(AccessDenied, match="retention"):
-        mem.audit.purge(head, actor="root", role="admin", reason="retention expired")
-    assert mem.store.audit_head()[0] == head and mem.store.audit_base()[0] == 0
+        mem._audit.purge(head, actor="root", role="admin", reason="retention expired")
+    assert mem._store.audit_head()[0] == head and mem._store.audit_base()[0] == 0
     assert RETENTION_S >= 6 * 365 * 86400
 
 
 def test_purge_after_retention_keeps_the_chain_verifiable(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
     """Past 6 years old events go; verify still passes and new events continue the chain."""
-    mem.ask(PATIENT, _png(tmp_path, 1), QUESTION)
-    mem.audit.checkpoint()
-    old_head = mem.store.audit_head()
+    mem.ask(AGENT, PATIENT, _png(tmp_path, 1), QUESTION)
+    mem._audit.checkpoint()
+    old_head = mem._store.audit_head()
     clock.advance(RETENTION_S + 86400)
-    mem.ask(PATIENT, _png(tmp_path, 2), QUESTION)  # young events stay
+    mem.ask(AGENT, PATIENT, _png(tmp_path, 2), QUESTION)  # young events stay
     with pytest.raises(AccessDenied):
-        mem.audit.purge(mem.store.audit_head()[0], actor="root", role="admin", reason="retention expired")
-    assert mem.audit.purge(old_head[0], actor="root", role="admin", reason="retention expired") == old_head[0]
-    assert mem.store.audit_base() == old_head
-    assert [r.seq for r in mem.store.iter_audit()][0] == old_head[0] + 1
-    assert mem.audit.verify().ok
-    mem.ask(PATIENT, _png(tmp_path, 3), QUESTION)
-    mem.audit.checkpoint()
-    assert mem.audit.verify().ok and mem.audit.verify(full=False).ok
+        mem._audit.purge(mem._store.audit_head()[0], actor="root", role="admin", reason="retention expired")
+    assert mem._audit.purge(old_head[0], actor="root", role="admin", reason="retention expired") == old_head[0]
+    assert mem._store.audit_base() == old_head
+    assert [r.seq for r in mem._store.iter_audit()][0] == old_head[0] + 1
+    assert mem._audit.verify().ok
+    mem.ask(AGENT, PATIENT, _png(tmp_path, 3), QUESTION)
+    mem._audit.checkpoint()
+    assert mem._audit.verify().ok and mem._audit.verify(full=False).ok
     clock.advance(RETENTION_S + 86400)
     with pytest.raises(NotFound):
-        mem.audit.purge(10**6, actor="root", role="admin", reason="retention expired")
+        mem._audit.purge(10**6, actor="root", role="admin", reason="retention expired")
 
 
 def test_purge_is_itself_audited(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
     """A purge leaves an event naming who purged and why."""
-    mem.ask(PATIENT, _png(tmp_path, 1), QUESTION)
-    head = mem.store.audit_head()[0]
+    mem.ask(AGENT, PATIENT, _png(tmp_path, 1), QUESTION)
+    head = mem._store.audit_head()[0]
     clock.advance(RETENTION_S + 86400)
     with pytest.raises(IllegalTransition):
-        mem.audit.purge(head, actor="agent-1", role="agent", reason="retention expired")
+        mem._audit.purge(head, actor="agent-1", role="agent", reason="retention expired")
     with pytest.raises(IllegalTransition):
-        mem.audit.purge(head, actor="root", role="admin", reason=" ")
-    mem.audit.purge(head, actor="root", role="admin", reason="retention expired")
-    (event,) = audit_events(mem.store)
+        mem._audit.purge(head, actor="root", role="admin", reason=" ")
+    mem._audit.purge(head, actor="root", role="admin", reason="retention expired")
+    (event,) = audit_events(mem._store)
     assert (event.action, event.actor, event.role, event.reason) == (
         "purge_expired",
         "root",
         "admin",
         "retention expired",
     )
-    assert mem.audit.verify().ok
+    assert mem._audit.verify().ok
 
 
 # verification across the pages a store hands over -------------------------------------------
@@ -385,11 +384,11 @@ def paged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store of PAGE + 50 events, checkpointed at the last row of the first page, the first
     row of the second page and the head."""
     directory = tmp_path_factory.mktemp("paged") / "s"
-    with MsmMem.init(directory, clock=FixedClock(T0)) as mem:
-        mem.audit.checkpoint_every = 10**9
+    with MsmMem.init(directory, ADMIN, clock=FixedClock(T0)) as mem:
+        mem._audit.checkpoint_every = 10**9
         for size in (PAGE, PAGE + 1, PAGE + 50):
             specs = [
-                mem.audit.spec(
+                mem._audit.spec(
                     actor="rad-1",
                     role="clinician",
                     action="read",
@@ -398,10 +397,10 @@ def paged(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     purpose="treatment",
                     record_ids=[f"E-{i}"],
                 )
-                for i in range(size - mem.store.audit_head()[0])
+                for i in range(size - mem._store.audit_head()[0])
             ]
-            mem.audit.write(WriteBatch(), specs)
-            assert mem.audit.checkpoint()[0] == size
+            mem._audit.write(WriteBatch(), specs)
+            assert mem._audit.checkpoint()[0] == size
     return directory
 
 
@@ -452,10 +451,10 @@ PAGE_TAMPER: dict[str, tuple[Callable[[sqlite3.Connection, int], object], int, i
 def test_verify_walks_pages_and_reads_checkpoints_on_both_sides(paged: Path, tmp_path: Path) -> None:
     """A chain longer than a page verifies in both modes, checkpoints at either side of the boundary included."""
     with MsmMem.open(_copy(paged, tmp_path)) as mem:
-        head = mem.store.audit_head()
+        head = mem._store.audit_head()
         assert head[0] == PAGE + 50
         for full in (True, False):
-            assert mem.audit.verify(full=full) == VerifyResult(True, *head, None, "")
+            assert mem._audit.verify(full=full) == VerifyResult(True, *head, None, "")
 
 
 @pytest.mark.parametrize("name", sorted(PAGE_TAMPER))
@@ -468,5 +467,5 @@ def test_tampering_at_a_page_boundary_names_first_bad_seq(paged: Path, tmp_path:
     con.close()
     with MsmMem.open(directory) as mem:
         for full in (True, False):
-            result = mem.audit.verify(full=full)
+            result = mem._audit.verify(full=full)
             assert (result.ok, result.first_bad_seq) == (False, bad), (full, result)

@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 import msm_mem
-from msm_mem import SqliteStore
+from msm_mem._storage.sqlite import SqliteStore
 from msm_mem.interfaces import cli
 from msm_mem.interfaces.cli import COMMANDS, build_parser, main
 from msm_mem.interfaces.demo import run_demo

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from msm_mem import Principal
 from msm_mem._api.mem import MsmMem
 from msm_mem._errors import ConsentDenied
-from msm_mem._memory.tiers import Actor
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import png as _png
@@ -102,7 +102,7 @@ def test_consent_grant_deny_and_period(store_dir: Path, capsys: pytest.CaptureFi
     deny = _grant(capsys, store_dir, "--deny")
     bounded = _grant(capsys, store_dir, "--start", "2020-01-01T00:00:00Z", "--end", "2021-01-01T00:00:00Z")
     with MsmMem.open(store_dir) as mem:
-        records = {c.consent_id: c for c in mem.store.consents("P1")}
+        records = {c.consent_id: c for c in mem._store.consents("P1")}
     assert records[deny].decision == "deny"
     assert (records[bounded].start, records[bounded].end) == (1577836800.0, 1609459200.0)
     out = _run(capsys, "consent", "list", str(store_dir))[1]
@@ -141,7 +141,7 @@ def test_cli_consent_decides_in_process_turns(store_dir: Path, capsys: pytest.Ca
     consent_id = _grant(capsys, store_dir)
     mem = MsmMem.open(store_dir, clock=clock)
     try:
-        mem.agent.backbone = FixedBackbone(ANSWER, "treat")
+        mem._agent.backbone = FixedBackbone(ANSWER, "treat")
         mem.ask("P1", _png(store_dir.parent, 1), "Any consolidation?")
         with pytest.raises(ConsentDenied):
             mem.ask("P2", _png(store_dir.parent, 2), "Any consolidation?")
@@ -167,7 +167,7 @@ def test_maintain_prints_report(tmp_path: Path, capsys: pytest.CaptureFixture[st
     """maintain prints a JSON report and checkpoints the chain."""
     directory = tmp_path / "s"
     with MsmMem.init(directory, clock=FixedClock(time.time() - 3 * 86400)) as mem:
-        mem.agent.backbone = FixedBackbone(ANSWER, "treat")
+        mem._agent.backbone = FixedBackbone(ANSWER, "treat")
         mem.ask("P1", _png(tmp_path, 1), "Any consolidation?")
         mem.ask("P1", _png(tmp_path, 1), "Again?")  # held, expires with the store's one-day TTL
     code, out, _ = _run(capsys, "maintain", str(directory))
@@ -176,7 +176,7 @@ def test_maintain_prints_report(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert set(report) == {"expired", "consolidated", "discarded", "anonymized", "retracted", "checkpoint"}
     assert report["expired"] == 1 and report["anonymized"] == 0
     with MsmMem.open(directory) as mem:
-        assert report["checkpoint"][0] == mem.store.audit_head()[0]
+        assert report["checkpoint"][0] == mem._store.audit_head()[0]
     assert _run(capsys, "audit", "verify", str(directory))[0] == 0
 
 
@@ -184,12 +184,12 @@ def test_keys_shred_then_verify(tmp_path: Path, capsys: pytest.CaptureFixture[st
     """keys shred retracts the patient's records, audits the reason, and the chain still verifies."""
     directory = tmp_path / "s"
     with MsmMem.init(directory, clock=FixedClock(time.time())) as mem:
-        mem.agent.backbone = FixedBackbone(ANSWER, "treat")
+        mem._agent.backbone = FixedBackbone(ANSWER, "treat")
         mem.ask("P1", _png(tmp_path, 1), "Any consolidation?")
     code, out, _ = _run(capsys, "keys", "shred", str(directory), "--patient", "P1", "--reason", "erasure request")
     assert code == 0 and "records retracted" in out
     with MsmMem.open(directory) as mem:
-        assert mem.store.record_ids("episodic", "P1") == []
+        assert mem._store.record_ids("episodic", "P1") == []
         with pytest.raises(Exception, match="shredded"):
-            mem.maintainer.critic_verdict(Actor("rad", "critic"), "P1", "S1", accept=True)
+            mem._maintainer().critic_verdict(Principal("rad", "critic"), "P1", "S1", accept=True)
     assert _run(capsys, "audit", "verify", str(directory))[0] == 0

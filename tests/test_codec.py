@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from msm_mem import Principal
 from msm_mem._api.mem import MsmMem
 from msm_mem._errors import AccessDenied, DecryptionError
 from msm_mem._governance.codec import SHREDDED
 from msm_mem._governance.crypto import is_token
-from msm_mem._memory.tiers import Actor
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
+from tests.helpers import ADMIN, AGENT
 from tests.helpers import png as _png
 
 T0 = 1_700_000_000.0
@@ -37,12 +38,12 @@ PHI_COLUMNS = {
 def _fill(tmp_path: Path) -> Path:
     """A closed store with two patients, a held item and a critic correction."""
     directory = tmp_path / "s"
-    mem = MsmMem.init(directory, clock=FixedClock(T0))
-    mem.agent.backbone = FixedBackbone(ANSWER, DECISION)
+    mem = MsmMem.init(directory, ADMIN, clock=FixedClock(T0))
+    mem._agent.backbone = FixedBackbone(ANSWER, DECISION)
     for patient, seed in (("P1", 1), ("P1", 1), ("P2", 2)):
-        mem.ask(patient, _png(tmp_path, seed), QUESTION, study_id=f"S{seed}")
-    mem.maintainer.critic_verdict(
-        Actor("rad-1", "critic"), "P2", "S2", accept=False, correction="Confirmed wombatoid pneumonia"
+        mem.ask(AGENT, patient, _png(tmp_path, seed), QUESTION, study_id=f"S{seed}")
+    mem._maintainer().critic_verdict(
+        Principal("rad-1", "critic"), "P2", "S2", accept=False, correction="Confirmed wombatoid pneumonia"
     )
     mem.close()
     return directory
@@ -56,7 +57,7 @@ def _readable(directory: Path) -> dict[str, str]:
     """Every decrypted PHI field of every record, keyed by table/id/field."""
     out: dict[str, str] = {}
     with MsmMem.open(directory) as mem:
-        s = mem.store
+        s = mem._store
         for e in s.iter_episodes():
             for f in PHI_COLUMNS["episodic"]:
                 out[f"{e.patient_id}/episodic/{e.episode_id}/{f}"] = getattr(e, f)
@@ -123,7 +124,7 @@ def test_moved_ciphertext_fails_authentication(store_dir: Path, where: str) -> N
     con.execute(sql, (token, target))
     con.close()
     with MsmMem.open(store_dir) as mem, pytest.raises(DecryptionError):
-        mem.store.get_episodes([target])
+        mem._store.get_episodes([target])
 
 
 def test_tampered_or_plain_values_fail(store_dir: Path) -> None:
@@ -137,9 +138,9 @@ def test_tampered_or_plain_values_fail(store_dir: Path) -> None:
     con.close()
     with MsmMem.open(store_dir) as mem:
         with pytest.raises(DecryptionError):
-            mem.store.get_claims([claim_id])
+            mem._store.get_claims([claim_id])
         with pytest.raises(DecryptionError):
-            mem.store.stm_get([stm_id])
+            mem._store.stm_get([stm_id])
 
 
 def test_key_files_are_private(store_dir: Path) -> None:
@@ -165,7 +166,7 @@ def test_cli_rotate_keeps_every_record_readable(store_dir: Path, capsys: pytest.
     with MsmMem.open(store_dir) as mem:
         from msm_mem._governance.audit_chain import AuditEvent
 
-        last = [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in mem.store.iter_audit()][-1]
+        last = [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in mem._store.iter_audit()][-1]
         assert (last.action, last.role) == ("key_rotate", "admin")
     assert main(["audit", "verify", str(store_dir)]) == 0
 
@@ -176,7 +177,7 @@ def test_cli_shred_unlinks_one_patient(store_dir: Path, capsys: pytest.CaptureFi
     assert main(["keys", "shred", str(store_dir), "--patient", "P1", "--reason", "erasure request"]) == 0
     assert "shredded" in capsys.readouterr().out
     with MsmMem.open(store_dir) as mem:
-        s = mem.store
+        s = mem._store
         con = _db(store_dir)
         p1_eps = [r[0] for r in con.execute("SELECT id FROM episodic WHERE patient_id = 'P1'")]
         p2_eps = [r[0] for r in con.execute("SELECT id FROM episodic WHERE patient_id = 'P2'")]
@@ -189,8 +190,8 @@ def test_cli_shred_unlinks_one_patient(store_dir: Path, capsys: pytest.CaptureFi
         assert {e.answer for e in s.get_episodes(p2_eps)} <= {ANSWER, "Confirmed wombatoid pneumonia"}
         assert s.claims_active("P2")[0].content == "Confirmed wombatoid pneumonia"
         with pytest.raises(AccessDenied):
-            mem.ask("P1", _png(store_dir.parent, 3), QUESTION)
-        assert mem.audit.verify().ok
+            mem.ask(AGENT, "P1", _png(store_dir.parent, 3), QUESTION)
+        assert mem._audit.verify().ok
     assert {k: v for k, v in _readable(store_dir).items() if k.startswith("P2/")} == p2_before
     assert len(p2_before) >= 8
     assert main(["audit", "verify", str(store_dir)]) == 0
@@ -199,12 +200,12 @@ def test_cli_shred_unlinks_one_patient(store_dir: Path, capsys: pytest.CaptureFi
 def test_shred_through_another_handle_is_enforced(tmp_path: Path) -> None:
     """After `keys shred` through another handle (the CLI), an open handle refuses new turns for that patient."""
     directory = tmp_path / "s"
-    mem = MsmMem.init(directory, clock=FixedClock(T0))
+    mem = MsmMem.init(directory, ADMIN, clock=FixedClock(T0))
     try:
-        mem.agent.backbone = FixedBackbone(ANSWER, DECISION)
-        mem.ask("P1", _png(tmp_path, 1), QUESTION)
+        mem._agent.backbone = FixedBackbone(ANSWER, DECISION)
+        mem.ask(AGENT, "P1", _png(tmp_path, 1), QUESTION)
         assert main(["keys", "shred", str(directory), "--patient", "P1", "--reason", "erasure"]) == 0
         with pytest.raises(AccessDenied):
-            mem.ask("P1", _png(tmp_path, 2), QUESTION)
+            mem.ask(AGENT, "P1", _png(tmp_path, 2), QUESTION)
     finally:
         mem.close()

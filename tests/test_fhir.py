@@ -19,13 +19,14 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import msm_mem
-from msm_mem import AuditChainBroken, ConsentDenied, InvalidInput, ManifestRow, SqliteStore
+from msm_mem import AuditChainBroken, ConsentDenied, InvalidInput, ManifestRow, Principal, Purpose, Role
 from msm_mem._governance.audit_chain import GENESIS, AuditEvent, ChainBuilder
 from msm_mem._governance.fhir import CHAIN_EXTENSION, export_fhir, iter_fhir, to_fhir, verify_fhir
-from msm_mem._memory.tiers import Actor
+from msm_mem._storage.sqlite import SqliteStore
 from msm_mem._tier_records import ConsentRecord
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedClock
+from tests.helpers import ADMIN, AGENT, INGEST
 
 PATIENT = "PATIENT-SECRET-7731"
 QUESTION = "What is seen on the chest radiograph?"
@@ -44,16 +45,17 @@ def _png(path: Path, seed: int) -> str:
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A closed store with two ingested studies, one ask, and one consent DENY for research."""
     root = tmp_path_factory.mktemp("fhir")
-    mem = msm_mem.MsmMem.init(root / "s", clock=FixedClock())
+    mem = msm_mem.MsmMem.init(root / "s", ADMIN, clock=FixedClock())
     try:
         images = [_png(root / f"i{i}.png", i) for i in range(3)]
         mem.ingest(
+            INGEST,
             [
                 ManifestRow(PATIENT, "s1", 1.6e9, images[0], QUESTION, "small left pleural effusion", "report"),
                 ManifestRow(PATIENT, "s2", 1.61e9, images[1], QUESTION, "pleural effusion resolved"),
-            ]
+            ],
         )
-        mem.ask(PATIENT, images[2], QUESTION)
+        mem.ask(AGENT, PATIENT, images[2], QUESTION)
         deny = ConsentRecord(
             consent_id="C-deny-research",
             patient_id=PATIENT,
@@ -63,9 +65,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
             data_classes=("*",),
             start=0.0,
         )
-        mem.grant([deny])
+        mem.grant(ADMIN, [deny])
         with pytest.raises(ConsentDenied):
-            mem.governed.begin(Actor("x", "agent"), PATIENT, "research")
+            mem._gm.begin(Principal("x", Role.AGENT, Purpose.RESEARCH), PATIENT)
     finally:
         mem.close()
     return root / "s"

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from msm_mem import EpisodicRecord, FusedPrompt, Hit, Impression, SemanticState, VisualRecord, fuse
+from msm_mem import EpisodicRecord, Hit, Impression, SemanticState, VisualRecord
+from msm_mem._memory.fusion import FusedPrompt, fuse
 
 Z = np.ones(4, dtype=np.float32) / 2.0
 DAY = 86400.0

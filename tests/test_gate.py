@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from msm_mem import Lexicon, WriteBackGate
+from msm_mem._memory.gate import WriteBackGate
+from msm_mem._memory.lexicon import Lexicon
 
 LEX = Lexicon(["consolidation", "pleural effusion", "normal"])
 

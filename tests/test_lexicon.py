@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from msm_mem import InvalidInput, Lexicon
+from msm_mem import InvalidInput
+from msm_mem._memory.lexicon import Lexicon
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from msm_mem._storage.location import (
 from msm_mem._tier_records import ConsentRecord
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedClock
+from tests.helpers import ADMIN
 
 
 def _write(directory: Path, spec: object) -> Path:
@@ -30,7 +31,7 @@ def _write(directory: Path, spec: object) -> Path:
 
 def test_embedded_store_has_no_server_location(tmp_path: Path) -> None:
     """An initialised embedded store reads as None; a plain directory is no store."""
-    MsmMem.init(tmp_path / "s", clock=FixedClock(1.7e9)).close()
+    MsmMem.init(tmp_path / "s", ADMIN, clock=FixedClock(1.7e9)).close()
     assert is_store(tmp_path / "s") and read_location(tmp_path / "s") is None
     assert not is_store(tmp_path)
     with pytest.raises(StoreError, match="not an msm-mem store"):
@@ -68,19 +69,19 @@ def test_malformed_store_json_is_refused_by_name(tmp_path: Path, spec: object, p
 
 def test_both_kinds_in_one_directory_are_refused(tmp_path: Path) -> None:
     """A directory holding a SQLite store and a store.json is ambiguous: refused, and init too."""
-    MsmMem.init(tmp_path / "s", clock=FixedClock(1.7e9)).close()
+    MsmMem.init(tmp_path / "s", ADMIN, clock=FixedClock(1.7e9)).close()
     _write(tmp_path / "s", {"backend": "postgresql", "dsn": "host=db"})
     with pytest.raises(StoreError, match="holds both"):
         MsmMem.open(tmp_path / "s")
     with pytest.raises(StoreError, match="already holds a store"):
-        MsmMem.init(tmp_path / "s", clock=FixedClock(1.7e9))
+        MsmMem.init(tmp_path / "s", ADMIN, clock=FixedClock(1.7e9))
 
 
 def test_init_refuses_a_directory_pointing_at_a_server(tmp_path: Path) -> None:
     """init does not overwrite a store.json: the directory already names a store."""
     path = _write(tmp_path / "s", {"backend": "postgresql", "dsn": "host=db"})
     with pytest.raises(StoreError, match="already holds a store"):
-        MsmMem.init(tmp_path / "s", clock=FixedClock(1.7e9))
+        MsmMem.init(tmp_path / "s", ADMIN, clock=FixedClock(1.7e9))
     assert json.loads(path.read_text())["dsn"] == "host=db"
     assert not (tmp_path / "s" / "msm-mem.sqlite").exists()
 
@@ -110,9 +111,9 @@ def test_without_password_drops_only_the_password(dsn: str) -> None:
 def test_bad_database_url_and_schema_are_refused_before_anything_is_made(tmp_path: Path) -> None:
     """init with a malformed URL or schema name raises InvalidInput and creates nothing."""
     with pytest.raises(InvalidInput, match="connection string"):
-        MsmMem.init(tmp_path / "a", database_url="postgresql://[bad", clock=FixedClock(1.7e9))
+        MsmMem.init(tmp_path / "a", ADMIN, database_url="postgresql://[bad", clock=FixedClock(1.7e9))
     with pytest.raises(InvalidInput, match="schema name"):
-        MsmMem.init(tmp_path / "b", database_url="host=db", schema="1abc", clock=FixedClock(1.7e9))
+        MsmMem.init(tmp_path / "b", ADMIN, database_url="host=db", schema="1abc", clock=FixedClock(1.7e9))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
@@ -125,7 +126,7 @@ def test_cli_schema_needs_database_url(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_database_url_does_not_apply_to_an_embedded_store(tmp_path: Path) -> None:
     """Opening an embedded store with a database URL is a mistake, refused by name."""
-    MsmMem.init(tmp_path / "s", clock=FixedClock(1.7e9)).close()
+    MsmMem.init(tmp_path / "s", ADMIN, clock=FixedClock(1.7e9)).close()
     with pytest.raises(InvalidInput, match="embedded store"):
         MsmMem.open(tmp_path / "s", database_url="host=db")
 
@@ -140,5 +141,5 @@ def test_a_failing_undo_does_not_hide_why_init_failed(tmp_path: Path, monkeypatc
     monkeypatch.setattr(api, "remove_new_store", broken)
     bad = ConsentRecord("C-1", "P1", "role:agent", "treatment", "permit", ("no-such-class",), 0.0)
     with pytest.raises(InvalidInput) as info:
-        MsmMem.init(tmp_path / "s", policy=[bad], clock=FixedClock(1.7e9))
+        MsmMem.init(tmp_path / "s", ADMIN, policy=[bad], clock=FixedClock(1.7e9))
     assert any("disk went read-only" in note for note in info.value.__notes__)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from msm_mem import Interaction, InvalidInput, InvalidVector, Memory, Settings, Store
+from msm_mem import InvalidInput, InvalidVector, Settings
+from msm_mem._memory.msm import Interaction, Memory
+from msm_mem._storage.base import Store
 from msm_mem.testing import FixedClock
 from tests.conftest import DIM, StoreFactory, random_unit
 

@@ -10,7 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from msm_mem import EncoderMismatch, Interaction, InvalidInput, Memory, Store, export_paper, import_paper
+from msm_mem import EncoderMismatch, InvalidInput
+from msm_mem._memory.msm import Interaction, Memory
+from msm_mem._storage.base import Store
+from msm_mem._storage.paper_layout import export_paper, import_paper
 from tests.conftest import StoreFactory, random_unit
 
 

@@ -20,12 +20,10 @@ from msm_mem import (
     NotFound,
     SemanticState,
     State,
-    StateChange,
     StoreError,
     VisualRecord,
-    WriteBatch,
 )
-from msm_mem._storage.base import PII_FIELDS
+from msm_mem._storage.base import PII_FIELDS, StateChange, WriteBatch
 from msm_mem._storage.pgserver_util import local_server
 from msm_mem._storage.postgres import PostgresStore
 from msm_mem._tier_records import AuditRow, Claim, WrappedKey

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
+from msm_mem import Principal
 from msm_mem._api.mem import MsmMem
 from msm_mem._memory import ranking
 from msm_mem._memory.ranking import (
@@ -28,6 +29,7 @@ from msm_mem._memory.ranking import (
 )
 from msm_mem._records import EpisodicRecord, Hit, Impression, SemanticState
 from msm_mem.testing import FixedBackbone, FixedClock
+from tests.helpers import ADMIN, AGENT
 
 T0 = 1_700_000_000.0
 ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
@@ -62,8 +64,7 @@ def clock() -> FixedClock:
 
 @pytest.fixture
 def mem(tmp_path: Path, clock: FixedClock) -> Iterator[MsmMem]:
-    m = MsmMem.init(tmp_path / "s", clock=clock)
-    m.agent.backbone = FixedBackbone(ANSWER, "treat")
+    m = MsmMem.init(tmp_path / "s", ADMIN, clock=clock, backbone=FixedBackbone(ANSWER, "treat"))
     yield m
     m.close()
 
@@ -162,9 +163,9 @@ def test_semantic_hit_scores_its_last_impression() -> None:
 
 def test_agent_evidence_trail_carries_every_factor(mem: MsmMem, clock: FixedClock, tmp_path: Path) -> None:
     """Each Evidence line has score == cosine x confidence x freshness x tier_weight, sorted by score."""
-    mem.ask("P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
+    mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
     clock.advance(200 * DAY)
-    answer = mem.ask("P1", _png(tmp_path, 2), "Any change?", study_id="S2")
+    answer = mem.ask(AGENT, "P1", _png(tmp_path, 2), "Any change?", study_id="S2")
     kinds = {e.kind for e in answer.evidence}
     assert kinds == {"semantic", "episodic", "visual"}
     for e in answer.evidence:
@@ -182,14 +183,13 @@ def test_agent_evidence_trail_carries_every_factor(mem: MsmMem, clock: FixedCloc
 
 def test_critic_verdict_raises_the_rank_of_corrected_evidence(mem: MsmMem, tmp_path: Path) -> None:
     """After a critic's correction the corrected episode ranks with the critic's confidence and weight."""
-    from msm_mem._memory.tiers import Actor
 
     image = _png(tmp_path, 1)
-    mem.ask("P1", image, "Any consolidation?", study_id="S1")
-    mem.maintainer.critic_verdict(
-        Actor("rad-1", "critic"), "P1", "S1", accept=False, correction="Right lower lobe consolidation, pneumonia"
+    mem.ask(AGENT, "P1", image, "Any consolidation?", study_id="S1")
+    mem._maintainer().critic_verdict(
+        Principal("rad-1", "critic"), "P1", "S1", accept=False, correction="Right lower lobe consolidation, pneumonia"
     )
-    answer = mem.ask("P1", _png(tmp_path, 2), "Any change?", study_id="S2", write_back=False)
+    answer = mem.ask(AGENT, "P1", _png(tmp_path, 2), "Any change?", study_id="S2", write_back=False)
     episodic = [e for e in answer.evidence if e.kind == "episodic"]
     assert len(episodic) == 1
     assert (episodic[0].confidence, episodic[0].tier_weight) == (1.0, TIER_WEIGHTS["critic"])

@@ -9,16 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from msm_mem import (
-    EpisodicRecord,
-    IllegalTransition,
-    Impression,
-    SemanticState,
-    SqliteStore,
-    State,
-    StoreError,
-    WriteBatch,
-)
+from msm_mem import EpisodicRecord, IllegalTransition, Impression, SemanticState, State, StoreError
+from msm_mem._storage.base import WriteBatch
+from msm_mem._storage.sqlite import SqliteStore
 from tests.conftest import random_unit
 
 

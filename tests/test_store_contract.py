@@ -16,13 +16,10 @@ from msm_mem import (
     NotFound,
     SemanticState,
     State,
-    StateChange,
-    Store,
     StoreError,
     VisualRecord,
-    WriteBatch,
 )
-from msm_mem._storage.base import PII_FIELDS, VectorKind
+from msm_mem._storage.base import PII_FIELDS, StateChange, Store, VectorKind, WriteBatch
 from tests.conftest import DIM, StoreFactory, random_unit
 
 

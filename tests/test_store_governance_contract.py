@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from msm_mem import IllegalTransition, InvalidInput, NotFound, SemanticState, State, StateChange, Store, WriteBatch
+from msm_mem import IllegalTransition, InvalidInput, NotFound, SemanticState, State
 from msm_mem._governance.audit_chain import GENESIS, ChainBuilder, verify_hashes_in_batches, verify_hashes_only
-from msm_mem._storage.base import AUDIT_PAGE_ROWS
+from msm_mem._storage.base import AUDIT_PAGE_ROWS, StateChange, Store, WriteBatch
 from msm_mem._tier_records import (
     AuditRow,
     Claim,

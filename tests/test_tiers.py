@@ -13,31 +13,32 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from msm_mem import Principal
 from msm_mem._api.mem import MsmMem
 from msm_mem._errors import BackendError, IllegalTransition, ImageError, InvalidInput, NotFound
-from msm_mem._memory.tiers import Actor
 from msm_mem._records import State, new_id
 from msm_mem._storage.base import WriteBatch
 from msm_mem._tier_records import ConsentRecord, StmChange, StmItem, StmState
+from msm_mem._transitions import Trigger
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.testing import FixedBackbone, FixedClock
-from tests.helpers import audit_events
+from tests.helpers import ADMIN, audit_events
 from tests.helpers import png as _png
 
 T0 = 1_700_000_000.0
 ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
-AGENT = Actor("agent-1", "agent")
+AGENT = Principal("agent-1", "agent")
 
 
 def _z(mem: MsmMem, folder: Path, seed: int) -> np.ndarray:
     from msm_mem.plugins.images import load_image
 
-    z: np.ndarray = mem.encoder.encode([load_image(_png(folder, seed))])[0]
+    z: np.ndarray = mem._encoder.encode([load_image(_png(folder, seed))])[0]
     return z
 
 
 def _counts(mem: MsmMem) -> tuple[int, ...]:
-    s = mem.store
+    s = mem._store
     claims = sum(len(s.claim_history(p, f"study:{x}")) for p in ("P1", "P2") for x in ("S1", "S2", "S3"))
     return (len(s.stm_list()), s.count("episodic"), s.count("visual"), s.count("semantic"), claims)
 
@@ -49,14 +50,15 @@ def clock() -> FixedClock:
 
 @pytest.fixture
 def mem(tmp_path: Path, clock: FixedClock) -> Iterator[MsmMem]:
-    m = MsmMem.init(tmp_path / "s", clock=clock)
-    m.agent.backbone = FixedBackbone(ANSWER, "treat")
+    m = MsmMem.init(tmp_path / "s", ADMIN, clock=clock, backbone=FixedBackbone(ANSWER, "treat"))
     yield m
     m.close()
 
 
 def _grant_auditor(mem: MsmMem) -> None:
-    mem.grant([ConsentRecord(new_id("C"), "*", "role:auditor", "treatment", "permit", ("*",), 0.0, created_at=T0)])
+    mem.grant(
+        ADMIN, [ConsentRecord(new_id("C"), "*", "role:auditor", "treatment", "permit", ("*",), 0.0, created_at=T0)]
+    )
 
 
 # fail closed -------------------------------------------------------------------------------
@@ -65,12 +67,12 @@ def _grant_auditor(mem: MsmMem) -> None:
 def test_auditor_cannot_write_to_stm(mem: MsmMem, tmp_path: Path) -> None:
     """A refused observe raises IllegalTransition, writes no STM and audits the denial."""
     _grant_auditor(mem)
-    before = mem.store.audit_head()[0]
-    turn = mem.governed.begin(Actor("aud-1", "auditor"), "P1")
+    before = mem._store.audit_head()[0]
+    turn = mem._gm.begin(Principal("aud-1", "auditor"), "P1")
     with pytest.raises(IllegalTransition):
-        mem.governed.observe(turn, _z(mem, tmp_path, 1), "Any consolidation?")
-    assert mem.store.stm_list() == []
-    new = audit_events(mem.store)[before:]
+        mem._gm.observe(turn, _z(mem, tmp_path, 1), "Any consolidation?")
+    assert mem._store.stm_list() == []
+    new = audit_events(mem._store)[before:]
     assert [(e.action, e.outcome) for e in new] == [("consent", "success"), ("write", "denied")]
     denied = new[-1]
     assert (denied.role, denied.source_tier, denied.target_tier, denied.reason) == (
@@ -80,48 +82,51 @@ def test_auditor_cannot_write_to_stm(mem: MsmMem, tmp_path: Path) -> None:
         "illegal_transition",
     )
     assert turn.audit == []  # nothing of the refused turn is left to commit
-    assert mem.audit.verify().ok
+    assert mem._audit.verify().ok
 
 
 def test_auditor_cannot_consolidate(mem: MsmMem, tmp_path: Path) -> None:
     """Consolidation by a role outside the table is refused before anything is staged into LTM."""
     _grant_auditor(mem)
-    agent_turn = mem.governed.begin(AGENT, "P1")
-    item = mem.governed.observe(agent_turn, _z(mem, tmp_path, 1), "Any consolidation?")
-    mem.governed.commit(agent_turn)
+    agent_turn = mem._gm.begin(AGENT, "P1")
+    item = mem._gm.observe(agent_turn, _z(mem, tmp_path, 1), "Any consolidation?")
+    mem._gm.commit(agent_turn)
     counts = _counts(mem)
-    turn = mem.governed.begin(Actor("aud-1", "auditor"), "P1")
+    turn = mem._gm.begin(Principal("aud-1", "auditor"), "P1")
     with pytest.raises(IllegalTransition):
-        mem.governed.consolidate(turn, item, ANSWER)
+        mem._gm.consolidate(turn, item, ANSWER)
     assert not turn.batch.episodes and not turn.batch.claims and not turn.batch.semantic
     assert _counts(mem) == counts
-    last = audit_events(mem.store)[-1]
+    last = audit_events(mem._store)[-1]
     assert (last.action, last.outcome, last.source_tier, last.target_tier) == ("consolidate", "denied", "stm", "ltm")
 
 
 def test_illegal_trigger_is_refused_even_for_admin(mem: MsmMem, tmp_path: Path) -> None:
     """A consolidation trigger that is not in the table is refused for every caller."""
-    mem.grant([ConsentRecord(new_id("C"), "*", "role:admin", "treatment", "permit", ("*",), 0.0, created_at=T0)])
-    turn = mem.governed.begin(Actor("root", "admin"), "P1")
+    mem.grant(ADMIN, [ConsentRecord(new_id("C"), "*", "role:admin", "treatment", "permit", ("*",), 0.0, created_at=T0)])
+    turn = mem._gm.begin(Principal("root", "admin"), "P1")
     with pytest.raises(IllegalTransition):
-        mem.governed.observe(turn, _z(mem, tmp_path, 1), "q?")  # admin is not a writer
-    turn = mem.governed.begin(AGENT, "P1")
-    item = mem.governed.observe(turn, _z(mem, tmp_path, 1), "q?")
+        mem._gm.observe(turn, _z(mem, tmp_path, 1), "q?")  # admin is not a writer
+    turn = mem._gm.begin(AGENT, "P1")
+    item = mem._gm.observe(turn, _z(mem, tmp_path, 1), "q?")
     with pytest.raises(IllegalTransition):
-        mem.governed.consolidate(turn, item, ANSWER, trigger="rewrite")
-    assert audit_events(mem.store)[-1].outcome == "denied"
+        mem._gm.consolidate(turn, item, ANSWER, trigger=Trigger.SUPERSEDE)  # not a stm -> ltm trigger
+    assert audit_events(mem._store)[-1].outcome == "denied"
+    with pytest.raises(IllegalTransition):
+        mem._gm.consolidate(turn, item, ANSWER, trigger="rewrite")  # type: ignore[arg-type]
+    assert audit_events(mem._store)[-1].outcome == "denied"
 
 
 def test_auditor_may_read(mem: MsmMem, tmp_path: Path) -> None:
     """Reads are open to the auditor role and are audited with the ids returned."""
-    mem.ask("P1", _png(tmp_path, 1), "Any consolidation?")
+    mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?")
     _grant_auditor(mem)
-    turn = mem.governed.begin(Actor("aud-1", "auditor"), "P1")
-    ranked = mem.governed.retrieve(turn, _z(mem, tmp_path, 2))
-    mem.governed.commit(turn)
+    turn = mem._gm.begin(Principal("aud-1", "auditor"), "P1")
+    ranked = mem._gm.retrieve(turn, _z(mem, tmp_path, 2))
+    mem._gm.commit(turn)
     ids = tuple(h.id for h, _ in ranked.ranked)
     assert len(ids) == 3
-    assert audit_events(mem.store)[-1].action == "read" and audit_events(mem.store)[-1].record_ids == ids
+    assert audit_events(mem._store)[-1].action == "read" and audit_events(mem._store)[-1].record_ids == ids
 
 
 # short-term memory -------------------------------------------------------------------------
@@ -137,17 +142,17 @@ def test_stm_item_needs_scope_and_positive_ttl() -> None:
 
 def test_observe_writes_scoped_item_with_ttl(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
     """observe lands the turn in STM with the patient scope, embedding and a TTL from settings."""
-    turn = mem.governed.begin(AGENT, "P1")
+    turn = mem._gm.begin(AGENT, "P1")
     z = _z(mem, tmp_path, 1)
-    item = mem.governed.observe(turn, z, "Any consolidation?", study_id="S1")
-    assert mem.store.stm_list() == []  # nothing before commit
-    mem.governed.commit(turn)
-    (stored,) = mem.store.stm_list()
+    item = mem._gm.observe(turn, z, "Any consolidation?", study_id="S1")
+    assert mem._store.stm_list() == []  # nothing before commit
+    mem._gm.commit(turn)
+    (stored,) = mem._store.stm_list()
     assert stored.item_id == item.item_id and stored.patient_id == "P1" and stored.state == StmState.ACTIVE
     assert stored.expires_at == clock.now() + mem.settings.stm_ttl_s
     assert stored.z is not None and np.allclose(stored.z, z) and stored.actor == AGENT.id
     assert json.loads(stored.payload)["question"] == "Any consolidation?"
-    event = audit_events(mem.store)[-1]
+    event = audit_events(mem._store)[-1]
     assert (event.action, event.source_tier, event.target_tier, event.record_ids) == (
         "write",
         "source",
@@ -158,52 +163,52 @@ def test_observe_writes_scoped_item_with_ttl(mem: MsmMem, tmp_path: Path, clock:
 
 def test_observe_refuses_an_empty_question(mem: MsmMem, tmp_path: Path) -> None:
     """An empty question is invalid input and stages nothing."""
-    turn = mem.governed.begin(AGENT, "P1")
+    turn = mem._gm.begin(AGENT, "P1")
     with pytest.raises(InvalidInput):
-        mem.governed.observe(turn, _z(mem, tmp_path, 1), "   ")
+        mem._gm.observe(turn, _z(mem, tmp_path, 1), "   ")
     assert not turn.batch.stm
 
 
 def test_stm_change_refresh_keeps_an_item_past_its_ttl(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
     """A StmChange ACTIVE->ACTIVE with expires_at (what GovernedMemory.refresh writes) extends the TTL."""
-    mem.ask("P1", _png(tmp_path, 1), "Any consolidation?")
-    mem.ask("P1", _png(tmp_path, 1), "Again?")  # held: not novel, stays ACTIVE
-    held = mem.store.stm_list(state=StmState.ACTIVE)[0]
+    mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?")
+    mem.ask(AGENT, "P1", _png(tmp_path, 1), "Again?")  # held: not novel, stays ACTIVE
+    held = mem._store.stm_list(state=StmState.ACTIVE)[0]
     later = held.expires_at + 3600
     refresh = StmChange(held.item_id, StmState.ACTIVE, StmState.ACTIVE, expires_at=later)
-    mem.store.write(WriteBatch(stm_changes=[refresh]))
+    mem._store.write(WriteBatch(stm_changes=[refresh]))
     clock.advance(mem.settings.stm_ttl_s + 1)
-    assert mem.maintainer.expire() == 0
-    assert mem.store.stm_get([held.item_id])[0].expires_at == later
+    assert mem._maintainer().expire() == 0
+    assert mem._store.stm_get([held.item_id])[0].expires_at == later
 
 
 def test_stm_change_expecting_wrong_state_is_refused(mem: MsmMem, tmp_path: Path) -> None:
     """A consolidated item cannot be flipped again (the store checks the expected state)."""
-    mem.ask("P1", _png(tmp_path, 1), "Any consolidation?")
-    (item,) = mem.store.stm_list()
+    mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?")
+    (item,) = mem._store.stm_list()
     assert item.state == StmState.CONSOLIDATED
     with pytest.raises(IllegalTransition):
-        mem.store.write(WriteBatch(stm_changes=[StmChange(item.item_id, StmState.ACTIVE, StmState.EXPIRED)]))
+        mem._store.write(WriteBatch(stm_changes=[StmChange(item.item_id, StmState.ACTIVE, StmState.EXPIRED)]))
 
 
 def test_consolidated_and_held_items(mem: MsmMem, tmp_path: Path) -> None:
     """A novel answer is consolidated (STM CONSOLIDATED and emptied, episode + visual); a repeat
     image is held ACTIVE with its content."""
-    first = mem.ask("P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
-    second = mem.ask("P1", _png(tmp_path, 1), "Again?", study_id="S2")
+    first = mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
+    second = mem.ask(AGENT, "P1", _png(tmp_path, 1), "Again?", study_id="S2")
     assert first.gate is not None and first.gate.written
     assert second.gate is not None and not second.gate.written and "not_novel" in second.gate.reasons
-    items = {i.state: i for i in mem.store.stm_list()}
+    items = {i.state: i for i in mem._store.stm_list()}
     assert sorted(items) == [StmState.ACTIVE, StmState.CONSOLIDATED]
     # the consolidated item moved to long-term memory: no second, undecayed copy stays in STM
     assert items[StmState.CONSOLIDATED].payload == "" and items[StmState.CONSOLIDATED].z is None
     assert json.loads(items[StmState.ACTIVE].payload)["study_id"] == "S2"
-    assert mem.store.get_episodes(mem.store.record_ids("episodic", "P1"))[0].study_id == "S1"
-    assert mem.store.count("episodic") == mem.store.count("visual") == 1
-    held = [e for e in audit_events(mem.store) if e.action == "hold"]
+    assert mem._store.get_episodes(mem._store.record_ids("episodic", "P1"))[0].study_id == "S1"
+    assert mem._store.count("episodic") == mem._store.count("visual") == 1
+    held = [e for e in audit_events(mem._store) if e.action == "hold"]
     assert len(held) == 1 and held[0].reason == "not_novel"
     # the held item keeps its answer so a critic or the age sweep can promote it later
-    assert json.loads(mem.store.stm_list(state=StmState.ACTIVE)[0].payload)["answer"] == ANSWER
+    assert json.loads(mem._store.stm_list(state=StmState.ACTIVE)[0].payload)["answer"] == ANSWER
 
 
 # long-term memory: supersession -----------------------------------------------------------
@@ -212,33 +217,33 @@ def test_consolidated_and_held_items(mem: MsmMem, tmp_path: Path) -> None:
 def test_semantic_state_and_claim_superseded_every_turn(mem: MsmMem, tmp_path: Path) -> None:
     """Each turn adds a semantic version superseding the last and a claim per study; old rows stay."""
     for i, study in enumerate(["S1", "S2", "S1"]):
-        mem.ask("P1", _png(tmp_path, i + 1), f"Question {i}?", study_id=study)
-    history = mem.store.semantic_history("P1", "impression")
+        mem.ask(AGENT, "P1", _png(tmp_path, i + 1), f"Question {i}?", study_id=study)
+    history = mem._store.semantic_history("P1", "impression")
     assert [s.version for s in history] == [1, 2, 3]
     assert [s.state for s in history] == [State.SUPERSEDED, State.SUPERSEDED, State.ACTIVE]
     assert [s.supersedes for s in history] == [None, history[0].state_id, history[1].state_id]
-    claims = mem.store.claim_history("P1", "study:S1")
+    claims = mem._store.claim_history("P1", "study:S1")
     assert [c.state for c in claims] == [State.SUPERSEDED, State.ACTIVE]
     assert claims[1].supersedes == claims[0].claim_id
-    assert len(mem.store.claims_active("P1")) == 2
+    assert len(mem._store.claims_active("P1")) == 2
 
 
 def test_store_refuses_a_second_active_claim(mem: MsmMem, tmp_path: Path) -> None:
     """Writing a claim for an active key without superseding it fails and stores nothing."""
     from msm_mem._tier_records import Claim
 
-    mem.ask("P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
-    seq = mem.store.audit_head()[0]
+    mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
+    seq = mem._store.audit_head()[0]
     rogue = Claim(new_id("C"), "P1", "study:S1", "rewritten", "{}", 0.5, "agent", T0)
     with pytest.raises(IllegalTransition):
-        mem.store.write(WriteBatch(claims=[rogue]))
-    assert len(mem.store.claim_history("P1", "study:S1")) == 1
-    assert mem.store.audit_head()[0] == seq
+        mem._store.write(WriteBatch(claims=[rogue]))
+    assert len(mem._store.claim_history("P1", "study:S1")) == 1
+    assert mem._store.audit_head()[0] == seq
 
 
 def test_failed_commit_audits_reads_and_error_only(mem: MsmMem, tmp_path: Path) -> None:
     """Two racing turns of one patient: the second commit fails, stores nothing, audits consent, reads, error."""
-    g = mem.governed
+    g = mem._gm
     turns = []
     for seed in (1, 2):
         turn = g.begin(AGENT, "P1")
@@ -248,14 +253,14 @@ def test_failed_commit_audits_reads_and_error_only(mem: MsmMem, tmp_path: Path) 
         g.consolidate(turn, item, ANSWER)
         turns.append(turn)
     g.commit(turns[0])
-    counts, before = _counts(mem), mem.store.audit_head()[0]
+    counts, before = _counts(mem), mem._store.audit_head()[0]
     with pytest.raises(IllegalTransition):
         g.commit(turns[1])
     assert _counts(mem) == counts
-    new = audit_events(mem.store)[before:]
+    new = audit_events(mem._store)[before:]
     assert [(e.action, e.outcome) for e in new] == [("consent", "success"), ("read", "success"), ("turn", "error")]
     assert new[-1].reason == "IllegalTransition"
-    assert mem.audit.verify().ok
+    assert mem._audit.verify().ok
 
 
 # property: supersession never rewrites, at most one ACTIVE version --------------------------
@@ -268,7 +273,7 @@ _STEP = st.one_of(
 
 def _snapshot(mem: MsmMem) -> dict[str, tuple[str, str]]:
     """id -> (state, content) of every claim, episode and semantic version."""
-    s = mem.store
+    s = mem._store
     out: dict[str, tuple[str, str]] = {}
     for p in ("P1", "P2"):
         for x in ("S1", "S2", "S3"):
@@ -282,7 +287,7 @@ def _snapshot(mem: MsmMem) -> dict[str, tuple[str, str]]:
 
 
 def _check_invariants(mem: MsmMem, before: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
-    s = mem.store
+    s = mem._store
     for p in ("P1", "P2"):
         for x in ("S1", "S2", "S3"):
             history = s.claim_history(p, f"study:{x}")
@@ -311,17 +316,17 @@ def test_supersession_property(steps: list[tuple[str, str, object, str]]) -> Non
     linear supersession chains, and no stored row ever changes its content."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        mem = MsmMem.init(folder / "s", clock=FixedClock(T0))
+        mem = MsmMem.init(folder / "s", ADMIN, clock=FixedClock(T0))
         try:
-            mem.agent.backbone = FixedBackbone(ANSWER, "treat")
+            mem._agent.backbone = FixedBackbone(ANSWER, "treat")
             snap = _snapshot(mem)
             for kind, patient, arg, study in steps:
                 if kind == "ask":
-                    mem.ask(patient, _png(folder, int(arg)), f"Question about {study}?", study_id=study)  # type: ignore[call-overload]
+                    mem.ask(AGENT, patient, _png(folder, int(arg)), f"Question about {study}?", study_id=study)  # type: ignore[call-overload]
                 else:
                     try:
-                        mem.maintainer.critic_verdict(
-                            Actor("rad-1", "critic"),
+                        mem._maintainer().critic_verdict(
+                            Principal("rad-1", "critic"),
                             patient,
                             study,
                             accept=bool(arg),
@@ -329,9 +334,9 @@ def test_supersession_property(steps: list[tuple[str, str, object, str]]) -> Non
                         )
                     except NotFound:
                         pass  # no claim for that study yet
-                mem.clock.advance(60)  # type: ignore[attr-defined]
+                mem._clock.advance(60)  # type: ignore[attr-defined]
                 snap = _check_invariants(mem, snap)
-            assert mem.audit.verify().ok
+            assert mem._audit.verify().ok
         finally:
             mem.close()
 
@@ -354,49 +359,49 @@ class FailingBackbone:
 @pytest.mark.parametrize("exc", [BackendError("upstream timeout"), TimeoutError("read timed out")])
 def test_backbone_failure_writes_nothing_but_audits_reads(mem: MsmMem, tmp_path: Path, exc: Exception) -> None:
     """A failing backbone raises BackendError; STM/LTM are unchanged; consent, reads and the error are audited."""
-    mem.ask("P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
-    counts, before = _counts(mem), mem.store.audit_head()[0]
-    mem.agent.backbone = FailingBackbone(exc)
+    mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
+    counts, before = _counts(mem), mem._store.audit_head()[0]
+    mem._agent.backbone = FailingBackbone(exc)
     with pytest.raises(BackendError):
-        mem.ask("P1", _png(tmp_path, 2), "Any change?", study_id="S2")
+        mem.ask(AGENT, "P1", _png(tmp_path, 2), "Any change?", study_id="S2")
     assert _counts(mem) == counts
-    new = audit_events(mem.store)[before:]
+    new = audit_events(mem._store)[before:]
     actions = [e.action for e in new]
     assert actions[0] == "consent" and actions[-1] == "turn" and set(actions[1:-1]) == {"read"}
     reads = [e for e in new if e.action == "read"]
     assert any(reads[0].record_ids)  # the reads that happened name what was read
     assert (new[-1].outcome, new[-1].reason) == ("error", "BackendError")
     assert "write" not in actions
-    assert mem.audit.verify().ok
+    assert mem._audit.verify().ok
 
 
 def test_unreadable_image_writes_nothing(mem: MsmMem, tmp_path: Path) -> None:
     """A corrupt image raises ImageError before any read; only consent and the error are audited."""
     bad = tmp_path / "corrupt.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"garbage" * 10)
-    counts, before = _counts(mem), mem.store.audit_head()[0]
+    counts, before = _counts(mem), mem._store.audit_head()[0]
     with pytest.raises(ImageError):
-        mem.ask("P1", bad, "Any consolidation?")
+        mem.ask(AGENT, "P1", bad, "Any consolidation?")
     assert _counts(mem) == counts
-    new = audit_events(mem.store)[before:]
+    new = audit_events(mem._store)[before:]
     expected = [("consent", "success", ""), ("turn", "error", "ImageError")]
     assert [(e.action, e.outcome, e.reason) for e in new] == expected
 
 
 def test_empty_question_is_refused_before_the_turn(mem: MsmMem, tmp_path: Path) -> None:
     """An empty question is InvalidInput before consent: nothing is written or audited."""
-    counts, before = _counts(mem), mem.store.audit_head()[0]
+    counts, before = _counts(mem), mem._store.audit_head()[0]
     for question in ("", "   "):
         with pytest.raises(InvalidInput):
-            mem.ask("P1", _png(tmp_path, 1), question)
-    assert _counts(mem) == counts and mem.store.audit_head()[0] == before
+            mem.ask(AGENT, "P1", _png(tmp_path, 1), question)
+    assert _counts(mem) == counts and mem._store.audit_head()[0] == before
 
 
 def test_refresh_extends_an_active_item(tmp_path: Path, clock: FixedClock) -> None:
     """refresh moves expires_at forward from now and is audited; another patient's item is refused."""
-    mem = MsmMem.init(tmp_path / "r", clock=clock)
+    mem = MsmMem.init(tmp_path / "r", ADMIN, clock=clock)
     try:
-        gm, agent = mem.governed, Actor("agent-1", "agent")
+        gm, agent = mem._gm, Principal("agent-1", "agent")
         turn = gm.begin(agent, "P1")
         item = gm.observe(turn, np.ones(1024, dtype=np.float32), "q?")
         gm.commit(turn)
@@ -404,7 +409,7 @@ def test_refresh_extends_an_active_item(tmp_path: Path, clock: FixedClock) -> No
         turn = gm.begin(agent, "P1")
         expires = gm.refresh(turn, item.item_id, ttl_s=500)
         gm.commit(turn)
-        assert expires == clock.now() + 500 and mem.store.stm_get([item.item_id])[0].expires_at == expires
+        assert expires == clock.now() + 500 and mem._store.stm_get([item.item_id])[0].expires_at == expires
         other = gm.begin(agent, "P2")
         with pytest.raises(IllegalTransition):
             gm.refresh(other, item.item_id)
@@ -414,22 +419,22 @@ def test_refresh_extends_an_active_item(tmp_path: Path, clock: FixedClock) -> No
 
 def test_cross_scope_copy_needs_admin_and_reason(tmp_path: Path, clock: FixedClock) -> None:
     """Copying an STM item to another patient's scope is refused for agents and without a reason."""
-    mem = MsmMem.init(tmp_path / "x", clock=clock)
+    mem = MsmMem.init(tmp_path / "x", ADMIN, clock=clock)
     try:
-        gm = mem.governed
-        turn = gm.begin(Actor("agent-1", "agent"), "P1")
+        gm = mem._gm
+        turn = gm.begin(Principal("agent-1", "agent"), "P1")
         item = gm.observe(turn, np.ones(1024, dtype=np.float32), "q?")
         gm.commit(turn)
         with pytest.raises(IllegalTransition):
-            gm.cross_scope_copy(gm.begin(Actor("agent-1", "agent"), "P2"), item.item_id, reason="merge")
-        mem.grant([ConsentRecord("C-admin", "*", "role:admin", "treatment", "permit", ("*",), 0.0)])
+            gm.cross_scope_copy(gm.begin(Principal("agent-1", "agent"), "P2"), item.item_id, reason="merge")
+        mem.grant(ADMIN, [ConsentRecord("C-admin", "*", "role:admin", "treatment", "permit", ("*",), 0.0)])
         with pytest.raises(IllegalTransition):
-            gm.cross_scope_copy(gm.begin(Actor("root", "admin"), "P2"), item.item_id, reason=" ")
-        turn = gm.begin(Actor("root", "admin"), "P2")
+            gm.cross_scope_copy(gm.begin(Principal("root", "admin"), "P2"), item.item_id, reason=" ")
+        turn = gm.begin(Principal("root", "admin"), "P2")
         copy = gm.cross_scope_copy(turn, item.item_id, reason="duplicate patient record merge")
         gm.commit(turn)
-        stored = mem.store.stm_get([copy.item_id])[0]
-        assert stored.patient_id == "P2" and stored.payload == mem.store.stm_get([item.item_id])[0].payload
+        stored = mem._store.stm_get([copy.item_id])[0]
+        assert stored.patient_id == "P2" and stored.payload == mem._store.stm_get([item.item_id])[0].payload
     finally:
         mem.close()
 
@@ -443,29 +448,29 @@ class _EffusionBackbone:
 
 def test_claims_derive_finding_entities_and_relationships(tmp_path: Path, clock: FixedClock) -> None:
     """A claim's findings become the patient's entities once, each linked by asserts / negates."""
-    mem = MsmMem.init(tmp_path / "e", clock=clock)
+    mem = MsmMem.init(tmp_path / "e", ADMIN, clock=clock)
     try:
-        mem.agent.backbone = _EffusionBackbone()
-        mem.ask("P1", _png(tmp_path, 1), "Any effusion?", study_id="S1")
-        mem.ask("P1", _png(tmp_path, 2), "Any effusion?", study_id="S2")
-        entities = {e.name: e for e in mem.store.entities("P1")}
+        mem._agent.backbone = _EffusionBackbone()
+        mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any effusion?", study_id="S1")
+        mem.ask(AGENT, "P1", _png(tmp_path, 2), "Any effusion?", study_id="S2")
+        entities = {e.name: e for e in mem._store.entities("P1")}
         assert set(entities) == {"Pleural Effusion", "Pneumothorax"}
-        links = mem.store.relationships("P1")
-        claims = {c.claim_id for c in mem.store.claims_active("P1")}
+        links = mem._store.relationships("P1")
+        claims = {c.claim_id for c in mem._store.claims_active("P1")}
         assert len(links) == 4 and {r.source_id for r in links} == claims
         kinds = {(r.target_id, r.type) for r in links}
         assert kinds == {
             (entities["Pleural Effusion"].entity_id, "asserts"),
             (entities["Pneumothorax"].entity_id, "negates"),
         }
-        assert mem.store.entities("P2") == []
+        assert mem._store.entities("P2") == []
     finally:
         mem.close()
 
 
 def test_commit_many_refuses_two_turns_of_one_patient(mem: MsmMem, tmp_path: Path) -> None:
     """Turns staged against the same stored state cannot share a transaction: refused, nothing written."""
-    gm = mem.governed
+    gm = mem._gm
     turns = []
     for seed in (1, 2):
         turn = gm.begin(AGENT, "P1")
@@ -477,4 +482,4 @@ def test_commit_many_refuses_two_turns_of_one_patient(mem: MsmMem, tmp_path: Pat
         gm.commit_many(turns)
     assert _counts(mem) == before
     gm.commit_many(turns[:1])
-    assert mem.store.count("episodic") == 1
+    assert mem._store.count("episodic") == 1

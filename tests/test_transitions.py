@@ -1,27 +1,59 @@
-"""Tests of the transition table (msm_mem._governance.transitions): legal flows, roles, fail closed."""
+"""Tests of the typed transition table (msm_mem._transitions): legal flows, roles, fail closed."""
 
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
+from msm_mem import _transitions as transitions
 from msm_mem._errors import AccessDenied, IllegalTransition
-from msm_mem._governance import transitions
-from msm_mem._governance.transitions import ROLES, TRANSITIONS, Flow, check, find
+from msm_mem._principal import Role
 from msm_mem._records import State
 from msm_mem._tier_records import StmState
+from msm_mem._transitions import (
+    AUDIT,
+    LTM_ACTIVE,
+    LTM_ANONYMIZED,
+    LTM_RETRACTED,
+    LTM_STATE_CHANGES,
+    LTM_SUPERSEDED,
+    ROLES,
+    SOURCE,
+    STM_ACTIVE,
+    STM_DISCARDED,
+    STM_EXPIRED,
+    STM_STATE_CHANGES,
+    TRANSITIONS,
+    Flow,
+    Place,
+    Tier,
+    Trigger,
+    check,
+    find,
+)
 
-#: every tier:state the memory knows ("-" for tiers without states)
-TIER_STATES = ["source:-", "audit:-"] + [f"stm:{s.value}" for s in StmState] + [f"ltm:{s.value}" for s in State]
-TRIGGERS = sorted({f.trigger for f in TRANSITIONS} | {"rewrite", "patch", "update", "replay", "copy"})
+#: every tier:state place the memory knows (no state for the source and audit tiers)
+PLACES = [SOURCE, AUDIT] + [Place(Tier.STM, s) for s in StmState] + [Place(Tier.LTM, s) for s in State]
+TRIGGERS = list(Trigger)
 #: every role of the table, plus one the table does not know
-ALL_ROLES = sorted(ROLES | {"intruder"})
+INTRUDER = "intruder"
+ALL_ROLES: list[Role | str] = [*sorted(ROLES), INTRUDER]
 LEGAL = {(f.source, f.target, f.trigger) for f in TRANSITIONS}
 
 
-def _legal_call(flow: Flow, role: str) -> Flow:
-    return check(flow.source, flow.target, flow.trigger, role, reason="audited reason" if flow.needs_reason else "")
+def _legal_call(flow: Flow, role: Role | str) -> Flow:
+    return check(flow.source, flow.target, flow.trigger, role, reason="audited reason" if flow.needs_reason else "")  # type: ignore[arg-type]
+
+
+def _role_pattern(role: Role | str) -> str:
+    return re.escape(repr(role))
+
+
+def test_table_has_twenty_flows() -> None:
+    """The table holds exactly the twenty flows of the model."""
+    assert len(TRANSITIONS) == 20
 
 
 def test_table_has_no_duplicate_keys() -> None:
@@ -29,104 +61,176 @@ def test_table_has_no_duplicate_keys() -> None:
     assert len(LEGAL) == len(TRANSITIONS)
 
 
-def test_every_flow_uses_known_tier_states_and_roles() -> None:
-    """Sources and targets are tier:state values of the model; roles are from ROLES."""
+def test_every_flow_uses_known_places_triggers_and_roles() -> None:
+    """Sources and targets are places of the model, triggers are Triggers, roles come from ROLES."""
     for f in TRANSITIONS:
-        assert f.source in TIER_STATES, f
-        assert f.target in TIER_STATES, f
+        assert f.source in PLACES, f
+        assert f.target in PLACES, f
+        assert isinstance(f.trigger, Trigger), f
         assert f.roles and f.roles <= ROLES, f
+        assert all(isinstance(r, Role) for r in f.roles), f
+
+
+def test_roles_are_the_role_enum() -> None:
+    """ROLES is a frozenset of every Role."""
+    assert isinstance(ROLES, frozenset)
+    assert ROLES == frozenset(Role)
+
+
+@pytest.mark.parametrize(
+    ("tier", "state"),
+    [
+        (Tier.SOURCE, State.ACTIVE),
+        (Tier.AUDIT, StmState.ACTIVE),
+        (Tier.STM, None),
+        (Tier.LTM, None),
+        (Tier.STM, State.SUPERSEDED),
+        (Tier.LTM, StmState.EXPIRED),
+    ],
+)
+def test_a_place_needs_a_state_of_its_own_tier(tier: Tier, state: State | StmState | None) -> None:
+    """A Place pairs a tier with a state of that tier; any other pairing is refused."""
+    with pytest.raises(ValueError, match="no state"):
+        Place(tier, state)
+
+
+def test_places_print_as_tier_and_state() -> None:
+    """A place reads as ``tier:state`` (``-`` for the stateless tiers)."""
+    assert [str(p) for p in (SOURCE, AUDIT, STM_ACTIVE, LTM_ANONYMIZED)] == [
+        "source:-",
+        "audit:-",
+        "stm:active",
+        "ltm:anonymized",
+    ]
 
 
 def test_illegal_transition_is_access_denied() -> None:
     """A refused move is also an AccessDenied and a PermissionError for generic callers."""
     with pytest.raises(PermissionError):
-        check("source:-", "ltm:active", "write", "admin")
+        check(SOURCE, LTM_ACTIVE, Trigger.WRITE, Role.ADMIN)
     assert issubclass(IllegalTransition, AccessDenied)
+
+
+def test_refusal_names_the_move() -> None:
+    """The refusal of a move outside the table names both places and the trigger."""
+    with pytest.raises(IllegalTransition, match=re.escape("no legal transition source:- -> ltm:active by 'write'")):
+        check(SOURCE, LTM_ACTIVE, Trigger.WRITE, Role.ADMIN)
 
 
 def test_every_tuple_not_in_table_is_refused_for_every_role() -> None:
     """All (source, target, trigger) outside the table fail closed whatever the role or reason."""
     refused = 0
-    for source, target, trigger in itertools.product(TIER_STATES, TIER_STATES, TRIGGERS):
+    for source, target, trigger in itertools.product(PLACES, PLACES, TRIGGERS):
         if (source, target, trigger) in LEGAL:
             continue
         assert find(source, target, trigger) is None
         for role in ALL_ROLES:
             with pytest.raises(IllegalTransition):
-                check(source, target, trigger, role, reason="any reason at all")
+                check(source, target, trigger, role, reason="any reason at all")  # type: ignore[arg-type]
             refused += 1
-    assert refused == (len(TIER_STATES) ** 2 * len(TRIGGERS) - len(LEGAL)) * len(ALL_ROLES)
+    assert refused == (len(PLACES) ** 2 * len(TRIGGERS) - len(LEGAL)) * len(ALL_ROLES)
+
+
+def test_an_unknown_role_is_refused_on_every_legal_flow() -> None:
+    """A role the table does not know passes no flow, even with a reason."""
+    for flow in TRANSITIONS:
+        with pytest.raises(IllegalTransition, match=_role_pattern(INTRUDER)):
+            check(flow.source, flow.target, flow.trigger, INTRUDER, reason="any reason")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("trigger", TRIGGERS)
-@pytest.mark.parametrize("target", ["ltm:active", "ltm:superseded", "ltm:anonymized", "audit:-"])
-def test_illegal_source_to_ltm_or_audit_skipping_stm(target: str, trigger: str) -> None:
+@pytest.mark.parametrize("target", [LTM_ACTIVE, LTM_SUPERSEDED, LTM_ANONYMIZED, AUDIT], ids=str)
+def test_illegal_source_to_ltm_or_audit_skipping_stm(target: Place, trigger: Trigger) -> None:
     """Illegal move 1: nothing goes from the source straight to LTM or the audit tier."""
     for role in ALL_ROLES:
         with pytest.raises(IllegalTransition):
-            check("source:-", target, trigger, role, reason="r")
+            check(SOURCE, target, trigger, role, reason="r")  # type: ignore[arg-type]
 
 
 def test_source_lands_only_in_stm() -> None:
     """Every flow out of the source tier ends in short-term memory."""
-    assert {f.target for f in TRANSITIONS if f.source == "source:-"} == {"stm:active"}
+    assert {f.target for f in TRANSITIONS if f.source == SOURCE} == {STM_ACTIVE}
 
 
 def test_illegal_stm_cross_scope_without_admin_or_reason() -> None:
     """Illegal move 2: STM -> STM across scope needs the admin role and a stated reason."""
-    for role in sorted(ROLES - {"admin"}):
+    for role in sorted(ROLES - {Role.ADMIN}):
         with pytest.raises(IllegalTransition, match="may not"):
-            check("stm:active", "stm:active", "cross_scope_copy", role, reason="consult")
+            check(STM_ACTIVE, STM_ACTIVE, Trigger.CROSS_SCOPE_COPY, role, reason="consult")
     for blank in ("", "   ", "\n\t"):
         with pytest.raises(IllegalTransition, match="reason"):
-            check("stm:active", "stm:active", "cross_scope_copy", "admin", reason=blank)
-    flow = check("stm:active", "stm:active", "cross_scope_copy", "admin", reason="tumour board consult")
+            check(STM_ACTIVE, STM_ACTIVE, Trigger.CROSS_SCOPE_COPY, Role.ADMIN, reason=blank)
+    flow = check(STM_ACTIVE, STM_ACTIVE, Trigger.CROSS_SCOPE_COPY, Role.ADMIN, reason="tumour board consult")
     assert flow.needs_reason
 
 
-@pytest.mark.parametrize("trigger", [t for t in TRIGGERS if t != "read"])
-def test_illegal_ltm_active_in_place_rewrite(trigger: str) -> None:
+@pytest.mark.parametrize("trigger", [t for t in TRIGGERS if t is not Trigger.READ])
+def test_illegal_ltm_active_in_place_rewrite(trigger: Trigger) -> None:
     """Illegal move 3: no ltm:active -> ltm:active flow except a read, for any role."""
     for role in ALL_ROLES:
         with pytest.raises(IllegalTransition):
-            check("ltm:active", "ltm:active", trigger, role, reason="r")
+            check(LTM_ACTIVE, LTM_ACTIVE, trigger, role, reason="r")  # type: ignore[arg-type]
 
 
 def test_corrections_are_supersessions() -> None:
     """The only ways out of ltm:active are supersede, critic_reject, decay, retract (and read)."""
-    out = {f.trigger for f in TRANSITIONS if f.source == "ltm:active" and f.target != "ltm:active"}
-    assert out == {"supersede", "critic_reject", "decay", "retract"}
-    assert all(f.target != "ltm:active" for f in TRANSITIONS if f.source.startswith("ltm:") and f.trigger != "read")
+    out = {f.trigger for f in TRANSITIONS if f.source == LTM_ACTIVE and f.target != LTM_ACTIVE}
+    assert out == {Trigger.SUPERSEDE, Trigger.CRITIC_REJECT, Trigger.DECAY, Trigger.RETRACT}
+    assert all(
+        f.target != LTM_ACTIVE for f in TRANSITIONS if f.source.tier is Tier.LTM and f.trigger is not Trigger.READ
+    )
 
 
-@pytest.mark.parametrize("target", [s for s in TIER_STATES if not s.startswith("audit")])
-def test_illegal_anything_from_audit_to_writable_tiers(target: str) -> None:
+def test_ltm_state_changes_exclude_in_place_rewrites() -> None:
+    """The store's LTM state changes are the table's LTM moves; active -> active is not one."""
+    assert (State.ACTIVE, State.ACTIVE) not in LTM_STATE_CHANGES
+    assert all(old != new for old, new in LTM_STATE_CHANGES)
+    assert LTM_STATE_CHANGES == {
+        (State.ACTIVE, State.SUPERSEDED),
+        (State.ACTIVE, State.ANONYMIZED),
+        (State.ACTIVE, State.RETRACTED),
+        (State.SUPERSEDED, State.RETRACTED),
+    }
+
+
+def test_stm_state_changes() -> None:
+    """The store's STM state changes: refresh, consolidation out of STM, expiry and discard."""
+    assert STM_STATE_CHANGES == {
+        (StmState.ACTIVE, StmState.ACTIVE),
+        (StmState.ACTIVE, StmState.CONSOLIDATED),
+        (StmState.ACTIVE, StmState.EXPIRED),
+        (StmState.ACTIVE, StmState.DISCARDED),
+    }
+
+
+@pytest.mark.parametrize("target", [p for p in PLACES if p.tier is not Tier.AUDIT], ids=str)
+def test_illegal_anything_from_audit_to_writable_tiers(target: Place) -> None:
     """Illegal move 4: the audit tier never writes into stm, ltm or the source, by any trigger."""
     for trigger, role in itertools.product(TRIGGERS, ALL_ROLES):
         with pytest.raises(IllegalTransition):
-            check("audit:-", target, trigger, role, reason="replay")
+            check(AUDIT, target, trigger, role, reason="replay")  # type: ignore[arg-type]
 
 
 def test_audit_tier_only_purges_itself() -> None:
     """The single flow out of the audit tier is the admin's purge past retention, with a reason."""
-    flows = [f for f in TRANSITIONS if f.source.startswith("audit")]
+    flows = [f for f in TRANSITIONS if f.source.tier is Tier.AUDIT]
     assert [(f.target, f.trigger, f.roles, f.needs_reason) for f in flows] == [
-        ("audit:-", "purge_expired", frozenset({"admin"}), True)
+        (AUDIT, Trigger.PURGE_EXPIRED, frozenset({Role.ADMIN}), True)
     ]
 
 
-@pytest.mark.parametrize("flow", TRANSITIONS, ids=lambda f: f"{f.source}>{f.target}:{f.trigger}")
+@pytest.mark.parametrize("flow", TRANSITIONS, ids=lambda f: f"{f.source}>{f.target}:{f.trigger.value}")
 def test_roles_of_each_legal_flow(flow: Flow) -> None:
     """A legal flow passes for exactly its roles and is refused, naming the role, for the others."""
     for role in ALL_ROLES:
         if role in flow.roles:
             assert _legal_call(flow, role) is flow
         else:
-            with pytest.raises(IllegalTransition, match=repr(role)):
+            with pytest.raises(IllegalTransition, match=_role_pattern(role)):
                 _legal_call(flow, role)
 
 
-@pytest.mark.parametrize("flow", [f for f in TRANSITIONS if f.needs_reason], ids=lambda f: f.trigger)
+@pytest.mark.parametrize("flow", [f for f in TRANSITIONS if f.needs_reason], ids=lambda f: f.trigger.value)
 def test_needs_reason_flows_refuse_blank_reason(flow: Flow) -> None:
     """A flow marked needs_reason is refused without a non-blank reason even for an allowed role."""
     role = sorted(flow.roles)[0]
@@ -135,6 +239,11 @@ def test_needs_reason_flows_refuse_blank_reason(flow: Flow) -> None:
     with pytest.raises(IllegalTransition, match="reason"):
         check(flow.source, flow.target, flow.trigger, role, reason="  ")
     assert check(flow.source, flow.target, flow.trigger, role, reason="retention reached") is flow
+
+
+def test_only_cross_scope_copy_and_audit_purge_need_a_reason() -> None:
+    """The two flows that demand a stated reason are the cross-scope copy and the audit purge."""
+    assert {f.trigger for f in TRANSITIONS if f.needs_reason} == {Trigger.CROSS_SCOPE_COPY, Trigger.PURGE_EXPIRED}
 
 
 def test_flows_without_needs_reason_ignore_the_reason() -> None:
@@ -147,23 +256,46 @@ def test_flows_without_needs_reason_ignore_the_reason() -> None:
         assert check(flow.source, flow.target, flow.trigger, role, reason="why") is flow
 
 
+def _roles(source: Place, target: Place, trigger: Trigger) -> frozenset[Role]:
+    flow = find(source, target, trigger)
+    assert flow is not None, (source, target, trigger)
+    return flow.roles
+
+
 def test_role_specific_limits() -> None:
     """Expiry and decay are the system's, critic verdicts the critic's or clinician's, retraction the admin's."""
-    assert find("stm:active", "stm:expired", "expire").roles == frozenset({"system"})  # type: ignore[union-attr]
-    assert find("ltm:active", "ltm:anonymized", "decay").roles == frozenset({"system"})  # type: ignore[union-attr]
-    assert find("ltm:active", "ltm:superseded", "critic_reject").roles == {"critic", "clinician"}  # type: ignore[union-attr]
-    assert find("stm:active", "ltm:active", "critic_promote").roles == {"critic", "clinician"}  # type: ignore[union-attr]
-    assert find("ltm:active", "ltm:retracted", "retract").roles == frozenset({"admin"})  # type: ignore[union-attr]
-    assert "auditor" not in find("source:-", "stm:active", "write").roles  # type: ignore[union-attr]
-    assert "auditor" in find("ltm:active", "ltm:active", "read").roles  # type: ignore[union-attr]
+    assert _roles(STM_ACTIVE, STM_EXPIRED, Trigger.EXPIRE) == frozenset({Role.SYSTEM})
+    assert _roles(LTM_ACTIVE, LTM_ANONYMIZED, Trigger.DECAY) == frozenset({Role.SYSTEM})
+    assert _roles(LTM_ACTIVE, LTM_SUPERSEDED, Trigger.CRITIC_REJECT) == {Role.CRITIC, Role.CLINICIAN}
+    assert _roles(STM_ACTIVE, LTM_ACTIVE, Trigger.CRITIC_PROMOTE) == {Role.CRITIC, Role.CLINICIAN}
+    assert _roles(LTM_ACTIVE, LTM_RETRACTED, Trigger.RETRACT) == frozenset({Role.ADMIN})
+    assert _roles(STM_ACTIVE, STM_DISCARDED, Trigger.RETRACT) == frozenset({Role.ADMIN})
+    assert Role.AUDITOR not in _roles(SOURCE, STM_ACTIVE, Trigger.WRITE)
+    assert Role.AUDITOR in _roles(LTM_ACTIVE, LTM_ACTIVE, Trigger.READ)
 
 
 def test_terminal_states_have_no_way_out() -> None:
     """Retracted LTM and consolidated/expired/discarded STM items never move again."""
-    terminal = ["ltm:retracted", "stm:consolidated", "stm:expired", "stm:discarded"]
+    terminal = {
+        LTM_RETRACTED,
+        Place(Tier.STM, StmState.CONSOLIDATED),
+        STM_EXPIRED,
+        STM_DISCARDED,
+    }
     assert not [f for f in TRANSITIONS if f.source in terminal]
 
 
 def test_module_exports() -> None:
-    """The module's public names are the table, its lookup functions and the roles."""
-    assert set(transitions.__all__) == {"ROLES", "TRANSITIONS", "Flow", "check", "find"}
+    """The module's public names are the table, its types, its lookup functions and the roles."""
+    assert set(transitions.__all__) == {
+        "LTM_STATE_CHANGES",
+        "ROLES",
+        "STM_STATE_CHANGES",
+        "TRANSITIONS",
+        "Flow",
+        "Place",
+        "Tier",
+        "Trigger",
+        "check",
+        "find",
+    }

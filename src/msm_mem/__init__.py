@@ -63,7 +63,6 @@ __version__ = "0.1.0"
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
-    "OPERATIONS",
     "AccessDenied",
     "AgentAnswer",
     "AuditChainBroken",
@@ -101,6 +100,7 @@ __all__ = [
     "MsmMem",
     "MsmMemError",
     "NotFound",
+    "OPERATIONS",
     "Operation",
     "Principal",
     "Purpose",

@@ -38,6 +38,7 @@ __all__ = [
     "Vector",
     "VisualRecord",
     "new_id",
+    "readonly",
     "unit_vector",
 ]
 
@@ -58,6 +59,15 @@ def new_id(prefix: str) -> str:
     """A random, stable identifier such as ``E-1f0c...`` (128 random bits as 32 hex digits);
     never derived from patient data."""
     return f"{prefix}-{os.urandom(16).hex()}"
+
+
+def readonly(z: Any) -> Any:
+    """``z`` itself when it is not a writable array, else a read-only copy: a record handed out
+    cannot have its embedding changed in place (and never aliases the caller's buffer)."""
+    if isinstance(z, np.ndarray) and z.flags.writeable:
+        z = z.copy()
+        z.flags.writeable = False
+    return z
 
 
 def unit_vector(z: object, dim: int) -> Vector:
@@ -140,6 +150,7 @@ class EpisodicRecord:
     supersedes: str | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "z", readonly(self.z))
         _check_text("episode_id", self.episode_id, required=True)
         _check_text("patient_id", self.patient_id)
         _check_time("timestamp", self.timestamp)
@@ -168,6 +179,7 @@ class VisualRecord:
     supersedes: str | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "z", readonly(self.z))
         _check_text("visual_id", self.visual_id, required=True)
         _check_text("patient_id", self.patient_id)
         _check_time("timestamp", self.timestamp)

@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from ._errors import InvalidInput
-from ._records import State, Vector
+from ._records import State, Vector, readonly
 
 __all__ = [
     "AuditRow",
@@ -51,6 +51,7 @@ class StmItem:
     actor: str = ""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "z", readonly(self.z))
         if not self.patient_id:
             raise InvalidInput("a short-term item needs a patient scope")
         if not self.expires_at > self.created_at:

@@ -11,7 +11,7 @@ built from ground truth: every valid row is consolidated (the gate's verdict is 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tqdm import tqdm
 
@@ -25,13 +25,13 @@ from ..plugins.images import load_image
 __all__ = ["IngestReport", "ingest_rows"]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class IngestReport:
     """Counts and problems of one ingest run."""
 
     ingested: int = 0
     already_stored: int = 0
-    problems: list[RowProblem] = field(default_factory=list)
+    problems: tuple[RowProblem, ...] = ()
 
     def summary(self) -> str:
         return (
@@ -55,13 +55,14 @@ def ingest_rows(
         raise InvalidInput(
             f"encoder {encoder.name} ({encoder.dim}-d) does not match the store's {store.encoder_name} ({store.dim}-d)"
         )
-    report = IngestReport()
+    ingested, already_stored = 0, 0
+    problems: list[RowProblem] = []
     seen: dict[str, set[str]] = {}
     todo: list[ManifestRow] = []
     for row in sorted(rows, key=lambda r: (r.timestamp, r.patient_id, r.study_id)):
         stored = seen.setdefault(row.patient_id, store.studies(row.patient_id))
         if row.study_id in stored:
-            report.already_stored += 1
+            already_stored += 1
             continue
         stored.add(row.study_id)
         todo.append(row)
@@ -74,7 +75,7 @@ def ingest_rows(
                     images.append(load_image(row.image))
                     good.append(row)
                 except ImageError as exc:
-                    report.problems.append(RowProblem(row.line, str(exc)))
+                    problems.append(RowProblem(row.line, str(exc)))
             if good:
                 vectors = encoder.encode(images)
                 turns: dict[str, Turn] = {}
@@ -103,6 +104,6 @@ def ingest_rows(
                         force=True,
                     )
                 gm.commit_many(list(turns.values()))
-                report.ingested += len(good)
+                ingested += len(good)
             bar.update(len(chunk))
-    return report
+    return IngestReport(ingested, already_stored, tuple(problems))

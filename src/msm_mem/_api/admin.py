@@ -110,8 +110,10 @@ class _Admin(_Base):
 
     def checkpoint(self, principal: object) -> tuple[int, str]:
         """Sign the current head of the chain (auditor, admin or system); returns (size, head)."""
-        self._allow(principal, Operation.AUDIT_CHECKPOINT, tier="audit")
-        return self._audit.checkpoint()
+        p = self._allow(principal, Operation.AUDIT_CHECKPOINT, tier="audit")
+        size, head = self._audit.checkpoint()
+        self._event(p, "checkpoint", "audit", "audit", reason=f"signed size {size}")
+        return size, head
 
     def export_fhir(self, principal: object, out: str | Path) -> int:
         """Write every audit event as a FHIR R5 AuditEvent (IHE BALP), one JSON object a line
@@ -134,7 +136,10 @@ class _Admin(_Base):
         ``principal`` (role system). Time is the store's clock: open the store with a
         ``clock`` to replay maintenance at a given time."""
         p = self._allow(principal, Operation.MAINTAIN)
-        return self._maintainer(p).run()
+        r = self._maintainer(p).run()
+        summary = f"expired {r.expired}, consolidated {r.consolidated}, decayed {r.anonymized + r.retracted}"
+        self._event(p, "maintain", "ltm", "ltm", reason=summary[:120])
+        return r
 
     # the paper's layout --------------------------------------------------------------------
 

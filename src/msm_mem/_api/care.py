@@ -63,11 +63,18 @@ class _Care(_Base):
         use_sem: bool = True,
         use_epi: bool = True,
         use_vis: bool = True,
+        **unknown: object,
     ) -> AgentAnswer:
         """Answer ``question`` about ``image`` (a path or a grayscale array) with the patient's
         memory: the online loop (consent, STM, ranked retrieval, fusion, backbone, write-back
         gate, audit) as ``principal`` (agent or clinician). ``timestamp`` is the study's UTC
-        time (default now); ``use_*`` are ablation switches."""
+        time (default now); ``use_*`` are ablation switches. An unknown option is
+        :class:`InvalidInput` naming it."""
+        if unknown:
+            raise InvalidInput(
+                f"unknown ask option(s) {sorted(unknown)}: use timestamp, study_id, visual_tag, "
+                "write_back, use_sem, use_epi, use_vis"
+            )
         p = self._allow(principal, Operation.ASK)
         query = Query(patient_id, image, question, timestamp=timestamp, study_id=study_id, visual_tag=visual_tag)  # type: ignore[arg-type]
         return self._agent.ask(p, query, write_back=write_back, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis)

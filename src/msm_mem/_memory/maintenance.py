@@ -8,7 +8,7 @@ records and audit events in one transaction.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from .. import _transitions as tr
@@ -34,7 +34,7 @@ def _year(t: float) -> str:
     return str(datetime(datetime.fromtimestamp(t, UTC).year, 1, 1, tzinfo=UTC).timestamp())
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class MaintenanceReport:
     """What one maintenance pass did."""
 
@@ -44,7 +44,7 @@ class MaintenanceReport:
     anonymized: int = 0
     retracted: int = 0
     checkpoint: tuple[int, str] | None = None
-    notes: list[str] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
 
 
 class Maintainer:
@@ -99,7 +99,12 @@ class Maintainer:
             turn = self.gm.begin(self.system, item.patient_id)
             # the turn that held the item recorded its impression already: gate and consolidate only
             result = self.gm.consolidate(
-                turn, item, info["answer"], decision=info.get("decision", ""), trigger="age_threshold", derive=False
+                turn,
+                item,
+                info["answer"],
+                decision=info.get("decision", ""),
+                trigger=tr.Trigger.AGE_THRESHOLD,
+                derive=False,
             )
             if not result.gate.written:
                 turn.batch.stm_changes.append(StmChange(item.item_id, StmState.ACTIVE, StmState.DISCARDED, purge=True))
@@ -193,11 +198,11 @@ class Maintainer:
 
     def run(self) -> MaintenanceReport:
         """expire, consolidate by age, decay, then checkpoint the audit chain."""
-        report = MaintenanceReport(expired=self.expire())
-        report.consolidated, report.discarded = self.consolidate_aged()
-        report.anonymized, report.retracted = self.decay()
-        report.checkpoint = self.gm.audit.checkpoint()
-        return report
+        expired = self.expire()
+        consolidated, discarded = self.consolidate_aged()
+        anonymized, retracted = self.decay()
+        checkpoint = self.gm.audit.checkpoint()
+        return MaintenanceReport(expired, consolidated, discarded, anonymized, retracted, checkpoint)
 
     # corrections ---------------------------------------------------------------------------
 

@@ -117,6 +117,8 @@ class GovernedMemory:
             raise InvalidInput(f"a turn needs a Principal (id, role, purpose), got {type(principal).__name__}")
         if not isinstance(patient_id, str) or not patient_id.strip():
             raise InvalidInput("a turn needs a patient scope (patient_id)")
+        if isinstance(classes, str) or not all(isinstance(c, str) for c in classes):
+            raise InvalidInput(f"classes must be a sequence of data class names, got {classes!r}")
         actor = _Who(principal.id, principal.role.value)
         purpose = principal.purpose.value
         self.store.sync()
@@ -194,12 +196,15 @@ class GovernedMemory:
         )
 
     def _check(self, turn: Turn, source: tr.Place, target: tr.Place, trigger: tr.Trigger, reason: str = "") -> None:
+        name = trigger.value if isinstance(trigger, tr.Trigger) else str(trigger)
         try:
+            if not isinstance(trigger, tr.Trigger):  # fail closed on an untyped trigger too
+                raise IllegalTransition(f"unknown trigger {trigger!r}: use a Trigger of the transition table")
             tr.check(source, target, trigger, turn.actor.role, reason=reason)
         except IllegalTransition:
             self._event(
                 turn,
-                trigger.value,
+                name,
                 source.tier.value,
                 target.tier.value,
                 (),

@@ -19,7 +19,7 @@ normalisation, otherwise corrected); with ``none`` only the agent's own answers 
 back, through the gate. The fine-tune split is unused (a nonparametric backbone trains on
 nothing); it is kept so the split has the paper's shape.
 
-Determinism: stores run on a :class:`~msm_mem.testing.FixedClock` (one day after the last
+Determinism: stores run on a :class:`~msm_mem.FixedClock` (one day after the last
 study), rows are processed in a fixed order and ties are broken by ids that never reach the
 results, so the same rows, settings and seed give the same answers.
 """
@@ -41,11 +41,9 @@ from typing import Any, Literal
 import numpy as np
 from tqdm import tqdm
 
-from .._agent.agent import Query
-from .._api.mem import MsmMem
+from .. import MsmMem, Principal, Purpose, Role
 from .._clock import FixedClock
 from .._errors import InvalidInput
-from .._memory.tiers import Actor
 from .._records import ManifestRow
 from .._settings import Settings
 from ..plugins.encoders import get_encoder
@@ -69,7 +67,11 @@ __all__ = [
 #: The 8 memory configurations (subsets of S, E, V), in the paper's Table 1 order.
 CONFIGS: tuple[str, ...] = ("none", "S", "E", "V", "SE", "SV", "EV", "SEV")
 MODES: tuple[str, ...] = ("online", "frozen")
-CRITIC = Actor("report-signer", "critic")
+#: who acts in an evaluation (recorded in each store's audit trail)
+CRITIC = Principal("report-signer", Role.CRITIC, Purpose.TREATMENT)
+AGENT = Principal("msm-mem-agent", Role.AGENT, Purpose.TREATMENT)
+INGEST = Principal("msm-mem-ingest", Role.SYSTEM, Purpose.OPERATIONS)
+ADMIN = Principal("msm-mem-admin", Role.ADMIN, Purpose.OPERATIONS)
 Feedback = Literal["truth", "none"]
 
 
@@ -185,10 +187,16 @@ class _AgentArm:
         return _AgentArm(self.name, directory, self.run)
 
     def answer(self, row: ManifestRow) -> tuple[str, str]:
-        q = Query(
-            row.patient_id, row.image, row.question, timestamp=row.timestamp, study_id=row.study_id, visual_tag=row.view
+        a = self.mem.ask(
+            AGENT,
+            row.patient_id,
+            row.image,
+            row.question,
+            timestamp=row.timestamp,
+            study_id=row.study_id,
+            visual_tag=row.view,
+            **self.flags,
         )
-        a = self.mem.agent.ask(q, **self.flags)
         if a.gate is None:
             return a.answer, ""
         return a.answer, "written" if a.gate.written else "discarded:" + "+".join(a.gate.reasons)
@@ -197,7 +205,7 @@ class _AgentArm:
         if self.run.plan.settings.feedback == "truth" and row.answer.strip():
             accept = normalize_answer(prediction) == normalize_answer(row.answer)
             correction = "" if accept else row.answer
-            self.mem.maintainer.critic_verdict(
+            self.mem.feedback(
                 CRITIC, row.patient_id, row.study_id, accept=accept, correction=correction, decision=row.decision
             )
 
@@ -387,8 +395,8 @@ def run_protocol(
         with tqdm(total=total, desc="eval", unit="answer", disable=not progress) as bar:
             if settings.configs:
                 base = work / "base"
-                with MsmMem.init(base, settings=store_settings, clock=FixedClock(t0)) as mem:
-                    mem.ingest(parts["Base"])
+                with MsmMem.init(base, ADMIN, settings=store_settings, clock=FixedClock(t0)) as mem:
+                    mem.ingest(INGEST, parts["Base"])
                 answers += _run_configs(plan, base, jobs, bar)
             known = [Known(r.patient_id, r.timestamp, r.study_id, r.answer, z[_key(r)]) for r in parts["Base"]]
             for name in settings.baselines:

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from ..._errors import InvalidInput
@@ -33,19 +34,29 @@ def known_backbones() -> list[str]:
 def get_backbone(name: str, **options: Any) -> Backbone:
     """The backbone registered under ``name``, built with ``options`` as keyword arguments.
 
-    Unknown names raise :class:`InvalidInput`; ``transformers`` without torch/transformers
+    Unknown names and missing or unknown options raise :class:`InvalidInput` (naming the
+    options the backbone takes); ``transformers`` without torch/transformers
     installed raises :class:`~msm_mem._errors.MissingExtra`.
     """
+    cls: type[Any]
     if name == "nonparametric":
-        from .nonparametric import NonparametricBackbone
-
-        return NonparametricBackbone(**options)
-    if name == "openai":
-        from .openai_http import OpenAICompatibleBackbone
-
-        return OpenAICompatibleBackbone(**options)
-    if name == "transformers":
-        from .hf import TransformersBackbone
-
-        return TransformersBackbone(**options)
-    raise InvalidInput(f"unknown backbone {name!r}; known: {', '.join(known_backbones())}")
+        from .nonparametric import NonparametricBackbone as cls
+    elif name == "openai":
+        from .openai_http import OpenAICompatibleBackbone as cls
+    elif name == "transformers":
+        from .hf import TransformersBackbone as cls
+    else:
+        raise InvalidInput(f"unknown backbone {name!r}; known: {', '.join(known_backbones())}")
+    try:
+        inspect.signature(cls).bind(**options)
+    except TypeError as exc:
+        params = [
+            p.name + ("" if p.default is inspect.Parameter.empty else "=...")
+            for p in inspect.signature(cls).parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        ]
+        raise InvalidInput(
+            f"backbone {name!r}: bad options {sorted(options)} ({exc}); it takes {', '.join(params) or 'no options'}"
+        ) from None
+    backbone: Backbone = cls(**options)
+    return backbone
