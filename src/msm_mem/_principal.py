@@ -51,6 +51,8 @@ def _enum(kind: type[_E], value: object, what: str) -> _E:
     if isinstance(value, kind):
         return value
     try:
+        if not isinstance(value, str):
+            raise ValueError(value)
         return kind(value)
     except ValueError:
         allowed = ", ".join(m.value for m in kind)

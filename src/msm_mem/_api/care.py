@@ -11,6 +11,7 @@ from typing import Literal
 from .._agent.agent import AgentAnswer, Evidence, Query
 from .._agent.offline import IngestReport, ingest_rows
 from .._errors import IllegalTransition, InvalidInput, MsmMemError, NotFound
+from .._memory.corrections import Corrections
 from .._memory.msm import WriteResult
 from .._records import EpisodicRecord, ManifestRow, SemanticState, VisualRecord
 from .._tier_records import Claim, StmItem, StmState
@@ -198,6 +199,6 @@ class _Care(_Base):
         ``correction``. The claim and the semantic state are superseded at the critic's
         evidence tier, a consolidated episode by a corrected copy. Returns the new claim."""
         p = self._allow(principal, Operation.FEEDBACK)
-        return self._maintainer().critic_verdict(
+        return Corrections(self._gm).critic_verdict(
             p, patient_id, study_id, accept=accept, correction=correction, decision=decision
         )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from .. import _transitions as tr
@@ -28,74 +28,15 @@ from .._governance.audit import AuditLog
 from .._governance.consent import DATA_CLASSES, evaluate
 from .._principal import Principal
 from .._records import Hit, new_id
-from .._storage.base import Store, WriteBatch
-from .._tier_records import Claim, Entity, Relationship, StmChange, StmItem, StmState
-from .labeler import label
-from .msm import Interaction, Memory, Staging, WriteResult
-from .ranking import Score, decay_at, rerank
+from .._storage.base import WriteBatch
+from .._tier_records import Claim, StmChange, StmItem, StmState
+from .claims import link_findings, stage_study_claim
+from .msm import Interaction, Memory, WriteResult
+from .ranking import rerank
 from .retrieval import Retrieval, Scope
+from .turn import Ranked, Turn
 
-__all__ = ["GovernedMemory", "Ranked", "Turn"]
-
-
-_LINKS = {1: "asserts", -1: "suggests", 0: "negates"}
-
-
-def link_findings(store: Store, batch: WriteBatch, claim: Claim) -> None:
-    """Derive entities and relationships from a claim: every observation the rule-based
-    labeler finds in its content (positive, uncertain or negated) becomes the patient's
-    ``finding`` entity (created once), linked from the claim by ``asserts``, ``suggests`` or
-    ``negates``."""
-    labels = {name: v for name, v in label(claim.content).items() if v is not None and name != "No Finding"}
-    if not labels:
-        return
-    known = {e.name: e.entity_id for e in store.entities(claim.patient_id) if e.type == "finding"}
-    known.update({e.name: e.entity_id for e in batch.entities if e.patient_id == claim.patient_id})
-    for name, value in sorted(labels.items()):
-        if name not in known:
-            entity = Entity(new_id("N"), claim.patient_id, "finding", name, claim.created_at)
-            batch.entities.append(entity)
-            known[name] = entity.entity_id
-        batch.relationships.append(
-            Relationship(new_id("R"), claim.patient_id, claim.claim_id, known[name], _LINKS[value], claim.created_at)
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Who:
-    id: str
-    role: str
-
-
-@dataclass(frozen=True)
-class Turn:
-    """The writes and audit rows of one turn, committed together.
-
-    Who acts, for whom and under which consent are fixed when the turn begins (frozen): a turn
-    begun for one patient can never write under another patient's consent."""
-
-    actor: Principal
-    patient_id: str
-    consent_id: str
-    staging: Staging = field(default_factory=Staging)
-    #: audit events of the turn, chained and written at commit
-    audit: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def purpose(self) -> str:
-        return self.actor.purpose.value
-
-    @property
-    def batch(self) -> WriteBatch:
-        return self.staging.batch
-
-
-@dataclass(frozen=True, slots=True)
-class Ranked:
-    """A retrieval reranked by ``cosine x composite_k``, with every factor per hit."""
-
-    retrieval: Retrieval
-    ranked: tuple[tuple[Hit, Score], ...]
+__all__ = ["GovernedMemory", "Ranked", "Turn", "link_findings"]
 
 
 class GovernedMemory:
@@ -119,43 +60,30 @@ class GovernedMemory:
             raise InvalidInput("a turn needs a patient scope (patient_id)")
         if isinstance(classes, str) or not all(isinstance(c, str) for c in classes):
             raise InvalidInput(f"classes must be a sequence of data class names, got {classes!r}")
-        actor = _Who(principal.id, principal.role.value)
-        purpose = principal.purpose.value
+        role, purpose = principal.role.value, principal.purpose.value
         self.store.sync()
         decision = evaluate(
             self.store.consents(patient_id),
             patient=patient_id,
-            actor=actor.id,
-            role=actor.role,
+            actor=principal.id,
+            role=role,
             purpose=purpose,
             classes=classes,
             when=self.clock.now(),
         )
+        consent = {"actor": principal.id, "role": role, "action": "consent", "purpose": purpose}
         try:
             self.audit.pseudonym(patient_id)
         except AccessDenied:  # crypto-shredded: refuse, and record the refusal without a patient link
-            self._write_audit_only(
-                [
-                    self.audit.spec(
-                        actor=actor.id,
-                        role=actor.role,
-                        action="consent",
-                        source_tier="source",
-                        target_tier="ltm",
-                        purpose=purpose,
-                        outcome="denied",
-                        reason="patient_shredded",
-                    )
-                ]
+            denied = self.audit.spec(
+                **consent, source_tier="source", target_tier="ltm", outcome="denied", reason="patient_shredded"
             )
+            self._write_audit_only([denied])
             raise
         row = self.audit.spec(
-            actor=actor.id,
-            role=actor.role,
-            action="consent",
+            **consent,
             source_tier="source",
             target_tier="ltm",
-            purpose=purpose,
             patient=patient_id,
             consent_id=decision.consent_id,
             outcome="success" if decision.permitted else "denied",
@@ -164,7 +92,7 @@ class GovernedMemory:
         if not decision.permitted:
             self._write_audit_only([row])
             raise ConsentDenied(
-                f"{actor.role} {actor.id!r} has no consent for {purpose!r} on this patient ({decision.reason})"
+                f"{role} {principal.id!r} has no consent for {purpose!r} on this patient ({decision.reason})"
             )
         return Turn(principal, patient_id, decision.consent_id, audit=[row])
 
@@ -404,37 +332,7 @@ class GovernedMemory:
         return result
 
     def _claim(self, turn: Turn, it: Interaction, item: StmItem, result: WriteResult) -> Claim:
-        key = f"study:{it.study_id or item.item_id}"
-        current = next(
-            (
-                c
-                for c in turn.batch.claims
-                if c.patient_id == it.patient_id
-                and c.key == key
-                and not any(n.supersedes == c.claim_id for n in turn.batch.claims)
-            ),
-            None,
-        )
-        if current is None:
-            active = self.store.claims_active(it.patient_id, key)
-            current = active[0] if active else None
-        now = self.clock.now()
-        provenance = {"by": it.source, "stm": item.item_id, "episode": result.episode_id or ""}
-        claim = Claim(
-            new_id("C"),
-            it.patient_id,
-            key,
-            it.answer,
-            json.dumps(provenance),
-            it.confidence,
-            it.evidence_tier,
-            now,
-            decay_at(now, it.confidence, it.evidence_tier, "claims"),
-            supersedes=current.claim_id if current else None,
-        )
-        turn.batch.claims.append(claim)
-        link_findings(self.store, turn.batch, claim)
-        return claim
+        return stage_study_claim(self.store, turn.batch, it, item.item_id, result.episode_id, self.clock.now())
 
     # committing ----------------------------------------------------------------------------
 

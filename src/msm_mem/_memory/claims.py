@@ -1,0 +1,75 @@
+"""Claims and the knowledge graph derived from them: one claim per study, superseded by each
+new impression or verdict, and the finding entities and relationships the labeler reads in it."""
+
+from __future__ import annotations
+
+import json
+
+from .._records import new_id
+from .._storage.base import Store, WriteBatch
+from .._tier_records import Claim, Entity, Relationship
+from .labeler import label
+from .msm import Interaction
+from .ranking import decay_at
+
+__all__ = ["link_findings", "stage_study_claim"]
+
+
+_LINKS = {1: "asserts", -1: "suggests", 0: "negates"}
+
+
+def link_findings(store: Store, batch: WriteBatch, claim: Claim) -> None:
+    """Derive entities and relationships from a claim: every observation the rule-based
+    labeler finds in its content (positive, uncertain or negated) becomes the patient's
+    ``finding`` entity (created once), linked from the claim by ``asserts``, ``suggests`` or
+    ``negates``."""
+    labels = {name: v for name, v in label(claim.content).items() if v is not None and name != "No Finding"}
+    if not labels:
+        return
+    known = {e.name: e.entity_id for e in store.entities(claim.patient_id) if e.type == "finding"}
+    known.update({e.name: e.entity_id for e in batch.entities if e.patient_id == claim.patient_id})
+    for name, value in sorted(labels.items()):
+        if name not in known:
+            entity = Entity(new_id("N"), claim.patient_id, "finding", name, claim.created_at)
+            batch.entities.append(entity)
+            known[name] = entity.entity_id
+        batch.relationships.append(
+            Relationship(new_id("R"), claim.patient_id, claim.claim_id, known[name], _LINKS[value], claim.created_at)
+        )
+
+
+def stage_study_claim(
+    store: Store, batch: WriteBatch, it: Interaction, item_id: str, episode_id: str | None, now: float
+) -> Claim:
+    """Stage the claim of ``it``'s study (key ``study:<study_id>``, else the STM item's id),
+    superseding the one active in ``batch`` or in the store, and link its findings."""
+    key = f"study:{it.study_id or item_id}"
+    current = next(
+        (
+            c
+            for c in batch.claims
+            if c.patient_id == it.patient_id
+            and c.key == key
+            and not any(n.supersedes == c.claim_id for n in batch.claims)
+        ),
+        None,
+    )
+    if current is None:
+        active = store.claims_active(it.patient_id, key)
+        current = active[0] if active else None
+    provenance = {"by": it.source, "stm": item_id, "episode": episode_id or ""}
+    claim = Claim(
+        new_id("C"),
+        it.patient_id,
+        key,
+        it.answer,
+        json.dumps(provenance),
+        it.confidence,
+        it.evidence_tier,
+        now,
+        decay_at(now, it.confidence, it.evidence_tier, "claims"),
+        supersedes=current.claim_id if current else None,
+    )
+    batch.claims.append(claim)
+    link_findings(store, batch, claim)
+    return claim
