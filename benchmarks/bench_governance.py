@@ -43,9 +43,9 @@ from msm_mem._governance.audit_chain import verify_hashes_in_batches
 from msm_mem._storage.base import WriteBatch
 from msm_mem.plugins.encoders.base import BaseEncoder
 from msm_mem.testing import FixedBackbone, FixedClock
-from tests.helpers import ADMIN
 
 AGENT = Principal("bench-agent", "agent")
+ADMIN = Principal("bench-admin", "admin", "operations")
 
 
 class LookupEncoder(BaseEncoder):
@@ -183,7 +183,8 @@ def bench_query_overhead(work: Path, items: int, queries: int = 300) -> tuple[fl
             encoder.next = (z / np.linalg.norm(z)).astype(np.float32)
             t0 = time.perf_counter()
             agent.ask(
-                Query(base[q].patient_id, image, "What is the impression?", timestamp=1.7e9, study_id=f"q{q}-{near}")
+                AGENT,
+                Query(base[q].patient_id, image, "What is the impression?", timestamp=1.7e9, study_id=f"q{q}-{near}"),
             )
             times.append(time.perf_counter() - t0)
         results.append(statistics.median(times[20:]) * 1e3)

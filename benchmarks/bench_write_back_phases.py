@@ -25,7 +25,7 @@ from typing import Any
 from bench_governance import bench_write_back
 
 from msm_mem._governance import audit, audit_chain, crypto
-from msm_mem._memory import msm, tiers
+from msm_mem._memory import claims, msm, tiers
 from msm_mem._storage import sqlite, sqlite_gov
 
 SPENT: collections.Counter[str] = collections.Counter()
@@ -37,7 +37,7 @@ PHASES = [
     (tiers.GovernedMemory, "consolidate", 0, "consolidate (gate, records, claim)"),
     (msm.Memory, "max_cosine", 1, "novelty check (max cosine over E and V)"),
     (tiers.GovernedMemory, "_claim", 1, "claim and derived entities"),
-    (tiers, "link_findings", 2, "labeler and entities"),
+    (claims, "link_findings", 2, "labeler and entities"),
     (tiers.GovernedMemory, "commit_many", 0, "commit_many (audit rows + store write)"),
     (audit_chain.ChainBuilder, "next_row", 1, "audit row (canonicalise, hash)"),
     (sqlite.SqliteStore, "write", 1, "store write (rows, SQL, fsync)"),
