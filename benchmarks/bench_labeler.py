@@ -17,8 +17,8 @@ import time
 
 from _impressions import impressions
 
-from msm_mem.datasets import iu_xray
 from msm_mem._memory import labeler
+from msm_mem.datasets import iu_xray
 
 
 def main() -> None:

@@ -13,8 +13,8 @@ import re
 import pytest
 
 from msm_mem._errors import InvalidInput
-from msm_mem._memory.labeler import OBSERVATIONS, finding_f1, label
 from msm_mem._memory import labeler
+from msm_mem._memory.labeler import OBSERVATIONS, finding_f1, label
 
 NF = "No Finding"
 ECM = "Enlarged Cardiomediastinum"
