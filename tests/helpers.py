@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from msm_mem._governance.audit_chain import AuditEvent
+from msm_mem._governance.audit_event import AuditEvent
 from msm_mem._storage.base import Store
 
 

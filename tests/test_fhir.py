@@ -20,7 +20,8 @@ from PIL import Image
 
 import msm_mem
 from msm_mem import AuditChainBroken, ConsentDenied, InvalidInput, ManifestRow, SqliteStore
-from msm_mem._governance.audit_chain import GENESIS, AuditEvent, ChainBuilder
+from msm_mem._governance.audit_chain import ChainBuilder
+from msm_mem._governance.audit_event import GENESIS, AuditEvent
 from msm_mem._governance.fhir import CHAIN_EXTENSION, export_fhir, iter_fhir, to_fhir, verify_fhir
 from msm_mem._memory.tiers import Actor
 from msm_mem._tier_records import ConsentRecord

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from msm_mem import IllegalTransition, InvalidInput, NotFound, SemanticState, State, StateChange, Store, WriteBatch
-from msm_mem._governance.audit_chain import GENESIS, ChainBuilder, verify_hashes_in_batches, verify_hashes_only
+from msm_mem._governance.audit_chain import ChainBuilder, verify_hashes_in_batches, verify_hashes_only
+from msm_mem._governance.audit_event import GENESIS
 from msm_mem._storage.base import AUDIT_PAGE_ROWS
 from msm_mem._tier_records import (
     AuditRow,

@@ -93,7 +93,8 @@ from typing import Any
 
 from .._errors import AuditChainBroken, InvalidInput
 from .._storage.base import Store
-from .audit_chain import GENESIS, AuditEvent, VerifyResult, verify_chain
+from .audit_chain import VerifyResult, verify_chain
+from .audit_event import GENESIS, AuditEvent
 
 __all__ = ["CHAIN_EXTENSION", "export_fhir", "iter_fhir", "to_fhir", "verify_fhir"]
 

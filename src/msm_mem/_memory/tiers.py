@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from .._errors import AccessDenied, ConsentDenied, IllegalTransition, InvalidInput, MsmMemError
 from .._governance import transitions
 from .._governance.audit import AuditLog
+from .._governance.audit_event import AuditSpec
 from .._governance.consent import DATA_CLASSES, evaluate
 from .._records import Hit, new_id
 from .._storage.base import Store, WriteBatch
@@ -82,7 +82,7 @@ class Turn:
     consent_id: str
     staging: Staging = field(default_factory=Staging)
     #: audit events of the turn, chained and written at commit
-    audit: list[dict[str, Any]] = field(default_factory=list)
+    audit: list[AuditSpec] = field(default_factory=list)
 
     @property
     def batch(self) -> WriteBatch:
@@ -464,7 +464,7 @@ class GovernedMemory:
     def fail(self, turn: Turn, exc: BaseException) -> None:
         """Record a turn that failed (for example a backbone timeout): its consent decision and
         reads, then the error; nothing else of the turn is written."""
-        kept = [e for e in turn.audit if e["action"] in ("consent", "read")]
+        kept = [e for e in turn.audit if e.action in ("consent", "read")]
         kept.append(
             self.audit.spec(
                 actor=turn.actor.id,
@@ -482,5 +482,5 @@ class GovernedMemory:
         turn.audit = []
         self._write_audit_only(kept)
 
-    def _write_audit_only(self, specs: list[dict[str, Any]]) -> None:
+    def _write_audit_only(self, specs: list[AuditSpec]) -> None:
         self.audit.write(WriteBatch(), specs)
