@@ -19,7 +19,7 @@ normalisation, otherwise corrected); with ``none`` only the agent's own answers 
 back, through the gate. The fine-tune split is unused (a nonparametric backbone trains on
 nothing); it is kept so the split has the paper's shape.
 
-Determinism: stores run on a :class:`~msm_mem.testing.FixedClock` (one day after the last
+Determinism: stores run on a :class:`~msm_mem._clock.FixedClock` (one day after the last
 study), rows are processed in a fixed order and ties are broken by ids that never reach the
 results, so the same rows, settings and seed give the same answers.
 """
