@@ -24,6 +24,34 @@ settings.register_profile("default", deadline=None, max_examples=60, suppress_he
 settings.load_profile("default")
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+#: set by ``make test``: there every test must run, so one that would skip (absent ../shared data,
+#: a missing optional extra, no PostgreSQL server) fails with the skip's reason instead; a plain
+#: ``pytest`` on a fresh clone skips such tests and says why
+REQUIRE_ALL = os.environ.get("MSM_MEM_REQUIRE_ALL", "") not in ("", "0")
+
+
+def _fail_a_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if REQUIRE_ALL and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped, but MSM_MEM_REQUIRE_ALL is set (`make test`): {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under MSM_MEM_REQUIRE_ALL a skipped test is reported as failed, with the skip's reason."""
+    outcome = yield
+    _fail_a_skip(outcome.get_result())  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    """The same for a whole module skipped while it is collected."""
+    outcome = yield
+    _fail_a_skip(outcome.get_result())  # type: ignore[attr-defined]
+
+
 DIM = 16
 
 StoreFactory = Callable[..., Store]

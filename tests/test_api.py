@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from msm_mem import InvalidInput, MsmMem
-from msm_mem._governance.audit_chain import AuditEvent
+from msm_mem._governance.audit_event import AuditEvent
 from tests.helpers import ADMIN, AGENT, EXPORTER
 
 

@@ -15,12 +15,14 @@ from msm_mem import Principal, Purpose, Role
 from msm_mem._api.mem import MsmMem
 from msm_mem._errors import AccessDenied, IllegalTransition, NotFound
 from msm_mem._governance.audit import RETENTION_S
-from msm_mem._governance.audit_chain import AuditEvent, ChainBuilder, VerifyResult
+from msm_mem._governance.audit_chain import ChainBuilder, VerifyResult
+from msm_mem._governance.audit_event import AuditEvent, AuditSpec
 from msm_mem._storage.base import AUDIT_PAGE_ROWS, WriteBatch
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import ADMIN, AGENT, SYSTEM, audit_events
 from tests.helpers import png as _png
+from tests.test_audit_chain import VECTORS
 
 T0 = 1_700_000_000.0
 PATIENT = "MRN-PATIENT-998877"
@@ -372,6 +374,20 @@ def test_purge_is_itself_audited(mem: MsmMem, tmp_path: Path, clock: FixedClock)
         "retention expired",
     )
     assert mem._audit.verify().ok
+
+
+def test_a_spec_is_a_typed_event_with_the_pinned_bytes(mem: MsmMem, clock: FixedClock) -> None:
+    """spec() gives a frozen AuditSpec that, once written, is stored as the pinned vector's bytes."""
+    fields, payload, digest = VECTORS[1]
+    clock.advance(fields["time"] - clock.now())
+    spec = mem.audit.spec(**{k: v for k, v in fields.items() if k != "time"})
+    assert isinstance(spec, AuditSpec) and spec.time == fields["time"] and spec.record_ids == ()
+    assert ChainBuilder(1, VECTORS[0][2]).next_row_of(spec) == (2, payload, digest)
+    before = mem.store.audit_head()[0]
+    mem.audit.write(WriteBatch(), [spec])
+    stored = audit_events(mem.store)[before]
+    assert (stored.action, stored.reason, stored.outcome) == ("purge_expired", fields["reason"], "denied")
+    assert mem.audit.verify().ok
 
 
 # verification across the pages a store hands over -------------------------------------------

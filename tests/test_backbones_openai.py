@@ -15,13 +15,13 @@ from PIL import Image
 
 from msm_mem._errors import BackendError, InvalidInput
 from msm_mem.plugins.backbones import Backbone, BackboneRequest, Candidate, get_backbone
-from msm_mem.plugins.backbones.fake_server import FakeChatServer, FakeReply, completion
 from msm_mem.plugins.backbones.openai_http import (
     DEFAULT_SYSTEM_PROMPT,
     OpenAICompatibleBackbone,
     cited_ids,
     image_data_url,
 )
+from msm_mem.testing import FakeChatServer, FakeReply, completion
 
 E_ID, V_ID, S_ID = "E-4f1c2a", "V-9b0e77", "S-0d3e21"
 PROMPT = (

@@ -13,7 +13,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from msm_mem._errors import AuditChainBroken, CanonicalJSONError, InvalidInput, StoreError
-from msm_mem._governance.audit_chain import GENESIS, ChainBuilder
+from msm_mem._governance.audit_chain import ChainBuilder
+from msm_mem._governance.audit_event import GENESIS
 from msm_mem._governance.checkpoint import (
     Checkpoint,
     CheckpointLog,

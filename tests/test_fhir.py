@@ -6,8 +6,7 @@ import base64
 import json
 import os
 import shutil
-import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,15 @@ from PIL import Image
 
 import msm_mem
 from msm_mem import AuditChainBroken, ConsentDenied, InvalidInput, ManifestRow, Principal, Purpose, Role
-from msm_mem._governance.audit_chain import GENESIS, AuditEvent, ChainBuilder
+from msm_mem._governance.audit_chain import ChainBuilder
+from msm_mem._governance.audit_event import GENESIS, AuditEvent
 from msm_mem._governance.fhir import CHAIN_EXTENSION, export_fhir, iter_fhir, to_fhir, verify_fhir
-from msm_mem._storage.sqlite import SqliteStore
+from msm_mem._storage.base import Store
+from msm_mem._storage.location import open_store
 from msm_mem._tier_records import ConsentRecord
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedClock
-from tests.helpers import ADMIN, AGENT, INGEST
+from tests.helpers import ADMIN, AGENT, INGEST, copy_store, raw_db
 
 PATIENT = "PATIENT-SECRET-7731"
 QUESTION = "What is seen on the chest radiograph?"
@@ -41,11 +42,9 @@ def _png(path: Path, seed: int) -> str:
     return str(path.resolve())
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A closed store with two ingested studies, one ask, and one consent DENY for research."""
-    root = tmp_path_factory.mktemp("fhir")
-    mem = msm_mem.MsmMem.init(root / "s", ADMIN, clock=FixedClock())
+def _build(root: Path, **options: Any) -> Path:
+    """A closed store ``root / "s"`` with two ingested studies, one ask, and one consent DENY for research."""
+    mem = msm_mem.MsmMem.init(root / "s", ADMIN, clock=FixedClock(), **options)
     try:
         images = [_png(root / f"i{i}.png", i) for i in range(3)]
         mem.ingest(
@@ -73,16 +72,36 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "s"
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The built store on SQLite (for the command-line tests)."""
+    return _build(tmp_path_factory.mktemp("fhir"))
+
+
 @pytest.fixture()
 def store_dir(built: Path, tmp_path: Path) -> Path:
-    """A private copy of the built store (tests may change it)."""
+    """A private copy of the built SQLite store (tests may change it)."""
     return Path(shutil.copytree(built, tmp_path / "s"))
 
 
+@pytest.fixture(scope="module")
+def built_any(
+    tmp_path_factory: pytest.TempPathFactory, module_backend: str, init_options: Callable[..., dict[str, Any]]
+) -> Path:
+    """The built store on each backend."""
+    return _build(tmp_path_factory.mktemp("fhir"), **init_options(module_backend))
+
+
 @pytest.fixture()
-def exported(store_dir: Path, tmp_path: Path) -> Iterator[tuple[Path, list[dict[str, Any]], SqliteStore]]:
+def store_copy(built_any: Path, tmp_path: Path) -> Path:
+    """A private copy of the built store of each backend (tests may change it)."""
+    return copy_store(built_any, tmp_path / "s")
+
+
+@pytest.fixture()
+def exported(store_copy: Path, tmp_path: Path) -> Iterator[tuple[Path, list[dict[str, Any]], Store]]:
     """The export of the copied store, its parsed lines, and the open store."""
-    store = SqliteStore.open(store_dir)
+    store = open_store(store_copy)
     out = tmp_path / "audit.ndjson"
     count = export_fhir(store, out)
     lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
@@ -140,7 +159,7 @@ def _event(
 # the export as a whole ----------------------------------------------------------------------
 
 
-def test_every_line_is_a_valid_r5_auditevent(exported: tuple[Path, list[dict[str, Any]], SqliteStore]) -> None:
+def test_every_line_is_a_valid_r5_auditevent(exported: tuple[Path, list[dict[str, Any]], Store]) -> None:
     """Each exported line parses as an R5 AuditEvent; one per stored event, ids audit-<seq> in order."""
     out, lines, store = exported
     for raw in out.read_text(encoding="utf-8").splitlines():
@@ -150,7 +169,7 @@ def test_every_line_is_a_valid_r5_auditevent(exported: tuple[Path, list[dict[str
     assert len(seqs) > 15  # grants, consents, writes, consolidations, reads and the deny
 
 
-def test_chain_fields_match_the_store_and_reverify(exported: tuple[Path, list[dict[str, Any]], SqliteStore]) -> None:
+def test_chain_fields_match_the_store_and_reverify(exported: tuple[Path, list[dict[str, Any]], Store]) -> None:
     """seq, prevHash, eventHash and payload come from the stored rows; the export re-verifies alone."""
     out, lines, store = exported
     for resource, row in zip(lines, store.iter_audit(), strict=True):
@@ -165,7 +184,7 @@ def test_chain_fields_match_the_store_and_reverify(exported: tuple[Path, list[di
     assert result.head_hash == store.audit_head()[1]
 
 
-def test_no_patient_identifier_anywhere_in_the_export(exported: tuple[Path, list[dict[str, Any]], SqliteStore]) -> None:
+def test_no_patient_identifier_anywhere_in_the_export(exported: tuple[Path, list[dict[str, Any]], Store]) -> None:
     """The patient id appears nowhere (not even inside the payloads); the pseudonym stands in for it."""
     out, lines, _ = exported
     raw = out.read_bytes()
@@ -176,7 +195,7 @@ def test_no_patient_identifier_anywhere_in_the_export(exported: tuple[Path, list
     assert {r["patient"]["identifier"]["system"] for r in lines if "patient" in r} == {"urn:msm-mem:pseudonym"}
 
 
-def test_patient_read_follows_the_balp_pattern(exported: tuple[Path, list[dict[str, Any]], SqliteStore]) -> None:
+def test_patient_read_follows_the_balp_pattern(exported: tuple[Path, list[dict[str, Any]], Store]) -> None:
     """A read: DCM 110110, rest read, action R, pseudonymous patient, one entity per record id, the actor."""
     _, lines, _ = exported
     reads = [r for r in lines if r["code"]["text"] == "read"]
@@ -202,7 +221,7 @@ def test_patient_read_follows_the_balp_pattern(exported: tuple[Path, list[dict[s
 
 
 def test_consent_deny_is_a_serious_failure_with_the_reason(
-    exported: tuple[Path, list[dict[str, Any]], SqliteStore],
+    exported: tuple[Path, list[dict[str, Any]], Store],
 ) -> None:
     """The refused research access: AuthZconsent shape, outcome 8, the reason, the deny consent, HRESCH."""
     _, lines, _ = exported
@@ -394,9 +413,7 @@ def _swap_payload(r: dict[str, Any]) -> dict[str, Any]:
     [_set_outcome, _swap_payload, lambda r: None, lambda r: "not a resource"],
     ids=["edited-field", "changed-payload", "dropped-line", "foreign-line"],
 )
-def test_verify_names_the_first_tampered_line(
-    exported: tuple[Path, list[dict[str, Any]], SqliteStore], change: Any
-) -> None:
+def test_verify_names_the_first_tampered_line(exported: tuple[Path, list[dict[str, Any]], Store], change: Any) -> None:
     """An edited field, a changed payload, a dropped line or a foreign line fails at that seq."""
     out, _, _ = exported
     _rewrite(out, 6, change)
@@ -412,7 +429,7 @@ def _zero_seq(r: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "change", [lambda r: "{", lambda r: {}, _zero_seq], ids=["json-string", "empty-object", "seq-0"]
 )
-def test_verify_reports_a_bad_first_line(exported: tuple[Path, list[dict[str, Any]], SqliteStore], change: Any) -> None:
+def test_verify_reports_a_bad_first_line(exported: tuple[Path, list[dict[str, Any]], Store], change: Any) -> None:
     """A malformed or impossible first line gives a failed result, not an exception."""
     out, _, _ = exported
     _rewrite(out, 0, change)
@@ -420,9 +437,9 @@ def test_verify_reports_a_bad_first_line(exported: tuple[Path, list[dict[str, An
     assert not result.ok and result.count == 0 and "line 1" in result.reason
 
 
-def test_verify_after_purge_starts_at_the_base(store_dir: Path, tmp_path: Path) -> None:
+def test_verify_after_purge_starts_at_the_base(store_copy: Path, tmp_path: Path) -> None:
     """A purged store exports from base+1; the export verifies from its first line, not from genesis."""
-    with SqliteStore.open(store_dir) as store:
+    with open_store(store_copy) as store:
         store.audit_purge(3)
         assert export_fhir(store, tmp_path / "p.ndjson") == sum(1 for _ in store.iter_audit()) > 0
     assert json.loads((tmp_path / "p.ndjson").read_text().splitlines()[0])["id"] == "audit-4"
@@ -433,15 +450,15 @@ def test_verify_after_purge_starts_at_the_base(store_dir: Path, tmp_path: Path) 
 # writing the file --------------------------------------------------------------------------------
 
 
-def test_empty_chain_exports_an_empty_file(tmp_path: Path) -> None:
+def test_empty_chain_exports_an_empty_file(store: Store, tmp_path: Path) -> None:
     """A store without audit events gives an empty file, 0 resources, and an ok verification."""
-    with SqliteStore.create(tmp_path / "e", dim=4, encoder="test") as store:
+    with store:
         assert export_fhir(store, tmp_path / "e.ndjson") == 0
     assert (tmp_path / "e.ndjson").read_bytes() == b""
     assert verify_fhir(tmp_path / "e.ndjson").ok
 
 
-def test_refuses_to_overwrite(exported: tuple[Path, list[dict[str, Any]], SqliteStore]) -> None:
+def test_refuses_to_overwrite(exported: tuple[Path, list[dict[str, Any]], Store]) -> None:
     """An existing file is never overwritten (InvalidInput), and no temporary file is left."""
     out, _, store = exported
     out.write_bytes(b"keep me")
@@ -452,8 +469,9 @@ def test_refuses_to_overwrite(exported: tuple[Path, list[dict[str, Any]], Sqlite
 
 
 def _tamper(store_dir: Path, seq: int, how: str = "edit") -> None:
-    """Edit, delete or re-link (a valid hash over a wrong prev_hash) audit event ``seq`` in the database."""
-    with sqlite3.connect(store_dir / "msm-mem.sqlite") as conn:
+    """Edit, delete or re-link (a valid hash over a wrong prev_hash) audit event ``seq`` in the database
+    (either backend)."""
+    with raw_db(store_dir) as conn:
         if how == "delete":
             conn.execute("DELETE FROM audit WHERE seq = ?", (seq,))
         else:
@@ -480,15 +498,14 @@ def _tamper(store_dir: Path, seq: int, how: str = "edit") -> None:
                 edited = bytes(payload).replace(b'"outcome":"success"', b'"outcome":"denied"', 1)
                 assert edited != bytes(payload)
                 conn.execute("UPDATE audit SET payload = ? WHERE seq = ?", (edited, seq))
-    conn.close()
 
 
 @pytest.mark.parametrize("how", ["edit", "delete", "relink"])
-def test_broken_chain_is_not_exported(store_dir: Path, tmp_path: Path, how: str) -> None:
+def test_broken_chain_is_not_exported(store_copy: Path, tmp_path: Path, how: str) -> None:
     """An edited, deleted or re-linked event stops the export with AuditChainBroken naming its seq; no file."""
-    _tamper(store_dir, 5, how)
+    _tamper(store_copy, 5, how)
     out = tmp_path / "x.ndjson"
-    with SqliteStore.open(store_dir) as store:
+    with open_store(store_copy) as store:
         with pytest.raises(AuditChainBroken) as caught:
             export_fhir(store, out)
         assert caught.value.seq == 5

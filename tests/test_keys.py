@@ -11,13 +11,12 @@ import pytest
 
 from msm_mem._errors import DecryptionError, InvalidInput, NotFound
 from msm_mem._governance.keys import (
-    InMemoryKeyProvider,
-    InMemoryWrappedKeyStore,
     KeyProvider,
     LocalKeyFileProvider,
     WrappedKey,
     WrappedKeyStore,
 )
+from msm_mem.testing import InMemoryKeyProvider, InMemoryWrappedKeyStore
 
 DEK = bytes(range(32))
 

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from msm_mem._errors import InvalidInput
-from msm_mem._memory import labeler
+from msm_mem._memory import labeler_vocabulary
 from msm_mem._memory.labeler import OBSERVATIONS, finding_f1, label
 
 NF = "No Finding"
@@ -149,7 +149,7 @@ def test_scope_window_is_bounded() -> None:
     far = "No fever at admission and after seven days of symptoms the radiograph has bilateral consolidation."
     assert label(near)[CONS] == 0
     # 13 words lie between "no" and "consolidation" (> 10)
-    assert labeler.SCOPE_WORDS == 10
+    assert labeler_vocabulary.SCOPE_WORDS == 10
     assert label(far)[CONS] == 1
 
 
@@ -162,8 +162,8 @@ def test_nearest_cue_decides() -> None:
 
 def test_vocabulary_is_data_apart_from_logic() -> None:
     """Every observation but No Finding has mention phrases, all valid lowercase regexes."""
-    assert set(labeler.MENTIONS) == set(OBSERVATIONS) - {NF}
-    for phrases in labeler.MENTIONS.values():
+    assert set(labeler_vocabulary.MENTIONS) == set(OBSERVATIONS) - {NF}
+    for phrases in labeler_vocabulary.MENTIONS.values():
         for phrase in phrases:
             re.compile(phrase)
             assert phrase == phrase.lower()

@@ -9,11 +9,11 @@ import pytest
 from msm_mem import IllegalTransition, Impression, SemanticState
 from msm_mem._governance.codec import SHREDDED, EnvelopeCodec
 from msm_mem._governance.crypto import EnvelopeCipher
-from msm_mem._governance.keys import InMemoryKeyProvider
 from msm_mem._records import State
 from msm_mem._storage.base import StateChange, WriteBatch
 from msm_mem._storage.sqlite import SqliteStore
 from msm_mem._tier_records import Entity
+from msm_mem.testing import InMemoryKeyProvider
 
 
 def state(

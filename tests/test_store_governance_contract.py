@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from msm_mem import IllegalTransition, InvalidInput, NotFound, SemanticState, State
-from msm_mem._governance.audit_chain import GENESIS, ChainBuilder, verify_hashes_in_batches, verify_hashes_only
+from msm_mem._governance.audit_chain import ChainBuilder, verify_hashes_in_batches, verify_hashes_only
+from msm_mem._governance.audit_event import GENESIS
 from msm_mem._storage.base import AUDIT_PAGE_ROWS, StateChange, Store, WriteBatch
 from msm_mem._tier_records import (
     AuditRow,
@@ -165,7 +166,7 @@ def test_key_made_by_a_batch_that_rolls_back_is_gone(store: Store) -> None:
     the batch when it fails: no key is served for that patient afterwards, cached or not."""
     from msm_mem._governance.codec import EnvelopeCodec
     from msm_mem._governance.crypto import EnvelopeCipher
-    from msm_mem._governance.keys import InMemoryKeyProvider
+    from msm_mem.testing import InMemoryKeyProvider
 
     store.use_codec(EnvelopeCodec(EnvelopeCipher("tenant", InMemoryKeyProvider(), store.keys()), store.keys()))
     # the claim is encrypted (making the key) before the semantic state is refused

@@ -50,13 +50,13 @@ _E = TypeVar("_E", bound=StrEnum)
 def _enum(kind: type[_E], value: object, what: str) -> _E:
     if isinstance(value, kind):
         return value
-    try:
-        if not isinstance(value, str):
-            raise ValueError(value)
-        return kind(value)
-    except ValueError:
-        allowed = ", ".join(m.value for m in kind)
-        raise InvalidInput(f"unknown {what} {value!r}: use one of {allowed}") from None
+    if isinstance(value, str):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    allowed = ", ".join(m.value for m in kind)
+    raise InvalidInput(f"unknown {what} {value!r}: use one of {allowed}")
 
 
 def as_role(value: object) -> Role:

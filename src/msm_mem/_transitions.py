@@ -159,9 +159,13 @@ _INDEX: dict[tuple[Place, Place, Trigger], Flow] = {(f.source, f.target, f.trigg
 #: the long-term state changes a store may apply to an existing row (``expect -> to``); an
 #: ``active -> active`` change (an in-place rewrite) is not among them
 LTM_STATE_CHANGES: frozenset[tuple[State, State]] = frozenset(
-    (f.source.state, f.target.state)
+    (source, target)
     for f in TRANSITIONS
-    if isinstance(f.source.state, State) and isinstance(f.target.state, State) and f.source != f.target
+    if f.source.tier is Tier.LTM
+    and f.target.tier is Tier.LTM
+    and f.source != f.target
+    and isinstance(source := f.source.state, State)
+    and isinstance(target := f.target.state, State)
 )
 
 #: the short-term state changes a store may apply (``refresh`` keeps ``active``; consolidation
@@ -169,9 +173,12 @@ LTM_STATE_CHANGES: frozenset[tuple[State, State]] = frozenset(
 STM_STATE_CHANGES: frozenset[tuple[StmState, StmState]] = frozenset(
     {(StmState.ACTIVE, StmState.ACTIVE), (StmState.ACTIVE, StmState.CONSOLIDATED)}
     | {
-        (f.source.state, f.target.state)
+        (source, target)
         for f in TRANSITIONS
-        if isinstance(f.source.state, StmState) and isinstance(f.target.state, StmState)
+        if f.source.tier is Tier.STM
+        and f.target.tier is Tier.STM
+        and isinstance(source := f.source.state, StmState)
+        and isinstance(target := f.target.state, StmState)
     }
 )
 

@@ -20,7 +20,6 @@ import secrets
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from .. import _transitions as tr
 from .._clock import Clock
@@ -28,7 +27,8 @@ from .._errors import AccessDenied, InvalidInput, NotFound
 from .._principal import as_role
 from .._storage.base import Store, WriteBatch
 from .._tier_records import AuditRow
-from .audit_chain import AuditEvent, ChainBuilder, VerifyResult, verify_chain, verify_hashes_in_batches
+from .audit_chain import ChainBuilder, VerifyResult, verify_chain, verify_hashes_in_batches
+from .audit_event import AuditEvent, AuditSpec
 from .checkpoint import CheckpointLog, CheckpointSigner, verify_against_checkpoints
 from .crypto import EnvelopeCipher
 from .deid import find_identifiers
@@ -123,7 +123,7 @@ class AuditLog:
         patient: str = "",
         consent_id: str = "",
         reason: str = "",
-    ) -> dict[str, Any]:
+    ) -> AuditSpec:
         """An event to append later: fields fixed now (time, pseudonym), seq and hashes at write.
 
         ``reason`` is a short code or phrase (at most 120 characters) and must hold no patient
@@ -131,22 +131,22 @@ class AuditLog:
         """
         if reason and not _plain_reason(reason):
             raise InvalidInput("an audit reason must be a short phrase (<= 120 characters) without identifiers")
-        return {
-            "time": self.clock.now(),
-            "actor": actor,
-            "role": role,
-            "action": action,
-            "source_tier": source_tier,
-            "target_tier": target_tier,
-            "purpose": purpose,
-            "outcome": outcome,
-            "record_ids": tuple(record_ids),
-            "patient": self.pseudonym(patient),
-            "consent_id": consent_id,
-            "reason": reason,
-        }
+        return AuditSpec(
+            time=self.clock.now(),
+            actor=actor,
+            role=role,
+            action=action,
+            source_tier=source_tier,
+            target_tier=target_tier,
+            purpose=purpose,
+            outcome=outcome,
+            record_ids=tuple(record_ids),
+            patient=self.pseudonym(patient),
+            consent_id=consent_id,
+            reason=reason,
+        )
 
-    def write(self, batch: WriteBatch, specs: Sequence[dict[str, Any]]) -> None:
+    def write(self, batch: WriteBatch, specs: Sequence[AuditSpec]) -> None:
         """Chain the events after the stored head and write them with ``batch`` atomically.
 
         Chaining and writing happen under one lock, so concurrent turns never fork the chain; a
@@ -157,7 +157,7 @@ class AuditLog:
             head = cached if cached is not None else self.store.audit_head()
             while True:
                 builder = ChainBuilder(*head)
-                batch.audit = [AuditRow(*builder.next_row(**spec)) for spec in specs]
+                batch.audit = [AuditRow(*builder.next_row_of(spec)) for spec in specs]
                 try:
                     self.store.write(batch)
                 except BaseException:

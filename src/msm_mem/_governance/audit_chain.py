@@ -33,212 +33,32 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._errors import AuditChainBroken, CanonicalJSONError, InvalidInput
-from .jcs import MAX_SAFE_INTEGER, canonicalize, loads_strict, number_text
+from .audit_event import (
+    GENESIS,
+    HEX64,
+    AuditEvent,
+    AuditSpec,
+    Row,
+    content_problem,
+    field_problem,
+    payload_bytes,
+    strict_reason,
+)
 
 __all__ = [
-    "GENESIS",
-    "OUTCOMES",
-    "PAYLOAD_FIELDS",
-    "AuditEvent",
     "ChainBuilder",
-    "Row",
     "VerifyResult",
     "verify_chain",
     "verify_hashes_in_batches",
     "verify_hashes_only",
 ]
 
-GENESIS = "0" * 64
-"""The ``prev_hash`` of the first event."""
-
-OUTCOMES = frozenset({"success", "denied", "error"})
-"""Allowed values of ``AuditEvent.outcome``."""
-
-PAYLOAD_FIELDS = tuple(
-    "action actor consent_id outcome patient prev_hash purpose reason record_ids role seq"
-    " source_tier target_tier time".split()
-)
-"""The keys of a stored payload, in canonical (sorted) order; ``event_hash`` is not one."""
-
-_PAYLOAD_KEYS = frozenset(PAYLOAD_FIELDS)
-_EVENT_KEYS = _PAYLOAD_KEYS | {"event_hash"}
-_STR_FIELDS = tuple("actor role action source_tier target_tier patient consent_id purpose reason".split())
-_NONEMPTY = ("actor", "action")
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 _PREV_NEEDLE = b',"prev_hash":"'
-_encode_str = json.encoder.encode_basestring  # RFC 8785 string escaping (see jcs.py)
-
-Row = tuple[int, bytes, str]
-"""One stored event: ``(seq, payload, event_hash)``; ``payload`` may also be a memoryview."""
-
-
-def _field_problem(d: dict[str, Any], keys: frozenset[str] = _PAYLOAD_KEYS) -> str | None:
-    """Why ``d`` is not a valid event mapping with exactly ``keys``, or None if it is."""
-    if type(d) is not dict:
-        return "payload is not a JSON object"
-    if d.keys() != keys:
-        missing = sorted(keys - d.keys())
-        unknown = sorted(d.keys() - keys)
-        return f"fields missing {missing} unknown {unknown}"
-    seq = d["seq"]
-    if type(seq) is not int or not 1 <= seq <= MAX_SAFE_INTEGER:
-        return f"seq {seq!r} is not an integer >= 1"
-    for name in ("prev_hash", "event_hash") if "event_hash" in keys else ("prev_hash",):
-        value = d[name]
-        if not isinstance(value, str) or _HEX64.fullmatch(value) is None:
-            return f"{name} is not 64 lowercase hex digits"
-    return _content_problem(d)
-
-
-def _content_problem(d: dict[str, Any]) -> str | None:
-    """The part of :func:`_field_problem` about what a caller supplies (time, strings, outcome,
-    record ids); keys, seq and prev_hash of an event a :class:`ChainBuilder` assembles are its own."""
-    when = d["time"]
-    if not (
-        (type(when) is float and math.isfinite(when))
-        or (type(when) is int and -MAX_SAFE_INTEGER <= when <= MAX_SAFE_INTEGER)
-    ):
-        return f"time {when!r} is not a finite number of seconds"
-    for name in _STR_FIELDS:
-        if not isinstance(d[name], str):
-            return f"{name} is not a string"
-    for name in _NONEMPTY:
-        if not d[name]:
-            return f"{name} is empty"
-    if not isinstance(d["outcome"], str) or d["outcome"] not in OUTCOMES:
-        return f"outcome {d['outcome']!r} is not one of {sorted(OUTCOMES)}"
-    ids = d["record_ids"]
-    if not isinstance(ids, list | tuple) or not all(isinstance(i, str) for i in ids):
-        return "record_ids is not an array of strings"
-    return None
-
-
-def _payload_bytes(d: dict[str, Any]) -> bytes:
-    """``canonicalize(d)`` for a payload that passed :func:`_field_problem`, about 3x faster.
-
-    The keys are fixed and ASCII, so their canonical order is :data:`PAYLOAD_FIELDS`.
-    Raises :class:`CanonicalJSONError` if a string holds a lone surrogate.
-    """
-    e = _encode_str
-    ids = ",".join(map(e, d["record_ids"]))
-    text = (
-        f'{{"action":{e(d["action"])},"actor":{e(d["actor"])},"consent_id":{e(d["consent_id"])}'
-        f',"outcome":{e(d["outcome"])},"patient":{e(d["patient"])}'
-        f',"prev_hash":"{d["prev_hash"]}","purpose":{e(d["purpose"])},"reason":{e(d["reason"])}'
-        f',"record_ids":[{ids}],"role":{e(d["role"])},"seq":{d["seq"]:d}'
-        f',"source_tier":{e(d["source_tier"])},"target_tier":{e(d["target_tier"])}'
-        f',"time":{number_text(float(d["time"]))}}}'
-    )
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise CanonicalJSONError(f"a string holds a lone surrogate at {exc.start}") from None
-
-
-def _strict_reason(payload: bytes) -> str:
-    """The most precise reason a non-canonical ``payload`` fails (only on the failure path)."""
-    try:
-        loads_strict(payload)
-    except CanonicalJSONError as exc:
-        return f"payload is not strict JSON: {exc}"
-    return "payload is not in canonical form"
-
-
-@dataclass(frozen=True, slots=True)
-class AuditEvent:
-    """One audit event. Ids and pseudonyms only, never narrative text.
-
-    ``seq`` starts at 1; ``prev_hash`` and ``event_hash`` are 64 lowercase hex digits;
-    ``time`` is UTC seconds; ``outcome`` is one of :data:`OUTCOMES`; ``reason`` is a short code
-    (may be empty); ``patient`` and ``consent_id`` are empty when not applicable. Construction
-    checks types and formats (raising :class:`InvalidInput`) but not that ``event_hash`` is
-    the hash of the payload: :meth:`from_json` and :meth:`from_row` check that.
-    """
-
-    seq: int
-    prev_hash: str
-    event_hash: str
-    time: float
-    actor: str
-    role: str
-    action: str
-    source_tier: str
-    target_tier: str
-    record_ids: tuple[str, ...]
-    patient: str
-    consent_id: str
-    purpose: str
-    outcome: str
-    reason: str
-
-    def __post_init__(self) -> None:
-        if isinstance(self.record_ids, list):
-            object.__setattr__(self, "record_ids", tuple(self.record_ids))
-        if type(self.time) is int:
-            object.__setattr__(self, "time", float(self.time))
-        problem = _field_problem(self._as_dict(), _EVENT_KEYS)
-        if problem is not None:
-            raise InvalidInput(f"invalid audit event: {problem}")
-
-    def _as_dict(self, *, with_hash: bool = True) -> dict[str, Any]:
-        d: dict[str, Any] = {name: getattr(self, name) for name in PAYLOAD_FIELDS}
-        if with_hash:
-            d["event_hash"] = self.event_hash
-        return d
-
-    def payload(self) -> bytes:
-        """Canonical JSON of the event without ``event_hash``: the stored, hashed bytes."""
-        return _payload_bytes(self._as_dict(with_hash=False))
-
-    def row(self) -> Row:
-        """The ``(seq, payload, event_hash)`` row to store."""
-        return (self.seq, self.payload(), self.event_hash)
-
-    def to_json(self) -> bytes:
-        """Canonical JSON of the whole event, ``event_hash`` included (for export)."""
-        return canonicalize(self._as_dict())
-
-    @classmethod
-    def from_json(cls, data: str | bytes) -> AuditEvent:
-        """Parse :meth:`to_json` output strictly and check ``event_hash`` against the content.
-
-        Raises :class:`CanonicalJSONError` for bad JSON, :class:`InvalidInput` for missing,
-        unknown or mistyped fields, :class:`AuditChainBroken` when the hash does not match.
-        """
-        d = loads_strict(data)
-        problem = _field_problem(d, _EVENT_KEYS)
-        if problem is not None:
-            raise InvalidInput(f"invalid audit event: {problem}")
-        event = cls(**d)
-        if hashlib.sha256(event.payload()).hexdigest() != event.event_hash:
-            raise AuditChainBroken("event_hash does not match the event", seq=event.seq)
-        return event
-
-    @classmethod
-    def from_row(cls, seq: int, payload: bytes | memoryview, event_hash: str) -> AuditEvent:
-        """Rebuild an event from its stored row, checking hash, seq column and canonical form.
-
-        Raises :class:`AuditChainBroken` (with ``seq``) for any disagreement.
-        """
-        raw = bytes(payload)
-        if hashlib.sha256(raw).hexdigest() != event_hash:
-            raise AuditChainBroken("payload does not match its event_hash", seq=seq)
-        try:
-            d = loads_strict(raw)
-        except CanonicalJSONError as exc:
-            raise AuditChainBroken(f"payload is not strict JSON: {exc}", seq=seq) from None
-        problem = _field_problem(d)
-        if problem is not None or d["seq"] != seq or _payload_bytes(d) != raw:
-            reason = problem or "payload seq or canonical form disagrees with the row"
-            raise AuditChainBroken(reason, seq=seq)
-        return cls(event_hash=event_hash, **d)
 
 
 class ChainBuilder:
@@ -252,7 +72,7 @@ class ChainBuilder:
     def __init__(self, head_seq: int = 0, head_hash: str = GENESIS) -> None:
         if type(head_seq) is not int or head_seq < 0:
             raise InvalidInput(f"head_seq {head_seq!r} is not an integer >= 0")
-        if not isinstance(head_hash, str) or _HEX64.fullmatch(head_hash) is None:
+        if not isinstance(head_hash, str) or HEX64.fullmatch(head_hash) is None:
             raise InvalidInput("head_hash is not 64 lowercase hex digits")
         if head_seq == 0 and head_hash != GENESIS:
             raise InvalidInput("an empty chain's head_hash must be GENESIS")
@@ -277,6 +97,23 @@ class ChainBuilder:
         """
         seq, payload, digest = self.next_row(**fields)
         return AuditEvent.from_row(seq, payload, digest)
+
+    def next_row_of(self, spec: AuditSpec) -> Row:
+        """:meth:`next_row` with the fields of ``spec``."""
+        return self.next_row(
+            time=spec.time,
+            actor=spec.actor,
+            role=spec.role,
+            action=spec.action,
+            source_tier=spec.source_tier,
+            target_tier=spec.target_tier,
+            purpose=spec.purpose,
+            outcome=spec.outcome,
+            record_ids=spec.record_ids,
+            patient=spec.patient,
+            consent_id=spec.consent_id,
+            reason=spec.reason,
+        )
 
     def next_row(
         self,
@@ -316,10 +153,10 @@ class ChainBuilder:
             "target_tier": target_tier,
             "time": float(time) if type(time) is int else time,
         }
-        problem = _content_problem(d)
+        problem = content_problem(d)
         if problem is not None:
             raise InvalidInput(f"invalid audit event: {problem}")
-        payload = _payload_bytes(d)
+        payload = payload_bytes(d)
         digest = hashlib.sha256(payload).hexdigest()
         self._seq, self._hash = d["seq"], digest
         return d["seq"], payload, digest
@@ -350,7 +187,7 @@ class VerifyResult:
 def _check_start(start_seq: int, start_prev: str) -> None:
     if type(start_seq) is not int or start_seq < 1:
         raise InvalidInput(f"start_seq {start_seq!r} is not an integer >= 1")
-    if not isinstance(start_prev, str) or _HEX64.fullmatch(start_prev) is None:
+    if not isinstance(start_prev, str) or HEX64.fullmatch(start_prev) is None:
         raise InvalidInput("start_prev is not 64 lowercase hex digits")
 
 
@@ -444,8 +281,8 @@ def verify_chain(rows: Iterable[Row], *, start_seq: int = 1, start_prev: str = G
         try:
             d = json.loads(payload.decode("utf-8"))
         except (ValueError, RecursionError):
-            return _bad(count, head, expected, _strict_reason(payload))
-        problem = _field_problem(d)
+            return _bad(count, head, expected, strict_reason(payload))
+        problem = field_problem(d)
         if problem is not None:
             return _bad(count, head, expected, problem)
         if d["seq"] != expected:
@@ -453,11 +290,11 @@ def verify_chain(rows: Iterable[Row], *, start_seq: int = 1, start_prev: str = G
         if d["prev_hash"] != head:
             return _bad(count, head, expected, "prev_hash does not link to the previous event")
         try:
-            canonical = _payload_bytes(d)
+            canonical = payload_bytes(d)
         except CanonicalJSONError as exc:
             return _bad(count, head, expected, f"payload cannot be canonicalised: {exc}")
         if canonical != payload:
-            return _bad(count, head, expected, _strict_reason(payload))
+            return _bad(count, head, expected, strict_reason(payload))
         head = digest
         expected += 1
         count += 1

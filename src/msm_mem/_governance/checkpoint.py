@@ -26,7 +26,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .._errors import AuditChainBroken, CanonicalJSONError, InvalidInput, StoreError
-from .audit_chain import GENESIS, VerifyResult
+from .audit_chain import VerifyResult
+from .audit_event import GENESIS
 from .jcs import MAX_SAFE_INTEGER, canonicalize, loads_strict
 
 __all__ = [

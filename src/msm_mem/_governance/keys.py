@@ -9,7 +9,8 @@ every ciphertext of that patient becomes unreadable (crypto-shredding).
 Providers shipped here:
 
 * :class:`LocalKeyFileProvider`: KEKs in a JSON key file with mode ``0600``, rotated atomically.
-* :class:`InMemoryKeyProvider`: KEKs in process memory, for tests and examples.
+* :class:`msm_mem.testing.InMemoryKeyProvider` (with an in-memory :class:`WrappedKeyStore`):
+  KEKs in process memory, for tests and examples.
 
 A HashiCorp Vault transit engine or a cloud KMS implements the same protocol: ``wrap`` and
 ``unwrap`` become the service's encrypt/decrypt calls (the KEK never leaves the service),
@@ -32,7 +33,6 @@ import re
 import stat
 import threading
 import uuid
-from dataclasses import replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -41,12 +41,12 @@ from .._tier_records import WrappedKey
 from .aead import aes_gcm_decrypt, aes_gcm_encrypt
 
 __all__ = [
-    "InMemoryKeyProvider",
-    "InMemoryWrappedKeyStore",
+    "KekRing",
     "KeyProvider",
     "LocalKeyFileProvider",
     "WrappedKey",
     "WrappedKeyStore",
+    "new_kek",
 ]
 
 _KEY_BYTES = 32  # AES-256
@@ -110,48 +110,20 @@ class WrappedKeyStore(Protocol):
         ...
 
 
-class InMemoryWrappedKeyStore:
-    """A :class:`WrappedKeyStore` in a dict (tests, examples); thread-safe."""
-
-    def __init__(self) -> None:
-        self._by_patient: dict[str, WrappedKey] = {}
-        self._lock = threading.Lock()
-
-    def get(self, patient_ref: str) -> WrappedKey | None:
-        with self._lock:
-            return self._by_patient.get(patient_ref)
-
-    def get_by_id(self, key_id: str) -> WrappedKey | None:
-        with self._lock:
-            for key in self._by_patient.values():
-                if key.key_id == key_id:
-                    return key
-            return None
-
-    def put(self, key: WrappedKey) -> None:
-        with self._lock:
-            self._by_patient[key.patient_ref] = key
-
-    def shred(self, patient_ref: str) -> None:
-        with self._lock:
-            key = self._by_patient.get(patient_ref)
-            if key is not None:
-                self._by_patient[patient_ref] = replace(key, wrapped=b"", shredded=True)
-
-    def all(self) -> list[WrappedKey]:
-        with self._lock:
-            return list(self._by_patient.values())
-
-
 def _new_kek_id() -> str:
     return f"kek-{uuid.uuid4().hex}"
+
+
+def new_kek() -> tuple[str, bytes]:
+    """A fresh key-encryption key: ``(kek_id, 32 random bytes)``."""
+    return _new_kek_id(), os.urandom(_KEY_BYTES)
 
 
 def _wrap_aad(kek_id: str) -> bytes:
     return _WRAP_AAD_PREFIX + kek_id.encode("ascii")
 
 
-class _KekRing:
+class KekRing:
     """KEKs by id plus the current one; the wrapping logic shared by the providers."""
 
     def __init__(self, keks: dict[str, bytes], current: str) -> None:
@@ -213,14 +185,6 @@ class _KekRing:
 
     def _persist(self, keks: dict[str, bytes], current: str) -> None:
         """Hook for durable providers; called before the in-memory state changes."""
-
-
-class InMemoryKeyProvider(_KekRing):
-    """A :class:`KeyProvider` whose KEKs live only in memory (tests and examples)."""
-
-    def __init__(self) -> None:
-        kek_id = _new_kek_id()
-        super().__init__({kek_id: os.urandom(_KEY_BYTES)}, kek_id)
 
 
 def _encode_file(keks: dict[str, bytes], current: str) -> bytes:
@@ -285,7 +249,7 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
-class LocalKeyFileProvider(_KekRing):
+class LocalKeyFileProvider(KekRing):
     """KEKs kept in a local JSON key file (mode ``0600``), for single-machine deployments.
 
     ``LocalKeyFileProvider(path)`` opens an existing file (same as :meth:`open`);

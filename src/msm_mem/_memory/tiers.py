@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from .. import _transitions as tr
 from .._errors import AccessDenied, ConsentDenied, IllegalTransition, InvalidInput, MsmMemError
 from .._governance.audit import AuditLog
+from .._governance.audit_event import AuditSpec
 from .._governance.consent import DATA_CLASSES, evaluate
 from .._principal import Principal
 from .._records import Hit, new_id
@@ -372,7 +372,7 @@ class GovernedMemory:
     def fail(self, turn: Turn, exc: BaseException) -> None:
         """Record a turn that failed (for example a backbone timeout): its consent decision and
         reads, then the error; nothing else of the turn is written."""
-        kept = [e for e in turn.audit if e["action"] in ("consent", "read")]
+        kept = [e for e in turn.audit if e.action in ("consent", "read")]
         kept.append(
             self.audit.spec(
                 actor=turn.actor.id,
@@ -390,5 +390,5 @@ class GovernedMemory:
         turn.audit.clear()
         self._write_audit_only(kept)
 
-    def _write_audit_only(self, specs: list[dict[str, Any]]) -> None:
+    def _write_audit_only(self, specs: list[AuditSpec]) -> None:
         self.audit.write(WriteBatch(), specs)

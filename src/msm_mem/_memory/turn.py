@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from .._governance.audit_event import AuditSpec
 from .._principal import Principal
 from .._records import Hit
 from .._storage.base import WriteBatch
@@ -27,7 +27,7 @@ class Turn:
     consent_id: str
     staging: Staging = field(default_factory=Staging)
     #: audit events of the turn, chained and written at commit
-    audit: list[dict[str, Any]] = field(default_factory=list)
+    audit: list[AuditSpec] = field(default_factory=list)
 
     @property
     def purpose(self) -> str:

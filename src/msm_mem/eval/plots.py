@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import MissingExtra
-from .protocol import CONFIGS, MODES
+from .records import CONFIGS, MODES
 from .split import PHASES
 
 __all__ = ["write_plots"]

@@ -19,24 +19,22 @@ normalisation, otherwise corrected); with ``none`` only the agent's own answers 
 back, through the gate. The fine-tune split is unused (a nonparametric backbone trains on
 nothing); it is kept so the split has the paper's shape.
 
-Determinism: stores run on a :class:`~msm_mem.FixedClock` (one day after the last
+Determinism: stores run on a :class:`~msm_mem._clock.FixedClock` (one day after the last
 study), rows are processed in a fixed order and ties are broken by ids that never reach the
 results, so the same rows, settings and seed give the same answers.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import multiprocessing
 import queue
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -47,9 +45,19 @@ from .._errors import InvalidInput
 from .._records import ManifestRow
 from .._settings import Settings
 from ..plugins.encoders import get_encoder
-from .baselines import BASELINES, Known, KnownStudies, Vector, baseline_answer
+from .baselines import Known, KnownStudies, Vector, baseline_answer
 from .metrics import normalize_answer
-from .split import PHASES, Split, split_patients
+from .records import (
+    CONFIGS,
+    MODES,
+    Answered,
+    ProtocolRun,
+    ProtocolSettings,
+    config_flags,
+    fingerprint,
+    parse_configs,
+)
+from .split import PHASES, split_patients
 
 __all__ = [
     "CONFIGS",
@@ -64,111 +72,11 @@ __all__ = [
     "run_protocol",
 ]
 
-#: The 8 memory configurations (subsets of S, E, V), in the paper's Table 1 order.
-CONFIGS: tuple[str, ...] = ("none", "S", "E", "V", "SE", "SV", "EV", "SEV")
-MODES: tuple[str, ...] = ("online", "frozen")
 #: who acts in an evaluation (recorded in each store's audit trail)
 CRITIC = Principal("report-signer", Role.CRITIC, Purpose.TREATMENT)
 AGENT = Principal("msm-mem-agent", Role.AGENT, Purpose.TREATMENT)
 INGEST = Principal("msm-mem-ingest", Role.SYSTEM, Purpose.OPERATIONS)
 ADMIN = Principal("msm-mem-admin", Role.ADMIN, Purpose.OPERATIONS)
-Feedback = Literal["truth", "none"]
-
-
-def parse_configs(text: str) -> tuple[str, ...]:
-    """``"all"`` or a comma list of ``none`` and subsets of S, E, V (letters in any order, any
-    case) -> canonical names in :data:`CONFIGS` order; raises :class:`InvalidInput`."""
-    if text.strip().lower() == "all":
-        return CONFIGS
-    chosen: set[str] = set()
-    for token in (t.strip() for t in text.split(",")):
-        letters = token.upper()
-        if token.lower() == "none":
-            chosen.add("none")
-        elif letters and set(letters) <= set("SEV") and len(set(letters)) == len(letters):
-            chosen.add("".join(c for c in "SEV" if c in letters))
-        else:
-            raise InvalidInput(f"unknown memory configuration {token!r}; use all, none or a subset of S, E, V")
-    return tuple(c for c in CONFIGS if c in chosen)
-
-
-def config_flags(name: str) -> dict[str, bool]:
-    """``use_sem``/``use_epi``/``use_vis`` for a configuration name from :data:`CONFIGS`."""
-    if name not in CONFIGS:
-        raise InvalidInput(f"unknown memory configuration {name!r}")
-    return {"use_sem": "S" in name, "use_epi": "E" in name, "use_vis": "V" in name}
-
-
-def fingerprint(rows: Sequence[ManifestRow]) -> str:
-    """SHA-256 (hex) of the rows' content and image bytes, independent of folder and row order."""
-    digest = hashlib.sha256()
-    for r in sorted(rows, key=lambda r: (r.patient_id, r.study_id)):
-        image = hashlib.sha256(Path(r.image).read_bytes()).hexdigest()
-        fields = [
-            r.patient_id,
-            r.study_id,
-            repr(r.timestamp),
-            r.question,
-            r.answer,
-            r.report,
-            r.decision,
-            r.view,
-            image,
-        ]
-        digest.update(json.dumps(fields, ensure_ascii=False).encode() + b"\n")
-    return digest.hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class ProtocolSettings:
-    """What one evaluation runs: configurations, baselines, plugins, feedback, seed."""
-
-    configs: tuple[str, ...] = CONFIGS
-    baselines: tuple[str, ...] = BASELINES
-    backbone: str = "nonparametric"
-    encoder: str = "pixels"
-    feedback: Feedback = "truth"
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.feedback not in ("truth", "none"):
-            raise InvalidInput(f"feedback must be truth or none, got {self.feedback!r}")
-        for c in self.configs:
-            config_flags(c)
-        if unknown := [b for b in self.baselines if b not in BASELINES]:
-            raise InvalidInput(f"unknown baseline(s) {unknown}; known: {', '.join(BASELINES)}")
-        if not self.configs and not self.baselines:
-            raise InvalidInput("nothing to evaluate: no configuration and no baseline")
-
-
-@dataclass(frozen=True, slots=True)
-class Answered:
-    """One scored answer. ``gate`` is ``written``, ``discarded:<failed codes joined by +>``
-    (the agent's own answer at the write-back gate) or ``""`` for baselines."""
-
-    mode: str
-    phase: str
-    arm: str
-    patient_id: str
-    study_id: str
-    prediction: str
-    reference: str
-    gate: str = ""
-
-
-@dataclass(slots=True)
-class ProtocolRun:
-    """Everything one run produced: settings, the split, study counts and every answer."""
-
-    settings: ProtocolSettings
-    memory_settings: Settings
-    split: Split
-    data: dict[str, object]
-    answers: list[Answered] = field(default_factory=list)
-
-    @property
-    def arms(self) -> tuple[str, ...]:
-        return (*self.settings.configs, *self.settings.baselines)
 
 
 class _AgentArm:

@@ -33,7 +33,7 @@ import numpy as np
 
 from .._memory.labeler import finding_f1, label
 from .metrics import bootstrap_ci, corpus_bleu4, exact_match, rouge_l, token_f1
-from .protocol import CONFIGS, MODES, Answered, ProtocolRun
+from .records import CONFIGS, MODES, Answered, ProtocolRun
 from .split import PHASES
 
 __all__ = ["METRICS", "finding_counts", "results_json", "summarise", "table1_markdown", "write_reports"]

@@ -1,11 +1,4 @@
-"""Fakes shipped with the package so that examples and tests run without weights or servers.
-
-- :class:`FixedClock`: a clock that only moves when told (TTL, decay and freshness tests).
-- :class:`DeterministicEncoder`: maps an image to a unit vector seeded by its pixel bytes, so
-  equal images give equal vectors and different images nearly orthogonal ones; no weights.
-- :class:`FixedBackbone`: answers every prompt with the same text and decision, so a test
-  controls what the write-back gate and the audit see; no model.
-"""
+"""A deterministic encoder and a fixed-answer backbone: no weights, no model."""
 
 from __future__ import annotations
 
@@ -16,11 +9,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._clock import FixedClock
-from .plugins.backbones.base import BackboneReply, BackboneRequest
-from .plugins.encoders.base import BaseEncoder
+from ..plugins.backbones.base import BackboneReply, BackboneRequest
+from ..plugins.encoders.base import BaseEncoder
 
-__all__ = ["DeterministicEncoder", "FixedBackbone", "FixedClock"]
+__all__ = ["DeterministicEncoder", "FixedBackbone"]
 
 
 class DeterministicEncoder(BaseEncoder):
