@@ -168,12 +168,15 @@ class MemoryAgent:
         policy: RetrievalPolicy | None = None,
         router: Router | None = None,
         max_steps: int = 4,
+        directory: str | os.PathLike[str] | None = None,
     ) -> None:
         if encoder.dim != gm.store.dim:
             raise InvalidInput(f"encoder {encoder.name} is {encoder.dim}-d; the store is {gm.store.dim}-d")
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidInput(f"max_steps must be a positive integer, got {max_steps!r}")
         self.gm = gm
+        #: where router.json lives: the memory directory (default: the embedded store's own)
+        self.directory = directory if directory is not None else getattr(gm.store, "directory", None)
         self.memory = gm.memory
         self.encoder = encoder
         self.backbone = backbone or NonparametricBackbone()
@@ -182,7 +185,7 @@ class MemoryAgent:
         self.max_steps = max_steps
 
     def _router_path(self) -> Path | None:
-        directory = getattr(self.gm.store, "directory", None)
+        directory = self.directory
         return Path(directory) / ROUTER_FILE if isinstance(directory, (str, os.PathLike)) else None
 
     def _stored_router(self) -> Router:

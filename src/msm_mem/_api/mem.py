@@ -115,7 +115,7 @@ class MsmMem(_Care, _Reads, _Admin):
         store.use_codec(EnvelopeCodec(self._cipher, store.keys()))
         self._audit = AuditLog(store, self._cipher, directory, self._clock)
         self._gm = GovernedMemory(Memory(store, settings, self._clock), self._audit)
-        self._agent = MemoryAgent(self._gm, enc, _backbone(backbone, backbone_options))
+        self._agent = MemoryAgent(self._gm, enc, _backbone(backbone, backbone_options), directory=directory)
 
     def _maintainer(self, system: Principal | None = None) -> Maintainer:
         if system is None:
