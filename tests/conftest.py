@@ -230,3 +230,34 @@ def new_mem(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemFacto
 def backend(new_mem: MemFactory, request: pytest.FixtureRequest) -> str:
     """The backend name of the ``new_mem`` fixture in use (``sqlite`` or ``postgres``)."""
     return str(request.node.callspec.params["new_mem"])
+
+
+# governed stores that outlive one test (module fixtures) or one example (hypothesis) --------
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(name, marks=[pytest.mark.postgres] if name == "postgres" else []) for name in sorted(BACKENDS)
+    ],
+)
+def module_backend(request: pytest.FixtureRequest) -> str:
+    """A store backend name (``sqlite`` or ``postgres``) for a module-scoped governed store;
+    pass ``init_options(module_backend)`` to ``MsmMem.init``."""
+    return str(request.param)
+
+
+def mem_options(backend: str, **options: Any) -> dict[str, Any]:
+    """``MsmMem.init`` options putting a new governed store on ``backend``: on PostgreSQL the
+    session's server and a fresh schema (dropped with the others), as ``new_mem`` does."""
+    if backend == "postgres":
+        options.setdefault("database_url", postgres_dsn())
+        options.setdefault("schema", f"t{_SESSION}_{uuid.uuid4().hex[:12]}")
+    return options
+
+
+@pytest.fixture(scope="session")
+def init_options() -> Callable[..., dict[str, Any]]:
+    """:func:`mem_options` of this conftest (a test module importing ``tests.conftest`` gets a
+    second copy of the module, with its own server cache: take this fixture instead)."""
+    return mem_options

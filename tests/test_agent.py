@@ -21,7 +21,8 @@ from msm_mem.datasets.synthetic import generate
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.plugins.backbones.nonparametric import EMPTY_ANSWER, NonparametricBackbone
 from msm_mem.testing import FixedClock
-from tests.helpers import ADMIN, AGENT, INGEST
+from tests.conftest import MemFactory
+from tests.helpers import AGENT, INGEST
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -50,16 +51,16 @@ def later(rows: Sequence[ManifestRow]) -> list[ManifestRow]:
     return [rs[1] for rs in by_patient(rows).values() if len(rs) > 1]
 
 
-def open_store(tmp_path: Path, rows: Sequence[ManifestRow], name: str = "store") -> MsmMem:
-    """A fresh store holding the first study of each patient."""
-    mem = MsmMem.init(tmp_path / name, ADMIN, clock=FixedClock())
+def open_store(new_mem: MemFactory, rows: Sequence[ManifestRow], name: str = "store") -> MsmMem:
+    """A fresh store (of the backend of ``new_mem``) holding the first study of each patient."""
+    mem = new_mem(name, clock=FixedClock())
     mem.ingest(INGEST, [rs[0] for rs in by_patient(rows).values()])
     return mem
 
 
 @pytest.fixture
-def mem(tmp_path: Path, synthetic: list[ManifestRow]) -> Iterator[MsmMem]:
-    with open_store(tmp_path, synthetic) as m:
+def mem(new_mem: MemFactory, synthetic: list[ManifestRow]) -> Iterator[MsmMem]:
+    with open_store(new_mem, synthetic) as m:
         yield m
 
 
@@ -116,6 +117,8 @@ class Always:
 
 
 def agent(mem: MsmMem, **kwargs: Any) -> MemoryAgent:
+    """A new agent over the store's memory, with the store's directory (as MsmMem makes its own)."""
+    kwargs.setdefault("directory", mem.directory)
     return MemoryAgent(mem._gm, mem._encoder, kwargs.pop("backbone", None), **kwargs)
 
 
@@ -290,11 +293,11 @@ def test_router_features_describe_the_patients_retrieval(mem: MsmMem, synthetic:
     assert f.top_cosine_episodic is not None and 0.0 < f.top_cosine_episodic <= 1.0
 
 
-def test_a_learned_router_in_the_store_directory_is_used(tmp_path: Path, synthetic: list[ManifestRow]) -> None:
+def test_a_learned_router_in_the_store_directory_is_used(new_mem: MemFactory, synthetic: list[ManifestRow]) -> None:
     """router.json in the store directory is loaded by a new agent; a malformed one is an error."""
     examples = [RouterExample(RouterFeatures(0.9, 0.9, 1, 1, 1.0, 1), {"visual": False}) for _ in range(10)]
     learned = fit_router(examples, min_weight=0.5)
-    with open_store(tmp_path, synthetic) as m:
+    with open_store(new_mem, synthetic) as m:
         assert isinstance(m._agent.router, FixedRouter)
         path = m._agent.install_router(learned)
         assert path == m.directory / ROUTER_FILE and path.is_file()
@@ -319,11 +322,11 @@ def _summary(answers: Sequence[AgentAnswer]) -> list[tuple[Any, ...]]:
     ]
 
 
-def test_ask_many_equals_asking_one_at_a_time(tmp_path: Path, synthetic: list[ManifestRow]) -> None:
+def test_ask_many_equals_asking_one_at_a_time(new_mem: MemFactory, synthetic: list[ManifestRow]) -> None:
     """ask_many gives the answers of sequential asks, write-backs included (two identical stores)."""
     rows = sorted((r for rs in by_patient(synthetic).values() for r in rs[1:]), key=lambda r: r.timestamp)
     queries = [query(r) for r in rows]
-    with open_store(tmp_path, synthetic, "a") as a, open_store(tmp_path, synthetic, "b") as b:
+    with open_store(new_mem, synthetic, "a") as a, open_store(new_mem, synthetic, "b") as b:
         many = a._agent.ask_many(AGENT, queries)
         one = [b._agent.ask(AGENT, q) for q in queries]
         assert _summary(many) == _summary(one)
@@ -402,7 +405,7 @@ def test_a_failing_backbone_changes_nothing_but_the_audit(
 
 
 @pytest.mark.shared
-def test_covid_cxr_end_to_end(tmp_path: Path) -> None:
+def test_covid_cxr_end_to_end(new_mem: MemFactory) -> None:
     """On the real covid-cxr snapshot (a handful of patients with distinct first diagnoses): semantic
     memory recovers each patient's earlier diagnosis; full memory cites only that patient."""
     folder = SHARED / "data" / "covid-cxr"
@@ -416,7 +419,7 @@ def test_covid_cxr_end_to_end(tmp_path: Path) -> None:
         if len(chosen) == 5:
             break
     assert len(chosen) >= 3
-    with open_store(tmp_path, [r for rs in chosen.values() for r in rs]) as m:
+    with open_store(new_mem, [r for rs in chosen.values() for r in rs]) as m:
         for patient, rs in chosen.items():
             sem = m._agent.ask(AGENT, query(rs[1]), use_epi=False, use_vis=False, write_back=False)
             assert sem.answer == rs[0].answer, patient

@@ -18,7 +18,8 @@ from msm_mem._governance.codec import SHREDDED
 from msm_mem._governance.crypto import is_token
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
-from tests.helpers import ADMIN, AGENT
+from tests.conftest import MemFactory
+from tests.helpers import ADMIN, AGENT, raw_db
 from tests.helpers import png as _png
 
 T0 = 1_700_000_000.0
@@ -35,10 +36,14 @@ PHI_COLUMNS = {
 }
 
 
-def _fill(tmp_path: Path) -> Path:
-    """A closed store with two patients, a held item and a critic correction."""
+def _fill(tmp_path: Path, new_mem: MemFactory | None = None) -> Path:
+    """A closed store with two patients, a held item and a critic correction (SQLite, or of the
+    backend of ``new_mem``)."""
     directory = tmp_path / "s"
-    mem = MsmMem.init(directory, ADMIN, clock=FixedClock(T0))
+    if new_mem is None:
+        mem = MsmMem.init(directory, ADMIN, clock=FixedClock(T0))
+    else:
+        mem = new_mem("s", clock=FixedClock(T0))
     mem._agent.backbone = FixedBackbone(ANSWER, DECISION)
     for patient, seed in (("P1", 1), ("P1", 1), ("P2", 2)):
         mem.ask(AGENT, patient, _png(tmp_path, seed), QUESTION, study_id=f"S{seed}")
@@ -75,12 +80,19 @@ def _readable(directory: Path) -> dict[str, str]:
 
 @pytest.fixture
 def store_dir(tmp_path: Path) -> Iterator[Path]:
+    """The filled store on SQLite (for the file-level and the command-line tests)."""
     yield _fill(tmp_path)
 
 
-def test_phi_columns_hold_enc1_tokens(store_dir: Path) -> None:
+@pytest.fixture
+def filled(tmp_path: Path, new_mem: MemFactory) -> Path:
+    """The filled store, closed, on each backend."""
+    return _fill(tmp_path, new_mem)
+
+
+def test_phi_columns_hold_enc1_tokens(filled: Path) -> None:
     """Every non-empty PHI column of every table is an enc1 token."""
-    con = _db(store_dir)
+    con = raw_db(filled)
     try:
         for table, columns in PHI_COLUMNS.items():
             for column in columns:
@@ -94,24 +106,39 @@ def test_phi_columns_hold_enc1_tokens(store_dir: Path) -> None:
 
 
 def test_no_plaintext_in_database_files(store_dir: Path) -> None:
-    """Neither the database file nor its WAL holds question, answer or decision text."""
+    """Neither the database file nor its WAL holds question, answer or decision text.
+
+    SQLite only: it reads the store's files; the rows of either backend are checked by
+    test_no_plaintext_in_any_stored_row."""
     blob = b"".join(p.read_bytes() for p in store_dir.glob("msm-mem.sqlite*"))
     assert blob
     for secret in ("wombat", "platypus", "pneumonia", "left apex", "img1.png", "Confirmed"):
         assert secret.encode() not in blob, secret
 
 
-def test_fields_decrypt_back(store_dir: Path) -> None:
+def test_no_plaintext_in_any_stored_row(filled: Path) -> None:
+    """No column of any row of any table of the store of record holds question, answer or decision text."""
+    with raw_db(filled) as db:
+        tables = db.tables()
+        assert {"episodic", "visual", "semantic", "stm", "claims", "audit", "keys"} <= set(tables)
+        rows = [repr(tuple(r)) for t in tables for r in db.execute(f"SELECT * FROM {t}").fetchall()]  # noqa: S608
+    blob = "\n".join(rows)
+    assert "enc1:" in blob
+    for secret in ("wombat", "platypus", "pneumonia", "left apex", "img1.png", "Confirmed"):
+        assert secret not in blob, secret
+
+
+def test_fields_decrypt_back(filled: Path) -> None:
     """Through the store, the same fields read back as the plaintext that was written."""
-    fields = _readable(store_dir)
+    fields = _readable(filled)
     assert ANSWER in fields.values() and QUESTION in fields.values()
     assert any("Confirmed wombatoid pneumonia" in v for v in fields.values())
 
 
 @pytest.mark.parametrize("where", ["other_field", "other_record_same_patient", "other_patient"])
-def test_moved_ciphertext_fails_authentication(store_dir: Path, where: str) -> None:
-    """A token copied into another field or record (edit in sqlite) raises DecryptionError on read."""
-    con = _db(store_dir)
+def test_moved_ciphertext_fails_authentication(filled: Path, where: str) -> None:
+    """A token copied into another field or record (edit in the database) raises DecryptionError on read."""
+    con = raw_db(filled)
     rows = con.execute("SELECT id, patient_id, question, answer FROM episodic ORDER BY pos").fetchall()
     p1 = [r for r in rows if r[1] == "P1"]
     p2 = [r for r in rows if r[1] == "P2"]
@@ -123,31 +150,31 @@ def test_moved_ciphertext_fails_authentication(store_dir: Path, where: str) -> N
         target, sql, token = p2[0][0], "UPDATE episodic SET answer = ? WHERE id = ?", p1[0][3]
     con.execute(sql, (token, target))
     con.close()
-    with MsmMem.open(store_dir) as mem, pytest.raises(DecryptionError):
+    with MsmMem.open(filled) as mem, pytest.raises(DecryptionError):
         mem._store.get_episodes([target])
 
 
-def test_tampered_or_plain_values_fail(store_dir: Path) -> None:
+def test_tampered_or_plain_values_fail(filled: Path) -> None:
     """A flipped character in a token or plain text in a PHI column raises DecryptionError."""
-    con = _db(store_dir)
+    con = raw_db(filled)
     claim_id, content = con.execute("SELECT id, content FROM claims WHERE patient_id = 'P1'").fetchone()
     flipped = content[:-3] + ("A" if content[-3] != "A" else "B") + content[-2:]
     con.execute("UPDATE claims SET content = ? WHERE id = ?", (flipped, claim_id))
     stm_id = con.execute("SELECT id FROM stm WHERE payload != '' LIMIT 1").fetchone()[0]
     con.execute("UPDATE stm SET payload = ? WHERE id = ?", (json.dumps({"question": "plain"}), stm_id))
     con.close()
-    with MsmMem.open(store_dir) as mem:
+    with MsmMem.open(filled) as mem:
         with pytest.raises(DecryptionError):
             mem._store.get_claims([claim_id])
         with pytest.raises(DecryptionError):
             mem._store.stm_get([stm_id])
 
 
-def test_key_files_are_private(store_dir: Path) -> None:
+def test_key_files_are_private(filled: Path) -> None:
     """The KEK file and the checkpoint signing key are mode 0600, their folder 0700."""
     for name in ("kek.json", "checkpoint.key"):
-        assert stat.S_IMODE((store_dir / "keys" / name).stat().st_mode) == 0o600, name
-    assert stat.S_IMODE((store_dir / "keys").stat().st_mode) == 0o700
+        assert stat.S_IMODE((filled / "keys" / name).stat().st_mode) == 0o600, name
+    assert stat.S_IMODE((filled / "keys").stat().st_mode) == 0o700
 
 
 def test_cli_rotate_keeps_every_record_readable(store_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

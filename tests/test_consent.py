@@ -16,6 +16,7 @@ from msm_mem._governance.consent import DATA_CLASSES, ConsentDecision, default_p
 from msm_mem._records import new_id
 from msm_mem._tier_records import ConsentRecord
 from msm_mem.testing import FixedBackbone, FixedClock
+from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, audit_events
 
 T0 = 1_700_000_000.0
@@ -62,9 +63,9 @@ def clock() -> FixedClock:
 
 
 @pytest.fixture
-def bare(tmp_path: Path, clock: FixedClock) -> Iterator[MsmMem]:
+def bare(new_mem: MemFactory, clock: FixedClock) -> Iterator[MsmMem]:
     """A store with no consent records at all (everything denied)."""
-    mem = MsmMem.init(tmp_path / "s", ADMIN, clock=clock, policy=[])
+    mem = new_mem("s", clock=clock, policy=[])
     mem._agent.backbone = FixedBackbone(ANSWER, "treat")
     yield mem
     mem.close()
@@ -284,9 +285,9 @@ def test_grant_is_audited_with_pseudonym(bare: MsmMem) -> None:
     assert b"P-secret-42" not in next(iter(reversed(list(bare._store.iter_audit())))).payload
 
 
-def test_population_prior_respects_other_patients_deny(tmp_path: Path, clock: FixedClock) -> None:
+def test_population_prior_respects_other_patients_deny(new_mem: MemFactory, tmp_path: Path, clock: FixedClock) -> None:
     """A patient who denied the agent must not feed another patient's answer."""
-    mem = MsmMem.init(tmp_path / "s", ADMIN, clock=clock, policy=[])
+    mem = new_mem("s", clock=clock, policy=[])
     try:
         mem._agent.backbone = FixedBackbone(ANSWER, "treat")
         mem.grant(ADMIN, [_consent(patient="*")])
@@ -301,11 +302,11 @@ def test_population_prior_respects_other_patients_deny(tmp_path: Path, clock: Fi
         mem.close()
 
 
-def test_grant_refuses_unknown_classes_and_roles(tmp_path: Path) -> None:
+def test_grant_refuses_unknown_classes_and_roles(new_mem: MemFactory) -> None:
     """A consent naming an unknown data class or role is refused and nothing is stored."""
     from msm_mem._errors import InvalidInput as _Invalid
 
-    mem = MsmMem.init(tmp_path / "g", ADMIN, policy=[])
+    mem = new_mem("g", policy=[])
     try:
         before = len(mem._store.consents())
         for bad in (

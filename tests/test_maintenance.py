@@ -18,7 +18,8 @@ from msm_mem._records import State
 from msm_mem._tier_records import StmState
 from msm_mem.plugins.images import load_image
 from msm_mem.testing import FixedBackbone, FixedClock
-from tests.helpers import ADMIN, AGENT, SYSTEM, audit_events
+from tests.conftest import MemFactory
+from tests.helpers import AGENT, SYSTEM, audit_events, raw_sql
 from tests.helpers import png as _png
 
 T0 = 1_700_000_000.0
@@ -45,8 +46,8 @@ def clock() -> FixedClock:
 
 
 @pytest.fixture
-def mem(tmp_path: Path, clock: FixedClock) -> Iterator[MsmMem]:
-    m = MsmMem.init(tmp_path / "s", ADMIN, clock=clock, backbone=FixedBackbone(ANSWER, "treat"))
+def mem(new_mem: MemFactory, clock: FixedClock) -> Iterator[MsmMem]:
+    m = new_mem("s", clock=clock, backbone=FixedBackbone(ANSWER, "treat"))
     yield m
     m.close()
 
@@ -265,7 +266,7 @@ def _decayed_texts(mem: MsmMem) -> dict[str, list[str]]:
     for v in mem._store.iter_visuals():
         if v.state == State.ANONYMIZED:
             out[v.visual_id] = [v.media_path, v.visual_tag, v.source, v.patient_id]
-    con_ids = mem._store._conn.execute("SELECT id FROM claims WHERE state = 'anonymized'").fetchall()
+    con_ids = raw_sql(mem, "SELECT id FROM claims WHERE state = 'anonymized'")
     for c in mem._store.get_claims([r[0] for r in con_ids]):
         out[c.claim_id] = [c.content, c.source, c.patient_id]
     return out
@@ -358,7 +359,7 @@ def test_decayed_records_keep_no_link_to_old_ids(mem: MsmMem, tmp_path: Path, cl
     audited = b"".join(_payloads(mem))
     links = [e.supersedes or "" for e in mem._store.iter_episodes()]
     links += [v.source_episode_id for v in mem._store.iter_visuals()]
-    rows = mem._store._conn.execute("SELECT key, supersedes FROM claims").fetchall()
+    rows = raw_sql(mem, "SELECT key, supersedes FROM claims")
     links += [r[1] or "" for r in rows]
     assert not [x for x in links if x and x.encode() in audited]
     assert not [r[0] for r in rows if "ACC-778899" in r[0]]

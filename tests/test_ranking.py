@@ -29,7 +29,8 @@ from msm_mem._memory.ranking import (
 )
 from msm_mem._records import EpisodicRecord, Hit, Impression, SemanticState
 from msm_mem.testing import FixedBackbone, FixedClock
-from tests.helpers import ADMIN, AGENT
+from tests.conftest import MemFactory
+from tests.helpers import AGENT
 
 T0 = 1_700_000_000.0
 ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
@@ -63,8 +64,8 @@ def clock() -> FixedClock:
 
 
 @pytest.fixture
-def mem(tmp_path: Path, clock: FixedClock) -> Iterator[MsmMem]:
-    m = MsmMem.init(tmp_path / "s", ADMIN, clock=clock, backbone=FixedBackbone(ANSWER, "treat"))
+def mem(new_mem: MemFactory, clock: FixedClock) -> Iterator[MsmMem]:
+    m = new_mem("s", clock=clock, backbone=FixedBackbone(ANSWER, "treat"))
     yield m
     m.close()
 

@@ -4,13 +4,12 @@ consolidation, supersession of claims and semantic state, atomic turns."""
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from msm_mem import Principal
@@ -22,6 +21,7 @@ from msm_mem._tier_records import ConsentRecord, StmChange, StmItem, StmState
 from msm_mem._transitions import Trigger
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.testing import FixedBackbone, FixedClock
+from tests.conftest import MemFactory
 from tests.helpers import ADMIN, audit_events
 from tests.helpers import png as _png
 
@@ -49,8 +49,8 @@ def clock() -> FixedClock:
 
 
 @pytest.fixture
-def mem(tmp_path: Path, clock: FixedClock) -> Iterator[MsmMem]:
-    m = MsmMem.init(tmp_path / "s", ADMIN, clock=clock, backbone=FixedBackbone(ANSWER, "treat"))
+def mem(new_mem: MemFactory, clock: FixedClock) -> Iterator[MsmMem]:
+    m = new_mem("s", clock=clock, backbone=FixedBackbone(ANSWER, "treat"))
     yield m
     m.close()
 
@@ -309,14 +309,21 @@ def _check_invariants(mem: MsmMem, before: dict[str, tuple[str, str]]) -> dict[s
     return after
 
 
-@settings(max_examples=25)
-@given(steps=st.lists(_STEP, min_size=1, max_size=8))
-def test_supersession_property(steps: list[tuple[str, str, object, str]]) -> None:
+#: examples of the property per backend (a PostgreSQL store costs a schema per example)
+SUPERSESSION_EXAMPLES = {"sqlite": 25, "postgres": 8}
+
+
+def test_supersession_property(new_mem: MemFactory, backend: str, tmp_path: Path) -> None:
     """Over any asks and critic verdicts: one ACTIVE claim per key and semantic state per patient,
     linear supersession chains, and no stored row ever changes its content."""
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        mem = MsmMem.init(folder / "s", ADMIN, clock=FixedClock(T0))
+    folder = tmp_path / "images"
+    folder.mkdir()
+    made = iter(range(10**6))
+
+    @settings(max_examples=SUPERSESSION_EXAMPLES[backend], suppress_health_check=[HealthCheck.too_slow])
+    @given(steps=st.lists(_STEP, min_size=1, max_size=8))
+    def check(steps: list[tuple[str, str, object, str]]) -> None:
+        mem = new_mem(f"s{next(made)}", clock=FixedClock(T0))
         try:
             mem._agent.backbone = FixedBackbone(ANSWER, "treat")
             snap = _snapshot(mem)
@@ -339,6 +346,8 @@ def test_supersession_property(steps: list[tuple[str, str, object, str]]) -> Non
             assert mem._audit.verify().ok
         finally:
             mem.close()
+
+    check()
 
 
 # agent failure paths: typed error, nothing written, reads and the error audited ---------------
@@ -397,9 +406,9 @@ def test_empty_question_is_refused_before_the_turn(mem: MsmMem, tmp_path: Path) 
     assert _counts(mem) == counts and mem._store.audit_head()[0] == before
 
 
-def test_refresh_extends_an_active_item(tmp_path: Path, clock: FixedClock) -> None:
+def test_refresh_extends_an_active_item(new_mem: MemFactory, clock: FixedClock) -> None:
     """refresh moves expires_at forward from now and is audited; another patient's item is refused."""
-    mem = MsmMem.init(tmp_path / "r", ADMIN, clock=clock)
+    mem = new_mem("r", clock=clock)
     try:
         gm, agent = mem._gm, Principal("agent-1", "agent")
         turn = gm.begin(agent, "P1")
@@ -417,9 +426,9 @@ def test_refresh_extends_an_active_item(tmp_path: Path, clock: FixedClock) -> No
         mem.close()
 
 
-def test_cross_scope_copy_needs_admin_and_reason(tmp_path: Path, clock: FixedClock) -> None:
+def test_cross_scope_copy_needs_admin_and_reason(new_mem: MemFactory, clock: FixedClock) -> None:
     """Copying an STM item to another patient's scope is refused for agents and without a reason."""
-    mem = MsmMem.init(tmp_path / "x", ADMIN, clock=clock)
+    mem = new_mem("x", clock=clock)
     try:
         gm = mem._gm
         turn = gm.begin(Principal("agent-1", "agent"), "P1")
@@ -446,9 +455,11 @@ class _EffusionBackbone:
         return BackboneReply("Small right pleural effusion. No pneumothorax.", source="fake")
 
 
-def test_claims_derive_finding_entities_and_relationships(tmp_path: Path, clock: FixedClock) -> None:
+def test_claims_derive_finding_entities_and_relationships(
+    new_mem: MemFactory, tmp_path: Path, clock: FixedClock
+) -> None:
     """A claim's findings become the patient's entities once, each linked by asserts / negates."""
-    mem = MsmMem.init(tmp_path / "e", ADMIN, clock=clock)
+    mem = new_mem("e", clock=clock)
     try:
         mem._agent.backbone = _EffusionBackbone()
         mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any effusion?", study_id="S1")
