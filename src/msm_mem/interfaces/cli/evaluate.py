@@ -1,0 +1,131 @@
+"""Evaluation commands: eval (the paper's protocol) and demo. They build their own stores and
+take no principal."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ... import InvalidInput
+from ..._settings import Settings
+from .registry import command
+
+__all__ = ["cmd_demo", "cmd_eval"]
+
+
+def _configure_demo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("out", type=Path, help="folder for the demo's data and reports")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--patients", type=int, default=None, help="synthetic patients")
+
+
+@command("demo", _configure_demo, role=None)
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the main job end to end on the synthetic set: ingest, online loop with write-back, evaluation.
+
+    Prints Table 1 (every memory configuration and the baselines) and writes the reports and
+    plots into OUT."""
+    from ..demo import DEMO_PATIENTS, run_demo
+
+    return run_demo(args.out, seed=args.seed, patients=args.patients or DEMO_PATIENTS)
+
+
+def _configure_eval(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dataset",
+        nargs=2,
+        metavar=("NAME", "PATH"),
+        required=True,
+        help="a data set loader (synthetic, covid-cxr, iu-xray, mimic-cxr) and its path",
+    )
+    p.add_argument("--out", type=Path, required=True, help="folder for the reports and plots")
+    p.add_argument("--configs", default="all", help="all, or a comma list of none,S,E,V,SE,SV,EV,SEV")
+    p.add_argument("--backbone", default="nonparametric", help="backbone plugin (default: nonparametric)")
+    p.add_argument("--encoder", help="image encoder plugin (default: pixels, or MSM_MEM_ENCODER)")
+    p.add_argument(
+        "--feedback",
+        choices=["truth", "none"],
+        default="truth",
+        help="truth: the reference arrives after each answer as a critic verdict; none: it never does",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the patient split and the bootstrap")
+    p.add_argument("--no-baselines", action="store_true", help="skip the prior, copy-prior and nearest-neighbour")
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a data set loader option (JSON value or text), e.g. patients=60 for synthetic",
+    )
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=max(1, min(2, os.cpu_count() or 1)),
+        help="worker processes for the memory configurations (results do not depend on it)",
+    )
+    p.add_argument("--no-plots", action="store_true", help="write no PNG plots")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _options(pairs: list[str]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise InvalidInput(f"--option wants KEY=VALUE, got {pair!r}")
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        options[key.strip()] = tuple(value) if isinstance(value, list) else value
+    return options
+
+
+@command("eval", _configure_eval, role=None)
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Evaluate memory configurations over write-back phases (the paper's protocol, Table 1, Figure 6).
+
+    Patients are split 30/60/10 (memory / fine-tune / validation); the memory split's Base
+    part builds the base memory and WB1..WB4 are write-back phases. Each configuration (and
+    each baseline) is scored online (each phase's studies answered before write-back) and
+    frozen (the validation patients answered against a copy of the memory after each phase).
+    Writes OUT/table1.md and .csv, phases.md and .csv, results.json, answers.jsonl and PNG
+    plots, and prints Table 1. The same data, options and seed give identical files. The
+    stores it builds are its own (temporary), so it takes no acting principal."""
+    from ...datasets.registry import load_dataset
+    from ...eval.baselines import BASELINES
+    from ...eval.protocol import ProtocolSettings, parse_configs, run_protocol
+    from ...eval.report import table1_markdown, write_reports
+
+    memory = Settings.from_env()
+    settings = ProtocolSettings(
+        configs=parse_configs(args.configs),
+        baselines=() if args.no_baselines else BASELINES,
+        backbone=args.backbone,
+        encoder=args.encoder or memory.encoder,
+        feedback=args.feedback,
+        seed=args.seed,
+    )
+    if args.bootstrap < 1:
+        raise InvalidInput("--bootstrap must be at least 1")
+    name, path = args.dataset
+    rows, problems = load_dataset(name, path, **_options(args.option))
+    if problems:
+        print(
+            f"skipped {len(problems)} rows of {name} (first: line {problems[0].line}: {problems[0].reason})",
+            file=sys.stderr,
+        )
+    run = run_protocol(rows, settings, memory=memory, dataset=name, jobs=args.jobs, progress=not args.no_progress)
+    records = write_reports(run, args.out, n_boot=args.bootstrap)
+    if not args.no_plots:
+        from ...eval.plots import write_plots
+
+        write_plots(records, args.out, arms=run.arms, configs=run.settings.configs)
+    print(table1_markdown(records, run))
+    print(f"reports and plots in {args.out}")
+    return 0
