@@ -80,11 +80,12 @@ class Given:
 
         return cls(first("actor"), first("role"), first("purpose"))
 
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
-        """The environment's fields, as a source for :meth:`of`."""
-        env = os.environ if environ is None else environ
-        return {"actor": env.get(ACTOR_ENV), "role": env.get(ROLE_ENV), "purpose": env.get(PURPOSE_ENV)}
+
+def environment(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """The principal fields the environment sets (MSM_MEM_ACTOR/_ROLE/_PURPOSE), as a source
+    for :meth:`Given.of`."""
+    env = os.environ if environ is None else environ
+    return {"actor": env.get(ACTOR_ENV), "role": env.get(ROLE_ENV), "purpose": env.get(PURPOSE_ENV)}
 
 
 def read_identity(directory: Path) -> str | None:

@@ -167,7 +167,7 @@ def _principal_of(args: argparse.Namespace, spec: Spec) -> Principal:
     if not spec.purpose_flag:
         flags["purpose"] = None  # there --purpose is the command's own argument
     glob = {k: getattr(args, f"global_{k}", None) for k in ("actor", "role", "purpose")}
-    given = identity.Given.of(flags, glob, identity.Given.from_env())
+    given = identity.Given.of(flags, glob, identity.environment())
     directory: Path | None = getattr(args, "dir", None)
     creates = spec.creates_store and (directory is None or not MsmMem.exists(directory))
     return identity.resolve(given, directory, role=spec.role, purpose=spec.purpose, creates_store=creates)

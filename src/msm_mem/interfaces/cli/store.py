@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -89,8 +90,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         _print_problems(problems)
         report = mem.ingest(who, rows, progress=not args.no_progress)
     _print_problems(report.problems)
-    report.problems = [*problems, *report.problems]
-    print(report.summary())
+    print(dataclasses.replace(report, problems=(*problems, *report.problems)).summary())
     return 0
 
 
