@@ -19,6 +19,7 @@ from msm_mem._storage.location import LOCATION_FILE
 from msm_mem._storage.postgres import PostgresStore
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
+from tests.cli_support import AUDITOR as AUDITOR_FLAGS
 from tests.helpers import ADMIN, AGENT, png
 
 pytestmark = pytest.mark.postgres
@@ -80,16 +81,17 @@ def test_online_loop_reopen_and_verify(tmp_path: Path, postgres_url: str, schema
 def test_cli_on_postgres_and_tamper_detection(
     tmp_path: Path, postgres_url: str, schema: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """init --database-url, ask --json and audit verify work through the CLI; editing one
-    audit row on the server makes verify exit 3 naming that event."""
+    """init --database-url, ask --json and audit verify work through the CLI (ask as the
+    identity init recorded, verify as an auditor); editing one audit row on the server makes
+    verify exit 3 naming that event."""
     directory = str(tmp_path / "m")
-    assert main(["init", directory, "--database-url", postgres_url, "--schema", schema]) == 0
+    assert main(["init", directory, "--database-url", postgres_url, "--schema", schema, "--actor", "dba"]) == 0
     assert f"PostgreSQL schema {schema}" in capsys.readouterr().out
     image = str(png(tmp_path, 3))
     assert main(["ask", directory, "--patient", "P9", "--image", image, "--question", "Impression?", "--json"]) == 0
     reply = json.loads(capsys.readouterr().out)
     assert set(reply) >= {"answer", "evidence", "gate"}
-    assert main(["audit", "verify", directory]) == 0
+    assert main(["audit", "verify", directory, *AUDITOR_FLAGS]) == 0
     assert "intact" in capsys.readouterr().out
     with psycopg.connect(postgres_url) as conn:
         audit = sql.Identifier(schema, "audit")
@@ -98,7 +100,7 @@ def test_cli_on_postgres_and_tamper_detection(
         forged = bytes(payload).replace(b'"success"', b'"failure"', 1)
         assert forged != bytes(payload)
         conn.execute(sql.SQL("UPDATE {} SET payload = %s WHERE seq = %s").format(audit), (forged, seq))
-    assert main(["audit", "verify", directory]) == 3
+    assert main(["audit", "verify", directory, *AUDITOR_FLAGS]) == 3
     assert f"seq {seq}" in capsys.readouterr().out
 
 

@@ -20,6 +20,8 @@ from msm_mem._governance.audit_event import AuditEvent, AuditSpec
 from msm_mem._storage.base import AUDIT_PAGE_ROWS, WriteBatch
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
+from tests.cli_support import ADMIN as ADMIN_FLAGS
+from tests.cli_support import AUDITOR as AUDITOR_FLAGS
 from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, SYSTEM, RawDb, audit_events, copy_store, raw_db
 from tests.helpers import png as _png
@@ -200,7 +202,7 @@ def _store_with_events(tmp_path: Path, new_mem: MemFactory | None = None) -> tup
 
 
 def _verify_cli(directory: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    code = main(["audit", "verify", str(directory)])
+    code = main(["audit", "verify", str(directory), *AUDITOR_FLAGS])
     return code, capsys.readouterr().out
 
 
@@ -209,7 +211,7 @@ def test_verify_intact_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixture[
     directory, head = _store_with_events(tmp_path)
     code, out = _verify_cli(directory, capsys)
     assert code == 0 and f"intact: {head} events" in out
-    assert main(["audit", "verify", "--hashes-only", str(directory)]) == 0
+    assert main(["audit", "verify", "--hashes-only", str(directory), *AUDITOR_FLAGS]) == 0
 
 
 @pytest.mark.parametrize("name", sorted(TAMPER))
@@ -256,7 +258,7 @@ def test_forged_insert_with_valid_links_names_the_next_slot(tmp_path: Path, caps
 def test_truncated_tail_after_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Deleting the last events after a checkpoint names the first missing seq."""
     directory, head = _store_with_events(tmp_path)
-    assert main(["audit", "checkpoint", str(directory)]) == 0
+    assert main(["audit", "checkpoint", str(directory), *AUDITOR_FLAGS]) == 0
     con = _db(directory)
     con.execute("DELETE FROM audit WHERE seq > ?", (head - 3,))
     con.close()
@@ -372,7 +374,7 @@ def test_verify_api_catches_a_recomputed_chain_by_its_checkpoint(tmp_path: Path,
 def test_open_handle_continues_after_another_handle_appends(mem: MsmMem, tmp_path: Path) -> None:
     """Events appended through another handle (the CLI) do not break the next turn of an open handle."""
     mem.ask(AGENT, PATIENT, _png(tmp_path, 1), QUESTION)
-    assert main(["audit", "checkpoint", str(mem.directory)]) == 0
+    assert main(["audit", "checkpoint", str(mem.directory), *AUDITOR_FLAGS]) == 0
     assert (
         main(
             [
@@ -385,6 +387,7 @@ def test_open_handle_continues_after_another_handle_appends(mem: MsmMem, tmp_pat
                 "role:auditor",
                 "--purpose",
                 "treatment",
+                *ADMIN_FLAGS,
             ]
         )
         == 0

@@ -1,4 +1,4 @@
-"""Tests for the eval and demo commands of msm_mem.interfaces.cli_extra (thin CLI layers)."""
+"""Tests for the eval and demo commands of msm_mem.interfaces.cli (evaluate.py: thin CLI layers)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from msm_mem._governance.codec import SHREDDED
 from msm_mem._governance.crypto import is_token
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
+from tests.cli_support import ADMIN as ADMIN_FLAGS
 from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, raw_db
 from tests.helpers import png as _png
@@ -183,7 +184,7 @@ def test_cli_rotate_keeps_every_record_readable(store_dir: Path, capsys: pytest.
     con = _db(store_dir)
     keks = {r[0] for r in con.execute("SELECT kek_id FROM keys")}
     con.close()
-    assert main(["keys", "rotate", str(store_dir)]) == 0
+    assert main(["keys", "rotate", str(store_dir), *ADMIN_FLAGS]) == 0
     assert "rewrapped" in capsys.readouterr().out
     assert _readable(store_dir) == before
     con = _db(store_dir)
@@ -195,13 +196,13 @@ def test_cli_rotate_keeps_every_record_readable(store_dir: Path, capsys: pytest.
 
         last = [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in mem._store.iter_audit()][-1]
         assert (last.action, last.role) == ("key_rotate", "admin")
-    assert main(["audit", "verify", str(store_dir)]) == 0
+    assert main(["audit", "verify", str(store_dir), *ADMIN_FLAGS]) == 0
 
 
 def test_cli_shred_unlinks_one_patient(store_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """keys shred makes P1's fields read [shredded]; P2 stays readable; the audit chain verifies."""
     p2_before = {k: v for k, v in _readable(store_dir).items() if k.startswith("P2/")}
-    assert main(["keys", "shred", str(store_dir), "--patient", "P1", "--reason", "erasure request"]) == 0
+    assert main(["keys", "shred", str(store_dir), "--patient", "P1", "--reason", "erasure request", *ADMIN_FLAGS]) == 0
     assert "shredded" in capsys.readouterr().out
     with MsmMem.open(store_dir) as mem:
         s = mem._store
@@ -221,7 +222,7 @@ def test_cli_shred_unlinks_one_patient(store_dir: Path, capsys: pytest.CaptureFi
         assert mem._audit.verify().ok
     assert {k: v for k, v in _readable(store_dir).items() if k.startswith("P2/")} == p2_before
     assert len(p2_before) >= 8
-    assert main(["audit", "verify", str(store_dir)]) == 0
+    assert main(["audit", "verify", str(store_dir), *ADMIN_FLAGS]) == 0
 
 
 def test_shred_through_another_handle_is_enforced(tmp_path: Path) -> None:
@@ -231,7 +232,7 @@ def test_shred_through_another_handle_is_enforced(tmp_path: Path) -> None:
     try:
         mem._agent.backbone = FixedBackbone(ANSWER, DECISION)
         mem.ask(AGENT, "P1", _png(tmp_path, 1), QUESTION)
-        assert main(["keys", "shred", str(directory), "--patient", "P1", "--reason", "erasure"]) == 0
+        assert main(["keys", "shred", str(directory), "--patient", "P1", "--reason", "erasure", *ADMIN_FLAGS]) == 0
         with pytest.raises(AccessDenied):
             mem.ask(AGENT, "P1", _png(tmp_path, 2), QUESTION)
     finally:

@@ -27,6 +27,7 @@ from msm_mem._storage.location import open_store
 from msm_mem._tier_records import ConsentRecord
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedClock
+from tests.cli_support import AUDITOR as AUDITOR_FLAGS
 from tests.helpers import ADMIN, AGENT, INGEST, copy_store, raw_db
 
 PATIENT = "PATIENT-SECRET-7731"
@@ -520,13 +521,13 @@ def test_broken_chain_is_not_exported(store_copy: Path, tmp_path: Path, how: str
 def test_cli_audit_export(store_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`msm-mem audit export DIR --fhir OUT` writes a valid export and says how many resources."""
     out = tmp_path / "cli.ndjson"
-    assert main(["audit", "export", str(store_dir), "--fhir", str(out)]) == 0
+    assert main(["audit", "export", str(store_dir), "--fhir", str(out), *AUDITOR_FLAGS]) == 0
     lines = out.read_text(encoding="utf-8").splitlines()
     assert f"exported {len(lines)} AuditEvent resources" in capsys.readouterr().out
     for raw in lines:
         FhirAuditEvent.model_validate_json(raw)
     assert verify_fhir(out).ok
-    assert main(["audit", "export", str(store_dir), "--fhir", str(out)]) == 1  # refuses to overwrite
+    assert main(["audit", "export", str(store_dir), "--fhir", str(out), *AUDITOR_FLAGS]) == 1  # refuses to overwrite
     assert "already exists" in capsys.readouterr().err
 
 
@@ -534,6 +535,6 @@ def test_cli_refuses_a_broken_chain(store_dir: Path, tmp_path: Path, capsys: pyt
     """The CLI verifies first: a tampered chain exits 1 with a refusal and writes nothing."""
     _tamper(store_dir, 8)
     out = tmp_path / "cli.ndjson"
-    assert main(["audit", "export", str(store_dir), "--fhir", str(out)]) == 1
+    assert main(["audit", "export", str(store_dir), "--fhir", str(out), *AUDITOR_FLAGS]) == 1
     assert "refusing to export a broken chain" in capsys.readouterr().err
     assert not out.exists()

@@ -164,7 +164,18 @@ def _prepare(mem: Any, tmp: Path, name: str) -> None:
 
 
 #: public members that are not operations on patient data or governance
-NOT_OPERATIONS = {"init", "open", "close", "directory", "settings", "encoder_name", "dim", "backbone_name", "now"}
+NOT_OPERATIONS = {
+    "init",
+    "open",
+    "exists",
+    "close",
+    "directory",
+    "settings",
+    "encoder_name",
+    "dim",
+    "backbone_name",
+    "now",
+}
 
 
 def test_every_public_method_is_covered(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from .._memory.tiers import GovernedMemory
 from .._principal import Principal
 from .._settings import Settings
 from .._storage.base import Store
-from .._storage.location import ServerLocation, create_store, open_store, remove_new_store
+from .._storage.location import ServerLocation, create_store, is_store, open_store, remove_new_store
 from .._tier_records import ConsentRecord
 from ..plugins.backbones import Backbone, get_backbone
 from ..plugins.encoders import Encoder, get_encoder
@@ -211,6 +211,12 @@ class MsmMem(_Care, _Reads, _Admin):
         except BaseException:
             store.close()
             raise
+
+    @staticmethod
+    def exists(directory: str | Path) -> bool:
+        """Whether ``directory`` holds a memory store (embedded, or ``store.json`` naming a
+        server store). Looks at file names only: it opens nothing and reads no patient data."""
+        return is_store(Path(directory))
 
     # what the store is (no patient data) ---------------------------------------------------
 

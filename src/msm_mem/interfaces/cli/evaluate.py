@@ -1,4 +1,5 @@
-"""More msm-mem commands: the demo and the evaluation (further groups register here as they land)."""
+"""Evaluation commands: eval (the paper's protocol) and demo. They build their own stores and
+take no principal."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._errors import InvalidInput
-from .._settings import Settings
-from .cli import command
+from ... import InvalidInput
+from ..._settings import Settings
+from .registry import command
 
 __all__ = ["cmd_demo", "cmd_eval"]
 
@@ -22,13 +23,13 @@ def _configure_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--patients", type=int, default=None, help="synthetic patients")
 
 
-@command("demo", _configure_demo)
+@command("demo", _configure_demo, role=None)
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the main job end to end on the synthetic set: ingest, online loop with write-back, evaluation.
 
     Prints Table 1 (every memory configuration and the baselines) and writes the reports and
     plots into OUT."""
-    from .demo import DEMO_PATIENTS, run_demo
+    from ..demo import DEMO_PATIENTS, run_demo
 
     return run_demo(args.out, seed=args.seed, patients=args.patients or DEMO_PATIENTS)
 
@@ -85,7 +86,7 @@ def _options(pairs: list[str]) -> dict[str, Any]:
     return options
 
 
-@command("eval", _configure_eval)
+@command("eval", _configure_eval, role=None)
 def cmd_eval(args: argparse.Namespace) -> int:
     """Evaluate memory configurations over write-back phases (the paper's protocol, Table 1, Figure 6).
 
@@ -94,11 +95,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     each baseline) is scored online (each phase's studies answered before write-back) and
     frozen (the validation patients answered against a copy of the memory after each phase).
     Writes OUT/table1.md and .csv, phases.md and .csv, results.json, answers.jsonl and PNG
-    plots, and prints Table 1. The same data, options and seed give identical files."""
-    from ..datasets.registry import load_dataset
-    from ..eval.baselines import BASELINES
-    from ..eval.protocol import ProtocolSettings, parse_configs, run_protocol
-    from ..eval.report import table1_markdown, write_reports
+    plots, and prints Table 1. The same data, options and seed give identical files. The
+    stores it builds are its own (temporary), so it takes no acting principal."""
+    from ...datasets.registry import load_dataset
+    from ...eval.baselines import BASELINES
+    from ...eval.protocol import ProtocolSettings, parse_configs, run_protocol
+    from ...eval.report import table1_markdown, write_reports
 
     memory = Settings.from_env()
     settings = ProtocolSettings(
@@ -121,7 +123,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     run = run_protocol(rows, settings, memory=memory, dataset=name, jobs=args.jobs, progress=not args.no_progress)
     records = write_reports(run, args.out, n_boot=args.bootstrap)
     if not args.no_plots:
-        from ..eval.plots import write_plots
+        from ...eval.plots import write_plots
 
         write_plots(records, args.out, arms=run.arms, configs=run.settings.configs)
     print(table1_markdown(records, run))

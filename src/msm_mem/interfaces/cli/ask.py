@@ -1,0 +1,241 @@
+"""Clinical commands: ask, retrieve, observe, consolidate, feedback."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from pathlib import Path
+
+from ... import Evidence, Role
+from .output import as_json, iso, parse_time, print_json
+from .registry import command, open_mem, principal
+
+__all__ = ["cmd_ask", "cmd_consolidate", "cmd_feedback", "cmd_observe", "cmd_retrieve"]
+
+_MEMORIES = {"sem": "semantic", "epi": "episodic", "vis": "visual"}
+
+
+def _json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object")
+
+
+def _study_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--study", default="", help="the study's id (feedback names it later)")
+    p.add_argument("--time", help="the study's time, ISO 8601 (default now)")
+
+
+def _ablation_flags(p: argparse.ArgumentParser) -> None:
+    for flag, name in _MEMORIES.items():
+        p.add_argument(f"--no-{flag}", action="store_true", help=f"ablation: do not use {name} memory")
+
+
+def _ablation(args: argparse.Namespace) -> tuple[bool, bool, bool]:
+    """(use_sem, use_epi, use_vis) from the --no-* flags."""
+    return not args.no_sem, not args.no_epi, not args.no_vis
+
+
+def _print_evidence(evidence: Iterable[Evidence]) -> None:
+    print("evidence:")
+    shown = 0
+    for e in evidence:
+        shown += 1
+        print(
+            f"  {e.kind:<9} {e.id}  score={e.score:.4f} (cosine {e.cosine:.3f} x confidence {e.confidence:.2f}"
+            f" x freshness {e.freshness:.3f} x tier {e.tier_weight:.2f})"
+        )
+    if not shown:
+        print("  (none)")
+
+
+def _configure_ask(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument("--patient", required=True)
+    p.add_argument("--image", required=True, type=Path)
+    p.add_argument("--question", required=True)
+    _study_flags(p)
+    _json_flag(p)
+    p.add_argument("--no-write-back", action="store_true", help="answer without writing to memory")
+    _ablation_flags(p)
+
+
+@command("ask", _configure_ask, role=Role.AGENT)
+def cmd_ask(args: argparse.Namespace) -> int:
+    """Answer a clinical question about an image with the patient's memory.
+
+    Runs the governed online loop (consent check, short-term write, ranked retrieval, fusion,
+    backbone, write-back gate, audit) as an agent or clinician. Prints the answer, the
+    evidence trail (memory id, kind, score = cosine x composite_k, and each factor) and the
+    gate decision; --json prints one object with keys answer, evidence [{id, kind, score,
+    cosine, confidence, freshness, tier_weight}], gate {written, reasons} (null with
+    --no-write-back), backbone, source and decision."""
+    use_sem, use_epi, use_vis = _ablation(args)
+    with open_mem(args) as mem:
+        result = mem.ask(
+            principal(args),
+            args.patient,
+            args.image,
+            args.question,
+            timestamp=parse_time(args.time),
+            study_id=args.study,
+            write_back=not args.no_write_back,
+            use_sem=use_sem,
+            use_epi=use_epi,
+            use_vis=use_vis,
+        )
+    if args.json:
+        print_json(result.to_json())
+        return 0
+    print(f"answer: {result.answer}")
+    print(f"  (backbone {result.backbone}: {result.source})")
+    _print_evidence(result.evidence or ())
+    if result.gate is not None:
+        verdict = "written to memory" if result.gate.written else "not written"
+        print(f"gate: {verdict} ({', '.join(result.gate.reasons)})")
+    return 0
+
+
+def _configure_retrieve(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument("--patient", required=True)
+    p.add_argument("--image", required=True, type=Path)
+    p.add_argument(
+        "--scope",
+        choices=["patient", "population"],
+        default="patient",
+        help="patient: only the patient's memory (default); population: also consented and anonymised records",
+    )
+    p.add_argument("--at", help="the query's time for freshness, ISO 8601 (default now)")
+    _json_flag(p)
+    _ablation_flags(p)
+
+
+@command("retrieve", _configure_retrieve, role=Role.AGENT)
+def cmd_retrieve(args: argparse.Namespace) -> int:
+    """Show the ranked evidence for an image without answering (nothing is written but the audit).
+
+    Ranks the patient's semantic state and episodic and visual records by cosine x
+    composite_k, as an agent, clinician, critic or the system role; --scope population adds
+    other patients' consented and anonymised records, whose content is withheld. --json
+    prints one object: patient, scope, evidence [{id, kind, score, cosine, confidence,
+    freshness, tier_weight, record}], where record is null for another patient's record."""
+    use_sem, use_epi, use_vis = _ablation(args)
+    with open_mem(args) as mem:
+        found = mem.retrieve(
+            principal(args),
+            args.patient,
+            args.image,
+            scope=args.scope,
+            at=parse_time(args.at),
+            use_sem=use_sem,
+            use_epi=use_epi,
+            use_vis=use_vis,
+        )
+    if args.json:
+        evidence = [{**i.evidence.to_json(), "record": as_json(i.record)} for i in found.items]
+        print_json({"patient": found.patient_id, "scope": found.scope, "evidence": evidence})
+        return 0
+    _print_evidence(found.evidence)
+    return 0
+
+
+def _configure_observe(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument("--patient", required=True)
+    p.add_argument("--image", required=True, type=Path)
+    p.add_argument("--question", required=True)
+    _study_flags(p)
+    _json_flag(p)
+
+
+@command("observe", _configure_observe, role=Role.AGENT)
+def cmd_observe(args: argparse.Namespace) -> int:
+    """Write a working observation (image and question) into the patient's short-term memory.
+
+    The item lives until its TTL (MSM_MEM_STM_TTL_S) unless consolidate moves it into
+    long-term memory; maintain expires it. As an agent, clinician or the system role;
+    audited. Prints the item id and its expiry; --json prints the item (without its
+    embedding)."""
+    with open_mem(args) as mem:
+        item = mem.observe(
+            principal(args),
+            args.patient,
+            str(args.image),
+            args.question,
+            timestamp=parse_time(args.time),
+            study_id=args.study,
+        )
+    if args.json:
+        print_json(item)
+        return 0
+    print(f"{item.item_id} {item.state.value} expires {iso(item.expires_at)}")
+    return 0
+
+
+def _configure_consolidate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument("--patient", required=True)
+    p.add_argument("--item", required=True, metavar="ID", help="the short-term item (from observe)")
+    p.add_argument("--answer", required=True, help="the answer to store with the observation")
+    p.add_argument("--decision", default="", help="the clinical decision taken, if any")
+    _json_flag(p)
+
+
+@command("consolidate", _configure_consolidate, role=Role.AGENT)
+def cmd_consolidate(args: argparse.Namespace) -> int:
+    """Move a short-term item into long-term memory with its answer, through the write-back gate.
+
+    The gate (novelty, answer length, clinical keyword) decides; an item it holds stays in
+    short-term memory. The semantic state and the study's claim are superseded, never
+    rewritten. As an agent, clinician or the system role; audited. --json prints one object:
+    gate {written, reasons}, episode_id, visual_id, semantic_id (null when not written)."""
+    with open_mem(args) as mem:
+        result = mem.consolidate(principal(args), args.patient, args.item, args.answer, decision=args.decision)
+    ids = {
+        "episode_id": result.episode_id,
+        "visual_id": result.visual_id,
+        "semantic_id": result.semantic.state_id if result.semantic is not None else None,
+    }
+    if args.json:
+        print_json({"gate": {"written": result.gate.written, "reasons": list(result.gate.reasons)}, **ids})
+        return 0
+    verdict = "written to memory" if result.gate.written else "held in short-term memory"
+    print(f"gate: {verdict} ({', '.join(result.gate.reasons)})")
+    for name, value in ids.items():
+        if value is not None:
+            print(f"  {name} {value}")
+    return 0
+
+
+def _configure_feedback(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument("--patient", required=True)
+    p.add_argument("--study", required=True, help="the study whose impression is judged")
+    verdict = p.add_mutually_exclusive_group(required=True)
+    verdict.add_argument("--accept", action="store_true", help="the agent's impression stands")
+    verdict.add_argument("--correction", metavar="TEXT", help="reject it: the correct impression")
+    p.add_argument("--decision", default="", help="the clinical decision, if any")
+    _json_flag(p)
+
+
+@command("feedback", _configure_feedback, role=Role.CRITIC)
+def cmd_feedback(args: argparse.Namespace) -> int:
+    """Record a critic verdict on the agent's impression of one study (e.g. the signed report).
+
+    --accept keeps the impression, --correction TEXT replaces it: the study's claim and the
+    semantic state are superseded at the critic's evidence tier, a consolidated episode by a
+    corrected copy. As a critic or clinician; audited. Prints the new claim; --json prints it
+    as one object."""
+    with open_mem(args) as mem:
+        claim = mem.feedback(
+            principal(args),
+            args.patient,
+            args.study,
+            accept=args.accept,
+            correction=args.correction or "",
+            decision=args.decision,
+        )
+    if args.json:
+        print_json(claim)
+        return 0
+    print(f"{claim.claim_id} {claim.key} ({claim.evidence_tier}, supersedes {claim.supersedes}): {claim.content}")
+    return 0

@@ -1,0 +1,77 @@
+"""Audit commands: verify the chain, sign a checkpoint, export FHIR AuditEvents."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ... import Purpose, Role
+from .output import print_json
+from .registry import command, group, open_mem, principal
+
+__all__ = ["cmd_checkpoint", "cmd_export", "cmd_verify"]
+
+group(
+    "audit",
+    """Audit tier: verify the chain, sign a checkpoint, export FHIR AuditEvents.
+
+    As an auditor or admin (checkpoint: also the system role). The audit tier holds ids and
+    pseudonyms only, never patient data.""",
+)
+
+
+def _configure_verify(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument("--hashes-only", action="store_true", help="check hashes and links without re-canonicalising")
+    p.add_argument("--json", action="store_true", help="print one JSON object: ok, count, head, first_bad_seq, reason")
+
+
+@command("audit verify", _configure_verify, role=Role.ADMIN, purpose=Purpose.AUDIT)
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Verify the hash chain and the signed checkpoints (read-only).
+
+    Exits 0 when the chain and its checkpoints are intact and 3 when not, naming the first
+    bad seq."""
+    with open_mem(args) as mem:
+        result = mem.verify_audit(principal(args), full=not args.hashes_only)
+    if args.json:
+        print_json(
+            {
+                "ok": result.ok,
+                "count": result.count,
+                "head": result.head_hash,
+                "first_bad_seq": result.first_bad_seq,
+                "reason": result.reason,
+            }
+        )
+    elif result.ok:
+        print(f"audit chain intact: {result.count} events, head {result.head_hash}")
+    else:
+        where = f"first bad seq {result.first_bad_seq}" if result.first_bad_seq else "checkpoints"
+        print(f"audit chain BROKEN: {where}: {result.reason}")
+    return 0 if result.ok else 3
+
+
+@command("audit checkpoint", lambda p: p.add_argument("dir", type=Path), role=Role.ADMIN, purpose=Purpose.AUDIT)
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    """Sign the current head of the chain (appended to DIR/audit/checkpoints.jsonl)."""
+    with open_mem(args) as mem:
+        size, head = mem.checkpoint(principal(args))
+    print(f"checkpoint signed: size {size}, head {head}")
+    return 0
+
+
+def _configure_export(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument("--fhir", type=Path, required=True, metavar="OUT", help="output file (.ndjson)")
+
+
+@command("audit export", _configure_export, role=Role.ADMIN, purpose=Purpose.AUDIT)
+def cmd_export(args: argparse.Namespace) -> int:
+    """Export every audit event as a FHIR R5 AuditEvent (IHE BALP), one JSON object a line.
+
+    A broken chain is refused; the export itself is audited."""
+    with open_mem(args) as mem:
+        count = mem.export_fhir(principal(args), args.fhir)
+    print(f"exported {count} AuditEvent resources to {args.fhir}")
+    return 0

@@ -1,0 +1,207 @@
+"""The command registry: the ``command`` decorator, the parser built from it, and ``main``.
+
+Command modules import this one and register their functions; the package ``__init__``
+imports every command module, so the registry never imports a command. Each command's
+docstring is its ``--help`` text (its first line the summary in the command list).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ... import MsmMem, MsmMemError, Principal, Purpose, Role
+from ..._settings import Settings
+from . import identity
+
+__all__ = ["COMMANDS", "GROUPS", "Spec", "build_parser", "command", "group", "main", "open_mem", "principal"]
+
+Command = Callable[[argparse.Namespace], int]
+Configure = Callable[[argparse.ArgumentParser], object]
+
+DESCRIPTION = """\
+msm-mem: a governed, multimodal memory for medical AI agents (command line).
+
+Each command is a thin layer over the Python API (msm_mem.MsmMem); its docstring is its --help.
+Every command on a store acts as a principal (who, role, purpose), recorded in the audit trail.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """One registered command: its words (``("consent", "grant")``), function and arguments,
+    and whom it acts as. ``role`` is its default role for the store's configured identity
+    (None: it opens no store and takes no principal), ``purpose`` its own purpose of use
+    (None: the role's usual one), ``creates_store`` whether it may make the store (then the
+    OS user is the default admin), ``purpose_flag`` whether ``--purpose`` is the principal's
+    (``consent grant`` uses it for the consent's purpose)."""
+
+    words: tuple[str, ...]
+    func: Command
+    configure: Configure
+    role: Role | None
+    purpose: Purpose | None = None
+    creates_store: bool = False
+    purpose_flag: bool = True
+
+    @property
+    def name(self) -> str:
+        return " ".join(self.words)
+
+    @property
+    def doc(self) -> str:
+        return inspect.cleandoc(self.func.__doc__ or "")
+
+
+#: every command, by its words joined with a space ("consent grant")
+COMMANDS: dict[str, Spec] = {}
+#: the docstring of each command group ("consent"), its --help
+GROUPS: dict[str, str] = {}
+
+
+def _nothing(_: argparse.ArgumentParser) -> None:
+    return None
+
+
+def command(
+    name: str,
+    configure: Configure = _nothing,
+    *,
+    role: Role | None,
+    purpose: Purpose | None = None,
+    creates_store: bool = False,
+    purpose_flag: bool = True,
+) -> Callable[[Command], Command]:
+    """Register the decorated function as command ``name`` (one word, or a group and an action:
+    ``"consent grant"``); ``configure`` adds its arguments. See :class:`Spec` for the rest."""
+
+    def register(fn: Command) -> Command:
+        words = tuple(name.split())
+        if not 1 <= len(words) <= 2:
+            raise ValueError(f"a command is one word or a group and an action, got {name!r}")
+        if len(words) == 2 and words[0] not in GROUPS:
+            raise ValueError(f"register the group {words[0]!r} before its command {name!r}")
+        COMMANDS[name] = Spec(words, fn, configure, role, purpose, creates_store, purpose_flag)
+        return fn
+
+    return register
+
+
+def group(name: str, doc: str) -> None:
+    """Declare the command group ``name`` with its --help text ``doc``."""
+    GROUPS[name] = inspect.cleandoc(doc)
+
+
+def _identity_flags(p: argparse.ArgumentParser, prefix: str, *, purpose: bool = True) -> None:
+    g = p.add_argument_group(
+        "acting principal", "who runs the command; default: MSM_MEM_ACTOR/_ROLE/_PURPOSE, else DIR/identity.json"
+    )
+    g.add_argument("--actor", dest=f"{prefix}actor", metavar="ID", help="who is acting (an id, never a patient's)")
+    g.add_argument("--role", dest=f"{prefix}role", metavar="ROLE", help=", ".join(r.value for r in Role))
+    if purpose:
+        g.add_argument(
+            "--purpose", dest=f"{prefix}purpose", metavar="PURPOSE", help=", ".join(p.value for p in Purpose)
+        )
+
+
+def _epilog(spec: Spec) -> str | None:
+    if spec.role is None:
+        return None
+    purpose = spec.purpose or identity.USUAL_PURPOSE[spec.role]
+    if spec.creates_store:
+        return f"Default principal: the OS user name as {spec.role.value} (purpose {purpose.value})."
+    return f"Default principal: the store's configured identity (DIR/identity.json) as {spec.role.value}, " + (
+        f"purpose {purpose.value}; a role or purpose named by flag or environment wins."
+    )
+
+
+def _leaf(sub: argparse._SubParsersAction[argparse.ArgumentParser], word: str, spec: Spec) -> None:
+    doc = spec.doc
+    p = sub.add_parser(
+        word,
+        help=doc.splitlines()[0] if doc else None,
+        description=doc or None,
+        epilog=_epilog(spec),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    spec.configure(p)
+    if spec.role is not None:
+        _identity_flags(p, "", purpose=spec.purpose_flag)
+    p.set_defaults(spec=spec)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every registered command."""
+    parser = argparse.ArgumentParser(
+        prog="msm-mem",
+        description=DESCRIPTION,
+        epilog=identity.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _identity_flags(parser, "global_")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    actions: dict[str, argparse._SubParsersAction[argparse.ArgumentParser]] = {}
+    for spec in COMMANDS.values():
+        if len(spec.words) == 1:
+            _leaf(sub, spec.words[0], spec)
+            continue
+        head, word = spec.words
+        if head not in actions:
+            doc = GROUPS[head]
+            g = sub.add_parser(
+                head, help=doc.splitlines()[0], description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+            )
+            actions[head] = g.add_subparsers(dest="action", required=True, metavar="ACTION")
+        _leaf(actions[head], word, spec)
+    return parser
+
+
+def _principal_of(args: argparse.Namespace, spec: Spec) -> Principal:
+    assert spec.role is not None
+    flags = {k: getattr(args, k, None) for k in ("actor", "role", "purpose")}
+    if not spec.purpose_flag:
+        flags["purpose"] = None  # there --purpose is the command's own argument
+    glob = {k: getattr(args, f"global_{k}", None) for k in ("actor", "role", "purpose")}
+    given = identity.Given.of(flags, glob, identity.environment())
+    directory: Path | None = getattr(args, "dir", None)
+    creates = spec.creates_store and (directory is None or not MsmMem.exists(directory))
+    return identity.resolve(given, directory, role=spec.role, purpose=spec.purpose, creates_store=creates)
+
+
+def principal(args: argparse.Namespace) -> Principal:
+    """The acting principal of the running command (resolved by :func:`main`)."""
+    who = getattr(args, "principal", None)
+    assert isinstance(who, Principal), "the command was registered without a role"
+    return who
+
+
+def open_mem(args: argparse.Namespace, **options: Any) -> MsmMem:
+    """Open the store in ``args.dir`` with the settings of the environment (``MSM_MEM_*``)."""
+    return MsmMem.open(args.dir, settings=Settings.from_env(), **options)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 1 error, 2 usage; ``audit verify``: 3 broken).
+
+    Errors print one line, ``error: <message>``, on stderr; ``--help`` and usage errors
+    return their status instead of raising ``SystemExit``, so callers in-process get a code.
+    """
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse exits on --help (0) and on usage errors (2)
+        return exc.code if isinstance(exc.code, int) else 2
+    spec: Spec = args.spec
+    try:
+        if spec.role is not None:
+            args.principal = _principal_of(args, spec)
+        return int(spec.func(args))
+    except (MsmMemError, OSError) as exc:  # OSError: unreadable or unwritable paths
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

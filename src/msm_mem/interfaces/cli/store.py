@@ -1,0 +1,134 @@
+"""Store commands: init, ingest, export, import."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ... import InvalidInput, MsmMem, Purpose, Role, RowProblem, read_manifest
+from ..._settings import Settings
+from .identity import write_identity
+from .registry import command, open_mem, principal
+
+__all__ = ["cmd_export", "cmd_import", "cmd_ingest", "cmd_init"]
+
+
+def _configure_init(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument("--encoder", help="image encoder plugin (default: pixels, or MSM_MEM_ENCODER)")
+    p.add_argument("--database-url", metavar="URL", help="keep the store of record on this PostgreSQL server")
+    p.add_argument("--schema", help="PostgreSQL schema of the store (default: msm_mem; needs --database-url)")
+
+
+@command("init", _configure_init, role=Role.ADMIN, creates_store=True)
+def cmd_init(args: argparse.Namespace) -> int:
+    """Create a new memory store in DIR, as its admin.
+
+    By default the store of record is embedded: a SQLite database plus FAISS caches in DIR.
+    With --database-url it is a new store in a schema of that PostgreSQL server (pgvector
+    needed), and DIR holds store.json, which points at it without the password (libpq reads
+    that from PGPASSWORD or ~/.pgpass). Either way DIR keeps the key file, the checkpoint
+    key and the signed audit checkpoints, and gets the default consent policy (granted by
+    the admin; audited).
+
+    The admin is --actor (else MSM_MEM_ACTOR, else the OS user name) with role admin; any
+    other role is refused. DIR/identity.json (mode 0600) records who initialised the store:
+    later commands on DIR act as that identity, in each command's default role, unless told
+    otherwise (see msm-mem --help)."""
+    if args.schema is not None and args.database_url is None:
+        raise InvalidInput("--schema names a PostgreSQL schema: give --database-url too")
+    settings = Settings.from_env()
+    if args.encoder:
+        settings = settings.with_(encoder=args.encoder)
+    schema = args.schema or "msm_mem"
+    admin = principal(args)
+    with MsmMem.init(args.dir, admin, settings=settings, database_url=args.database_url, schema=schema) as mem:
+        write_identity(args.dir, admin)
+        where = f"PostgreSQL schema {schema}" if args.database_url else "embedded"
+        print(f"created store {args.dir} ({where}; encoder {mem.encoder_name}, {mem.dim}-d; admin {admin.id})")
+    return 0
+
+
+def _print_problems(problems: Sequence[RowProblem]) -> None:
+    for p in problems:
+        where = f"line {p.line}" if p.line else "row"
+        print(f"skipped {where}: {p.reason}", file=sys.stderr)
+
+
+def _configure_ingest(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--manifest", type=Path, help="CSV or JSONL manifest (see docs/manifest.md)")
+    src.add_argument(
+        "--dataset",
+        nargs=2,
+        metavar=("NAME", "PATH"),
+        help="a data set loader: mimic-cxr, iu-xray, covid-cxr or synthetic",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+@command("ingest", _configure_ingest, role=Role.SYSTEM)
+def cmd_ingest(args: argparse.Namespace) -> int:
+    """Encode and store the studies of a manifest or a data set in DIR (base memory).
+
+    Bad rows are reported with their line number and reason; good rows are ingested; rows
+    already stored (same patient and study) are skipped, so ingest can be re-run. Runs as
+    the system role (or a clinician), consent-checked per patient and audited."""
+    who = principal(args)
+    with open_mem(args) as mem:  # a bad DIR fails first
+        if args.manifest is not None:
+            rows, problems = read_manifest(args.manifest)
+        else:
+            from ...datasets.registry import load_dataset
+
+            rows, problems = load_dataset(args.dataset[0], args.dataset[1])
+        _print_problems(problems)
+        report = mem.ingest(who, rows, progress=not args.no_progress)
+    _print_problems(report.problems)
+    print(dataclasses.replace(report, problems=(*problems, *report.problems)).summary())
+    return 0
+
+
+def _configure_layout(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument("--format", choices=["paper"], required=True, help="the paper's JSONL + FAISS layout")
+    p.add_argument("path", type=Path)
+
+
+@command("export", _configure_layout, role=Role.CLINICIAN, purpose=Purpose.EXPORT)
+def cmd_export(args: argparse.Namespace) -> int:
+    """Export DIR to PATH in the paper's layout (episodic/visual .jsonl + .faiss, semantic/).
+
+    Runs as a clinician or admin with purpose export: only the patients whose consent permits
+    that export are written (the default policy permits clinicians); audited."""
+    with open_mem(args) as mem:
+        counts = mem.export_paper(principal(args), args.path)
+    print(f"exported {counts} to {args.path}")
+    return 0
+
+
+@command("import", _configure_layout, role=Role.ADMIN, creates_store=True)
+def cmd_import(args: argparse.Namespace) -> int:
+    """Import the paper's layout from PATH into DIR (created when missing; must be empty).
+
+    A missing DIR is created as by msm-mem init, with the layout's encoder, and records the
+    importing admin in DIR/identity.json. The import runs as an admin (or the system role)
+    and is audited."""
+    who = principal(args)
+    if not MsmMem.exists(args.dir):
+        try:
+            layout = json.loads((args.path / "layout.json").read_text(encoding="utf-8"))
+            encoder = str(layout["encoder"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InvalidInput(f"{args.path} is not a paper layout: {exc}") from exc
+        MsmMem.init(args.dir, who, settings=Settings.from_env().with_(encoder=encoder)).close()
+        write_identity(args.dir, who)
+    with open_mem(args) as mem:
+        counts = mem.import_paper(who, args.path)
+    print(f"imported {counts} into {args.dir}")
+    return 0
