@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 import msm_mem
-from msm_mem import SqliteStore
+from msm_mem import MsmMem, SqliteStore
 from msm_mem.interfaces import cli
 from msm_mem.interfaces.cli import COMMANDS, build_parser, main
 from msm_mem.interfaces.demo import run_demo
@@ -290,7 +290,7 @@ def test_ask_json_finds_the_same_image_first(capsys: pytest.CaptureFixture[str],
         episodic = [e for e in obj["evidence"] if e["kind"] == "episodic"]
         assert episodic, obj
         assert episodic[0]["score"] == max(e["score"] for e in episodic)
-        opened = SqliteStore.open(store)
+        opened = MsmMem.open(store).store  # the governed door holds the codec its records need
         try:
             (record,) = opened.get_episodes([episodic[0]["id"]])
         finally:

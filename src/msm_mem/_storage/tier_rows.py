@@ -1,4 +1,5 @@
-"""Row <-> record conversion of the governed tiers, shared by the SQL stores."""
+"""Row <-> record conversion of the governed tiers (short-term items, claims, graph, consent),
+shared by the SQL stores."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from .._records import State
 from .._tier_records import Claim, ConsentRecord, Entity, Relationship, StmItem, StmState
-from .base import FieldCodec
+from .codec import FieldCodec
 
 __all__ = [
     "claim_from_row",
@@ -31,7 +32,7 @@ def stm_to_row(s: StmItem, codec: FieldCodec) -> tuple[Any, ...]:
         s.item_id,
         s.patient_id,
         s.kind,
-        codec.encode("stm", s.item_id, "payload", s.patient_id, s.payload),
+        s.payload and codec.encode("stm", s.item_id, "payload", s.patient_id, s.payload),  # "" once purged
         None if s.z is None else s.z.tobytes(),
         s.created_at,
         s.expires_at,

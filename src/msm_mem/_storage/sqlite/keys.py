@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._tier_records import WrappedKey
+from ..._tier_records import WrappedKey
 
 __all__ = ["SqliteKeyTable", "data_version"]
 
