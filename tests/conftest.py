@@ -162,6 +162,28 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store
 
 
 @pytest.fixture
+def reopen() -> Iterator[Callable[..., Store]]:
+    """Open another handle on a store made by ``make_store`` (with the envelope codec unless
+    ``codec=False``); every handle opened is closed afterwards."""
+    opened: list[Store] = []
+
+    def again(store: Store, *, codec: bool = True) -> Store:
+        if isinstance(store, SqliteStore):
+            other: Store = SqliteStore.open(store.directory)
+        else:
+            from msm_mem._storage.postgres import PostgresStore
+
+            assert isinstance(store, PostgresStore)
+            other = PostgresStore.open(postgres_dsn(), schema=store.schema)
+        opened.append(other)
+        return with_codec(other) if codec else other
+
+    yield again
+    for other in opened:
+        other.close()
+
+
+@pytest.fixture
 def store(make_store: StoreFactory) -> Store:
     """One empty store (dimension 16) of each backend."""
     return make_store()
