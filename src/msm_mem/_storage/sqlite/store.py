@@ -53,6 +53,29 @@ def _connect(path: Path, durable: bool) -> sqlite3.Connection:
     return conn
 
 
+class _Held:
+    """The store's connection under its lock (re-entrant), refused once closed.
+
+    A plain context manager rather than a generator one: every read takes it, often nested,
+    and this costs what taking the lock costs."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> sqlite3.Connection:
+        store = self._store
+        store._lock.acquire()
+        if store._closed:
+            store._lock.release()
+            raise StoreError("the store is closed")
+        return store._conn
+
+    def __exit__(self, *exc: object) -> None:
+        self._store._lock.release()
+
+
 class SqliteStore(FaissVectors, SqlStore):
     """The embedded store of record. Thread-safe (one connection behind a lock)."""
 
@@ -72,6 +95,7 @@ class SqliteStore(FaissVectors, SqlStore):
         self._conn = conn
         self._lock = threading.RLock()
         self._closed = False
+        self._held = _Held(self)
         self._cache = ReadCache(conn)
         self._keys = SqliteKeyTable(conn, self._lock, on_shred=self._cache.clear)
         self._consent_cache: dict[str, list[ConsentRecord]] = {}
@@ -170,12 +194,8 @@ class SqliteStore(FaissVectors, SqlStore):
 
     # the dialect ---------------------------------------------------------------------------
 
-    @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            if self._closed:
-                raise StoreError("the store is closed")
-            yield self._conn
+    def _db(self) -> _Held:
+        return self._held
 
     def _q(self, sql: str, args: Sequence[Any] = ()) -> Rows:
         return self._conn.execute(sql, args)
