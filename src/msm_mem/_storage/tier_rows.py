@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .._records import State
-from .._tier_records import Claim, ConsentRecord, Entity, Relationship, StmItem, StmState
+from .._tier_records import Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
 from .codec import FieldCodec
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "relationship_to_row",
     "stm_from_row",
     "stm_to_row",
+    "wrapped_key_from_row",
 ]
 
 
@@ -139,4 +140,11 @@ def consent_from_row(r: Sequence[Any]) -> ConsentRecord:
         end=r[7],
         created_at=r[8],
         revoked_at=r[9],
+    )
+
+
+def wrapped_key_from_row(r: Sequence[Any]) -> WrappedKey:
+    """A row of the ``keys`` table (both stores' key tables read it the same way)."""
+    return WrappedKey(
+        key_id=r[0], patient_ref=r[1], kek_id=r[2], wrapped=bytes(r[3]), created_at=r[4], shredded=bool(r[5])
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -11,6 +11,7 @@ from psycopg.pq import TransactionStatus
 
 from ..._errors import InvalidInput
 from ..._tier_records import WrappedKey
+from ..tier_rows import wrapped_key_from_row
 
 __all__ = ["PgKeyTable"]
 
@@ -42,19 +43,13 @@ class PgKeyTable:
             self._by_id.clear()
             self._uncommitted = False
 
-    @staticmethod
-    def _key(r: Sequence[Any]) -> WrappedKey:
-        return WrappedKey(
-            key_id=r[0], patient_ref=r[1], kek_id=r[2], wrapped=bytes(r[3]), created_at=r[4], shredded=bool(r[5])
-        )
-
     def _cached(self, cache: dict[str, WrappedKey], where: str, value: str) -> WrappedKey | None:
         # under the store's lock, so a put or shred cannot slip between the read and the caching
         with self._db() as conn:
             if value in cache:
                 return cache[value]
             row = conn.execute(f"SELECT * FROM keys WHERE {where} = %s", (value,)).fetchone()
-            key = None if row is None else self._key(row)
+            key = None if row is None else wrapped_key_from_row(row)
             if key is not None and not (self._uncommitted and self._in_transaction(conn)):
                 cache[value] = key  # committed already: no rollback can take it back
             return key
@@ -100,7 +95,7 @@ class PgKeyTable:
 
     def all(self) -> list[WrappedKey]:
         with self._db() as conn:
-            return [self._key(r) for r in conn.execute("SELECT * FROM keys ORDER BY created_at, key_id")]
+            return [wrapped_key_from_row(r) for r in conn.execute("SELECT * FROM keys ORDER BY created_at, key_id")]
 
     def pseudonym(self, key_id: str) -> tuple[str, str] | None:
         """``(pseudonym, encrypted patient reference)`` of a key, or None."""
