@@ -56,10 +56,19 @@ def peak_rss_bytes() -> int:
 
 def run_one(n: int, workdir: Path) -> dict[str, float]:
     from msm_mem import EpisodicRecord, Impression, Memory, SemanticState, SqliteStore, VisualRecord, WriteBatch
+    from msm_mem._governance.codec import EnvelopeCodec
+    from msm_mem._governance.crypto import EnvelopeCipher
+    from msm_mem._governance.keys import InMemoryKeyProvider
+
+    keks = InMemoryKeyProvider()
+
+    def encrypted(store: SqliteStore) -> SqliteStore:  # a store holds PHI only through the envelope codec
+        store.use_codec(EnvelopeCodec(EnvelopeCipher(store.tenant, keks, store.keys()), store.keys()))
+        return store
 
     patients = max(1, n // 10)
     rng = np.random.default_rng(0)
-    store = SqliteStore.create(workdir / "store", dim=DIM, encoder="bench")
+    store = encrypted(SqliteStore.create(workdir / "store", dim=DIM, encoder="bench"))
     batch_size = 5000
     t0 = time.perf_counter()
     written = 0
@@ -104,7 +113,7 @@ def run_one(n: int, workdir: Path) -> dict[str, float]:
 
     rss_before = rss_bytes()
     t0 = time.perf_counter()
-    store = SqliteStore.open(workdir / "store")
+    store = encrypted(SqliteStore.open(workdir / "store"))
     open_s = time.perf_counter() - t0
     rss_after = rss_bytes()
     memory = Memory(store)

@@ -221,7 +221,7 @@ def main() -> None:
                 wb[(p, u)].append(bench_write_back(work, args.interactions, p, u))
         on_postgres: list[float] = []
         if args.postgres:
-            from msm_mem._storage.pgserver_util import local_server
+            from msm_mem.testing import local_server
 
             url = local_server(work / "pgdata", delete_at_exit=True)
             for _ in range(args.repeat):

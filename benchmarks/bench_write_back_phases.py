@@ -26,7 +26,7 @@ from bench_governance import bench_write_back
 
 from msm_mem._governance import audit, audit_chain, crypto
 from msm_mem._memory import claims, msm, tiers
-from msm_mem._storage import sqlite, sqlite_gov
+from msm_mem._storage import sql_write, sqlite
 
 SPENT: collections.Counter[str] = collections.Counter()
 
@@ -42,9 +42,9 @@ PHASES = [
     (audit_chain.ChainBuilder, "next_row", 1, "audit row (canonicalise, hash)"),
     (sqlite.SqliteStore, "write", 1, "store write (rows, SQL, fsync)"),
     (sqlite.SqliteStore, "_apply", 2, "store _apply (rows and SQL before COMMIT)"),
-    (sqlite_gov.GovernanceTables, "_apply_governance", 3, "governance tables"),
+    (sql_write.SqlWriter, "_insert_versions", 3, "claim and semantic versions"),
     (crypto.EnvelopeCipher, "encrypt_field", 3, "encrypt field (all fields)"),
-    (sqlite.SqliteStore, "_after_commit", 2, "after commit (index, cache)"),
+    (sqlite.SqliteStore, "_committed", 2, "after commit (index, cache)"),
     (audit.AuditLog, "spec", 0, "audit event spec"),
 ]
 

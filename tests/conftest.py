@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
+from msm_mem._governance.codec import EnvelopeCodec
+from msm_mem._governance.crypto import EnvelopeCipher
 from msm_mem._storage.base import Store
 from msm_mem._storage.sqlite import SqliteStore
-from msm_mem.testing import FixedClock
+from msm_mem.testing import FixedClock, InMemoryKeyProvider, local_server
 
 settings.register_profile("default", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("default")
@@ -57,11 +59,26 @@ DIM = 16
 StoreFactory = Callable[..., Store]
 
 
+#: the KEKs of every test store, so that a store reopened in a test reads what it wrote
+KEKS = InMemoryKeyProvider()
+
+
+def envelope_codec(store: Store, provider: InMemoryKeyProvider = KEKS) -> EnvelopeCodec:
+    """The governed API's codec for ``store`` (KEKs in memory): a store holds PHI only encrypted."""
+    return EnvelopeCodec(EnvelopeCipher(store.tenant, provider, store.keys()), store.keys())
+
+
+def with_codec(store: Store) -> Store:
+    """``store`` given :func:`envelope_codec`, ready to hold PHI."""
+    store.use_codec(envelope_codec(store))
+    return store
+
+
 def _sqlite_factory(tmp_path: Path) -> StoreFactory:
     counter = iter(range(10**6))
 
     def make(dim: int = DIM, encoder: str = "test") -> Store:
-        return SqliteStore.create(tmp_path / f"store{next(counter)}", dim=dim, encoder=encoder)
+        return with_codec(SqliteStore.create(tmp_path / f"store{next(counter)}", dim=dim, encoder=encoder))
 
     return make
 
@@ -85,8 +102,6 @@ def postgres_dsn() -> str:
             return url
         start = time.perf_counter()
         try:
-            from msm_mem._storage.pgserver_util import local_server
-
             parent = tempfile.mkdtemp(prefix="msm-mem-pg-")
             atexit.register(shutil.rmtree, parent, True)  # runs after pgserver's own exit handler
             dsn = local_server(Path(parent) / "data", delete_at_exit=True)
@@ -132,7 +147,7 @@ def _postgres_factory(tmp_path: Path) -> StoreFactory:
 
     def make(dim: int = DIM, encoder: str = "test") -> Store:
         schema = f"t{_SESSION}_{uuid.uuid4().hex[:12]}"
-        return PostgresStore.create(dsn, dim=dim, encoder=encoder, schema=schema)
+        return with_codec(PostgresStore.create(dsn, dim=dim, encoder=encoder, schema=schema))
 
     return make
 
@@ -172,6 +187,28 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store
     yield make
     for store in made:
         store.close()
+
+
+@pytest.fixture
+def reopen() -> Iterator[Callable[..., Store]]:
+    """Open another handle on a store made by ``make_store`` (with the envelope codec unless
+    ``codec=False``); every handle opened is closed afterwards."""
+    opened: list[Store] = []
+
+    def again(store: Store, *, codec: bool = True) -> Store:
+        if isinstance(store, SqliteStore):
+            other: Store = SqliteStore.open(store.directory)
+        else:
+            from msm_mem._storage.postgres import PostgresStore
+
+            assert isinstance(store, PostgresStore)
+            other = PostgresStore.open(postgres_dsn(), schema=store.schema)
+        opened.append(other)
+        return with_codec(other) if codec else other
+
+    yield again
+    for other in opened:
+        other.close()
 
 
 @pytest.fixture

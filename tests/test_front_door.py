@@ -12,16 +12,7 @@ from typing import Any
 import pytest
 
 import msm_mem
-from msm_mem import (
-    AccessDenied,
-    ConsentDenied,
-    ManifestRow,
-    MsmMem,
-    MsmMemError,
-    Principal,
-    Purpose,
-    Role,
-)
+from msm_mem import AccessDenied, ConsentDenied, ManifestRow, MsmMem, MsmMemError, Principal, Purpose, Role
 from msm_mem._agent.agent import MemoryAgent
 from msm_mem._governance.audit import AuditLog
 from msm_mem._governance.crypto import EnvelopeCipher

@@ -24,10 +24,10 @@ from msm_mem import (
     VisualRecord,
 )
 from msm_mem._storage.base import PII_FIELDS, StateChange, WriteBatch
-from msm_mem._storage.pgserver_util import local_server
 from msm_mem._storage.postgres import PostgresStore
 from msm_mem._tier_records import AuditRow, Claim, WrappedKey
-from tests.conftest import DIM, random_unit
+from msm_mem.testing import local_server
+from tests.conftest import DIM, random_unit, with_codec
 
 pytestmark = pytest.mark.postgres
 
@@ -47,6 +47,7 @@ def make_pg(postgres_url: str) -> Iterator[Make]:
             store = PostgresStore.open(postgres_url, schema=schema, **kw)  # type: ignore[arg-type]
         else:
             store = PostgresStore.create(postgres_url, dim=DIM, encoder="test", schema=schema, **kw)  # type: ignore[arg-type]
+        with_codec(store)
         made.append(store)
         return store
 
@@ -125,9 +126,10 @@ def test_failing_batch_leaves_nothing(make_pg: Make, postgres_url: str) -> None:
 
 
 def test_text_with_nul_is_refused(make_pg: Make) -> None:
-    """PostgreSQL cannot store NUL characters: InvalidInput, nothing written."""
+    """PostgreSQL cannot store NUL characters: InvalidInput, nothing written (in a plain column:
+    PHI columns hold ciphertext)."""
     store = make_pg()
-    bad = EpisodicRecord("E-nul", "p", 1.0, random_unit(np.random.default_rng(1)), "q\x00", "a")
+    bad = EpisodicRecord("E-nul", "p", 1.0, random_unit(np.random.default_rng(1)), "q", "a", study_id="s\x00")
     with pytest.raises(InvalidInput):
         store.write(WriteBatch(episodes=[bad]))
     assert store.count("episodic") == 0

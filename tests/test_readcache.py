@@ -14,6 +14,7 @@ from msm_mem._storage.base import StateChange, WriteBatch
 from msm_mem._storage.sqlite import SqliteStore
 from msm_mem._tier_records import Entity
 from msm_mem.testing import InMemoryKeyProvider
+from tests.conftest import with_codec
 
 
 def state(
@@ -39,7 +40,7 @@ def encrypted(path: Path) -> SqliteStore:
 
 def test_own_writes_update_the_cached_state_and_entities(tmp_path: Path) -> None:
     """After a read fills the cache, later writes of this handle show at once, in store order."""
-    store = SqliteStore.create(tmp_path / "s", dim=4, encoder="t")
+    store = with_codec(SqliteStore.create(tmp_path / "s", dim=4, encoder="t"))
     store.write(WriteBatch(semantic=[state("S-1", 1, "old"), state("S-x", 1, "other", category="b")]))
     store.write(WriteBatch(entities=[Entity("N-1", "P1", "finding", "Edema", 5.0)]))
     assert [s.state_id for s in store.semantic_active("P1")] == ["S-x", "S-1"]  # by category
@@ -54,7 +55,7 @@ def test_own_writes_update_the_cached_state_and_entities(tmp_path: Path) -> None
     assert [s.state_id for s in store.semantic_active("P1", "impression")] == ["S-2"]
     cached = [e.entity_id for e in store.entities("P1")]
     store.close()
-    reopened = SqliteStore.open(tmp_path / "s")
+    reopened = with_codec(SqliteStore.open(tmp_path / "s"))
     assert cached == [e.entity_id for e in reopened.entities("P1")] == ["N-0", "N-1", "N-2"]
     assert [s.state_id for s in reopened.semantic_active("P1")] == ["S-x", "S-2"]
     reopened.close()
@@ -62,7 +63,7 @@ def test_own_writes_update_the_cached_state_and_entities(tmp_path: Path) -> None
 
 def test_a_failed_write_leaves_the_cache_as_the_store(tmp_path: Path) -> None:
     """A batch that rolls back (a stale supersession) changes neither the store nor the cache."""
-    store = SqliteStore.create(tmp_path / "s", dim=4, encoder="t")
+    store = with_codec(SqliteStore.create(tmp_path / "s", dim=4, encoder="t"))
     store.write(WriteBatch(semantic=[state("S-1", 1, "old")]))
     assert store.semantic_active("P1")[0].state_id == "S-1"
     bad = WriteBatch(
@@ -78,11 +79,11 @@ def test_a_failed_write_leaves_the_cache_as_the_store(tmp_path: Path) -> None:
 
 def test_another_connection_s_commit_is_seen(tmp_path: Path) -> None:
     """A write through a second handle (the CLI while a server runs) empties the first one's cache."""
-    first = SqliteStore.create(tmp_path / "s", dim=4, encoder="t")
+    first = with_codec(SqliteStore.create(tmp_path / "s", dim=4, encoder="t"))
     first.write(WriteBatch(semantic=[state("S-1", 1, "old")]))
     assert first.semantic_active("P1")[0].state_id == "S-1"
     assert first.entities("P1") == []
-    second = SqliteStore.open(tmp_path / "s")
+    second = with_codec(SqliteStore.open(tmp_path / "s"))
     second.write(
         WriteBatch(
             semantic=[state("S-2", 2, "new", supersedes="S-1")], entities=[Entity("N-1", "P1", "finding", "Edema", 5.0)]
@@ -96,7 +97,7 @@ def test_another_connection_s_commit_is_seen(tmp_path: Path) -> None:
 
 def test_state_changes_are_followed(tmp_path: Path) -> None:
     """A state change in a batch (decay, retraction) empties the cache: reads see the new state."""
-    store = SqliteStore.create(tmp_path / "s", dim=4, encoder="t")
+    store = with_codec(SqliteStore.create(tmp_path / "s", dim=4, encoder="t"))
     store.write(WriteBatch(semantic=[state("S-1", 1, "old")]))
     assert len(store.semantic_active("P1")) == 1
     change = StateChange("semantic", "S-1", State.ACTIVE, State.RETRACTED, fields=(("impressions", ""),))
@@ -124,7 +125,7 @@ def test_shredding_drops_cached_plaintext(tmp_path: Path) -> None:
 
 def test_reads_return_copies(tmp_path: Path) -> None:
     """A caller changing the list it got does not change what the next reader gets."""
-    store = SqliteStore.create(tmp_path / "s", dim=4, encoder="t")
+    store = with_codec(SqliteStore.create(tmp_path / "s", dim=4, encoder="t"))
     store.write(WriteBatch(entities=[Entity("N-1", "P1", "finding", "Edema", 5.0)]))
     store.entities("P1").clear()
     store.semantic_active("P1").append(state("S-9", 9, "x"))

@@ -12,11 +12,11 @@ import pytest
 from msm_mem import EpisodicRecord, IllegalTransition, Impression, SemanticState, State, StoreError
 from msm_mem._storage.base import WriteBatch
 from msm_mem._storage.sqlite import SqliteStore
-from tests.conftest import random_unit
+from tests.conftest import random_unit, with_codec
 
 
 def make(path: Path, n: int, seed: int = 0) -> tuple[SqliteStore, list[np.ndarray]]:
-    store = SqliteStore.create(path, dim=16, encoder="t")
+    store = with_codec(SqliteStore.create(path, dim=16, encoder="t"))
     rng = np.random.default_rng(seed)
     zs = [random_unit(rng) for _ in range(n)]
     store.write(
@@ -35,7 +35,7 @@ def test_deleting_the_index_rebuilds_identical_results(tmp_path: Path) -> None:
     before = results(store, zs)
     store.close()
     shutil.rmtree(tmp_path / "s" / "index")
-    reopened = SqliteStore.open(tmp_path / "s")
+    reopened = with_codec(SqliteStore.open(tmp_path / "s"))
     assert results(reopened, zs) == before
     reopened.close()
     assert (tmp_path / "s" / "index" / "episodic.faiss").is_file()
@@ -46,21 +46,21 @@ def test_stale_or_foreign_index_is_caught_up_or_rebuilt(tmp_path: Path) -> None:
     store, zs = make(tmp_path / "s", 10)
     store.close()
     shutil.copytree(tmp_path / "s" / "index", tmp_path / "old-index")
-    store = SqliteStore.open(tmp_path / "s")
+    store = with_codec(SqliteStore.open(tmp_path / "s"))
     more = [random_unit(np.random.default_rng(9)) for _ in range(5)]
     store.write(WriteBatch(episodes=[EpisodicRecord(f"E-x{i}", "p0", 1e9, z, "q", "a") for i, z in enumerate(more)]))
     want = results(store, zs + more)
     store.close()
     shutil.rmtree(tmp_path / "s" / "index")
     shutil.copytree(tmp_path / "old-index", tmp_path / "s" / "index")  # simulate a crash before the save
-    store = SqliteStore.open(tmp_path / "s")
+    store = with_codec(SqliteStore.open(tmp_path / "s"))
     assert results(store, zs + more) == want
     store.close()
     other, _ = make(tmp_path / "other", 15, seed=5)
     other.close()
     shutil.rmtree(tmp_path / "s" / "index")
     shutil.copytree(tmp_path / "other" / "index", tmp_path / "s" / "index")
-    store = SqliteStore.open(tmp_path / "s")
+    store = with_codec(SqliteStore.open(tmp_path / "s"))
     assert results(store, zs + more) == want
     store.close()
 
@@ -71,7 +71,7 @@ def test_corrupt_index_file_is_rebuilt(tmp_path: Path) -> None:
     want = results(store, zs)
     store.close()
     (tmp_path / "s" / "index" / "episodic.faiss").write_bytes(b"garbage")
-    store = SqliteStore.open(tmp_path / "s")
+    store = with_codec(SqliteStore.open(tmp_path / "s"))
     assert results(store, zs) == want
     store.close()
 
@@ -112,7 +112,7 @@ def _state(
 
 def test_a_chain_of_versions_in_one_batch(tmp_path: Path) -> None:
     """Versions chained inside one batch, in any order: the head is active, in cache and store."""
-    store = SqliteStore.create(tmp_path / "s", dim=4, encoder="t")
+    store = with_codec(SqliteStore.create(tmp_path / "s", dim=4, encoder="t"))
     store.write(WriteBatch(semantic=[_state("S-1", 1, "a")]))
     assert store.semantic_active("P1")[0].state_id == "S-1"
     store.write(WriteBatch(semantic=[_state("S-3", 3, "c", supersedes="S-2"), _state("S-2", 2, "b", supersedes="S-1")]))
@@ -142,7 +142,7 @@ def test_a_closed_store_refuses_searches(tmp_path: Path) -> None:
 
 def test_searches_running_alongside_writes_stay_exact(tmp_path: Path) -> None:
     """Threads searching one patient while another thread appends to it see whole, exact answers."""
-    store, zs = make(tmp_path / "s", 8)
+    store, zs = make(tmp_path / "s", 12)  # p0 holds 3 before the writer starts: a search never races it
     rng = np.random.default_rng(7)
     extra = [random_unit(rng) for _ in range(200)]
     errors: list[BaseException] = []

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msm_mem._storage.vector_index import VectorIndex
+from msm_mem._storage.sqlite.vector_index import VectorIndex
 from tests.conftest import DIM, random_unit
 
 

@@ -20,6 +20,8 @@ class EnvelopeCodec:
     another record, tampered bytes, plain text where a token belongs) raises DecryptionError.
     """
 
+    encrypting = True  # the store accepts only a codec that says so
+
     def __init__(self, cipher: EnvelopeCipher, keys: WrappedKeyTable) -> None:
         self.cipher = cipher
         self._keys = keys

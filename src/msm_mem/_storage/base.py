@@ -1,13 +1,17 @@
-"""The storage contract: what every store (SQLite, PostgreSQL) must do, typed.
+"""The storage contract: small typed protocols that every store (SQLite, PostgreSQL) composes.
 
 A store keeps the long-term records of the paper's three memories (episodic, visual,
 semantic) plus the governance tables, and answers exact vector queries. Writes go through one
 method, :meth:`Store.write`, which applies a :class:`WriteBatch` in a single transaction: either
-every record, vector, state flip and audit row of the batch is stored, or none is.
+every record, vector, state flip and audit row of the batch is stored, or none is; a batch the
+transition table does not allow is refused whole (:class:`IllegalTransition`).
 
-PHI fields are passed through a :class:`FieldCodec` at this boundary, so the bytes at rest are
-whatever the codec makes of them (envelope-encrypted tokens with the governance layer's codec,
-plain text with :class:`PlainCodec`).
+PHI fields are passed through a :class:`FieldCodec` at this boundary; a store has none until
+:meth:`Store.use_codec` is given an encrypting one, and refuses PHI until then.
+
+The protocols, one concern each: :class:`Records` (long-term records), :class:`Vectors`
+(search), :class:`Tiers` (claims, entities and short-term items), :class:`Audit`,
+:class:`Keys` (wrapped data keys, typed :class:`WrappedKeyTable`) and :class:`Consents`.
 
 Vector scope: ``scope`` is a patient id for exact patient-scoped retrieval, ``None`` for the
 whole population, and ``""`` for the pool of anonymised records (patient identifiers removed).
@@ -17,190 +21,49 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
-from .._records import EpisodicRecord, SemanticState, State, Vector, VisualRecord
-from .._tier_records import (
-    AuditRow,
-    Claim,
-    ConsentRecord,
-    Entity,
-    Relationship,
-    StmChange,
-    StmItem,
-    StmState,
-)
+from .._records import EpisodicRecord, SemanticState, Vector, VisualRecord
+from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
+from .batch import StateChange, WriteBatch
+from .codec import PII_FIELDS, FieldCodec
 
 __all__ = [
     "AUDIT_PAGE_ROWS",
     "PII_FIELDS",
+    "Audit",
+    "Consents",
     "FieldCodec",
-    "PlainCodec",
+    "Keys",
+    "Records",
+    "RecordTable",
     "StateChange",
     "Store",
+    "Tiers",
     "VectorKind",
+    "Vectors",
+    "WrappedKeyTable",
     "WriteBatch",
 ]
 
 VectorKind = Literal["episodic", "visual"]
+RecordTable = Literal["episodic", "visual", "semantic", "claims"]
 
-#: audit rows per page of :meth:`Store.iter_audit_batches`: one query per page costs little,
+#: audit rows per page of :meth:`Audit.iter_audit_batches`: one query per page costs little,
 #: and a page this small stays in the CPU caches and is freed before the cyclic GC scans it
 AUDIT_PAGE_ROWS = 1000
 
-#: Fields of each table that hold patient data and go through the codec.
-PII_FIELDS: dict[str, tuple[str, ...]] = {
-    "episodic": ("question", "answer", "decision", "media_path", "media_description"),
-    "visual": ("media_path",),
-    "semantic": ("impressions",),
-    "stm": ("payload",),
-    "claims": ("content", "source"),
-    "entities": ("name",),
-}
 
-
-class FieldCodec(Protocol):
-    """Turns a PHI field into its stored form and back (the repository boundary)."""
-
-    def encode(self, table: str, record_id: str, field: str, patient_id: str, value: str) -> str: ...
-
-    def decode(self, table: str, record_id: str, field: str, patient_id: str, value: str) -> str: ...
-
-
-class PlainCodec:
-    """Stores fields as given (no encryption); the default of an ungoverned store."""
-
-    def encode(self, table: str, record_id: str, field: str, patient_id: str, value: str) -> str:
-        return value
-
-    def decode(self, table: str, record_id: str, field: str, patient_id: str, value: str) -> str:
-        return value
-
-
-@dataclass(frozen=True, slots=True)
-class StateChange:
-    """Flip one long-term record's state; optionally replace its patient id, id and fields.
-
-    Used for supersession (``ACTIVE -> SUPERSEDED``), retraction and anonymisation in place
-    (``new_patient_id=""``, ``new_id`` random, ``fields`` scrubbed content). ``expect`` is the
-    state the record must be in, or the whole batch fails.
-    """
-
-    table: Literal["episodic", "visual", "semantic", "claims", "entities", "relationships"]
-    record_id: str
-    expect: State
-    to: State
-    new_id: str | None = None
-    new_patient_id: str | None = None
-    fields: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(slots=True)
-class WriteBatch:
-    """Everything one atomic write stores. Empty lists are fine."""
-
-    episodes: list[EpisodicRecord] = field(default_factory=list)
-    visuals: list[VisualRecord] = field(default_factory=list)
-    semantic: list[SemanticState] = field(default_factory=list)
-    changes: list[StateChange] = field(default_factory=list)
-    stm: list[StmItem] = field(default_factory=list)
-    stm_changes: list[StmChange] = field(default_factory=list)
-    claims: list[Claim] = field(default_factory=list)
-    entities: list[Entity] = field(default_factory=list)
-    relationships: list[Relationship] = field(default_factory=list)
-    consents: list[ConsentRecord] = field(default_factory=list)
-    #: (consent_id, revoked_at) pairs
-    revocations: list[tuple[str, float]] = field(default_factory=list)
-    #: audit rows appended in the same transaction; seqs must continue the stored chain
-    audit: list[AuditRow] = field(default_factory=list)
-    #: store semantic versions exactly as given (import/restore): no supersession flips
-    restore: bool = False
-
-    def __bool__(self) -> bool:
-        return any(bool(getattr(self, name)) for name in self.__dataclass_fields__ if name != "restore")
-
-
-class WrappedKeyTable(Protocol):
-    """Storage of wrapped data keys and the encrypted pseudonym of each patient."""
-
-    def get(self, patient_ref: str) -> Any: ...
-
-    def get_by_id(self, key_id: str) -> Any: ...
-
-    def put(self, key: Any) -> None: ...
-
-    def shred(self, patient_ref: str) -> None: ...
-
-    def all(self) -> list[Any]: ...
-
-    def pseudonym(self, key_id: str) -> tuple[str, str] | None: ...
-
-    def put_pseudonym(self, key_id: str, pseudonym: str, token: str) -> None: ...
-
-
-class Store(ABC):
-    """A store of record for long-term memory with exact cosine search.
-
-    Invariants every implementation keeps (checked by the contract suite):
-    - vectors are unit float32 of ``dim``; the i-th episodic (visual) record in insertion order
-      has vector position i;
-    - ``search`` is exact: it returns the k largest cosines within the scope, ties broken by
-      insertion order, in descending score;
-    - at most one ACTIVE semantic state per ``(patient_id, category)``;
-    - a failed :meth:`write` leaves nothing behind.
-    """
-
-    dim: int
-    encoder_name: str
-    #: random id of this store, bound into every ciphertext's AAD
-    tenant: str
-    _codec: FieldCodec
-
-    def sync(self) -> None:  # noqa: B027  (an optional hook: a store without caches has nothing to do)
-        """Drop read caches made stale by other connections' commits (default: none kept)."""
-
-    def use_codec(self, codec: FieldCodec) -> None:
-        """Set the PHI codec (before any read or write of PHI fields)."""
-        self._codec = codec
-
-    @abstractmethod
-    def write(self, batch: WriteBatch) -> None:
-        """Apply the batch in one transaction; raise and store nothing on any error."""
-
-    @abstractmethod
-    def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
-        """Top-k ``(record id, cosine)`` among ACTIVE and ANONYMIZED records of the scope."""
-
-    def search_many(
-        self, z: Vector, requests: Sequence[tuple[VectorKind, int]], scope: str | None
-    ) -> list[list[tuple[str, float]]]:
-        """Several searches with one query vector and scope (for example E and V), in order.
-
-        Same results as calling :meth:`search` for each ``(kind, k)``; a backend may do it in
-        one round trip.
-        """
-        return [self.search(kind, z, k, scope) for kind, k in requests]
-
-    def max_cosine(self, z: Vector, kinds: Sequence[VectorKind], scope: str) -> float | None:
-        """The largest cosine of ``z`` over the scope's vectors of ``kinds`` (the write-back
-        gate's novelty), None when the scope has none; the top-1 score of :meth:`search_many`."""
-        scores = [s for hits in self.search_many(z, [(kind, 1) for kind in kinds], scope) for _, s in hits]
-        return max(scores) if scores else None
+class Records(Protocol):
+    """The long-term records of the three memories."""
 
     @abstractmethod
     def get_episodes(self, ids: Sequence[str]) -> list[EpisodicRecord]:
         """Records in the order of ``ids``; raises NotFound for an unknown id."""
 
+    @abstractmethod
     def find_episodes(self, ids: Sequence[str]) -> dict[str, EpisodicRecord]:
         """The records of those ids that exist (unknown ids are left out)."""
-        found: dict[str, EpisodicRecord] = {}
-        for i in dict.fromkeys(ids):
-            try:
-                found[i] = self.get_episodes([i])[0]
-            except LookupError:
-                continue
-        return found
 
     @abstractmethod
     def get_visuals(self, ids: Sequence[str]) -> list[VisualRecord]:
@@ -213,6 +76,10 @@ class Store(ABC):
     @abstractmethod
     def semantic_history(self, patient_id: str, category: str) -> list[SemanticState]:
         """Every version of one semantic key, oldest first."""
+
+    @abstractmethod
+    def semantic_created_before(self, before: float) -> list[SemanticState]:
+        """ACTIVE and SUPERSEDED semantic versions created at or before ``before`` (decay)."""
 
     @abstractmethod
     def iter_episodes(self) -> Iterator[EpisodicRecord]:
@@ -235,14 +102,48 @@ class Store(ABC):
         """Sorted ids of the patients that have any record (anonymised pool excluded)."""
 
     @abstractmethod
-    def record_ids(self, table: Literal["episodic", "visual", "semantic", "claims"], patient_id: str) -> list[str]:
+    def has_patient(self, patient_id: str) -> bool:
+        """Whether the patient has any stored record."""
+
+    @abstractmethod
+    def record_ids(self, table: RecordTable, patient_id: str) -> list[str]:
         """Ids of a patient's ACTIVE and SUPERSEDED rows of one table, oldest first."""
 
     @abstractmethod
     def studies(self, patient_id: str) -> set[str]:
         """Study ids already stored for a patient (to make ingest idempotent)."""
 
-    # governed tiers -----------------------------------------------------------------------
+    @abstractmethod
+    def decay_due(self, now: float) -> list[tuple[str, str]]:
+        """``(table, record id)`` of ACTIVE or SUPERSEDED long-term records with decay_at <= now."""
+
+
+class Vectors(Protocol):
+    """Exact cosine search over the episodic and visual vectors."""
+
+    @abstractmethod
+    def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
+        """Top-k ``(record id, cosine)`` among ACTIVE and ANONYMIZED records of the scope."""
+
+    def search_many(
+        self, z: Vector, requests: Sequence[tuple[VectorKind, int]], scope: str | None
+    ) -> list[list[tuple[str, float]]]:
+        """Several searches with one query vector and scope (for example E and V), in order.
+
+        Same results as calling :meth:`search` for each ``(kind, k)``; a backend may do it in
+        one round trip.
+        """
+        return [self.search(kind, z, k, scope) for kind, k in requests]
+
+    def max_cosine(self, z: Vector, kinds: Sequence[VectorKind], scope: str) -> float | None:
+        """The largest cosine of ``z`` over the scope's vectors of ``kinds`` (the write-back
+        gate's novelty), None when the scope has none; the top-1 score of :meth:`search_many`."""
+        scores = [s for hits in self.search_many(z, [(kind, 1) for kind in kinds], scope) for _, s in hits]
+        return max(scores) if scores else None
+
+
+class Tiers(Protocol):
+    """Claims, the knowledge graph derived from them, and short-term items."""
 
     @abstractmethod
     def stm_get(self, item_ids: Sequence[str]) -> list[StmItem]:
@@ -279,17 +180,9 @@ class Store(ABC):
     def relationships(self, patient_id: str) -> list[Relationship]:
         """A patient's ACTIVE relationships, oldest first."""
 
-    @abstractmethod
-    def decay_due(self, now: float) -> list[tuple[str, str]]:
-        """``(table, record id)`` of ACTIVE or SUPERSEDED long-term records with decay_at <= now."""
 
-    @abstractmethod
-    def semantic_created_before(self, before: float) -> list[SemanticState]:
-        """ACTIVE and SUPERSEDED semantic versions created at or before ``before`` (decay)."""
-
-    @abstractmethod
-    def consents(self, patient_id: str | None = None) -> list[ConsentRecord]:
-        """Consent records for a patient and for every patient (``*``); all when None."""
+class Audit(Protocol):
+    """The append-only audit rows; only :meth:`audit_purge` (retention) ever removes any."""
 
     @abstractmethod
     def audit_head(self) -> tuple[int, str]:
@@ -315,17 +208,73 @@ class Store(ABC):
     def audit_purge(self, through_seq: int) -> int:
         """Delete audit rows with seq <= through_seq (retention is checked by the caller)."""
 
+
+class WrappedKeyTable(Protocol):
+    """Storage of wrapped data keys and the encrypted pseudonym of each patient."""
+
+    def get(self, patient_ref: str) -> WrappedKey | None: ...
+
+    def get_by_id(self, key_id: str) -> WrappedKey | None: ...
+
+    def put(self, key: WrappedKey) -> None: ...
+
+    def shred(self, patient_ref: str) -> None: ...
+
+    def all(self) -> list[WrappedKey]: ...
+
+    def pseudonym(self, key_id: str) -> tuple[str, str] | None: ...
+
+    def put_pseudonym(self, key_id: str, pseudonym: str, token: str) -> None: ...
+
+
+class Keys(Protocol):
+    """Where the wrapped per-patient data keys live."""
+
     @abstractmethod
     def keys(self) -> WrappedKeyTable:
         """The table of wrapped per-patient data keys (see governance.keys.WrappedKeyStore)."""
 
+
+class Consents(Protocol):
+    """The consent records."""
+
+    @abstractmethod
+    def consents(self, patient_id: str | None = None) -> list[ConsentRecord]:
+        """Consent records for a patient and for every patient (``*``); all when None."""
+
+
+class Store(Records, Vectors, Tiers, Audit, Keys, Consents, ABC):
+    """A store of record for long-term memory with exact cosine search.
+
+    Invariants every implementation keeps (checked by the contract suite):
+    - vectors are unit float32 of ``dim``; the i-th episodic (visual) record in insertion order
+      has vector position i;
+    - ``search`` is exact: it returns the k largest cosines within the scope, ties broken by
+      insertion order, in descending score;
+    - at most one ACTIVE semantic state per ``(patient_id, category)``;
+    - a failed :meth:`write` leaves nothing behind; one the transition table forbids fails;
+    - no PHI field is written or read before :meth:`use_codec` is given an encrypting codec.
+    """
+
+    dim: int
+    encoder_name: str
+    #: random id of this store, bound into every ciphertext's AAD
+    tenant: str
+
+    def sync(self) -> None:  # noqa: B027  (an optional hook: a store without caches has nothing to do)
+        """Drop read caches made stale by other connections' commits (default: none kept)."""
+
+    @abstractmethod
+    def use_codec(self, codec: FieldCodec) -> None:
+        """Set the PHI codec (before any read or write of PHI fields); it must be encrypting."""
+
+    @abstractmethod
+    def write(self, batch: WriteBatch) -> None:
+        """Apply the batch in one transaction; raise and store nothing on any error."""
+
     @abstractmethod
     def close(self) -> None:
         """Flush caches and release the store; later calls fail."""
-
-    def has_patient(self, patient_id: str) -> bool:
-        """Whether the patient has any stored record."""
-        return patient_id in set(self.patients())
 
     def __enter__(self) -> Store:
         return self

@@ -10,6 +10,7 @@
   to exercise the ``openai`` backbone over real HTTP without a model or a network.
 - :class:`InMemoryKeyProvider` and :class:`InMemoryWrappedKeyStore`: envelope encryption keys
   held in process memory, nothing on disk.
+- :func:`local_server`: a throwaway local PostgreSQL server with pgvector (Unix socket only).
 
 Nothing in the package imports this module: it is for tests and examples only.
 """
@@ -18,6 +19,7 @@ from .._clock import FixedClock
 from ._chat_server import FakeChatServer, FakeReply, RecordedRequest, completion
 from ._fakes import DeterministicEncoder, FixedBackbone
 from ._keys import InMemoryKeyProvider, InMemoryWrappedKeyStore
+from ._pgserver import local_server
 
 __all__ = [
     "DeterministicEncoder",
@@ -29,4 +31,5 @@ __all__ = [
     "InMemoryWrappedKeyStore",
     "RecordedRequest",
     "completion",
+    "local_server",
 ]

@@ -1,4 +1,4 @@
-"""Row <-> record conversion shared by the SQL stores (SQLite and PostgreSQL)."""
+"""Row <-> record conversion of the three memories, shared by the SQL stores (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import numpy as np
 
 from .._errors import InvalidInput, InvalidVector
 from .._records import EpisodicRecord, Impression, SemanticState, State, Vector, VisualRecord
-from .base import PII_FIELDS, FieldCodec, StateChange
+from .batch import StateChange
+from .codec import PII_FIELDS, FieldCodec
 
 __all__ = [
     "EPISODIC_COLUMNS",
@@ -87,9 +88,6 @@ def check_vector(z: Vector, dim: int, what: str) -> None:
 
 #: non-PHI fields a state change may rewrite in place (anonymisation blanks identifiers and links
 #: to the identified past, and coarsens times to the year)
-#: the tables whose records a StateChange may flip
-CHANGEABLE = frozenset({"episodic", "visual", "semantic", "claims", "entities", "relationships"})
-
 PLAIN_REWRITABLE: dict[str, tuple[str, ...]] = {
     "episodic": ("source", "study_id", "supersedes", "timestamp", "created_at", "decay_at"),
     "visual": ("source", "source_episode_id", "supersedes", "timestamp", "created_at", "decay_at"),

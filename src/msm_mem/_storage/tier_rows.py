@@ -1,4 +1,5 @@
-"""Row <-> record conversion of the governed tiers, shared by the SQL stores."""
+"""Row <-> record conversion of the governed tiers (short-term items, claims, graph, consent),
+shared by the SQL stores."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from .._records import State
-from .._tier_records import Claim, ConsentRecord, Entity, Relationship, StmItem, StmState
-from .base import FieldCodec
+from .._tier_records import Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
+from .codec import FieldCodec
 
 __all__ = [
     "claim_from_row",
@@ -23,6 +24,7 @@ __all__ = [
     "relationship_to_row",
     "stm_from_row",
     "stm_to_row",
+    "wrapped_key_from_row",
 ]
 
 
@@ -31,7 +33,7 @@ def stm_to_row(s: StmItem, codec: FieldCodec) -> tuple[Any, ...]:
         s.item_id,
         s.patient_id,
         s.kind,
-        codec.encode("stm", s.item_id, "payload", s.patient_id, s.payload),
+        s.payload and codec.encode("stm", s.item_id, "payload", s.patient_id, s.payload),  # "" once purged
         None if s.z is None else s.z.tobytes(),
         s.created_at,
         s.expires_at,
@@ -138,4 +140,11 @@ def consent_from_row(r: Sequence[Any]) -> ConsentRecord:
         end=r[7],
         created_at=r[8],
         revoked_at=r[9],
+    )
+
+
+def wrapped_key_from_row(r: Sequence[Any]) -> WrappedKey:
+    """A row of the ``keys`` table (both stores' key tables read it the same way)."""
+    return WrappedKey(
+        key_id=r[0], patient_ref=r[1], kek_id=r[2], wrapped=bytes(r[3]), created_at=r[4], shredded=bool(r[5])
     )

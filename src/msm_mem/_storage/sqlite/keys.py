@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from .._tier_records import WrappedKey
+from ..._tier_records import WrappedKey
+from ..tier_rows import wrapped_key_from_row
 
 __all__ = ["SqliteKeyTable", "data_version"]
 
@@ -31,16 +32,10 @@ class SqliteKeyTable:
         self._by_id: dict[str, WrappedKey] = {}
         self._version = -1
 
-    @staticmethod
-    def _key(r: Sequence[Any]) -> WrappedKey:
-        return WrappedKey(
-            key_id=r[0], patient_ref=r[1], kek_id=r[2], wrapped=bytes(r[3]), created_at=r[4], shredded=bool(r[5])
-        )
-
     def _one(self, where: str, value: str) -> WrappedKey | None:
         with self._lock:
             row = self._conn.execute(f"SELECT * FROM keys WHERE {where} = ?", (value,)).fetchone()
-        return None if row is None else self._key(row)
+        return None if row is None else wrapped_key_from_row(row)
 
     def sync(self, version: int | None = None) -> None:
         """Empty the cache when another connection has committed since the last sync
@@ -124,7 +119,8 @@ class SqliteKeyTable:
 
     def all(self) -> list[WrappedKey]:
         with self._lock:
-            return [self._key(r) for r in self._conn.execute("SELECT * FROM keys ORDER BY created_at, key_id")]
+            rows = self._conn.execute("SELECT * FROM keys ORDER BY created_at, key_id").fetchall()
+        return [wrapped_key_from_row(r) for r in rows]
 
     def pseudonym(self, key_id: str) -> tuple[str, str] | None:
         """``(pseudonym, encrypted patient reference)`` of a key, or None."""

@@ -23,7 +23,7 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
-from .._records import Vector
+from ..._records import Vector
 
 __all__ = ["VectorIndex"]
 

@@ -20,10 +20,10 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from .._records import SemanticState, State
-from .._tier_records import Entity
-from .base import WriteBatch
-from .sqlite_keys import data_version
+from ..._records import SemanticState, State
+from ..._tier_records import Entity
+from ..batch import WriteBatch
+from .keys import data_version
 
 __all__ = ["ReadCache"]
 

@@ -1,16 +1,11 @@
-"""A local PostgreSQL server (with pgvector) for tests and single-machine use, from ``pgserver``.
-
-The ``pgserver`` package ships PostgreSQL 16 binaries with the pgvector extension. The server
-it starts listens on a Unix domain socket only (it is started with no TCP address at all), so
-nothing outside the machine can reach it; the DSN returned points at that socket::
-
-    from msm_mem._storage.pgserver_util import local_server
-    from msm_mem._storage.postgres import PostgresStore
+"""A local PostgreSQL server with pgvector from the ``pgserver`` package, for tests and
+single-machine trials of the server store::
 
     dsn = local_server("pgdata")          # initialises the directory on first use
-    store = PostgresStore.create(dsn, dim=1024, encoder="pixels")
 
-Starting takes about a second on a fresh directory and less on an initialised one.
+The server listens on a Unix domain socket only (it is started with no TCP address at all), so
+nothing outside the machine can reach it; the DSN points at that socket. Starting takes about a
+second on a fresh directory and less on an initialised one.
 """
 
 from __future__ import annotations

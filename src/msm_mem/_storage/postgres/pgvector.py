@@ -17,7 +17,7 @@ from psycopg.adapt import Buffer, Dumper, Loader
 from psycopg.pq import Format
 from psycopg.types import TypeInfo
 
-from .._errors import StoreError
+from ..._errors import StoreError
 
 __all__ = ["Vec", "connect", "use_schema", "vector_schema"]
 

@@ -1,0 +1,57 @@
+"""What one atomic write carries: :class:`WriteBatch`, and :class:`StateChange` for existing rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .._records import EpisodicRecord, SemanticState, State, VisualRecord
+from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmChange, StmItem
+
+__all__ = ["ChangeableTable", "StateChange", "WriteBatch"]
+
+ChangeableTable = Literal["episodic", "visual", "semantic", "claims", "entities", "relationships"]
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    """Flip one long-term record's state; optionally replace its patient id, id and fields.
+
+    Used for supersession (``ACTIVE -> SUPERSEDED``, the old version kept as it was),
+    retraction and anonymisation in place (``new_patient_id=""``, ``new_id`` random, ``fields``
+    scrubbed content). ``expect`` is the state the record must be in, or the whole batch fails;
+    ``expect -> to`` must be a long-term state change of the transition table.
+    """
+
+    table: ChangeableTable
+    record_id: str
+    expect: State
+    to: State
+    new_id: str | None = None
+    new_patient_id: str | None = None
+    fields: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    """Everything one atomic write stores. Empty lists are fine."""
+
+    episodes: list[EpisodicRecord] = field(default_factory=list)
+    visuals: list[VisualRecord] = field(default_factory=list)
+    semantic: list[SemanticState] = field(default_factory=list)
+    changes: list[StateChange] = field(default_factory=list)
+    stm: list[StmItem] = field(default_factory=list)
+    stm_changes: list[StmChange] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
+    entities: list[Entity] = field(default_factory=list)
+    relationships: list[Relationship] = field(default_factory=list)
+    consents: list[ConsentRecord] = field(default_factory=list)
+    #: (consent_id, revoked_at) pairs
+    revocations: list[tuple[str, float]] = field(default_factory=list)
+    #: audit rows appended in the same transaction; seqs must continue the stored chain
+    audit: list[AuditRow] = field(default_factory=list)
+    #: store versions exactly as given (import/restore): no supersession flips, any state
+    restore: bool = False
+
+    def __bool__(self) -> bool:
+        return any(bool(getattr(self, name)) for name in self.__dataclass_fields__ if name != "restore")

@@ -1,0 +1,60 @@
+"""The PHI field codec at the storage boundary, and the fields it guards.
+
+A store holds no codec until :meth:`~msm_mem._storage.base.Store.use_codec` gives it one, and
+until then it refuses to write or read any PHI field (:class:`StoreError`), so no patient data
+can land in plain text beside encrypted rows. It accepts only a codec that declares itself
+encrypting (the governance layer's envelope codec does); the codec itself lives above storage.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .._errors import StoreError
+
+__all__ = ["PII_FIELDS", "FieldCodec", "NoCodec", "encrypting_codec"]
+
+#: Fields of each table that hold patient data and go through the codec.
+PII_FIELDS: dict[str, tuple[str, ...]] = {
+    "episodic": ("question", "answer", "decision", "media_path", "media_description"),
+    "visual": ("media_path",),
+    "semantic": ("impressions",),
+    "stm": ("payload",),
+    "claims": ("content", "source"),
+    "entities": ("name",),
+}
+
+
+class FieldCodec(Protocol):
+    """Turns a PHI field into its stored form and back (the repository boundary)."""
+
+    @property
+    def encrypting(self) -> bool:
+        """True when the stored form is a ciphertext; a store refuses a codec without it."""
+        ...
+
+    def encode(self, table: str, record_id: str, field: str, patient_id: str, value: str) -> str: ...
+
+    def decode(self, table: str, record_id: str, field: str, patient_id: str, value: str) -> str: ...
+
+
+class NoCodec:
+    """The codec of a store not given one yet: every PHI field is refused."""
+
+    encrypting = False
+
+    def _refuse(self, table: str, field: str) -> StoreError:
+        return StoreError(f"{table}.{field} is patient data and this store has no codec: call use_codec first")
+
+    def encode(self, table: str, record_id: str, field: str, patient_id: str, value: str) -> str:
+        raise self._refuse(table, field)
+
+    def decode(self, table: str, record_id: str, field: str, patient_id: str, value: str) -> str:
+        raise self._refuse(table, field)
+
+
+def encrypting_codec(codec: FieldCodec) -> FieldCodec:
+    """``codec`` when it declares itself encrypting; :class:`StoreError` otherwise."""
+    if getattr(codec, "encrypting", False) is not True:
+        raise StoreError(f"{type(codec).__name__} is not an encrypting codec; PHI is stored encrypted only")
+    return codec

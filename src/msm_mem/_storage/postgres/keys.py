@@ -1,0 +1,111 @@
+"""Wrapped data keys and patient pseudonyms in the server store's schema."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from ..._errors import InvalidInput
+from ..._tier_records import WrappedKey
+from ..tier_rows import wrapped_key_from_row
+
+__all__ = ["PgKeyTable"]
+
+Db = Callable[[], AbstractContextManager["psycopg.Connection[Any]"]]
+
+
+class PgKeyTable:
+    """Wrapped data keys and pseudonyms in the store's schema (own short transactions).
+
+    Keys read are cached until the next :meth:`sync` (the store calls it at the start of every
+    governed turn), so a write reads each of its patients' keys once, not once per encrypted
+    field; this table's own writes update the cache at once. A shred made through another
+    connection is therefore seen from the next turn on, as with the embedded store. A key
+    written inside a caller's open transaction (a new patient's first record) could still be
+    rolled back with it: from such a write until the next sync, nothing read inside a
+    transaction is cached.
+    """
+
+    def __init__(self, db: Db) -> None:
+        self._db = db  # the store's _db(): the connection under its lock, StoreError once closed
+        self._by_patient: dict[str, WrappedKey] = {}
+        self._by_id: dict[str, WrappedKey] = {}
+        self._uncommitted = False  # a key was written inside a transaction since the last sync
+
+    def sync(self) -> None:
+        """Forget every cached key (other connections may have written since)."""
+        with self._db():
+            self._by_patient.clear()
+            self._by_id.clear()
+            self._uncommitted = False
+
+    def _cached(self, cache: dict[str, WrappedKey], where: str, value: str) -> WrappedKey | None:
+        # under the store's lock, so a put or shred cannot slip between the read and the caching
+        with self._db() as conn:
+            if value in cache:
+                return cache[value]
+            row = conn.execute(f"SELECT * FROM keys WHERE {where} = %s", (value,)).fetchone()
+            key = None if row is None else wrapped_key_from_row(row)
+            if key is not None and not (self._uncommitted and self._in_transaction(conn)):
+                cache[value] = key  # committed already: no rollback can take it back
+            return key
+
+    @staticmethod
+    def _in_transaction(conn: psycopg.Connection[Any]) -> bool:
+        return conn.info.transaction_status != TransactionStatus.IDLE
+
+    def _forget(self, conn: psycopg.Connection[Any], patient_ref: str) -> None:
+        self._by_patient.pop(patient_ref, None)
+        self._by_id.clear()  # refilled on demand; a put or shred is rare
+        self._uncommitted = self._uncommitted or self._in_transaction(conn)
+
+    def get(self, patient_ref: str) -> WrappedKey | None:
+        return self._cached(self._by_patient, "patient_ref", patient_ref)
+
+    def get_by_id(self, key_id: str) -> WrappedKey | None:
+        return self._cached(self._by_id, "key_id", key_id)
+
+    def put(self, key: WrappedKey) -> None:
+        with self._db() as conn:
+            self._forget(conn, key.patient_ref)  # before the transaction: is the caller's one open?
+            with conn.transaction():
+                conn.execute("DELETE FROM keys WHERE patient_ref = %s AND key_id != %s", (key.patient_ref, key.key_id))
+                conn.execute(
+                    "INSERT INTO keys VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (key_id) DO UPDATE SET"
+                    " patient_ref = EXCLUDED.patient_ref, kek_id = EXCLUDED.kek_id,"
+                    " wrapped = EXCLUDED.wrapped, created_at = EXCLUDED.created_at, shredded = EXCLUDED.shredded",
+                    (key.key_id, key.patient_ref, key.kek_id, key.wrapped, key.created_at, key.shredded),
+                )
+
+    def shred(self, patient_ref: str) -> None:
+        """Destroy the wrapped key and the pseudonym link of a patient in one transaction."""
+        with self._db() as conn:
+            self._forget(conn, patient_ref)
+            with conn.transaction():
+                row = conn.execute(
+                    "SELECT key_id FROM keys WHERE patient_ref = %s FOR UPDATE", (patient_ref,)
+                ).fetchone()
+                if row is not None:
+                    conn.execute("UPDATE keys SET wrapped = '\\x'::bytea, shredded = TRUE WHERE key_id = %s", (row[0],))
+                    conn.execute("DELETE FROM pseudonyms WHERE key_id = %s", (row[0],))
+
+    def all(self) -> list[WrappedKey]:
+        with self._db() as conn:
+            return [wrapped_key_from_row(r) for r in conn.execute("SELECT * FROM keys ORDER BY created_at, key_id")]
+
+    def pseudonym(self, key_id: str) -> tuple[str, str] | None:
+        """``(pseudonym, encrypted patient reference)`` of a key, or None."""
+        with self._db() as conn:
+            row = conn.execute("SELECT pseudonym, token FROM pseudonyms WHERE key_id = %s", (key_id,)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def put_pseudonym(self, key_id: str, pseudonym: str, token: str) -> None:
+        with self._db() as conn:
+            try:
+                conn.execute("INSERT INTO pseudonyms VALUES (%s, %s, %s)", (key_id, pseudonym, token))
+            except psycopg.IntegrityError as exc:
+                raise InvalidInput(f"pseudonym refused by the store: {exc}") from exc

@@ -1,0 +1,306 @@
+"""The server store: PostgreSQL with pgvector, same tables and behaviour as the SQLite store.
+
+One store is one PostgreSQL schema (default ``msm_mem``) holding the tables ``meta``,
+``episodic``, ``visual`` and ``semantic`` with the SQLite store's columns in the same order
+(``semantic`` has one more, trailing: ``ord``, insertion order, SQLite's ``rowid``), plus the
+governed tiers' tables (``schema.py``). Vectors are pgvector ``vector(dim)`` columns. Every
+query but the search is the shared SQL store's; vectors travel in pgvector's binary format
+(``pgvector.py``) and load as the native float32 bytes the row converters expect, bit for bit.
+
+Search (``z <#> q`` is pgvector's negative inner product; on unit vectors, minus the cosine):
+
+- patient scope: ``WHERE patient_id = p`` inside a ``MATERIALIZED`` CTE, then ``ORDER BY
+  z <#> q, pos LIMIT k`` outside it. The CTE fences the ordering off from the HNSW index: a
+  filtered HNSW scan returns at most ``hnsw.ef_search`` candidates before filtering, so it can
+  miss the best rows or return fewer than k, and the planner does pick it for the plain
+  ``WHERE patient_id = p ORDER BY z <#> q LIMIT k`` when one patient holds most rows
+  (measured: 90% of 20,000). Here the rows come from the btree on ``patient_id`` (a sequential
+  scan when the patient is most of the table) and are scored exactly: O(rows of the patient).
+  :meth:`explain_search` shows the plan.
+- population scope (``None``): by default the same exact CTE over every live row, a sequential
+  scan, O(rows); this keeps the contract (exact top-k, ties by insertion order). With
+  ``population_search="hnsw"`` it uses the partial HNSW index (``vector_ip_ops``, live rows
+  only) with ``hnsw.ef_search = clamp(4k, 40, 1000)``: sub-linear but approximate, outside the
+  contract. The index exists only in stores opened in that mode: the first such opening
+  builds it (time proportional to the rows), and from then on every insert keeps it up to
+  date, which costs a few milliseconds a 1024-d row (so an exact-mode store does not pay it).
+  It is not built for ``dim > 2000`` (pgvector's limit), where search is always exact.
+
+Writes are one transaction that first takes ``EXCLUSIVE`` locks on the three tables (readers
+go on; writers queue, as with SQLite's ``BEGIN IMMEDIATE``), so positions stay dense (the i-th
+record has ``pos`` i) and supersession cannot race. Text containing NUL characters, which
+PostgreSQL cannot store, is refused with :class:`InvalidInput`.
+
+Scaling (DESIGN.md section 4): past one machine, the tables are distributed with Citus by
+``patient_id`` (a patient's memory, keys and consent co-located on one shard, so a
+patient-scoped search touches one node) and retrieval reads go to streaming read replicas.
+What assumes one node here: the table locks and ``max(pos) + 1`` positions (per shard there).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any, ClassVar, Literal
+
+import psycopg
+from psycopg import sql
+
+from ..._errors import InvalidInput, StoreError
+from ..._records import Vector
+from ..base import VectorKind
+from ..codec import FieldCodec
+from ..rows import EPISODIC_COLUMNS, VISUAL_COLUMNS, check_vector
+from ..sql_core import Rows
+from ..sql_store import SqlStore
+from .keys import PgKeyTable
+from .pgvector import Vec, connect, use_schema, vector_schema
+from .schema import FORMAT, HNSW, LIVE, SCHEMA, SCHEMA_VERSION, TABLES
+
+__all__ = ["PostgresStore"]
+
+HNSW_MAX_DIM = 2000
+_KINDS = ("episodic", "visual")
+PopulationSearch = Literal["exact", "hnsw"]
+
+
+@lru_cache(maxsize=512)
+def _dialect(query: str) -> str:
+    """The shared queries' ``?`` placeholders as psycopg's ``%s`` (they hold no other ``?`` or ``%``)."""
+    return query.replace("?", "%s")
+
+
+class PostgresStore(SqlStore):
+    """The server store of record. Thread-safe (one connection behind a lock)."""
+
+    ORDER: ClassVar[dict[str, str]] = {
+        "episodic": "pos",
+        "visual": "pos",
+        "semantic": "ord",
+        "claims": "ord",
+        "entities": "id",
+        "relationships": "id",
+    }
+    HOLDS_NUL: ClassVar[bool] = False
+    INTEGRITY_ERROR: ClassVar[type[Exception]] = psycopg.IntegrityError
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        schema: str,
+        codec: FieldCodec | None = None,
+        population_search: PopulationSearch = "exact",
+    ) -> None:
+        if population_search not in ("exact", "hnsw"):
+            raise InvalidInput(f"population_search must be 'exact' or 'hnsw', got {population_search!r}")
+        self.schema = schema
+        self.population_search: PopulationSearch = population_search
+        self._approximate = population_search == "hnsw"  # (and dim <= HNSW_MAX_DIM, below)
+        self._conn = conn
+        self._lock = threading.RLock()
+        self._closed = False
+        self._init_codec(codec)
+        use_schema(conn, schema)
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        if "tenant" not in meta:
+            # a store made before stores had a tenant gets one now: no ciphertext can be bound
+            # to it yet (the governed API could not open such a store)
+            conn.execute("INSERT INTO meta VALUES ('tenant', %s) ON CONFLICT (key) DO NOTHING", (uuid.uuid4().hex,))
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        self.dim = int(meta["dim"])
+        self.encoder_name = meta["encoder"]
+        self.tenant = meta["tenant"]
+        self._approximate = self._approximate and self.dim <= HNSW_MAX_DIM
+        if self._approximate:
+            for kind in _KINDS:
+                conn.execute(HNSW.format(kind=kind).encode())
+        self._keys = PgKeyTable(self._db)
+
+    # opening ------------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        dsn: str,
+        *,
+        dim: int,
+        encoder: str,
+        codec: FieldCodec | None = None,
+        schema: str = "msm_mem",
+        population_search: PopulationSearch = "exact",
+    ) -> PostgresStore:
+        """Create a new store in ``schema`` (created if needed; must not hold a store).
+
+        Installs the pgvector extension when the database lacks it (that needs the privilege
+        to create extensions). Raises :class:`StoreError` when the schema already holds a
+        store or tables of the same names, or the server cannot be reached. PHI fields are
+        refused until an encrypting ``codec`` is given here or to :meth:`use_codec`.
+        """
+        if not isinstance(dim, int) or dim < 1:
+            raise InvalidInput(f"dim must be a positive integer, got {dim!r}")
+        conn = connect(dsn)
+        try:
+            if vector_schema(conn) is None:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            ident, ext = sql.Identifier(schema), sql.Identifier(vector_schema(conn) or "public")
+            with conn.transaction():
+                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+                meta = f"{ident.as_string(conn)}.meta"
+                if conn.execute("SELECT to_regclass(%s)", (meta,)).fetchone() != (None,):
+                    raise StoreError(f"schema {schema!r} already holds a store")
+                conn.execute(sql.SQL("SET LOCAL search_path TO {}, {}").format(ident, ext))
+                conn.execute(SCHEMA.format(dim=dim).encode())
+                rows = [
+                    ("format", FORMAT),
+                    ("schema", SCHEMA_VERSION),
+                    ("dim", str(dim)),
+                    ("encoder", encoder),
+                    ("tenant", uuid.uuid4().hex),
+                ]
+                conn.cursor().executemany("INSERT INTO meta VALUES (%s, %s)", rows)
+            return cls(conn, schema, codec, population_search)
+        except psycopg.Error as exc:
+            conn.close()
+            raise StoreError(f"cannot create a store in schema {schema!r}: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+
+    @classmethod
+    def open(
+        cls,
+        dsn: str,
+        *,
+        codec: FieldCodec | None = None,
+        schema: str = "msm_mem",
+        population_search: PopulationSearch = "exact",
+    ) -> PostgresStore:
+        """Open an existing store; a schema that is not one raises :class:`StoreError`."""
+        conn = connect(dsn)
+        try:
+            meta_table = f"{sql.Identifier(schema).as_string(conn)}.meta"
+            if conn.execute("SELECT to_regclass(%s)", (meta_table,)).fetchone() == (None,):
+                raise StoreError(f"schema {schema!r} is not an msm-mem store (no meta table); run `msm-mem init`")
+            try:
+                meta = dict(conn.execute(f"SELECT key, value FROM {meta_table}").fetchall())
+            except psycopg.Error as exc:
+                raise StoreError(f"schema {schema!r} is not a readable msm-mem store: {exc}") from exc
+            if meta.get("format") != FORMAT:
+                raise StoreError(f"schema {schema!r} is not an msm-mem store (format {meta.get('format')!r})")
+            if meta.get("schema") != SCHEMA_VERSION:
+                raise StoreError(
+                    f"schema {schema!r} has store schema {meta.get('schema')!r}, expected {SCHEMA_VERSION}"
+                )
+            return cls(conn, schema, codec, population_search)
+        except BaseException:
+            conn.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._conn.close()
+                self._closed = True
+
+    def drop(self) -> None:
+        """Delete this store: drop all its tables (and its schema when nothing else is left in
+        it), then close. Irreversible; used to undo a store that was made by a failed ``init``."""
+        with self._db() as conn, conn.transaction():
+            tables = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (self.schema,)).fetchall()
+            for (name,) in tables:
+                if name in TABLES:
+                    conn.execute(
+                        sql.SQL("DROP TABLE {}.{} CASCADE").format(sql.Identifier(self.schema), sql.Identifier(name))
+                    )
+            left = conn.execute(
+                "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s",
+                (self.schema,),
+            ).fetchone()
+            if left == (0,):
+                conn.execute(sql.SQL("DROP SCHEMA {}").format(sql.Identifier(self.schema)))
+        self.close()
+
+    def keys(self) -> PgKeyTable:
+        return self._keys
+
+    def sync(self) -> None:
+        """Forget the cached data keys: other connections may have written since."""
+        self._keys.sync()
+
+    # the dialect ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _db(self) -> Iterator[psycopg.Connection[Any]]:
+        """The connection, under the lock, with database errors mapped to the library's."""
+        with self._lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            try:
+                yield self._conn
+            except psycopg.DataError as exc:
+                raise InvalidInput(f"value refused by the database: {exc}") from exc
+            except psycopg.OperationalError as exc:
+                raise StoreError(f"database error: {exc}") from exc
+
+    def _q(self, query: str, args: Sequence[Any] = ()) -> Rows:
+        return self._conn.execute(_dialect(query), args or None, binary=True)
+
+    def _many(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._conn.cursor().executemany(_dialect(query), rows)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """Writers queue on ``EXCLUSIVE`` table locks (readers go on), as with SQLite's ``BEGIN
+        IMMEDIATE``, so positions stay dense and supersession cannot race."""
+        try:
+            with self._conn.transaction():
+                self._conn.execute("LOCK TABLE episodic, visual, semantic IN EXCLUSIVE MODE")
+                yield
+        except psycopg.IntegrityError as exc:
+            raise InvalidInput(f"write refused by the store: {exc}") from exc
+
+    def _positions(self) -> dict[VectorKind, int]:
+        return {
+            "episodic": int(self._q("SELECT COALESCE(MAX(pos) + 1, 0) FROM episodic").fetchone()[0]),
+            "visual": int(self._q("SELECT COALESCE(MAX(pos) + 1, 0) FROM visual").fetchone()[0]),
+        }
+
+    def _vector_rows(self, kind: VectorKind, rows: list[tuple[Any, ...]]) -> Sequence[Sequence[Any]]:
+        z = (EPISODIC_COLUMNS if kind == "episodic" else VISUAL_COLUMNS).index("z")
+        return [(*r[:z], Vec(r[z]), *r[z + 1 :]) for r in rows]
+
+    # searching ----------------------------------------------------------------------------
+
+    def _search(self, kind: VectorKind, z: Vector, k: int, scope: str | None, prefix: str = "") -> list[Any]:
+        """Rows ``(id, cosine, pos)`` of the search, or of ``EXPLAIN`` with ``prefix``."""
+        if kind not in _KINDS:
+            raise InvalidInput(f"unknown vector kind {kind!r}")
+        params: dict[str, Any] = {"q": Vec(z.tobytes()), "k": k, "p": scope}
+        with self._db() as conn:
+            if scope is None and self._approximate:
+                with conn.transaction():
+                    conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(4 * k, 40), 1000)}")
+                    query = f"SELECT id, -(z <#> %(q)s), pos FROM {kind} WHERE {LIVE} ORDER BY z <#> %(q)s LIMIT %(k)s"
+                    return conn.execute(prefix + query, params, binary=True).fetchall()
+            where = LIVE if scope is None else LIVE + " AND patient_id = %(p)s"
+            query = (
+                f"WITH c AS MATERIALIZED (SELECT pos, id, z <#> %(q)s AS d FROM {kind} WHERE {where})"
+                " SELECT id, -d, pos FROM c ORDER BY d, pos LIMIT %(k)s"
+            )
+            return conn.execute(prefix + query, params, binary=True).fetchall()
+
+    def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
+        check_vector(z, self.dim, "query")
+        if k <= 0 or (scope is not None and "\x00" in scope):
+            return []  # no stored patient id holds NUL
+        rows = self._search(kind, z, k, scope)
+        rows.sort(key=lambda r: (-r[1], r[2]))  # the HNSW path orders by score only
+        return [(str(r[0]), float(r[1])) for r in rows]
+
+    def explain_search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> str:
+        """The server's plan (``EXPLAIN`` text) of :meth:`search` with these arguments."""
+        check_vector(z, self.dim, "query")
+        return "\n".join(str(r[0]) for r in self._search(kind, z, max(k, 1), scope, "EXPLAIN "))

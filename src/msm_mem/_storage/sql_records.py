@@ -1,0 +1,120 @@
+"""The reads of the three memories' records, written once for both SQL stores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Literal
+
+from .._errors import InvalidInput
+from .._records import EpisodicRecord, SemanticState, VisualRecord
+from . import rows as r
+from .base import RecordTable
+from .sql_core import SqlCore
+
+__all__ = ["SqlRecords"]
+
+_RECORD_TABLES = ("episodic", "visual", "semantic", "claims")
+_SEMANTIC_KEYS = ("patient_id", "category", "version", "id")
+
+
+class SqlRecords(SqlCore):
+    """Episodic, visual and semantic records: by id, by patient, in insertion order."""
+
+    def get_episodes(self, ids: Sequence[str]) -> list[EpisodicRecord]:
+        return self._get("episodic", ids, r.episode_from_row, 1)
+
+    def find_episodes(self, ids: Sequence[str]) -> dict[str, EpisodicRecord]:
+        return self._find("episodic", ids, r.episode_from_row, 1)
+
+    def get_visuals(self, ids: Sequence[str]) -> list[VisualRecord]:
+        return self._get("visual", ids, r.visual_from_row, 1)
+
+    def _load_semantic(self, patient_id: str) -> list[SemanticState]:
+        """A patient's ACTIVE semantic states by category (the caller may cache them)."""
+        return self._select(
+            "SELECT * FROM semantic WHERE patient_id = ? AND state = 'active' ORDER BY category",
+            (patient_id,),
+            r.semantic_from_row,
+        )
+
+    def semantic_active(self, patient_id: str, category: str | None = None) -> list[SemanticState]:
+        states = self._load_semantic(patient_id)
+        return states if category is None else [s for s in states if s.category == category]
+
+    def semantic_history(self, patient_id: str, category: str) -> list[SemanticState]:
+        return self._select(
+            "SELECT * FROM semantic WHERE patient_id = ? AND category = ? ORDER BY version",
+            (patient_id, category),
+            r.semantic_from_row,
+        )
+
+    def semantic_created_before(self, before: float) -> list[SemanticState]:
+        return self._select(
+            "SELECT * FROM semantic WHERE created_at <= ? AND state IN ('active', 'superseded')"
+            " ORDER BY created_at, id",
+            (before,),
+            r.semantic_from_row,
+        )
+
+    def iter_episodes(self) -> Iterator[EpisodicRecord]:
+        return self._iter("episodic", r.EPISODIC_COLUMNS, r.episode_from_row, ("pos",))
+
+    def iter_visuals(self) -> Iterator[VisualRecord]:
+        return self._iter("visual", r.VISUAL_COLUMNS, r.visual_from_row, ("pos",))
+
+    def iter_semantic(self) -> Iterator[SemanticState]:
+        return self._iter("semantic", r.SEMANTIC_COLUMNS, r.semantic_from_row, _SEMANTIC_KEYS)
+
+    def count(self, kind: Literal["episodic", "visual", "semantic"]) -> int:
+        if kind not in ("episodic", "visual", "semantic"):
+            raise InvalidInput(f"unknown table {kind!r}")
+        with self._db():
+            return int(self._q(f"SELECT COUNT(*) FROM {kind}").fetchone()[0])
+
+    def patients(self) -> list[str]:
+        with self._db():
+            rows = self._q(
+                "SELECT patient_id FROM episodic UNION SELECT patient_id FROM visual"
+                " UNION SELECT patient_id FROM semantic"
+            ).fetchall()
+        return sorted(row[0] for row in rows if row[0])
+
+    def has_patient(self, patient_id: str) -> bool:
+        if not patient_id or (not self.HOLDS_NUL and "\x00" in patient_id):
+            return False  # the anonymised pool is nobody; no stored id holds what the column cannot
+        with self._db():
+            row = self._q(
+                "SELECT EXISTS (SELECT 1 FROM episodic WHERE patient_id = ?)"
+                " OR EXISTS (SELECT 1 FROM semantic WHERE patient_id = ?)"
+                " OR EXISTS (SELECT 1 FROM visual WHERE patient_id = ?)",
+                (patient_id,) * 3,
+            ).fetchone()
+        return bool(row and row[0])
+
+    def record_ids(self, table: RecordTable, patient_id: str) -> list[str]:
+        if table not in _RECORD_TABLES:
+            raise InvalidInput(f"unknown table {table!r}")
+        with self._db():
+            rows = self._q(
+                f"SELECT id FROM {table} WHERE patient_id = ? AND state IN ('active', 'superseded')"
+                f" ORDER BY {self.ORDER[table]}",
+                (patient_id,),
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def studies(self, patient_id: str) -> set[str]:
+        with self._db():
+            rows = self._q("SELECT study_id FROM episodic WHERE patient_id = ?", (patient_id,)).fetchall()
+        return {row[0] for row in rows if row[0]}
+
+    def decay_due(self, now: float) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        with self._db():
+            for table in ("episodic", "visual", "claims"):
+                rows = self._q(
+                    f"SELECT id FROM {table} WHERE decay_at IS NOT NULL AND decay_at <= ?"
+                    " AND state IN ('active', 'superseded') ORDER BY decay_at, id",
+                    (now,),
+                )
+                out += [(table, row[0]) for row in rows]
+        return out

@@ -1,0 +1,230 @@
+"""The write path of both SQL stores, written once: one batch, one transaction.
+
+:meth:`SqlWriter.write` checks the batch against the transition table (:mod:`.guard`) and the
+vectors, then inside one transaction inserts the records, applies the state changes (the row
+must be in the expected state), the short-term changes, the supersession of claims and
+semantic states, consent, and appends the audit rows; any error rolls all of it back. The
+backend then follows the commit (:meth:`SqlWriter._committed`: the FAISS index, read caches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from .._errors import IllegalTransition, InvalidInput, NotFound
+from .._records import SemanticState, State
+from .._tier_records import AuditRow, Claim, StmItem
+from . import rows as r
+from . import tier_rows as g
+from .base import VectorKind
+from .batch import StateChange, WriteBatch
+from .guard import check_batch
+from .sql_core import ID_CHUNK, SqlCore
+
+__all__ = ["Moved", "SqlWriter"]
+
+V = TypeVar("V", SemanticState, Claim)
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """A state change applied to a row with a vector (the backend's index may follow it)."""
+
+    kind: VectorKind
+    pos: int
+    old_patient_id: str
+    expect: State
+    new_patient_id: str
+    to: State
+    new_id: str
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+class SqlWriter(SqlCore):
+    """:meth:`write`, with the hooks a backend fills: positions, vector values, after commit."""
+
+    def _positions(self) -> dict[VectorKind, int]:
+        """The next vector position of each kind (called inside the write transaction)."""
+        raise NotImplementedError
+
+    def _vector_rows(self, kind: VectorKind, rows: list[tuple[Any, ...]]) -> Sequence[Sequence[Any]]:
+        """Rows as the driver takes them (the ``z`` blob as the backend stores vectors)."""
+        return rows
+
+    def _committed(self, batch: WriteBatch, moved: list[Moved]) -> None:
+        """Follow a batch this store has just committed (default: nothing to follow)."""
+
+    def write(self, batch: WriteBatch) -> None:
+        check_batch(batch)
+        for e in batch.episodes:
+            r.check_vector(e.z, self.dim, f"episode {e.episode_id}")
+        for v in batch.visuals:
+            r.check_vector(v.z, self.dim, f"visual {v.visual_id}")
+        with self._db():
+            with self._transaction():
+                moved = self._apply(batch)
+            self._committed(batch, moved)
+
+    def _apply(self, batch: WriteBatch) -> list[Moved]:
+        codec = self._codec
+        pos = self._positions()
+        vectors: tuple[tuple[VectorKind, list[tuple[Any, ...]]], ...] = (
+            ("episodic", [r.episode_to_row(e, pos["episodic"] + i, codec) for i, e in enumerate(batch.episodes)]),
+            ("visual", [r.visual_to_row(v, pos["visual"] + i, codec) for i, v in enumerate(batch.visuals)]),
+        )
+        for kind, rows in vectors:
+            if rows:
+                self._many(f"INSERT INTO {kind} VALUES ({_marks(len(rows[0]))})", self._vector_rows(kind, rows))
+        moved = [m for c in batch.changes if (m := self._apply_change(c)) is not None]
+        self._apply_stm(batch.stm, batch.stm_changes)
+        self._insert_versions("claims", "key", batch.claims, lambda c: g.claim_to_row(c, codec), batch.restore)
+        if batch.entities:
+            self._many("INSERT INTO entities VALUES (?,?,?,?,?,?)", [g.entity_to_row(e, codec) for e in batch.entities])
+        if batch.relationships:
+            rels = [g.relationship_to_row(x) for x in batch.relationships]
+            self._many("INSERT INTO relationships VALUES (?,?,?,?,?,?,?)", rels)
+        if batch.consents:
+            self._many(
+                "INSERT INTO consents VALUES (?,?,?,?,?,?,?,?,?,?)", [g.consent_to_row(c) for c in batch.consents]
+            )
+        for consent_id, when in batch.revocations:
+            cur = self._q("UPDATE consents SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (when, consent_id))
+            if cur.rowcount != 1:
+                raise NotFound(f"no unrevoked consent {consent_id!r}")
+        self._append_audit(batch.audit)
+        self._insert_versions(
+            "semantic", "category", batch.semantic, lambda s: r.semantic_to_row(s, codec), batch.restore
+        )
+        return moved
+
+    def _apply_change(self, c: StateChange) -> Moved | None:
+        table = c.table
+        vector = table in ("episodic", "visual")
+        row = self._q(
+            f"SELECT patient_id, state{', pos' if vector else ''} FROM {table} WHERE id = ?", (c.record_id,)
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"no {table} record {c.record_id!r}")
+        if row[1] != c.expect.value:
+            raise IllegalTransition(f"{table} record {c.record_id!r} is {row[1]}, expected {c.expect.value}")
+        sets = r.change_sets(c, row[0], self._codec)
+        assignments = ", ".join(f"{k} = ?" for k in sets)
+        self._q(f"UPDATE {table} SET {assignments} WHERE id = ?", (*sets.values(), c.record_id))
+        if not vector:
+            return None
+        kind: VectorKind = "episodic" if table == "episodic" else "visual"
+        return Moved(kind, int(row[2]), row[0], c.expect, str(sets["patient_id"]), c.to, str(sets["id"]))
+
+    def _apply_stm(self, items: list[StmItem], stm_changes: Sequence[Any]) -> None:
+        changes = {c.item_id: c for c in stm_changes}
+        rows = []
+        for item in items:
+            c = changes.pop(item.item_id, None)
+            if c is not None:  # born and changed in this batch: store the final row at once
+                if c.expect != item.state:
+                    raise IllegalTransition(
+                        f"short-term item {item.item_id!r} is {item.state.value}, expected {c.expect.value}"
+                    )
+                item = replace(
+                    item,
+                    state=c.to,
+                    expires_at=c.expires_at or item.expires_at,
+                    payload="" if c.purge else item.payload,
+                    z=None if c.purge else item.z,
+                )
+            rows.append(g.stm_to_row(item, self._codec))
+        if rows:
+            self._many("INSERT INTO stm VALUES (?,?,?,?,?,?,?,?,?)", rows)
+        for c in changes.values():
+            sets: list[str] = ["state = ?"]
+            args: list[object] = [c.to.value]
+            if c.expires_at is not None:
+                sets.append("expires_at = ?")
+                args.append(c.expires_at)
+            if c.purge:
+                sets.append("payload = '', z = NULL")
+            cur = self._q(
+                f"UPDATE stm SET {', '.join(sets)} WHERE id = ? AND state = ?", (*args, c.item_id, c.expect.value)
+            )
+            if cur.rowcount != 1:
+                row = self._q("SELECT state FROM stm WHERE id = ?", (c.item_id,)).fetchone()
+                if row is None:
+                    raise NotFound(f"no short-term item {c.item_id!r}")
+                raise IllegalTransition(f"short-term item {c.item_id!r} is {row[0]}, expected {c.expect.value}")
+
+    def _append_audit(self, audit: list[AuditRow]) -> None:
+        """Append rows that continue the stored chain; a stored row is never written again."""
+        if not audit:
+            return
+        row = self._q("SELECT seq FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+        head_seq = int(row[0]) if row else self.audit_base()[0]
+        if audit[0].seq <= head_seq:
+            raise IllegalTransition(f"the audit tier is append-only: seq {audit[0].seq} is stored already")
+        if audit[0].seq != head_seq + 1 or any(b.seq != a.seq + 1 for a, b in zip(audit, audit[1:], strict=False)):
+            raise InvalidInput(f"audit rows must continue the chain at seq {head_seq + 1}")
+        self._many("INSERT INTO audit VALUES (?, ?, ?)", [(x.seq, x.payload, x.event_hash) for x in audit])
+
+    def _insert_versions(
+        self, table: str, key_column: str, versions: list[V], to_row: Callable[[V], tuple[Any, ...]], restore: bool
+    ) -> None:
+        """Insert new versions of keyed records (semantic states, claims): each one's ``supersedes``
+        must be the active version of the same patient and key, which flips to SUPERSEDED.
+
+        One read, one update and one insert for the whole batch. A version superseded by a later
+        one of the same batch is stored SUPERSEDED at once. ``restore`` stores rows as given.
+        IllegalTransition (and nothing written, the caller rolls back) for a predecessor that is
+        missing, not active, of another key or superseded twice, or a second active version.
+        """
+        if not versions:
+            return
+
+        def ident(v: V) -> str:
+            return v.state_id if isinstance(v, SemanticState) else v.claim_id
+
+        def key(v: V) -> str:
+            return v.category if isinstance(v, SemanticState) else v.key
+
+        if not restore:
+            born = {ident(v): v for v in versions}
+            wanted: dict[str, V] = {}
+            for v in versions:
+                old = v.supersedes
+                if old is None:
+                    continue
+                if old in wanted:
+                    raise IllegalTransition(f"{table} version {old!r} is superseded twice")
+                wanted[old] = v
+                prev = born.get(old)
+                if prev is not None and (
+                    (prev.patient_id, key(prev)) != (v.patient_id, key(v)) or prev.state != State.ACTIVE
+                ):
+                    raise IllegalTransition(f"{table} version {old!r} is not the active version of this key")
+            stored = [old for old in wanted if old not in born]
+            found: dict[str, tuple[str, str]] = {}
+            for start in range(0, len(stored), ID_CHUNK):
+                part = stored[start : start + ID_CHUNK]
+                rows = self._q(
+                    f"SELECT id, patient_id, {key_column} FROM {table}"
+                    f" WHERE state = 'active' AND id IN ({_marks(len(part))})",
+                    part,
+                )
+                found.update((row[0], (row[1], row[2])) for row in rows)
+            for old in stored:
+                v = wanted[old]
+                if found.get(old) != (v.patient_id, key(v)):
+                    raise IllegalTransition(f"{table} version {old!r} is not the active version of this key")
+            if stored:
+                self._many(f"UPDATE {table} SET state = 'superseded' WHERE id = ?", [(old,) for old in stored])
+            versions = [replace(v, state=State.SUPERSEDED) if ident(v) in wanted else v for v in versions]
+        new_rows = [to_row(v) for v in versions]
+        try:
+            self._many(f"INSERT INTO {table} VALUES ({_marks(len(new_rows[0]))})", new_rows)
+        except self.INTEGRITY_ERROR as exc:
+            raise IllegalTransition(
+                f"a {table} key already has an active version; a new version must supersede it ({exc})"
+            ) from exc
