@@ -73,7 +73,7 @@ def test_expire_after_ttl_purges_payload(mem: MsmMem, tmp_path: Path, clock: Fix
     report = mem.maintain(SYSTEM)
     assert report.expired == 1
     (item,) = mem._store.stm_get([item_id])
-    assert (item.state, item.payload, item.z) == (StmState.EXPIRED, "", None)
+    assert (item.state, item.payload, item.z) == (StmState.EXPIRED, None, None)
     expire = [e for e in audit_events(mem._store) if e.action == "expire"]
     assert [(e.role, e.record_ids, e.source_tier, e.target_tier) for e in expire] == [
         ("system", (item_id,), "stm", "stm")
@@ -99,7 +99,7 @@ def test_age_threshold_discards_items_that_still_fail_the_gate(mem: MsmMem, tmp_
     clock.advance(mem._maintainer().consolidate_after_s)
     assert mem._maintainer().consolidate_aged() == (0, 1)
     (item,) = mem._store.stm_get([item_id])
-    assert (item.state, item.payload) == (StmState.DISCARDED, "")
+    assert (item.state, item.payload) == (StmState.DISCARDED, None)
     discard = [e for e in audit_events(mem._store) if e.action == "discard"]
     assert len(discard) == 1 and discard[0].role == "system" and discard[0].reason == "not_novel"
 
@@ -112,7 +112,8 @@ def test_age_threshold_consolidates_an_answered_item(mem: MsmMem, tmp_path: Path
     item = g.observe(turn, z, "Any consolidation?", study_id="S1")
     # an answered item that was never gated (for example a turn interrupted before write-back)
     staged = turn.batch.stm[0]
-    turn.batch.stm[0] = replace(staged, payload=json.dumps({**json.loads(staged.payload), "answer": ANSWER}))
+    assert staged.payload is not None
+    turn.batch.stm[0] = replace(staged, payload=staged.payload.answered(ANSWER))
     g.commit(turn)
     clock.advance(mem._maintainer().consolidate_after_s + 1)
     assert mem.maintain(SYSTEM).consolidated == 1

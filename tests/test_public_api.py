@@ -61,6 +61,7 @@ PUBLIC = [
     "Settings",
     "State",
     "StmItem",
+    "StmPayload",
     "StmState",
     "StoreError",
     "SystemClock",

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from msm_mem import EpisodicRecord, StoreError
+from msm_mem import EpisodicRecord, StmPayload, StoreError
 from msm_mem._storage.base import Store, WriteBatch
 from msm_mem._storage.sqlite import SqliteStore
 from msm_mem._tier_records import AuditRow, Claim, StmItem
@@ -47,7 +47,7 @@ def episode(i: int) -> EpisodicRecord:
 def test_no_codec_no_phi_written(reopen: Reopen, store: Store) -> None:
     """Without a codec, every batch holding a PHI field is refused and nothing is written."""
     bare = reopen(store, codec=False)
-    stm = StmItem("M-1", "p", "interaction", "{}", 1.0, 2.0)
+    stm = StmItem("M-1", "p", "interaction", StmPayload("q", 1.0), 1.0, 2.0)
     claim = Claim("C-1", "p", "finding", "content", "agent", 0.5, "agent", 1.0)
     for batch in (
         WriteBatch(episodes=[episode(1)], audit=[AuditRow(1, b"a", "1" * 64)]),

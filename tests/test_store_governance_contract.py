@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from msm_mem import IllegalTransition, InvalidInput, NotFound, SemanticState, State
+from msm_mem import IllegalTransition, InvalidInput, NotFound, SemanticState, State, StmPayload
 from msm_mem._governance.audit_chain import ChainBuilder, verify_hashes_in_batches, verify_hashes_only
 from msm_mem._governance.audit_event import GENESIS
 from msm_mem._storage.base import AUDIT_PAGE_ROWS, StateChange, Store, WriteBatch
@@ -28,7 +28,7 @@ def item(i: int, patient: str = "p", created: float = 100.0) -> StmItem:
         f"M-{i}",
         patient,
         "interaction",
-        '{"question": "q"}',
+        StmPayload("q", 100.0),
         created,
         created + 50,
         z=random_unit(np.random.default_rng(i)),
@@ -62,7 +62,7 @@ def test_stm_items_round_trip_and_filter(store: Store) -> None:
     """STM items come back whole; filters by patient, state, expiry and age select them."""
     store.write(WriteBatch(stm=[item(1), item(2, "q", created=200.0)]))
     got = store.stm_get(["M-1"])[0]
-    assert got.payload == '{"question": "q"}' and np.array_equal(got.z, item(1).z)
+    assert got.payload == StmPayload("q", 100.0) and np.array_equal(got.z, item(1).z)
     assert [i.item_id for i in store.stm_list(patient_id="q")] == ["M-2"]
     assert [i.item_id for i in store.stm_list(expires_before=160.0)] == ["M-1"]
     assert [i.item_id for i in store.stm_list(created_before=150.0, state=StmState.ACTIVE)] == ["M-1"]
@@ -75,7 +75,7 @@ def test_stm_changes_check_the_expected_state(store: Store) -> None:
     store.write(WriteBatch(stm=[item(1)]))
     store.write(WriteBatch(stm_changes=[StmChange("M-1", StmState.ACTIVE, StmState.EXPIRED, purge=True)]))
     expired = store.stm_get(["M-1"])[0]
-    assert expired.state == StmState.EXPIRED and expired.payload == "" and expired.z is None
+    assert expired.state == StmState.EXPIRED and expired.payload is None and expired.z is None
     with pytest.raises(IllegalTransition):
         store.write(WriteBatch(stm_changes=[StmChange("M-1", StmState.ACTIVE, StmState.CONSOLIDATED)]))
     with pytest.raises(NotFound):

@@ -8,7 +8,7 @@ from dataclasses import fields, replace
 import numpy as np
 import pytest
 
-from msm_mem import EpisodicRecord, IllegalTransition, Impression, InvalidInput, SemanticState, State
+from msm_mem import EpisodicRecord, IllegalTransition, Impression, InvalidInput, SemanticState, State, StmPayload
 from msm_mem._storage.base import Audit, StateChange, Store, WriteBatch
 from msm_mem._tier_records import AuditRow, Claim, StmChange, StmItem, StmState
 from msm_mem._transitions import LTM_STATE_CHANGES, STM_STATE_CHANGES
@@ -25,7 +25,7 @@ def claim(cid: str, supersedes: str | None = None) -> Claim:
 
 
 def item(i: int, patient: str = "p") -> StmItem:
-    return StmItem(f"M-{i}", patient, "interaction", '{"question": "q"}', 100.0, 150.0)
+    return StmItem(f"M-{i}", patient, "interaction", StmPayload("q", 100.0), 100.0, 150.0)
 
 
 def audit_row(seq: int, payload: bytes = b"event") -> AuditRow:

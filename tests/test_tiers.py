@@ -3,7 +3,6 @@ consolidation, supersession of claims and semantic state, atomic turns."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from msm_mem import Principal
+from msm_mem import Principal, StmPayload
 from msm_mem._api.mem import MsmMem
 from msm_mem._errors import BackendError, IllegalTransition, ImageError, InvalidInput, NotFound
 from msm_mem._records import State, new_id
@@ -135,9 +134,9 @@ def test_auditor_may_read(mem: MsmMem, tmp_path: Path) -> None:
 def test_stm_item_needs_scope_and_positive_ttl() -> None:
     """A short-term item without a patient or with expires_at <= created_at is refused."""
     with pytest.raises(InvalidInput):
-        StmItem("M-1", "", "interaction", "{}", T0, T0 + 1)
+        StmItem("M-1", "", "interaction", StmPayload("q", T0), T0, T0 + 1)
     with pytest.raises(InvalidInput):
-        StmItem("M-1", "P1", "interaction", "{}", T0, T0)
+        StmItem("M-1", "P1", "interaction", StmPayload("q", T0), T0, T0)
 
 
 def test_observe_writes_scoped_item_with_ttl(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
@@ -151,7 +150,7 @@ def test_observe_writes_scoped_item_with_ttl(mem: MsmMem, tmp_path: Path, clock:
     assert stored.item_id == item.item_id and stored.patient_id == "P1" and stored.state == StmState.ACTIVE
     assert stored.expires_at == clock.now() + mem.settings.stm_ttl_s
     assert stored.z is not None and np.allclose(stored.z, z) and stored.actor == AGENT.id
-    assert json.loads(stored.payload)["question"] == "Any consolidation?"
+    assert stored.payload is not None and stored.payload.question == "Any consolidation?"
     event = audit_events(mem._store)[-1]
     assert (event.action, event.source_tier, event.target_tier, event.record_ids) == (
         "write",
@@ -201,14 +200,15 @@ def test_consolidated_and_held_items(mem: MsmMem, tmp_path: Path) -> None:
     items = {i.state: i for i in mem._store.stm_list()}
     assert sorted(items) == [StmState.ACTIVE, StmState.CONSOLIDATED]
     # the consolidated item moved to long-term memory: no second, undecayed copy stays in STM
-    assert items[StmState.CONSOLIDATED].payload == "" and items[StmState.CONSOLIDATED].z is None
-    assert json.loads(items[StmState.ACTIVE].payload)["study_id"] == "S2"
+    assert items[StmState.CONSOLIDATED].payload is None and items[StmState.CONSOLIDATED].z is None
+    assert items[StmState.ACTIVE].payload is not None and items[StmState.ACTIVE].payload.study_id == "S2"
     assert mem._store.get_episodes(mem._store.record_ids("episodic", "P1"))[0].study_id == "S1"
     assert mem._store.count("episodic") == mem._store.count("visual") == 1
     held = [e for e in audit_events(mem._store) if e.action == "hold"]
     assert len(held) == 1 and held[0].reason == "not_novel"
     # the held item keeps its answer so a critic or the age sweep can promote it later
-    assert json.loads(mem._store.stm_list(state=StmState.ACTIVE)[0].payload)["answer"] == ANSWER
+    held = mem._store.stm_list(state=StmState.ACTIVE)[0].payload
+    assert held is not None and held.answer == ANSWER
 
 
 # long-term memory: supersession -----------------------------------------------------------

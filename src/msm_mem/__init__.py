@@ -53,7 +53,7 @@ from ._records import (
     unit_vector,
 )
 from ._settings import Settings
-from ._tier_records import Claim, ConsentRecord, StmItem, StmState
+from ._tier_records import Claim, ConsentRecord, StmItem, StmPayload, StmState
 from .datasets.manifest import read_manifest, write_manifest
 from .plugins.backbones import Backbone, BackboneReply, BackboneRequest, get_backbone
 from .plugins.encoders import Encoder, get_encoder
@@ -113,6 +113,7 @@ __all__ = [
     "Settings",
     "State",
     "StmItem",
+    "StmPayload",
     "StmState",
     "StoreError",
     "SystemClock",

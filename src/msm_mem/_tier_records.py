@@ -3,7 +3,9 @@ consent records and stored audit rows. Times are UTC seconds."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import math
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -18,6 +20,7 @@ __all__ = [
     "Relationship",
     "StmChange",
     "StmItem",
+    "StmPayload",
     "StmState",
     "WrappedKey",
 ]
@@ -32,18 +35,76 @@ class StmState(StrEnum):
     DISCARDED = "discarded"
 
 
+_PAYLOAD_TEXT = ("question", "media_path", "visual_tag", "study_id", "media_description")
+
+
+@dataclass(frozen=True, slots=True)
+class StmPayload:
+    """What a short-term item holds (PHI; stored encrypted as one JSON text).
+
+    ``timestamp`` is the study's UTC time in seconds. ``answer`` is None until the turn answered
+    and the gate held the item (a later critic or the age sweep consolidates it with it).
+    """
+
+    question: str
+    timestamp: float
+    media_path: str = ""
+    visual_tag: str = ""
+    study_id: str = ""
+    media_description: str = ""
+    answer: str | None = None
+    decision: str = ""
+
+    def __post_init__(self) -> None:
+        for name in _PAYLOAD_TEXT + ("decision",):
+            if not isinstance(getattr(self, name), str):
+                raise InvalidInput(f"short-term payload field {name} must be text")
+        if self.answer is not None and not isinstance(self.answer, str):
+            raise InvalidInput("short-term payload field answer must be text or absent")
+        if isinstance(self.timestamp, bool) or not isinstance(self.timestamp, (int, float)):
+            raise InvalidInput("short-term payload timestamp must be a number of UTC seconds")
+        if not math.isfinite(self.timestamp):
+            raise InvalidInput("short-term payload timestamp must be finite")
+
+    def answered(self, answer: str, decision: str = "") -> StmPayload:
+        """The same payload holding the turn's answer and decision."""
+        return replace(self, answer=answer, decision=decision)
+
+    def to_json(self) -> str:
+        """The stored form (the keys of the format before the typed record, in its order)."""
+        data: dict[str, object] = {"question": self.question, "timestamp": self.timestamp}
+        data.update({name: getattr(self, name) for name in _PAYLOAD_TEXT[1:]})
+        if self.answer is not None:
+            data.update(answer=self.answer, decision=self.decision)
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> StmPayload:
+        """Parse the stored form; InvalidInput for anything that is not one."""
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise InvalidInput(f"short-term payload is not JSON: {exc}") from None
+        if not isinstance(data, dict) or "question" not in data or "timestamp" not in data:
+            raise InvalidInput("short-term payload needs a question and a timestamp")
+        unknown = sorted(set(data) - {*_PAYLOAD_TEXT, "timestamp", "answer", "decision"})
+        if unknown:
+            raise InvalidInput(f"short-term payload has unknown fields {unknown}")
+        return cls(**data)
+
+
 @dataclass(frozen=True, slots=True)
 class StmItem:
     """One working item of a turn, scoped to a patient, alive until ``expires_at``.
 
-    ``payload`` is JSON text (question, answer, decision, media reference...) and is PHI;
-    ``z`` the image embedding of the turn, when there is one.
+    ``payload`` is the typed content (PHI), None once forgotten (consolidated, expired or
+    discarded); ``z`` the image embedding of the turn, when there is one.
     """
 
     item_id: str
     patient_id: str
     kind: str
-    payload: str
+    payload: StmPayload | None
     created_at: float
     expires_at: float
     z: Vector | None = None
@@ -52,6 +113,8 @@ class StmItem:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "z", readonly(self.z))
+        if self.payload is not None and not isinstance(self.payload, StmPayload):
+            raise InvalidInput(f"a short-term payload is a StmPayload, got {type(self.payload).__name__}")
         if not self.patient_id:
             raise InvalidInput("a short-term item needs a patient scope")
         if not self.expires_at > self.created_at:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from .._errors import DecryptionError
 from .._storage.base import WrappedKeyTable
+from .._storage.codec import SHREDDED
 from .crypto import EnvelopeCipher, is_token
 
 __all__ = ["SHREDDED", "EnvelopeCodec"]
-
-#: what a field of a crypto-shredded patient reads as
-SHREDDED = "[shredded]"
 
 
 class EnvelopeCodec:

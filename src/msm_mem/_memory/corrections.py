@@ -164,10 +164,8 @@ class Corrections:
 
     def _study_time(self, patient_id: str, study_id: str) -> float | None:
         for item in self.store.stm_list(patient_id=patient_id):
-            if item.payload:
-                info = json.loads(item.payload)
-                if info.get("study_id") == study_id:
-                    return float(info["timestamp"])
+            if item.payload is not None and item.payload.study_id == study_id:
+                return float(item.payload.timestamp)
         for e in self.store.get_episodes(self.store.record_ids("episodic", patient_id)):
             if e.study_id == study_id:
                 return e.timestamp

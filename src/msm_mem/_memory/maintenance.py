@@ -7,7 +7,6 @@ records and audit events in one transaction.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -94,16 +93,16 @@ class Maintainer:
         now = self.gm.clock.now()
         done = discarded = 0
         for item in self.store.stm_list(state=StmState.ACTIVE, created_before=now - self.consolidate_after_s):
-            info = json.loads(item.payload)
-            if "answer" not in info:
+            info = item.payload
+            if info is None or info.answer is None:
                 continue
             turn = self.gm.begin(self.system, item.patient_id)
             # the turn that held the item recorded its impression already: gate and consolidate only
             result = self.gm.consolidate(
                 turn,
                 item,
-                info["answer"],
-                decision=info.get("decision", ""),
+                info.answer,
+                decision=info.decision,
                 trigger=tr.Trigger.AGE_THRESHOLD,
                 derive=False,
             )

@@ -17,7 +17,6 @@ Every move is checked against :mod:`msm_mem._transitions` (fail closed).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -29,7 +28,7 @@ from .._governance.consent import DATA_CLASSES, evaluate
 from .._principal import Principal
 from .._records import Hit, new_id
 from .._storage.base import WriteBatch
-from .._tier_records import Claim, StmChange, StmItem, StmState
+from .._tier_records import Claim, StmChange, StmItem, StmPayload, StmState
 from .claims import link_findings, stage_study_claim
 from .msm import Interaction, Memory, WriteResult
 from .ranking import rerank
@@ -164,19 +163,19 @@ class GovernedMemory:
         if not isinstance(question, str) or not question.strip():
             raise InvalidInput("question must not be empty")
         now = self.clock.now()
-        payload = {
-            "question": question,
-            "timestamp": now if timestamp is None else timestamp,
-            "media_path": media_path,
-            "visual_tag": visual_tag,
-            "study_id": study_id,
-            "media_description": media_description,
-        }
+        payload = StmPayload(
+            question,
+            now if timestamp is None else timestamp,
+            media_path=media_path,
+            visual_tag=visual_tag,
+            study_id=study_id,
+            media_description=media_description,
+        )
         item = StmItem(
             new_id("M"),
             turn.patient_id,
             kind,
-            json.dumps(payload),
+            payload,
             created_at=now,
             expires_at=now + self.settings.stm_ttl_s,
             z=self.memory.vector(z),
@@ -291,20 +290,22 @@ class GovernedMemory:
         self._check(turn, tr.STM_ACTIVE, tr.LTM_ACTIVE, trigger)
         if derive:
             self._check(turn, tr.STM_ACTIVE, tr.LTM_SUPERSEDED, tr.Trigger.SEMANTIC_UPDATE)
-        info = json.loads(item.payload)
+        info = item.payload
+        if info is None:
+            raise IllegalTransition(f"short-term item {item.item_id} was forgotten: nothing to consolidate")
         if item.z is None:
             raise InvalidInput(f"short-term item {item.item_id} has no embedding to consolidate")
         it = Interaction(
             patient_id=item.patient_id,
             z=item.z,
-            question=info["question"],
+            question=info.question,
             answer=answer,
-            timestamp=float(info["timestamp"]),
+            timestamp=float(info.timestamp),
             decision=decision,
-            media_path=info.get("media_path", ""),
-            visual_tag=info.get("visual_tag", ""),
-            study_id=info.get("study_id", ""),
-            media_description=info.get("media_description", ""),
+            media_path=info.media_path,
+            visual_tag=info.visual_tag,
+            study_id=info.study_id,
+            media_description=info.media_description,
             evidence_tier=evidence_tier,
             confidence=confidence,
             source=source,
@@ -320,9 +321,7 @@ class GovernedMemory:
             # a held item carries its answer, for a later critic or age sweep
             for i, staged in enumerate(turn.batch.stm):
                 if staged.item_id == item.item_id:
-                    turn.batch.stm[i] = replace(
-                        staged, payload=json.dumps({**info, "answer": answer, "decision": decision})
-                    )
+                    turn.batch.stm[i] = replace(staged, payload=info.answered(answer, decision))
             self._event(turn, "hold", "stm", "stm", [item.item_id], reason=",".join(result.gate.reasons))
         if result.semantic is not None:
             claim = self._claim(turn, it, item, result)

@@ -12,7 +12,11 @@ from typing import Protocol
 
 from .._errors import StoreError
 
-__all__ = ["PII_FIELDS", "FieldCodec", "NoCodec", "encrypting_codec"]
+__all__ = ["PII_FIELDS", "SHREDDED", "FieldCodec", "NoCodec", "encrypting_codec"]
+
+#: what a codec returns for a field of a crypto-shredded patient (part of the codec contract, so
+#: the store can tell a destroyed field from a damaged one)
+SHREDDED = "[shredded]"
 
 #: Fields of each table that hold patient data and go through the codec.
 PII_FIELDS: dict[str, tuple[str, ...]] = {

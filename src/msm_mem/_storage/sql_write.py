@@ -134,7 +134,7 @@ class SqlWriter(SqlCore):
                     item,
                     state=c.to,
                     expires_at=c.expires_at or item.expires_at,
-                    payload="" if c.purge else item.payload,
+                    payload=None if c.purge else item.payload,
                     z=None if c.purge else item.z,
                 )
             rows.append(g.stm_to_row(item, self._codec))

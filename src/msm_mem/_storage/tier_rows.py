@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from .._records import State
-from .._tier_records import Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
-from .codec import FieldCodec
+from .._tier_records import Claim, ConsentRecord, Entity, Relationship, StmItem, StmPayload, StmState, WrappedKey
+from .codec import SHREDDED, FieldCodec
 
 __all__ = [
     "claim_from_row",
@@ -33,7 +33,7 @@ def stm_to_row(s: StmItem, codec: FieldCodec) -> tuple[Any, ...]:
         s.item_id,
         s.patient_id,
         s.kind,
-        s.payload and codec.encode("stm", s.item_id, "payload", s.patient_id, s.payload),  # "" once purged
+        "" if s.payload is None else codec.encode("stm", s.item_id, "payload", s.patient_id, s.payload.to_json()),
         None if s.z is None else s.z.tobytes(),
         s.created_at,
         s.expires_at,
@@ -43,7 +43,8 @@ def stm_to_row(s: StmItem, codec: FieldCodec) -> tuple[Any, ...]:
 
 
 def stm_from_row(r: Sequence[Any], codec: FieldCodec) -> StmItem:
-    payload = r[3] if r[3] == "" else codec.decode("stm", r[0], "payload", r[1], r[3])
+    text = "" if r[3] == "" else codec.decode("stm", r[0], "payload", r[1], r[3])
+    payload = None if text in ("", SHREDDED) else StmPayload.from_json(text)
     z = None if r[4] is None else np.frombuffer(bytes(r[4]), dtype=np.float32).copy()
     return StmItem(
         item_id=r[0],
