@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from msm_mem import InvalidInput, MsmMem
+from msm_mem import IllegalTransition, InvalidInput, MsmMem, StoreError
 from msm_mem._governance.audit_event import AuditEvent
-from tests.helpers import ADMIN, AGENT, EXPORTER
+from tests.helpers import ADMIN, AGENT, EXPORTER, audit_events, png
 
 
 def test_api_ask_refuses_unknown_options(tmp_path: Path) -> None:
@@ -28,3 +28,52 @@ def test_api_import_is_audited(tmp_path: Path) -> None:
         assert counts["episodic"] == dst._store.count("episodic")
         last = list(dst._store.iter_audit())[-1]
         assert AuditEvent.from_row(*last).action == "import" and dst._audit.verify().ok
+
+
+def _kek_ids(mem: MsmMem) -> set[str]:
+    return {k.kek_id for k in mem._store.keys().all() if not k.shredded}
+
+
+def test_key_rotation_and_its_audit_event_commit_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rotation whose transaction fails stores neither the rewrapped keys nor its event (and
+    every record stays readable); a rotation that commits stores both."""
+    from msm_mem._storage.sql_write import SqlWriter
+
+    with MsmMem.init(tmp_path / "s", ADMIN) as mem:
+        mem.ask(AGENT, "P1", png(tmp_path, 1), "What is the impression?")
+        answers = [e.answer for e in mem.episodes(AGENT, "P1")]
+        before_keks, before_events = _kek_ids(mem), len(audit_events(mem._store))
+
+        def broken(self: object, audit: object) -> None:
+            raise StoreError("disk full")
+
+        with monkeypatch.context() as m:
+            m.setattr(SqlWriter, "_append_audit", broken)
+            with pytest.raises(StoreError):
+                mem.rotate_keys(ADMIN, "scheduled rotation")
+        assert _kek_ids(mem) == before_keks
+        assert len(audit_events(mem._store)) == before_events
+        assert [e.answer for e in mem.episodes(AGENT, "P1")] == answers
+        count = mem.rotate_keys(ADMIN, "scheduled rotation")
+        assert count >= 1 and len(_kek_ids(mem)) == 1 and _kek_ids(mem) != before_keks
+        assert audit_events(mem._store)[-1].action == "key_rotate"
+    with MsmMem.open(tmp_path / "s") as mem:
+        assert [e.answer for e in mem.episodes(AGENT, "P1")] == answers
+
+
+def test_a_batch_cannot_create_or_revive_a_data_key(tmp_path: Path) -> None:
+    """Rewrapped keys in a batch must be existing live keys of the same patient."""
+    from dataclasses import replace
+
+    from msm_mem._storage.batch import WriteBatch
+
+    with MsmMem.init(tmp_path / "s", ADMIN) as mem:
+        mem.ask(AGENT, "P1", png(tmp_path, 1), "What is the impression?")
+        live = next(k for k in mem._store.keys().all() if k.patient_ref == "P1")
+        for forged in (replace(live, key_id="K-" + "0" * 32), replace(live, patient_ref="P2")):
+            with pytest.raises(IllegalTransition, match="rewrapped"):
+                mem._store.write(WriteBatch(rewrapped=[forged]))
+        mem.shred(ADMIN, "P1", "erasure request")
+        dead = next(k for k in mem._store.keys().all() if k.patient_ref == "P1")
+        with pytest.raises(IllegalTransition, match="rewrapped"):
+            mem._store.write(WriteBatch(rewrapped=[replace(dead, shredded=False, wrapped=live.wrapped)]))

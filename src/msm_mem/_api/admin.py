@@ -85,13 +85,15 @@ class _Admin(_Base):
     # keys ----------------------------------------------------------------------------------
 
     def rotate_keys(self, principal: object, reason: str = "scheduled rotation") -> int:
-        """A new key-encryption key; every data key rewrapped under it (admin only, audited).
-        Returns how many data keys were rewrapped."""
+        """A new key-encryption key; every data key rewrapped under it and stored with the audit
+        event in one transaction (admin only). Returns how many data keys were rewrapped."""
         p = self._allow(principal, Operation.KEY_ROTATE)
         reason = _reason(reason, "key rotation")
-        count = self._cipher.rotate_kek()
-        self._event(p, "key_rotate", "ltm", "ltm", reason=f"{count} data keys rewrapped; {reason}"[:120])
-        return count
+        keys = self._cipher.rewrap_all()
+        note = f"{len(keys)} data keys rewrapped; {reason}"[:120]
+        self._event(p, "key_rotate", "ltm", "ltm", batch=WriteBatch(rewrapped=keys), reason=note)
+        self._cipher.rotated()
+        return len(keys)
 
     def shred(self, principal: object, patient_id: str, reason: str) -> int:
         """Crypto-shred a patient (admin only, with a reason): every record retracted, STM

@@ -255,15 +255,16 @@ class EnvelopeCipher:
 
     # -- maintenance -------------------------------------------------------------------------
 
-    def rotate_kek(self) -> int:
-        """Rotate the provider's KEK and rewrap every live DEK under it; return how many.
+    def rewrap_all(self) -> list[WrappedKey]:
+        """Rotate the provider's KEK and return every live DEK rewrapped under it, unstored.
 
-        Each rewrapped DEK is unwrapped again before it is stored, so a faulty provider cannot
-        lose a key. Records are untouched (their DEKs do not change). The DEK cache is cleared.
-        """
+        The caller stores them (with the audit event of the rotation, in one transaction) and
+        then calls :meth:`rotated`. Until then the old KEK still unwraps the stored keys, so a
+        failure before the commit loses nothing. Each rewrap is unwrapped again before it is
+        returned, so a faulty provider cannot lose a key."""
         with self._lock:
             new_kek = self._provider.rotate()
-            count = 0
+            out: list[WrappedKey] = []
             for key in self._store.all():
                 if key.shredded or key.kek_id == new_kek:
                     continue
@@ -271,11 +272,23 @@ class EnvelopeCipher:
                 kek_id, wrapped = self._provider.wrap(dek)
                 if self._provider.unwrap(kek_id, wrapped) != dek:
                     raise DecryptionError("key provider returned a wrap that does not unwrap")
-                self._store.put(replace(key, kek_id=kek_id, wrapped=wrapped))
-                count += 1
+                out.append(replace(key, kek_id=kek_id, wrapped=wrapped))
+            return out
+
+    def rotated(self) -> None:
+        """Forget the cached data keys and contexts after rewrapped keys were stored."""
+        with self._lock:
             self._cache.clear()
             self._contexts.clear()
-            return count
+
+    def rotate_kek(self) -> int:
+        """Rotate the KEK and store every live DEK rewrapped under it (each key written on its
+        own); return how many. The governed API stores them with its audit event instead."""
+        keys = self.rewrap_all()
+        for key in keys:
+            self._store.put(key)
+        self.rotated()
+        return len(keys)
 
     def shred(self, patient_ref: str) -> None:
         """Crypto-shred ``patient_ref``: destroy its wrapped DEK and drop it from the cache.

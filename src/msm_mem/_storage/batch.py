@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .._records import EpisodicRecord, SemanticState, State, VisualRecord
-from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmChange, StmItem
+from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmChange, StmItem, WrappedKey
 
 __all__ = ["ChangeableTable", "StateChange", "WriteBatch"]
 
@@ -50,6 +50,9 @@ class WriteBatch:
     revocations: list[tuple[str, float]] = field(default_factory=list)
     #: audit rows appended in the same transaction; seqs must continue the stored chain
     audit: list[AuditRow] = field(default_factory=list)
+    #: existing data keys rewrapped under a new key-encryption key (key rotation): the same key
+    #: id, patient and data key, only ``kek_id`` and ``wrapped`` change
+    rewrapped: list[WrappedKey] = field(default_factory=list)
     #: store versions exactly as given (import/restore): no supersession flips, any state
     restore: bool = False
 

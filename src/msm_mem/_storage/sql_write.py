@@ -61,6 +61,7 @@ class SqlWriter(SqlCore):
 
     def write(self, batch: WriteBatch) -> None:
         check_batch(batch)
+        self._check_rewrapped(batch)
         for e in batch.episodes:
             r.check_vector(e.z, self.dim, f"episode {e.episode_id}")
         for v in batch.visuals:
@@ -100,7 +101,16 @@ class SqlWriter(SqlCore):
         self._insert_versions(
             "semantic", "category", batch.semantic, lambda s: r.semantic_to_row(s, codec), batch.restore
         )
+        for key in batch.rewrapped:  # the key table joins this transaction
+            self.keys().put(key)
         return moved
+
+    def _check_rewrapped(self, batch: WriteBatch) -> None:
+        """A batch may only rewrap data keys that exist: never create, re-patient or revive one."""
+        for key in batch.rewrapped:
+            stored = self.keys().get_by_id(key.key_id)
+            if stored is None or stored.shredded or key.shredded or stored.patient_ref != key.patient_ref:
+                raise IllegalTransition(f"data key {key.key_id!r} can only be rewrapped, not created or revived")
 
     def _apply_change(self, c: StateChange) -> Moved | None:
         table = c.table
