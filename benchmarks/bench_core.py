@@ -55,10 +55,13 @@ def peak_rss_bytes() -> int:
 
 
 def run_one(n: int, workdir: Path) -> dict[str, float]:
-    from msm_mem import EpisodicRecord, Impression, Memory, SemanticState, SqliteStore, VisualRecord, WriteBatch
+    from msm_mem import EpisodicRecord, Impression, SemanticState, VisualRecord
     from msm_mem._governance.codec import EnvelopeCodec
     from msm_mem._governance.crypto import EnvelopeCipher
-    from msm_mem._governance.keys import InMemoryKeyProvider
+    from msm_mem._memory.msm import Memory
+    from msm_mem._storage.base import WriteBatch
+    from msm_mem._storage.sqlite import SqliteStore
+    from msm_mem.testing import InMemoryKeyProvider
 
     keks = InMemoryKeyProvider()
 
