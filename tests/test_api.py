@@ -9,7 +9,7 @@ import pytest
 
 from msm_mem import IllegalTransition, InvalidInput, MsmMem, StoreError
 from msm_mem._governance.audit_event import AuditEvent
-from tests.helpers import ADMIN, AGENT, EXPORTER, audit_events, png
+from tests.helpers import ADMIN, AGENT, EXPORTER, SYSTEM, audit_events, png
 
 
 def test_api_ask_refuses_unknown_options(tmp_path: Path) -> None:
@@ -77,3 +77,21 @@ def test_a_batch_cannot_create_or_revive_a_data_key(tmp_path: Path) -> None:
         dead = next(k for k in mem._store.keys().all() if k.patient_ref == "P1")
         with pytest.raises(IllegalTransition, match="rewrapped"):
             mem._store.write(WriteBatch(rewrapped=[replace(dead, shredded=False, wrapped=live.wrapped)]))
+
+
+def test_maintain_runs_as_of_an_explicit_time(tmp_path: Path) -> None:
+    """maintain(at=T) expires what is due at T while the store's clock stays put; its audit
+    events carry the store's clock (when the sweep really ran)."""
+    from msm_mem import FixedClock, StmState
+
+    clock = FixedClock(1_700_000_000.0)
+    with MsmMem.init(tmp_path / "s", ADMIN, clock=clock) as mem:
+        item = mem.observe(AGENT, "P1", png(tmp_path, 1), "Any change?")
+        assert mem.maintain(SYSTEM).expired == 0
+        later = item.expires_at + 1
+        report = mem.maintain(SYSTEM, at=later)
+        assert report.expired == 1 and mem.now() == 1_700_000_000.0
+        assert [i.state for i in mem.stm_items(AGENT, "P1")] == [StmState.EXPIRED]
+        assert audit_events(mem._store)[-1].time == 1_700_000_000.0
+        with pytest.raises(InvalidInput, match="UTC seconds"):
+            mem.maintain(SYSTEM, at=float("nan"))

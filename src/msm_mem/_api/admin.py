@@ -4,6 +4,7 @@ event itself, with the change where there is one; the auditor never sees patient
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -84,7 +85,7 @@ class _Admin(_Base):
 
     # keys ----------------------------------------------------------------------------------
 
-    def rotate_keys(self, principal: object, reason: str = "scheduled rotation") -> int:
+    def rotate_keys(self, principal: object, reason: str) -> int:
         """A new key-encryption key; every data key rewrapped under it and stored with the audit
         event in one transaction (admin only). Returns how many data keys were rewrapped."""
         p = self._allow(principal, Operation.KEY_ROTATE)
@@ -133,12 +134,14 @@ class _Admin(_Base):
 
     # maintenance ---------------------------------------------------------------------------
 
-    def maintain(self, principal: object) -> MaintenanceReport:
+    def maintain(self, principal: object, *, at: float | None = None) -> MaintenanceReport:
         """Expire STM, consolidate aged STM, decay LTM, checkpoint the audit chain, as
-        ``principal`` (role system). Time is the store's clock: open the store with a
-        ``clock`` to replay maintenance at a given time."""
+        ``principal`` (role system), as of the UTC time ``at`` (default: the store's clock;
+        for replays and tests). The audit events carry the store's clock."""
         p = self._allow(principal, Operation.MAINTAIN)
-        r = self._maintainer(p).run()
+        if at is not None and (isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at)):
+            raise InvalidInput(f"at must be a finite number of UTC seconds, got {at!r}")
+        r = self._maintainer(p, None if at is None else float(at)).run()
         summary = f"expired {r.expired}, consolidated {r.consolidated}, decayed {r.anonymized + r.retracted}"
         self._event(p, "maintain", "ltm", "ltm", reason=summary[:120])
         return r

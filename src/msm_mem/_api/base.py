@@ -32,7 +32,7 @@ class _Base:
     _gm: GovernedMemory
     _agent: MemoryAgent
 
-    def _maintainer(self, system: Principal | None = None) -> Maintainer:
+    def _maintainer(self, system: Principal | None = None, at: float | None = None) -> Maintainer:
         raise NotImplementedError
 
     def _allow(self, principal: object, op: Operation, *, tier: str = "ltm") -> Principal:

@@ -117,10 +117,11 @@ class MsmMem(_Care, _Reads, _Admin):
         self._gm = GovernedMemory(Memory(store, settings, self._clock), self._audit)
         self._agent = MemoryAgent(self._gm, enc, _backbone(backbone, backbone_options), directory=directory)
 
-    def _maintainer(self, system: Principal | None = None) -> Maintainer:
+    def _maintainer(self, system: Principal | None = None, at: float | None = None) -> Maintainer:
+        after = self._settings.consolidate_after_s
         if system is None:
-            return Maintainer(self._gm, self._cipher, consolidate_after_s=self._settings.consolidate_after_s)
-        return Maintainer(self._gm, self._cipher, consolidate_after_s=self._settings.consolidate_after_s, system=system)
+            return Maintainer(self._gm, self._cipher, consolidate_after_s=after, at=at)
+        return Maintainer(self._gm, self._cipher, consolidate_after_s=after, system=system, at=at)
 
     @classmethod
     def init(

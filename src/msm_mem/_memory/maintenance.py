@@ -57,19 +57,27 @@ class Maintainer:
         *,
         consolidate_after_s: float = 3600.0,
         system: Principal = SYSTEM,
+        at: float | None = None,
     ) -> None:
-        """``system`` is the principal the sweeps run as (role system)."""
+        """``system`` is the principal the sweeps run as (role system); ``at`` the UTC time the
+        sweeps run as of (default: the store's clock), for replays and tests. Audit events keep
+        the store's clock: they record when the sweep really ran."""
         self.system = system
+        self.at = at
         self.gm = gm
         self.store = gm.store
         self.cipher = cipher
         self.consolidate_after_s = consolidate_after_s
 
+    def now(self) -> float:
+        """The time the sweeps run as of."""
+        return self.gm.clock.now() if self.at is None else self.at
+
     # sweeps --------------------------------------------------------------------------------
 
     def expire(self) -> int:
         """STM items past ``expires_at`` become EXPIRED and are forgotten (payload purged)."""
-        now = self.gm.clock.now()
+        now = self.now()
         due = self.store.stm_list(state=StmState.ACTIVE, expires_before=now)
         for item in due:
             tr.check(tr.STM_ACTIVE, tr.STM_EXPIRED, tr.Trigger.EXPIRE, self.system.role)
@@ -90,7 +98,7 @@ class Maintainer:
     def consolidate_aged(self) -> tuple[int, int]:
         """Age threshold trigger: answered STM items older than the threshold go through the
         gate once more; passing ones are consolidated, the rest discarded (returns counts)."""
-        now = self.gm.clock.now()
+        now = self.now()
         done = discarded = 0
         for item in self.store.stm_list(state=StmState.ACTIVE, created_before=now - self.consolidate_after_s):
             info = item.payload
@@ -126,7 +134,7 @@ class Maintainer:
         blanked and RETRACTED instead. The audit event names the old id only. Returns the
         counts (anonymised, retracted).
         """
-        now = self.gm.clock.now()
+        now = self.now()
         due: list[tuple[str, str, State | None]] = [(t, i, None) for t, i in self.store.decay_due(now)]
         due += [
             ("semantic", s.state_id, s.state)
@@ -183,7 +191,7 @@ class Maintainer:
         to = State.ANONYMIZED if state == State.ACTIVE and table != "semantic" else State.RETRACTED
         if to == State.RETRACTED:
             values = {k: "" if k in PII_FIELDS.get(table, ()) else v for k, v in values.items()}
-        values["created_at"] = _year(self.gm.clock.now())
+        values["created_at"] = _year(self.now())
         if table != "semantic":
             values["decay_at"] = ""
         return StateChange(
