@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from msm_mem import IllegalTransition, InvalidInput, MsmMem, StoreError
+from msm_mem import ConsentRecord, IllegalTransition, ImageError, InvalidInput, MsmMem, StoreError
 from msm_mem._governance.audit_event import AuditEvent
-from tests.helpers import ADMIN, AGENT, EXPORTER, SYSTEM, audit_events, png
+from tests.helpers import ADMIN, AGENT, CLINICIAN, CRITIC, EXPORTER, SYSTEM, audit_events, png
+from tests.strategies import png_declaring
 
 
 def test_api_ask_refuses_unknown_options(tmp_path: Path) -> None:
@@ -95,3 +97,101 @@ def test_maintain_runs_as_of_an_explicit_time(tmp_path: Path) -> None:
         assert audit_events(mem._store)[-1].time == 1_700_000_000.0
         with pytest.raises(InvalidInput, match="UTC seconds"):
             mem.maintain(SYSTEM, at=float("nan"))
+
+
+# bad input is refused with a clear error, and nothing is written -------------------------------
+
+BAD_IDS = ["*", "\x00retired", "P\n1", "P1\r\nX", "", " ", "x" * 257]
+
+
+def _written(mem: MsmMem) -> tuple[int, int, int]:
+    """Audit events, short-term items and episodes in the store."""
+    return len(list(mem._store.iter_audit())), len(mem._store.stm_list()), mem._store.count("episodic")
+
+
+@pytest.mark.parametrize("patient", BAD_IDS)
+def test_api_refuses_bad_patient_ids_and_writes_nothing(tmp_path: Path, patient: str) -> None:
+    """ask, observe, retrieve, reads and feedback refuse a wildcard, control or overlong id."""
+    img = np.zeros((8, 8), dtype=np.float32)
+    with MsmMem.init(tmp_path / "s", ADMIN) as mem:
+        before = _written(mem)
+        calls = [
+            lambda: mem.ask(AGENT, patient, img, "What is seen?"),
+            lambda: mem.observe(AGENT, patient, img, "What is seen?"),
+            lambda: mem.retrieve(AGENT, patient, img),
+            lambda: mem.episodes(CLINICIAN, patient),
+            lambda: mem.semantic_state(CLINICIAN, patient),
+            lambda: mem.feedback(CRITIC, patient, "S1", accept=True),
+        ]
+        for call in calls:
+            with pytest.raises(InvalidInput, match="patient"):
+                call()
+        assert _written(mem) == before
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"question": "q" * 20_000_000}, "question is longer than 16,384"),
+        ({"study_id": "S\n1"}, "study_id"),
+        ({"study_id": "*"}, "wildcard"),
+        ({"visual_tag": "t" * 1000}, "visual_tag"),
+    ],
+)
+def test_api_refuses_oversized_or_bad_fields_and_writes_nothing(
+    tmp_path: Path, changes: dict[str, str], match: str
+) -> None:
+    """A 20 MB question, a bad study id or an overlong tag is refused before the turn begins."""
+    img = np.zeros((8, 8), dtype=np.float32)
+    args = {"question": "What is seen?", **changes}
+    question = args.pop("question")
+    with MsmMem.init(tmp_path / "s", ADMIN) as mem:
+        before = _written(mem)
+        with pytest.raises(InvalidInput, match=match):
+            mem.ask(AGENT, "P1", img, question, **args)
+        with pytest.raises(InvalidInput, match=match):
+            mem.observe(AGENT, "P1", img, question, **args)
+        assert _written(mem) == before
+
+
+def test_api_refuses_oversized_answer_and_correction(tmp_path: Path) -> None:
+    """consolidate and feedback bound the answer, decision and correction they bring in."""
+    with MsmMem.init(tmp_path / "s", ADMIN) as mem:
+        item = mem.observe(AGENT, "P1", np.ones((8, 8), dtype=np.float32), "What is seen?")
+        before = _written(mem)
+        with pytest.raises(InvalidInput, match="answer is longer"):
+            mem.consolidate(CLINICIAN, "P1", item.item_id, "a" * 200_000)
+        with pytest.raises(InvalidInput, match="correction is longer"):
+            mem.feedback(CRITIC, "P1", "S1", accept=False, correction="c" * 200_000)
+        with pytest.raises(InvalidInput, match="study_id"):
+            mem.feedback(CRITIC, "P1", "S\x001", accept=True)
+        assert _written(mem) == before
+
+
+def test_api_image_path_is_bounded(tmp_path: Path) -> None:
+    """A FIFO, a device or a huge declared image given to ask is an ImageError, at once, and
+    no memory is written (the failed turn is audited as a failure)."""
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.png"
+    huge.write_bytes(png_declaring(9000, 9000))
+    with MsmMem.init(tmp_path / "s", ADMIN) as mem:
+        for image, match in ((fifo, "not a regular file"), ("/dev/zero", "not a regular file"), (huge, "too large")):
+            with pytest.raises(ImageError, match=match):
+                mem.ask(AGENT, "P1", str(image), "What is seen?")
+            with pytest.raises(ImageError, match=match):
+                mem.observe(AGENT, "P1", image, "What is seen?")
+        assert len(mem._store.stm_list()) == 0 and mem._store.count("episodic") == 0
+        with pytest.raises(ImageError, match="exceeds the limit"):
+            mem.retrieve(AGENT, "P1", np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (9000, 9000), (0, 0)))
+
+
+def test_consent_grant_checks_the_patient_id(tmp_path: Path) -> None:
+    """A consent names one valid patient or the wildcard '*'; a control character is refused."""
+    with MsmMem.init(tmp_path / "s", ADMIN) as mem:
+        before = _written(mem)
+        bad = ConsentRecord("C-1", "\x00retired", "role:agent", "treatment", "permit", ("*",), 0.0)
+        with pytest.raises(InvalidInput, match="consent patient_id"):
+            mem.grant(ADMIN, [bad])
+        assert _written(mem) == before
+        mem.grant(ADMIN, [ConsentRecord("C-2", "*", "role:critic", "treatment", "permit", ("*",), 0.0)])

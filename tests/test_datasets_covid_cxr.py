@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import csv
+import os
 from collections import defaultdict
 from datetime import date
 from pathlib import Path
@@ -10,6 +11,7 @@ from PIL import Image
 
 from msm_mem._errors import InvalidInput
 from msm_mem.datasets.covid_cxr import QUESTION, attribution, load, parse_date
+from tests.strategies import png_declaring
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 COVID = SHARED / "data" / "covid-cxr"
@@ -217,3 +219,41 @@ class TestSharedData:
             patient_times[r.patient_id].add(r.timestamp)
         assert sum(len(t) >= 2 for t in patient_times.values()) == 48
         assert len(attribution(COVID)) == 299
+
+
+def _folder(tmp_path: Path, rows: list[dict[str, str]]) -> Path:
+    with (tmp_path / "metadata.csv").open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=HEADER)
+        writer.writeheader()
+        writer.writerows(rows)
+    return tmp_path
+
+
+def test_links_fifos_huge_headers_and_bad_ids_are_problems(tmp_path: Path) -> None:
+    """A link out of the folder, a FIFO, a 9000x9000 header and a wildcard or control-character
+    patient id each become a problem on their line; the good row still loads."""
+    data = tmp_path / "data"
+    (data / "images").mkdir(parents=True)
+    Image.new("L", (8, 8), 100).save(tmp_path / "outside.png")
+    Image.new("L", (8, 8), 100).save(data / "images" / "0001.png")
+    (data / "images" / "0002.png").symlink_to(tmp_path / "outside.png")
+    os.mkfifo(data / "images" / "0003.png")
+    (data / "images" / "0004.png").write_bytes(png_declaring(9000, 9000))
+    for stem in ("0005", "0006"):
+        Image.new("L", (8, 8), 100).save(data / "images" / f"{stem}.png")
+    rows = [
+        _row("1", "0", "Pneumonia", "images/0001.png"),
+        _row("2", "0", "Pneumonia", "images/0002.png"),
+        _row("3", "0", "Pneumonia", "images/0003.png"),
+        _row("4", "0", "Pneumonia", "images/0004.png"),
+        _row("*", "0", "Pneumonia", "images/0005.png"),
+        _row("6\nx", "0", "Pneumonia", "images/0006.png"),
+    ]
+    got, problems = load(_folder(data, rows))
+    assert [r.study_id for r in got] == ["0001"]
+    reasons = {p.line: p.reason for p in problems}
+    assert "leaves the data set folder" in reasons[3]
+    assert "not a regular file" in reasons[4]
+    assert "too large" in reasons[5]
+    assert "wildcard" in reasons[6]
+    assert "control" in reasons[7]

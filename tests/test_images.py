@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
 import sys
+import tempfile
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,11 +13,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
 from PIL import Image
 from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, generate_uid
 
 from msm_mem._errors import ImageError, InvalidInput, MissingExtra
+from msm_mem._limits import MAX_IMAGE_PIXELS
 from msm_mem.plugins import images
 from msm_mem.plugins.images import (
     detect_format,
@@ -25,6 +29,7 @@ from msm_mem.plugins.images import (
     resize,
     to_rgb_uint8,
 )
+from tests.strategies import dicom_declaring, image_bytes, jpeg_declaring, png_declaring
 
 
 def _png_bytes(arr: np.ndarray, mode: str | None = None) -> bytes:
@@ -295,3 +300,80 @@ def test_undecodable_video_raises_image_error(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(images, "_video_backend", lambda: lambda path: iter(()))
     with pytest.raises(ImageError, match="no decodable frames"):
         load_keyframe(p)
+
+
+# bounds: regular files only, bytes and pixels limited before decoding ---------------------------
+
+
+def test_huge_declared_png_is_refused_before_decoding() -> None:
+    """A 9000x9000 PNG header (a few bytes of data) is refused from its header, not decoded."""
+    with pytest.raises(ImageError, match=r"too large: 9000x9000 = 81,000,000 pixels"):
+        load_image_bytes(png_declaring(9000, 9000), "huge.png")
+    with pytest.raises(ImageError, match="too large"):  # past Pillow's own bound too
+        load_image_bytes(png_declaring(2**31 - 1, 2**31 - 1), "absurd.png")
+
+
+def test_huge_declared_jpeg_and_dicom_are_refused() -> None:
+    """A JPEG frame header or DICOM Rows/Columns/frames over the pixel limit are refused."""
+    with pytest.raises(ImageError, match="too large: 9000x9000"):
+        load_image_bytes(jpeg_declaring(9000, 9000), "huge.jpg")
+    with pytest.raises(ImageError, match="too large: 60000x60000x1 frames"):
+        load_image_bytes(dicom_declaring(60000, 60000), "huge.dcm")
+    with pytest.raises(ImageError, match="too large: 4096x4096x3000 frames"):
+        load_image_bytes(dicom_declaring(4096, 4096, frames=3000), "cine.dcm")
+
+
+def test_pixel_and_byte_limits_can_be_set_per_call(tmp_path: Path) -> None:
+    """max_pixels and max_bytes bound one call; within them the image loads as before."""
+    p = tmp_path / "a.png"
+    p.write_bytes(_png_bytes(np.zeros((10, 20), dtype=np.uint8)))
+    assert load_image(p).shape == (10, 20)
+    with pytest.raises(ImageError, match="exceeds the limit of 199"):
+        load_image(p, max_pixels=199)
+    with pytest.raises(ImageError, match="larger than the limit of 10 bytes"):
+        load_image(p, max_bytes=10)
+
+
+def test_fifo_device_and_escaping_symlink_are_refused(tmp_path: Path) -> None:
+    """A FIFO and /dev/zero are refused at once; with a root, a link out of it is refused."""
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    with pytest.raises(ImageError, match="not a regular file"):
+        load_image(fifo)  # returns at once: the FIFO is never opened
+    with pytest.raises(ImageError, match="not a regular file"):
+        load_image("/dev/zero")
+    root = tmp_path / "root"
+    root.mkdir()
+    real = tmp_path / "outside.png"
+    real.write_bytes(_png_bytes(np.zeros((4, 4), dtype=np.uint8)))
+    (root / "link.png").symlink_to(real)
+    with pytest.raises(ImageError, match="outside the allowed folder"):
+        load_image(root / "link.png", root=root)
+    with pytest.raises(ImageError, match="outside the allowed folder"):
+        load_image(root / ".." / "outside.png", root=root)
+    assert load_image(root / "link.png").shape == (4, 4)  # no root: the caller's own file
+
+
+@settings(max_examples=300, deadline=None)
+@given(image_bytes)
+def test_fuzzed_image_bytes_decode_or_raise_image_error(data: bytes) -> None:
+    """Arbitrary bytes, damaged files and lying headers give an image or ImageError, nothing else."""
+    try:
+        img = load_image_bytes(data, "fuzz.bin")
+    except (ImageError, MissingExtra):
+        return
+    assert img.dtype == np.float32 and img.ndim == 2 and img.size <= MAX_IMAGE_PIXELS
+    assert float(img.min()) >= 0.0 and float(img.max()) <= 1.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(image_bytes)
+def test_fuzzed_image_files_decode_or_raise_image_error(data: bytes) -> None:
+    """The same through a file on disk (the path the manifest and the API take)."""
+    with tempfile.TemporaryDirectory() as folder:
+        p = Path(folder) / "fuzz.dcm"
+        p.write_bytes(data)
+        try:
+            load_image(p)
+        except (ImageError, MissingExtra):
+            pass

@@ -20,7 +20,7 @@ from msm_mem import (
     VisualRecord,
     unit_vector,
 )
-from msm_mem._records import new_id
+from msm_mem._records import ManifestRow, new_id
 
 Z = np.ones(4, dtype=np.float32) / 2.0
 T2020 = datetime(2020, 1, 2, tzinfo=UTC).timestamp()
@@ -306,3 +306,39 @@ def test_state_values_are_the_seed_lifecycle() -> None:
     """State has exactly the four lifecycle values, stored as lower-case strings."""
     assert [s.value for s in State] == ["active", "superseded", "anonymized", "retracted"]
     assert State("active") is State.ACTIVE
+
+
+def _row(**changes: Any) -> ManifestRow:
+    base: dict[str, Any] = {
+        "patient_id": "P1",
+        "study_id": "S1",
+        "timestamp": 0.0,
+        "image": "/data/a.png",
+        "question": "What is seen?",
+        "answer": "clear",
+    }
+    return ManifestRow(**{**base, **changes})
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"patient_id": "*"}, "patient_id must not contain '\\*'"),
+        ({"patient_id": "\x00retired"}, "patient_id must not contain control"),
+        ({"study_id": "S\n1"}, "study_id must not contain control"),
+        ({"study_id": ""}, "study_id must not be blank"),
+        ({"question": "q" * 20_000_000}, "question is longer"),
+        ({"question": " "}, "question must not be empty"),
+        ({"report": "r" * 200_000}, "report is longer"),
+        ({"image": "a\x00.png"}, "image must not contain a NUL"),
+        ({"image": ""}, "image must not be empty"),
+        ({"timestamp": float("nan")}, "timestamp"),
+        ({"view": "v" * 300}, "view is longer"),
+        ({"line": -1}, "line"),
+    ],
+)
+def test_manifest_row_checks_every_field(changes: dict[str, Any], match: str) -> None:
+    """A ManifestRow cannot be built with a bad id, oversized text or an unusable path."""
+    with pytest.raises(InvalidInput, match=match):
+        _row(**changes)
+    assert _row().patient_id == "P1"

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._errors import InvalidInput, InvalidVector
+from ._limits import MAX_QUESTION_CHARS, MAX_TAG_CHARS, MAX_TEXT_CHARS, check_id, check_path, check_text
 
 __all__ = [
     "EpisodicRecord",
@@ -259,7 +260,10 @@ class Hit:
 
 @dataclass(frozen=True, slots=True)
 class ManifestRow:
-    """One validated study. ``timestamp`` is UTC seconds; ``image`` is an absolute path string."""
+    """One validated study. ``timestamp`` is UTC seconds; ``image`` is an absolute path string.
+
+    Construction checks every field against :mod:`msm_mem._limits` (ids without wildcard or
+    control characters, bounded text) and raises :class:`InvalidInput` naming the field."""
 
     patient_id: str
     study_id: str
@@ -271,6 +275,21 @@ class ManifestRow:
     decision: str = ""
     view: str = ""
     line: int = 0
+
+    def __post_init__(self) -> None:
+        # every loader and every caller of ingest builds rows through here: bounded ids and text
+        check_id("patient_id", self.patient_id)
+        check_id("study_id", self.study_id)
+        _check_time("timestamp", self.timestamp)
+        check_path("image", self.image)
+        if not self.image.strip():
+            raise InvalidInput("image must not be empty")
+        check_text("question", self.question, MAX_QUESTION_CHARS, required=True)
+        for name in ("answer", "report", "decision"):
+            check_text(name, getattr(self, name), MAX_TEXT_CHARS)
+        check_text("view", self.view, MAX_TAG_CHARS)
+        if not isinstance(self.line, int) or isinstance(self.line, bool) or self.line < 0:
+            raise InvalidInput(f"line must be an integer >= 0, got {self.line!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """The row as manifest columns (timestamp as ISO 8601 UTC)."""

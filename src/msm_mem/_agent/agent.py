@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from .._errors import BackendError, InvalidInput, MsmMemError, NotFound
+from .._errors import BackendError, ImageError, InvalidInput, MsmMemError, NotFound
+from .._limits import MAX_IMAGE_PIXELS, check_observation
 from .._memory.fusion import fuse
 from .._memory.gate import GateDecision
 from .._memory.ranking import Score
@@ -207,8 +208,15 @@ class MemoryAgent:
         return np.asarray(self.encoder.encode([self._image(image)])[0], dtype=np.float32)
 
     def _image(self, image: object) -> npt.NDArray[np.float32]:
+        # a path is read as a bounded regular file (any folder: the caller names its own files);
+        # an array is bounded by the same pixel limit
         if isinstance(image, np.ndarray):
-            return image.astype(np.float32, copy=False)
+            if image.size > MAX_IMAGE_PIXELS:
+                raise ImageError(f"image array of {image.size:,} values exceeds the limit of {MAX_IMAGE_PIXELS:,}")
+            try:
+                return image.astype(np.float32, copy=False)
+            except (TypeError, ValueError) as exc:
+                raise ImageError(f"image array of dtype {image.dtype} is not numeric ({exc})") from exc
         if isinstance(image, (str, os.PathLike)):
             return load_image(image)
         raise InvalidInput(f"image must be a path or an array, got {type(image).__name__}")
@@ -300,8 +308,7 @@ class MemoryAgent:
         something other than a step) raises after auditing the consent decision, the reads that
         happened and the error; nothing else is written.
         """
-        if not isinstance(query.question, str) or not query.question.strip():
-            raise InvalidInput("question must not be empty")
+        check_observation(query.question, study_id=query.study_id, visual_tag=query.visual_tag)
         flags: dict[MemoryName, bool] = {"semantic": use_sem, "episodic": use_epi, "visual": use_vis}
         allowed = frozenset(m for m in MEMORIES if flags[m])
         turn = self.gm.begin(principal, query.patient_id)

@@ -1,6 +1,7 @@
 """The offline loop (paper A.1.1): manifest rows -> preprocess -> encode -> base memory.
 
-Rows whose image cannot be read are skipped with their line number and reason; rows whose
+Rows whose image cannot be read (missing, not a regular file, over the byte or pixel limit,
+corrupt) are skipped with their line number and reason; rows whose
 ``(patient_id, study_id)`` is already stored are skipped too, so ingesting the same manifest
 twice stores nothing new. Every study lands in short-term memory and is consolidated into
 long-term memory in the same transaction (no write skips its originating tier). Base memory is
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from .._errors import ImageError, InvalidInput
+from .._limits import MAX_BATCH_PIXELS
 from .._memory.tiers import GovernedMemory, Turn
 from .._principal import Principal
 from .._records import ManifestRow, RowProblem
@@ -51,6 +53,8 @@ def ingest_rows(
     """Encode and store rows as ``principal`` (consent-checked per patient, audited) in batches
     of ``batch_size``, each batch one transaction."""
     store = gm.store
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")
     if encoder.name != store.encoder_name or encoder.dim != store.dim:
         raise InvalidInput(
             f"encoder {encoder.name} ({encoder.dim}-d) does not match the store's {store.encoder_name} ({store.dim}-d)"
@@ -67,15 +71,23 @@ def ingest_rows(
         stored.add(row.study_id)
         todo.append(row)
     with tqdm(total=len(todo), desc="ingest", unit="study", disable=not progress) as bar:
-        for start in range(0, len(todo), batch_size):
-            chunk = todo[start : start + batch_size]
-            images, good = [], []
-            for row in chunk:
+        start = 0
+        while start < len(todo):
+            # a batch is batch_size rows, or fewer once its decoded pixels reach the budget
+            images, good, pixels, taken = [], [], 0, 0
+            for row in todo[start : start + batch_size]:
+                taken += 1
                 try:
-                    images.append(load_image(row.image))
-                    good.append(row)
+                    image = load_image(row.image)
                 except ImageError as exc:
                     problems.append(RowProblem(row.line, str(exc)))
+                    continue
+                images.append(image)
+                good.append(row)
+                pixels += image.size
+                if pixels >= MAX_BATCH_PIXELS:
+                    break
+            start += taken
             if good:
                 vectors = encoder.encode(images)
                 turns: dict[str, Turn] = {}
@@ -105,5 +117,5 @@ def ingest_rows(
                     )
                 gm.commit_many(list(turns.values()))
                 ingested += len(good)
-            bar.update(len(chunk))
+            bar.update(taken)
     return IngestReport(ingested, already_stored, tuple(problems))

@@ -11,6 +11,7 @@ from pathlib import Path
 from .._errors import AuditChainBroken, InvalidInput, NotFound
 from .._governance.audit_chain import VerifyResult
 from .._governance.consent import check_record, evaluate
+from .._limits import check_id
 from .._memory.maintenance import MaintenanceReport
 from .._principal import Purpose, Role
 from .._storage.base import WriteBatch
@@ -76,6 +77,8 @@ class _Admin(_Base):
         """The consent records (of one patient, or all). The auditor sees each patient as the
         pseudonym of the audit trail, never the patient id. Audited."""
         p = self._allow(principal, Operation.CONSENT_LIST, tier="audit")
+        if patient_id is not None:
+            check_id("patient_id", patient_id)
         self._store.sync()
         records = self._store.consents(patient_id)
         if p.role is Role.AUDITOR:
@@ -101,6 +104,10 @@ class _Admin(_Base):
         purged, the data key destroyed; the audit chain still verifies. Returns the number of
         records retracted."""
         p = self._allow(principal, Operation.SHRED)
+        # not check_id: an id stored before ids were checked (control characters) can still be
+        # shredded; only the wildcard and a blank id are refused
+        if not isinstance(patient_id, str) or not patient_id.strip() or "*" in patient_id:
+            raise InvalidInput(f"shredding needs one patient id (no '*' wildcard), got {patient_id!r}")
         return self._maintainer().shred(p, patient_id, _reason(reason, "shredding a patient"))
 
     # audit ---------------------------------------------------------------------------------

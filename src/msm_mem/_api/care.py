@@ -11,6 +11,7 @@ from typing import Literal
 from .._agent.agent import AgentAnswer, Evidence, Query
 from .._agent.offline import IngestReport, ingest_rows
 from .._errors import IllegalTransition, InvalidInput, MsmMemError, NotFound
+from .._limits import MAX_TEXT_CHARS, check_observation, check_text
 from .._memory.corrections import Corrections
 from .._memory.msm import WriteResult
 from .._records import EpisodicRecord, ManifestRow, SemanticState, VisualRecord
@@ -145,6 +146,7 @@ class _Care(_Base):
         """Write a working observation (image embedding and question) into the patient's
         short-term memory (TTL from the settings); returns the item. Audited."""
         p = self._allow(principal, Operation.OBSERVE)
+        check_observation(question, study_id=study_id, visual_tag=visual_tag)
         turn = self._gm.begin(p, patient_id)
         try:
             z = self._agent.embed(image)
@@ -170,6 +172,8 @@ class _Care(_Base):
         ``answer``, through the write-back gate (held items stay in STM); the semantic state
         and the study's claim are superseded. The seed's explicit consolidate. Audited."""
         p = self._allow(principal, Operation.CONSOLIDATE)
+        check_text("answer", answer, MAX_TEXT_CHARS)
+        check_text("decision", decision, MAX_TEXT_CHARS)
         turn = self._gm.begin(p, patient_id)
         try:
             found = [i for i in self._store.stm_get([item_id]) if i.patient_id == patient_id]

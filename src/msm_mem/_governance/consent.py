@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .._errors import InvalidInput
+from .._limits import check_id
 from .._principal import as_purpose
 from .._records import new_id
 from .._tier_records import ConsentRecord
@@ -69,12 +70,14 @@ def evaluate(
 
 
 def check_record(c: ConsentRecord) -> None:
-    """Refuse a consent that could never match what it names: an unknown data class, role or
-    purpose.
+    """Refuse a consent that could never match what it names: an invalid patient id (other
+    than the wildcard ``*``), an unknown data class, role or purpose.
 
     A typo (``episodc``, ``role:clinican``) would otherwise be stored and silently grant or
     deny nothing.
     """
+    if c.patient_id != "*":  # the wildcard, or one valid patient id
+        check_id("consent patient_id", c.patient_id)
     unknown = sorted(set(c.data_classes) - {*DATA_CLASSES, "*"})
     if unknown:
         raise InvalidInput(f"unknown data class(es) {unknown}: use {', '.join(DATA_CLASSES)} or *")

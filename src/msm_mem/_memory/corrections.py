@@ -8,6 +8,7 @@ import json
 
 from .. import _transitions as tr
 from .._errors import InvalidInput, NotFound
+from .._limits import MAX_TEXT_CHARS, check_id, check_text
 from .._principal import Principal
 from .._records import EpisodicRecord, Impression, SemanticState, State, new_id
 from .._storage.base import StateChange, WriteBatch
@@ -41,6 +42,9 @@ class Corrections:
         superseded at the critic's evidence tier; a consolidated episode is superseded by a
         corrected copy; a held STM item is promoted with the correction (forced past the gate).
         Only the critic and clinician roles may give a verdict, accepting or rejecting."""
+        check_id("study_id", study_id)
+        check_text("correction", correction, MAX_TEXT_CHARS)
+        check_text("decision", decision, MAX_TEXT_CHARS)
         if not accept and not correction.strip():
             raise InvalidInput("a rejecting verdict needs the correction")
         turn = self.gm.begin(actor, patient_id)

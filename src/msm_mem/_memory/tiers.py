@@ -25,6 +25,7 @@ from .._errors import AccessDenied, ConsentDenied, IllegalTransition, InvalidInp
 from .._governance.audit import AuditLog
 from .._governance.audit_event import AuditSpec
 from .._governance.consent import DATA_CLASSES, evaluate
+from .._limits import MAX_TEXT_CHARS, check_id, check_observation, check_path, check_text
 from .._principal import Principal
 from .._records import Hit, new_id
 from .._storage.base import WriteBatch
@@ -57,6 +58,7 @@ class GovernedMemory:
             raise InvalidInput(f"a turn needs a Principal (id, role, purpose), got {type(principal).__name__}")
         if not isinstance(patient_id, str) or not patient_id.strip():
             raise InvalidInput("a turn needs a patient scope (patient_id)")
+        check_id("patient_id", patient_id)  # the one door of patient scope: no wildcard, no control characters
         if isinstance(classes, str) or not all(isinstance(c, str) for c in classes):
             raise InvalidInput(f"classes must be a sequence of data class names, got {classes!r}")
         role, purpose = principal.role.value, principal.purpose.value
@@ -160,8 +162,9 @@ class GovernedMemory:
     ) -> StmItem:
         """Write the current interaction into short-term memory (source -> STM)."""
         self._check(turn, tr.SOURCE, tr.STM_ACTIVE, tr.Trigger.WRITE)
-        if not isinstance(question, str) or not question.strip():
-            raise InvalidInput("question must not be empty")
+        check_observation(question, study_id=study_id, visual_tag=visual_tag)
+        check_path("media_path", media_path)
+        check_text("media_description", media_description, MAX_TEXT_CHARS)
         now = self.clock.now()
         payload = StmPayload(
             question,

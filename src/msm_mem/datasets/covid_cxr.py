@@ -28,8 +28,10 @@ What one CSV row becomes (one row = one image = one study):
 
 Skipped rows become :class:`RowProblem` with their CSV line number (the line where the row
 starts): empty ``patientid``, an offset that is not a whole number of days, an empty or
-escaping image path, a missing or undecodable image file, a duplicate image, or an unlabelled
-finding. Unparseable dates are not problems; they are ignored.
+escaping image path (``..``, absolute, or a link out of the folder), a missing, non-regular,
+oversized or undecodable image file, a duplicate image, an id or text that fails the
+:class:`ManifestRow` checks, or an unlabelled finding. Unparseable dates are not problems;
+they are ignored.
 
 Attribution: the ``doi``, ``url`` and ``license`` columns are kept out of the manifest, but
 anything derived from these images must keep them: :func:`attribution` returns them per study.
@@ -42,10 +44,13 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path, PurePosixPath
+from stat import S_ISREG
 
 from PIL import Image, UnidentifiedImageError
 
 from .._errors import InvalidInput
+from .._files import inside
+from .._limits import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS
 from .manifest import ManifestRow, RowProblem
 
 __all__ = ["QUESTION", "attribution", "load", "parse_date"]
@@ -153,13 +158,28 @@ def _image_reasons(folder: Path, rel: str, check_images: bool) -> list[str]:
     if pure.is_absolute() or ".." in pure.parts or "\\" in rel:
         return [f"image path {rel!r} leaves the data set folder"]
     file = folder / pure
-    if not file.is_file():
+    if not inside(file, folder):  # a symlink out of the folder
+        return [f"image path {rel!r} leaves the data set folder (through a link)"]
+    if not file.exists():
         return [f"image file missing: {rel}"]
+    try:
+        st = file.stat()
+    except OSError as exc:
+        return [f"unreadable image {rel}: {exc.strerror or exc}"]
+    if not S_ISREG(st.st_mode):
+        return [f"image {rel} is not a regular file"]
+    if st.st_size > MAX_IMAGE_BYTES:
+        return [f"image {rel} is larger than {MAX_IMAGE_BYTES:,} bytes"]
     if check_images:
         try:
             with Image.open(file) as im:
+                width, height = im.size  # the header's claim: checked before anything is decoded
+                if width * height > MAX_IMAGE_PIXELS:
+                    return [f"image {rel} too large: {width}x{height} exceeds {MAX_IMAGE_PIXELS:,} pixels"]
                 im.verify()
         except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
+            return [f"unreadable image {rel}: {exc}"]
+        except Exception as exc:  # a decompression bomb, or another decoder failure
             return [f"unreadable image {rel}: {exc}"]
     return []
 
@@ -255,14 +275,13 @@ def load(
         if study_id in seen:
             problems.append(RowProblem(p.line, f"duplicate image {study_id!r} (line {seen[study_id]})"))
             continue
-        seen[study_id] = p.line
         pid = raw["patientid"].strip()
         day = anchors.get(pid, _DEFAULT_ANCHOR)
         when = datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=days[p.line])
         view = raw.get("view", "").strip()
         label = _label(raw.get("finding", ""))
-        rows.append(
-            ManifestRow(
+        try:
+            row = ManifestRow(
                 patient_id=f"covid-{pid}",
                 study_id=study_id,
                 timestamp=when.timestamp(),
@@ -274,7 +293,11 @@ def load(
                 view="" if view == "?" else view,
                 line=p.line,
             )
-        )
+        except InvalidInput as exc:  # an id with a wildcard or control character, oversized text
+            problems.append(RowProblem(p.line, str(exc)))
+            continue
+        seen[study_id] = p.line
+        rows.append(row)
     rows.sort(key=lambda r: (r.patient_id, r.timestamp, r.study_id))
     problems.sort(key=lambda q: q.line)
     return rows, problems

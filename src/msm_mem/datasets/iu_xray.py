@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .._errors import InvalidInput, MissingExtra
+from .._files import inside
 from .manifest import ManifestRow, RowProblem
 
 __all__ = ["QUESTION", "default_archive", "load"]
@@ -96,7 +97,8 @@ def _text(element: ET.Element | None) -> str:
 
 def _pick(ids: list[str], views: dict[str, str], images_dir: Path | None) -> str | None:
     if images_dir is not None:
-        ids = [i for i in ids if (images_dir / f"{i}.png").is_file()]
+        # present: a regular file that stays inside images_dir once links are resolved
+        ids = [i for i in ids if (images_dir / f"{i}.png").is_file() and inside(images_dir / f"{i}.png", images_dir)]
     ranked = sorted(
         range(len(ids)),
         key=lambda k: (0 if views.get(ids[k]) == "PA" else 1 if views.get(ids[k]) != "L" else 2, k),

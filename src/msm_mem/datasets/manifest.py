@@ -8,6 +8,13 @@ impression (it may be empty for unlabelled studies); ``report`` and ``decision``
 
 Files are CSV (with a header) or JSONL (one object a line). Reading never stops at a bad row:
 each bad row becomes a :class:`RowProblem` with its 1-based line number and reason.
+
+Rows are bounded before they are parsed (:mod:`msm_mem._limits`): a row (a JSONL line or a CSV
+record) of more than ``MAX_ROW_CHARS`` characters is skipped without being held whole, a JSONL
+row nested deeper than ``MAX_JSON_DEPTH`` is refused before it is parsed, and every field is
+checked like any :class:`ManifestRow` (ids without ``*`` or control characters, bounded text).
+An image must resolve (symlinks and ``..`` followed) inside the manifest's folder, or inside
+the ``root`` the caller allows; an existing image that is not a regular file is refused.
 """
 
 from __future__ import annotations
@@ -15,12 +22,17 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import re
+import stat
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from .._errors import ManifestError
+from .._errors import InvalidInput, ManifestError
+from .._files import inside
+from .._limits import MAX_JSON_DEPTH, MAX_ROW_CHARS
 from .._records import ManifestRow, RowProblem
 
 __all__ = ["COLUMNS", "ManifestRow", "RowProblem", "parse_timestamp", "read_manifest", "write_manifest"]
@@ -30,12 +42,21 @@ OPTIONAL = ("view",)
 REQUIRED = ("patient_id", "study_id", "timestamp", "image", "question")
 
 
+def _show(value: object, limit: int = 80) -> str:
+    """A value for an error message, cut to ``limit`` characters (rows can be large)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def parse_timestamp(value: object) -> float:
     """UTC seconds from an ISO 8601 string (naive = UTC) or a number; raises ``ValueError``."""
     if isinstance(value, bool):
-        raise ValueError(f"not a timestamp: {value!r}")
+        raise ValueError(f"not a timestamp: {_show(value)}")
     if isinstance(value, (int, float)):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an integer past the float range
+            raise ValueError(f"timestamp out of range: {_show(value)}") from None
     elif isinstance(value, str) and value.strip():
         text = value.strip()
         try:
@@ -44,22 +65,25 @@ def parse_timestamp(value: object) -> float:
             try:
                 parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
             except ValueError as exc:
-                raise ValueError(f"not an ISO 8601 time or UTC seconds: {text!r}") from exc
+                raise ValueError(f"not an ISO 8601 time or UTC seconds: {_show(text)}") from exc
             if parsed.tzinfo is None:
                 parsed = parsed.replace(tzinfo=UTC)
-            seconds = parsed.timestamp()
+            try:
+                seconds = parsed.timestamp()
+            except (OverflowError, OSError, ValueError) as exc:
+                raise ValueError(f"timestamp out of range: {_show(text)}") from exc
     else:
-        raise ValueError(f"missing or empty timestamp: {value!r}")
+        raise ValueError(f"missing or empty timestamp: {_show(value)}")
     if not math.isfinite(seconds):
-        raise ValueError(f"timestamp is not finite: {value!r}")
+        raise ValueError(f"timestamp is not finite: {_show(value)}")
     try:  # ManifestRow.to_dict must be able to write it back as ISO 8601
         datetime.fromtimestamp(seconds, UTC)
     except (OverflowError, OSError, ValueError) as exc:
-        raise ValueError(f"timestamp out of range: {value!r}") from exc
+        raise ValueError(f"timestamp out of range: {_show(value)}") from exc
     return seconds
 
 
-def _validate(raw: dict[str, Any], line: int, base: Path) -> ManifestRow:
+def _validate(raw: dict[str, Any], line: int, base: Path, root: Path) -> ManifestRow:
     # absent (or null) and empty are told apart; a number such as epoch 0 is a value
     missing = [c for c in REQUIRED if raw.get(c) is None]
     if missing:
@@ -69,7 +93,7 @@ def _validate(raw: dict[str, Any], line: int, base: Path) -> ManifestRow:
         raise ManifestError(f"empty required column(s): {', '.join(empty)}", line)
     unknown = sorted(set(raw) - set(COLUMNS) - set(OPTIONAL))
     if unknown:
-        raise ManifestError(f"unknown column(s): {', '.join(unknown)}", line)
+        raise ManifestError(f"unknown column(s): {', '.join(repr(u)[1:-1][:40] for u in unknown[:5])}", line)
     values: dict[str, str] = {}
     for name in COLUMNS + OPTIONAL:
         value = raw.get(name, "")
@@ -89,61 +113,161 @@ def _validate(raw: dict[str, Any], line: int, base: Path) -> ManifestRow:
     image = Path(values["image"])
     if not image.is_absolute():
         image = base / image
-    return ManifestRow(
-        patient_id=values["patient_id"],
-        study_id=values["study_id"],
-        timestamp=ts,
-        image=str(image),
-        question=values["question"],
-        answer=values["answer"],
-        report=values["report"],
-        decision=values["decision"],
-        view=values["view"],
-        line=line,
-    )
+    try:
+        row = ManifestRow(
+            patient_id=values["patient_id"],
+            study_id=values["study_id"],
+            timestamp=ts,
+            image=str(image),
+            question=values["question"],
+            answer=values["answer"],
+            report=values["report"],
+            decision=values["decision"],
+            view=values["view"],
+            line=line,
+        )
+    except InvalidInput as exc:  # the row's own checks: ids, sizes, the image path as text
+        raise ManifestError(str(exc), line) from None
+    _check_image(image, root, line)
+    return row
+
+
+def _check_image(image: Path, root: Path, line: int) -> None:
+    """The image must resolve inside ``root``; if it exists it must be a regular file (a
+    missing one is reported when it is read)."""
+    if not inside(image, root):
+        raise ManifestError(
+            f"image {str(image)[:200]!r} is outside the folder {root} (after resolving links and '..')", line
+        )
+    try:
+        mode = image.stat().st_mode
+    except (OSError, ValueError):
+        return
+    if not stat.S_ISREG(mode):
+        raise ManifestError(f"image {str(image)[:200]!r} is not a regular file", line)
+
+
+class _RowTooLong(Exception):
+    """A row past MAX_ROW_CHARS: its rest of line was skipped."""
+
+
+class _Lines:
+    """Physical lines of a text file, each read with a bound, counting what one row consumed.
+
+    Iterating yields lines (ends kept) and raises :class:`_RowTooLong` once the current row
+    (since :meth:`new_row`) passes ``limit`` characters, after skipping the rest of that line;
+    iteration can go on afterwards. ``number`` is the last physical line consumed.
+    """
+
+    def __init__(self, fh: IO[str], limit: int = MAX_ROW_CHARS) -> None:
+        self.fh, self.limit, self.number, self.used = fh, limit, 0, 0
+
+    def new_row(self) -> None:
+        self.used = 0
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        text = self.fh.readline(self.limit - self.used + 1)
+        if not text:
+            raise StopIteration
+        self.number += 1
+        self.used += len(text)
+        if self.used > self.limit:
+            while text and not text.endswith(("\n", "\r")):  # skip the rest of this line, in bounded pieces
+                text = self.fh.readline(1 << 16)
+            raise _RowTooLong
+        return text
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in ``text`` (strings skipped)."""
+    depth = deepest = 0
+    for match in _JSON_BRACKET.finditer(_JSON_STRING.sub("", text)):
+        depth += 1 if match.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _jsonl_rows(fh: IO[str]) -> Iterator[tuple[int, dict[str, Any] | ManifestError]]:
+    lines = _Lines(fh)
+    while True:
+        lines.new_row()
+        try:
+            text = next(lines)
+        except StopIteration:
+            return
+        except _RowTooLong:
+            yield lines.number, ManifestError(f"row longer than {MAX_ROW_CHARS:,} characters", lines.number)
+            continue
+        number = lines.number
+        if not text.strip():
+            continue
+        if _json_depth(text) > MAX_JSON_DEPTH:
+            yield number, ManifestError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels", number)
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            yield number, ManifestError(f"invalid JSON: {exc.msg}", number)
+            continue
+        except ValueError as exc:  # a number past the integer digit limit
+            yield number, ManifestError(f"invalid JSON: {exc}", number)
+            continue
+        if not isinstance(obj, dict):
+            yield number, ManifestError("a JSONL row must be an object", number)
+            continue
+        yield number, obj
 
 
 def _raw_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | ManifestError]]:
     suffix = path.suffix.lower()
-    with path.open(encoding="utf-8-sig", newline="") as fh:  # -sig: drop a leading BOM
+    if suffix not in (".jsonl", ".csv"):
+        raise ManifestError(f"{path}: manifest must be .csv or .jsonl, got {suffix or 'no suffix'!r}")
+    with _open_manifest(path) as fh:
         if suffix == ".jsonl":
-            for number, text in enumerate(fh, start=1):
-                if not text.strip():
-                    continue
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    yield number, ManifestError(f"invalid JSON: {exc.msg}", number)
-                    continue
-                if not isinstance(obj, dict):
-                    yield number, ManifestError("a JSONL row must be an object", number)
-                    continue
-                yield number, obj
-        elif suffix == ".csv":
-            yield from _csv_rows(fh, path)
+            yield from _jsonl_rows(fh)
         else:
-            raise ManifestError(f"{path}: manifest must be .csv or .jsonl, got {suffix or 'no suffix'!r}")
+            yield from _csv_rows(fh, path)
 
 
-def _csv_rows(fh: Iterator[str], path: Path) -> Iterator[tuple[int, dict[str, Any] | ManifestError]]:
+def _open_manifest(path: Path) -> IO[str]:
+    # a FIFO or device named as the manifest must not block the open: only regular files
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ManifestError(f"{path}: not a regular file")
+        return open(fd, encoding="utf-8-sig", newline="")  # -sig: drop a leading BOM
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _csv_rows(fh: IO[str], path: Path) -> Iterator[tuple[int, dict[str, Any] | ManifestError]]:
     # A row is numbered by the line it starts on (a quoted field may span lines), and a
-    # malformed row is reported without ending the file: the reader resumes at the next line.
-    reader = csv.reader(fh, strict=True)
+    # malformed or overlong row is reported without ending the file: the reader resumes at the
+    # next line.
+    lines = _Lines(fh)
+    reader = csv.reader(lines, strict=True)
     header: list[str] | None = None
-    end = 0  # the last physical line the reader has consumed
     while True:
-        start = end + 1
+        start = lines.number + 1
+        lines.new_row()
         try:
             record = next(reader)
         except StopIteration:
             return
-        except csv.Error as exc:
-            end = reader.line_num
+        except (csv.Error, _RowTooLong) as exc:
+            problem = f"row longer than {MAX_ROW_CHARS:,} characters" if isinstance(exc, _RowTooLong) else str(exc)
             if header is None:
-                raise ManifestError(f"{path}: malformed CSV header: {exc}", start) from exc
-            yield start, ManifestError(f"malformed CSV: {exc}", start)
+                raise ManifestError(f"{path}: malformed CSV header: {problem}", start) from None
+            yield start, ManifestError(problem if isinstance(exc, _RowTooLong) else f"malformed CSV: {problem}", start)
             continue
-        end = reader.line_num
         if not record:  # a blank line
             continue
         if header is None:
@@ -155,15 +279,20 @@ def _csv_rows(fh: Iterator[str], path: Path) -> Iterator[tuple[int, dict[str, An
             yield start, dict(zip(header, values, strict=True))
 
 
-def read_manifest(path: str | Path) -> tuple[list[ManifestRow], list[RowProblem]]:
+def read_manifest(path: str | Path, *, root: str | Path | None = None) -> tuple[list[ManifestRow], list[RowProblem]]:
     """Read and validate a manifest; return the good rows and the problems of the bad ones.
 
-    Raises :class:`ManifestError` only when the file itself cannot be read (missing, wrong
-    suffix, not UTF-8). Duplicate ``(patient_id, study_id)`` pairs are reported as problems.
+    Images must lie inside ``root`` (default: the manifest's folder) once links and ``..`` are
+    resolved; a relative image path is relative to the manifest's folder. Raises
+    :class:`ManifestError` only when the file itself cannot be read (missing, not a regular
+    file, wrong suffix, not UTF-8). Duplicate ``(patient_id, study_id)`` pairs are reported as
+    problems.
     """
     path = Path(path)
     if not path.is_file():
-        raise ManifestError(f"{path}: no such manifest file")
+        what = "not a regular file" if path.exists() else "no such manifest file"
+        raise ManifestError(f"{path}: {what}")
+    allowed = Path(os.path.realpath(path.parent if root is None else root))
     rows: list[ManifestRow] = []
     problems: list[RowProblem] = []
     seen: dict[tuple[str, str], int] = {}
@@ -173,7 +302,7 @@ def read_manifest(path: str | Path) -> tuple[list[ManifestRow], list[RowProblem]
                 problems.append(RowProblem(number, raw.reason))
                 continue
             try:
-                row = _validate(raw, number, path.parent)
+                row = _validate(raw, number, path.parent, allowed)
             except ManifestError as exc:
                 problems.append(RowProblem(number, exc.reason))
                 continue

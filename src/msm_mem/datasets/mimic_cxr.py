@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import IO
 
 from .._errors import InvalidInput
+from .._files import inside, read_regular
+from .._limits import MAX_TEXT_CHARS
 from .manifest import ManifestRow, RowProblem
 
 __all__ = ["QUESTION", "SPLITS", "load", "sections"]
@@ -178,6 +180,11 @@ def load(
     return rows, problems
 
 
+def _present(root: Path, image: Path) -> bool:
+    """A regular file that stays inside ``root`` once links are resolved."""
+    return image.is_file() and inside(image, root)
+
+
 def _study(
     root: Path, reports: Path, subject: str, study: str, images: list[tuple[int, dict[str, str]]]
 ) -> ManifestRow:
@@ -191,9 +198,9 @@ def _study(
     report_path = reports / folder / f"s{study}.txt"
     if not report_path.is_file():
         raise ValueError(f"report missing: {folder / f's{study}.txt'}")
-    try:
-        text = report_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    try:  # a bounded regular file inside the reports folder
+        text = read_regular(report_path, max_bytes=4 * MAX_TEXT_CHARS, root=reports).decode("utf-8")
+    except (InvalidInput, UnicodeDecodeError) as exc:
         raise ValueError(f"unreadable report ({exc})") from exc
     answer = _answer(text)
     if not answer:
@@ -206,7 +213,7 @@ def _study(
         ),
     )
     chosen = next(
-        (r for r in ranked if (root / folder / f"s{study}" / f"{r['dicom_id']}.jpg").is_file()),
+        (r for r in ranked if _present(root, root / folder / f"s{study}" / f"{r['dicom_id']}.jpg")),
         None,
     )
     if chosen is None:

@@ -21,6 +21,12 @@ The format is detected from the content (PNG and JPEG signatures, ``DICM`` at by
 lack the 128-byte preamble. A constant image (no contrast) loads as all zeros. Any file that
 does not exist, is empty, truncated, corrupt or of another format raises
 :class:`~msm_mem._errors.ImageError` naming the file and the problem.
+
+Input is bounded before it is decoded (:mod:`msm_mem._limits`): only regular files are read,
+never a FIFO or device, and never more than ``max_bytes``; the width and height a PNG or JPEG
+header declares, or the rows, columns and frames of a DICOM header, must stay within
+``max_pixels`` before any pixel is decoded. Pillow's own decompression-bomb bound
+(``Image.MAX_IMAGE_PIXELS``) still applies on top.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ import numpy.typing as npt
 from PIL import Image, ImageOps
 
 from .._errors import ImageError, MissingExtra
+from .._files import read_regular, regular_path
+from .._limits import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, MAX_VIDEO_BYTES
 
 __all__ = [
     "GrayImage",
@@ -88,45 +96,53 @@ def detect_format(head: bytes, name: str = "") -> str | None:
     return None
 
 
-def load_image(path: str | os.PathLike[str]) -> GrayImage:
+def load_image(
+    path: str | os.PathLike[str],
+    *,
+    root: str | os.PathLike[str] | None = None,
+    max_bytes: int = MAX_IMAGE_BYTES,
+    max_pixels: int = MAX_IMAGE_PIXELS,
+) -> GrayImage:
     """Load one image file as grayscale float32 ``(height, width)`` in ``[0, 1]``.
 
-    Video files give their deterministic middle keyframe (see :func:`load_keyframe`).
-    Raises :class:`ImageError` for a missing, empty, truncated, corrupt or unsupported file.
+    Only a regular file is read (a FIFO or device is refused without blocking), of at most
+    ``max_bytes`` (video: :data:`~msm_mem._limits.MAX_VIDEO_BYTES`), whose declared size is at
+    most ``max_pixels`` (checked from the header, before decoding); with ``root``, the path must
+    resolve (links and ``..`` followed) inside it. Video files give their deterministic middle
+    keyframe (see :func:`load_keyframe`). Raises :class:`ImageError` for a missing, empty,
+    truncated, corrupt, oversized, unsupported or refused file.
     """
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise ImageError(f"{p}: file does not exist") from None
-    except IsADirectoryError:
-        raise ImageError(f"{p}: is a directory, not an image file") from None
-    except OSError as exc:
-        raise ImageError(f"{p}: cannot be read ({exc.strerror or exc})") from exc
-    if detect_format(data[:132], p.name) == "video":
-        return load_keyframe(p)
-    return load_image_bytes(data, str(p))
+    target = regular_path(path, max_bytes=max(max_bytes, MAX_VIDEO_BYTES), root=root, error=ImageError)
+    head = read_regular(target, max_bytes=max(max_bytes, MAX_VIDEO_BYTES), error=ImageError, head=132)
+    if detect_format(head, target.name) == "video":
+        return load_keyframe(target, name=os.fspath(path), max_pixels=max_pixels)
+    data = read_regular(target, max_bytes=max_bytes, error=ImageError)
+    return load_image_bytes(data, str(target), max_pixels=max_pixels)
 
 
-def load_image_bytes(data: bytes, name: str) -> GrayImage:
+def load_image_bytes(data: bytes, name: str, *, max_pixels: int = MAX_IMAGE_PIXELS) -> GrayImage:
     """Decode an image held in memory (an HTTP upload, say); ``name`` labels errors.
 
-    Same formats and output as :func:`load_image`; video bytes are written to a temporary
-    file for the decoder and the file is removed afterwards.
+    Same formats, output and pixel limit as :func:`load_image` (the caller bounds the bytes);
+    video bytes are written to a temporary file for the decoder and the file is removed
+    afterwards.
     """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ImageError(f"{name}: image data must be bytes, got {type(data).__name__}")
+    data = bytes(data)
     if not data:
         raise ImageError(f"{name}: file is empty")
     kind = detect_format(data[:132], name)
     if kind in ("png", "jpeg"):
-        img = _decode_pillow(data, name)
+        img = _decode_pillow(data, name, kind, max_pixels)
     elif kind == "dicom":
-        img = _decode_dicom(data, name)
+        img = _decode_dicom(data, name, max_pixels)
     elif kind == "video":
         fd, tmp = tempfile.mkstemp(suffix=Path(name).suffix or ".mp4")
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
-            return load_keyframe(tmp, name=name)
+            return load_keyframe(tmp, name=name, max_pixels=max_pixels)
         finally:
             os.unlink(tmp)
     else:
@@ -134,24 +150,36 @@ def load_image_bytes(data: bytes, name: str) -> GrayImage:
     return _finish(img, name)
 
 
-def load_keyframe(path: str | os.PathLike[str], *, name: str | None = None) -> GrayImage:
+def load_keyframe(
+    path: str | os.PathLike[str], *, name: str | None = None, max_pixels: int = MAX_IMAGE_PIXELS
+) -> GrayImage:
     """Load the middle frame (index ``n // 2`` of ``n`` decoded frames) of a video file.
 
     Frames are counted by decoding the whole file once, so the choice does not depend on
-    container metadata; the frame is then converted like a colour image (BT.601 luma).
+    container metadata; the frame is then converted like a colour image (BT.601 luma). A frame
+    of more than ``max_pixels`` ends decoding with :class:`ImageError` (the decoder has made
+    that one frame; containers do not declare sizes this loader could trust).
     Uses ``imageio`` when installed, else ``opencv-python`` (``cv2``); raises
     :class:`MissingExtra` (extra ``video``) when neither is, and :class:`ImageError` when the
     file cannot be decoded or has no frames.
     """
     label = name or str(path)
-    if not Path(path).is_file():
-        raise ImageError(f"{label}: file does not exist")
+    regular_path(path, max_bytes=MAX_VIDEO_BYTES, error=ImageError)
     backend = _video_backend()
+
+    def frames() -> Iterator[Any]:
+        for frame in backend(str(path)):
+            shape = np.shape(frame)
+            size = int(shape[0]) * int(shape[1]) if len(shape) >= 2 else 0
+            if size > max_pixels:
+                raise ImageError(f"{label}: video frame of {size:,} pixels exceeds the limit of {max_pixels:,}")
+            yield frame
+
     try:
-        n = sum(1 for _ in backend(str(path)))
+        n = sum(1 for _ in frames())
         if n == 0:
             raise ImageError(f"{label}: video has no decodable frames")
-        for i, frame in enumerate(backend(str(path))):
+        for i, frame in enumerate(frames()):
             if i == n // 2:
                 return _finish(_array_to_gray(np.asarray(frame), label), label)
     except ImageError:
@@ -202,17 +230,26 @@ def resize(img: npt.NDArray[Any], size: int | tuple[int, int], *, bicubic: bool 
 # --- decoders ---------------------------------------------------------------------------
 
 
-def _decode_pillow(data: bytes, name: str) -> npt.NDArray[np.float64]:
+def _too_large(name: str, what: str, pixels: int, max_pixels: int) -> ImageError:
+    return ImageError(f"{name}: image too large: {what} = {pixels:,} pixels exceeds the limit of {max_pixels:,}")
+
+
+def _decode_pillow(data: bytes, name: str, kind: str, max_pixels: int) -> npt.NDArray[np.float64]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as opened:
+            with Image.open(io.BytesIO(data), formats=[kind.upper()]) as opened:
+                width, height = opened.size  # from the header: nothing is decoded yet
+                if width * height > max_pixels:
+                    raise _too_large(name, f"{width}x{height}", width * height, max_pixels)
                 opened.load()
                 return _pil_to_gray(ImageOps.exif_transpose(opened))
-    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as exc:
-        raise ImageError(f"{name}: cannot decode image ({exc})") from exc
-    except Image.DecompressionBombWarning as exc:
+    except ImageError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise ImageError(f"{name}: image too large ({exc})") from exc
+    except Exception as exc:  # a decoder meets malformed data with many unrelated types
+        raise ImageError(f"{name}: cannot decode image ({exc})") from exc
 
 
 def _pil_to_gray(pil: Image.Image) -> npt.NDArray[np.float64]:
@@ -240,23 +277,30 @@ def _array_to_gray(a: npt.NDArray[Any], name: str) -> npt.NDArray[np.float64]:
     raise ImageError(f"{name}: unexpected pixel array of shape {a.shape}")
 
 
-def _decode_dicom(data: bytes, name: str) -> npt.NDArray[np.float64]:
+def _declared(ds: Any, keyword: str, default: int) -> int:
+    value = ds.get(keyword, default)
+    return int(value) if value not in (None, "") else default
+
+
+def _decode_dicom(data: bytes, name: str, max_pixels: int) -> npt.NDArray[np.float64]:
     import pydicom
-    from pydicom.errors import InvalidDicomError
 
     try:
         ds = pydicom.dcmread(io.BytesIO(data), force=True)
         if "PixelData" not in ds:
             raise ImageError(f"{name}: DICOM file has no pixel data")
+        rows, columns = _declared(ds, "Rows", 0), _declared(ds, "Columns", 0)
+        samples, frames = _declared(ds, "SamplesPerPixel", 1) or 1, _declared(ds, "NumberOfFrames", 1) or 1
+        pixels = rows * columns * max(frames, 1)
+        if pixels > max_pixels:  # from the header: the pixel data is not decoded yet
+            raise _too_large(name, f"{rows}x{columns}x{frames} frames", pixels, max_pixels)
         arr = np.asarray(ds.pixel_array)
     except ImageError:
         raise
-    except (InvalidDicomError, OSError, ValueError, AttributeError, KeyError, EOFError) as exc:
-        raise ImageError(f"{name}: cannot decode DICOM ({exc})") from exc
     except RuntimeError as exc:  # pydicom: no handler for a compressed transfer syntax
         raise ImageError(f"{name}: cannot decode DICOM pixel data ({exc})") from exc
-    samples = int(ds.get("SamplesPerPixel", 1) or 1)
-    frames = int(ds.get("NumberOfFrames", 1) or 1)
+    except Exception as exc:  # malformed data surfaces as many unrelated types
+        raise ImageError(f"{name}: cannot decode DICOM ({exc})") from exc
     if frames > 1:
         arr = arr[frames // 2]
     if samples == 3:

@@ -1,0 +1,142 @@
+"""Hypothesis strategies for hostile input: image files and manifest rows (in one place)."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import zlib
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+from PIL import Image
+from pydicom.dataset import Dataset, FileMetaDataset
+from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_chunk(kind: bytes, data: bytes) -> bytes:
+    """One PNG chunk with its length and CRC."""
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+
+def png_declaring(width: int, height: int, *, bit_depth: int = 8, colour: int = 0, idat: bytes = b"") -> bytes:
+    """A PNG whose header declares ``width`` x ``height`` with only a few bytes of pixel data:
+    the size is a claim, nothing of that size is allocated."""
+    ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, colour, 0, 0, 0)
+    body = idat or zlib.compress(b"\x00" * 16)
+    return PNG_SIGNATURE + png_chunk(b"IHDR", ihdr) + png_chunk(b"IDAT", body) + png_chunk(b"IEND", b"")
+
+
+def jpeg_declaring(width: int, height: int, components: int = 1) -> bytes:
+    """A JPEG start-of-frame declaring ``width`` x ``height``, without any scan data."""
+    comps = b"".join(bytes([i + 1, 0x11, 0]) for i in range(components))
+    sof = b"\xff\xc0" + struct.pack(">HBHHB", 8 + 3 * components, 8, height, width, components) + comps
+    return b"\xff\xd8" + sof + b"\xff\xd9"
+
+
+def dicom_declaring(rows: int, columns: int, frames: int = 1, pixel_bytes: int = 32) -> bytes:
+    """A DICOM file declaring rows x columns (x frames) but holding only ``pixel_bytes`` of pixel data."""
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = SecondaryCaptureImageStorage
+    meta.MediaStorageSOPInstanceUID = "1.2.3.4"
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = Dataset()
+    ds.file_meta = meta
+    ds.SOPClassUID = SecondaryCaptureImageStorage
+    ds.SOPInstanceUID = "1.2.3.4"
+    ds.Rows, ds.Columns = rows, columns
+    ds.SamplesPerPixel = 1
+    ds.PhotometricInterpretation = "MONOCHROME2"
+    ds.BitsAllocated = ds.BitsStored = 16
+    ds.HighBit = 15
+    ds.PixelRepresentation = 0
+    if frames > 1:
+        ds.NumberOfFrames = frames
+    ds.PixelData = b"\x00" * pixel_bytes
+    buf = io.BytesIO()
+    ds.save_as(buf, enforce_file_format=True)
+    return buf.getvalue()
+
+
+def _valid_files() -> list[bytes]:
+    arr = (np.arange(24 * 24) % 251).astype(np.uint8).reshape(24, 24)
+    out = []
+    for fmt in ("PNG", "JPEG"):
+        buf = io.BytesIO()
+        Image.fromarray(arr).save(buf, format=fmt)
+        out.append(buf.getvalue())
+    out.append(dicom_declaring(24, 24, pixel_bytes=24 * 24 * 2))
+    return out
+
+
+VALID_FILES = _valid_files()
+
+
+def _overwrite(data: bytes, edits: list[tuple[int, int]]) -> bytes:
+    out = bytearray(data)
+    for position, value in edits:
+        out[position % len(out)] = value
+    return bytes(out)
+
+
+#: a valid PNG, JPEG or DICOM cut short, or with some of its bytes overwritten
+damaged_files = st.one_of(
+    st.tuples(st.sampled_from(VALID_FILES), st.floats(0.0, 1.0)).map(lambda t: t[0][: int(len(t[0]) * t[1])]),
+    st.builds(
+        _overwrite,
+        st.sampled_from(VALID_FILES),
+        st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=8),
+    ),
+)
+
+_dims = st.integers(0, 2**32 - 1) | st.integers(0, 70_000)
+
+#: headers that declare sizes from empty to absurd, with little or no pixel data behind them
+declared_sizes = st.one_of(
+    st.builds(
+        png_declaring,
+        _dims,
+        _dims,
+        bit_depth=st.sampled_from([1, 2, 4, 8, 16, 3]),
+        colour=st.sampled_from([0, 2, 3, 4, 6, 5]),
+        idat=st.binary(max_size=64),
+    ),
+    st.builds(jpeg_declaring, st.integers(0, 65_535), st.integers(0, 65_535), st.sampled_from([1, 3, 4])),
+    st.builds(dicom_declaring, st.integers(0, 65_535), st.integers(0, 65_535), st.integers(1, 1000)),
+)
+
+#: any bytes, bytes behind a real signature, damaged real files, and lying headers
+image_bytes = st.one_of(
+    st.binary(max_size=600),
+    st.tuples(st.sampled_from([PNG_SIGNATURE, b"\xff\xd8\xff", b"\x00" * 128 + b"DICM"]), st.binary(max_size=400)).map(
+        lambda t: t[0] + t[1]
+    ),
+    damaged_files,
+    declared_sizes,
+)
+
+#: every JSON value, nested a little
+json_values: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+
+COLUMNS = ("patient_id", "study_id", "timestamp", "image", "question", "answer", "report", "decision", "view")
+
+#: manifest objects: the real columns (and some others) holding any JSON value
+manifest_objects = st.dictionaries(
+    st.sampled_from(COLUMNS) | st.text(max_size=8), json_values | st.text(max_size=40), max_size=10
+)
+
+#: JSONL lines: arbitrary objects, arbitrary JSON values, deep nesting and raw text
+jsonl_lines = st.one_of(
+    manifest_objects.map(json.dumps),
+    json_values.map(json.dumps),
+    st.integers(1, 5_000).map(lambda n: "[" * n + "]" * n),
+    st.integers(1, 5_000).map(lambda n: '{"patient_id": ' + "[" * n + "]" * n + "}"),
+    st.text(max_size=80).filter(lambda t: "\n" not in t and "\r" not in t),
+)

@@ -1,0 +1,63 @@
+"""Tests of msm_mem._agent.offline: ingest skips bad images by line and bounds its batches."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from msm_mem import InvalidInput, MsmMem, read_manifest
+from msm_mem._agent import offline
+from msm_mem.datasets.synthetic import generate
+from tests.helpers import ADMIN, CLINICIAN, INGEST
+from tests.strategies import png_declaring
+
+
+def test_fifo_huge_and_device_images_are_row_problems(tmp_path: Path) -> None:
+    """A FIFO, a device and a 9000x9000 PNG header each skip their row, naming its line and
+    the reason; the other rows are ingested and nothing of the bad ones is stored."""
+    rows, _ = generate(tmp_path / "syn", patients=2, studies_per_patient=(2, 2), seed=1, size=64)
+    os.mkfifo(tmp_path / "pipe.png")
+    (tmp_path / "huge.png").write_bytes(png_declaring(9000, 9000))
+    bad = [
+        replace(rows[0], image=str(tmp_path / "pipe.png"), line=101),
+        replace(rows[1], image="/dev/zero", line=102),
+        replace(rows[2], image=str(tmp_path / "huge.png"), line=103),
+    ]
+    with MsmMem.init(tmp_path / "store", ADMIN) as mem:
+        report = mem.ingest(INGEST, [*bad, rows[3]])
+        assert report.ingested == 1
+        reasons = {p.line: p.reason for p in report.problems}
+        assert sorted(reasons) == [101, 102, 103]
+        assert "not a regular file" in reasons[101] and "not a regular file" in reasons[102]
+        assert "too large" in reasons[103]
+        assert mem._store.count("episodic") == 1 and len(mem._store.stm_list()) == 1  # the good row only
+
+
+def test_pixel_budget_splits_batches_without_changing_what_is_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a pixel budget of two images a batch closes early; every row is still ingested once."""
+    rows, _ = generate(tmp_path / "syn", patients=3, studies_per_patient=(2, 3), seed=2, size=64)
+    with MsmMem.init(tmp_path / "a", ADMIN) as mem:
+        whole = mem.ingest(INGEST, rows)
+        expected = sorted(r.study_id for r in mem.episodes(CLINICIAN, rows[0].patient_id))
+    monkeypatch.setattr(offline, "MAX_BATCH_PIXELS", 2 * 64 * 64)
+    commits: list[int] = []
+    with MsmMem.init(tmp_path / "b", ADMIN) as mem:
+        original = mem._gm.commit_many
+        monkeypatch.setattr(mem._gm, "commit_many", lambda turns: (commits.append(1), original(turns))[1])
+        split = mem.ingest(INGEST, rows)
+        got = sorted(r.study_id for r in mem.episodes(CLINICIAN, rows[0].patient_id))
+    assert split.ingested == whole.ingested == len(rows) and got == expected
+    assert len(commits) == (len(rows) + 1) // 2
+
+
+def test_batch_size_must_be_positive(tmp_path: Path) -> None:
+    """A batch size below one is refused instead of looping."""
+    generate(tmp_path / "syn", patients=1, seed=3, size=64)
+    rows, _ = read_manifest(tmp_path / "syn" / "manifest.jsonl")
+    with MsmMem.init(tmp_path / "s", ADMIN) as mem, pytest.raises(InvalidInput, match="batch_size"):
+        offline.ingest_rows(INGEST, mem._gm, mem._encoder, rows, batch_size=0)
