@@ -29,7 +29,7 @@ from .problems import MEDIA_TYPE, install
 from .routes import admin, care, consent, health, reads
 from .state import ServerState
 
-__all__ = ["create_app", "create_app_from_env", "openapi_document", "openapi_schema"]
+__all__ = ["configure_logging", "create_app", "create_app_from_env", "openapi_document", "openapi_schema"]
 
 log = logging.getLogger("msm_mem.http")
 access = logging.getLogger("msm_mem.http.access")
@@ -191,6 +191,14 @@ if __name__ == "__main__":  # python -m msm_mem.interfaces.http.app > docs/opena
     print(json.dumps(openapi_document(), indent=2, sort_keys=True))
 
 
+def configure_logging(level: str) -> None:
+    """Log lines of the service (and uvicorn's own) to stderr at ``level``, once per process."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+
 def create_app_from_env() -> FastAPI:
     """The app of a worker process: its settings from the environment the ``serve`` command set."""
-    return create_app(ServeConfig.from_env())
+    config = ServeConfig.from_env()
+    configure_logging(config.log_level)
+    return create_app(config)

@@ -42,6 +42,7 @@ class ServeConfig:
     jwt_key: Path | None = None
     jwt_issuer: str | None = None
     jwt_audience: str | None = None
+    log_level: str = "info"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "store", Path(self.store))

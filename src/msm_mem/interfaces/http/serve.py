@@ -3,10 +3,11 @@ PostgreSQL store (each opens the store itself)."""
 
 from __future__ import annotations
 
-import logging
 import os
+from dataclasses import replace
 
 from ... import InvalidInput, MsmMem
+from .app import configure_logging
 from .config import ServeConfig
 
 __all__ = ["run"]
@@ -32,8 +33,9 @@ def run(
         raise InvalidInput("several workers need a PostgreSQL store (--database-url or a store made with it)")
     if not MsmMem.exists(config.store):
         raise InvalidInput(f"{config.store} is not a memory store (make one with `msm-mem init`)")
+    config = replace(config, log_level=log_level)
     os.environ.update(config.to_env())
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(log_level)
     uvicorn.run(
         "msm_mem.interfaces.http.app:create_app_from_env",
         factory=True,

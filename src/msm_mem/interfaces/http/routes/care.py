@@ -23,7 +23,10 @@ R = TypeVar("R")
 router = APIRouter(prefix="/v1/patients/{patient_id}", tags=["care"], responses=PROBLEM_RESPONSES)
 
 Upload = Annotated[UploadFile | None, File(description="PNG, JPEG or DICOM; or give image_study instead")]
-StudyRef = Annotated[str | None, Form(min_length=1, max_length=200, description="a stored study of the patient")]
+StudyRef = Annotated[
+    str | None,
+    Form(min_length=1, max_length=200, description="a stored study of the patient with an image file (ingested)"),
+]
 Question = Annotated[str, Form(min_length=1, max_length=20_000)]
 Short = Annotated[str, Form(max_length=200)]
 Time = Annotated[float | None, Form(allow_inf_nan=False, ge=-62_135_596_800.0, le=253_402_300_799.0)]
