@@ -138,6 +138,9 @@ def _operations(tmp: Path) -> dict[str, tuple[Callable[[Any, Principal], object]
         "maintain": (lambda m, p: m.maintain(p), SYSTEM, AGENT),
         "export_paper": (lambda m, p: m.export_paper(p, tmp / f"paper-{p.id}"), EXPORTER, AGENT),
         "import_paper": (lambda m, p: m.import_paper(p, tmp / "nowhere"), ADMIN, AGENT),
+        # an interface's own refusal: any principal is refused, and the refusal is audited
+        "refuse": (lambda m, p: m.refuse(p, "read", "P1"), AGENT, AGENT),
+        "break_glass": (lambda m, p: m.break_glass(p, "shred", "P1", "on-call override"), ADMIN, AGENT),
     }
 
 
@@ -200,7 +203,9 @@ def test_each_operation_leaves_an_audit_event(mem: Any, tmp_path: Path, name: st
     try:
         call(mem, right)
     except MsmMemError as exc:  # import into a non-empty store is refused after the role check
-        assert name == "import_paper", exc
+        assert name in ("import_paper", "refuse"), exc  # refuse always raises, after its audit event
+        if name == "refuse":
+            assert _count(mem) > before
         return
     assert _count(mem) > before, f"{name} left no audit event"
     assert mem.verify_audit(ADMIN).ok

@@ -270,3 +270,16 @@ def test_wrapped_key_is_frozen() -> None:
     """WrappedKey is immutable."""
     with pytest.raises(AttributeError):
         _key("p").shredded = True  # type: ignore[misc]
+
+
+def test_two_handles_on_one_key_file_see_each_others_rotations(tmp_path: Path) -> None:
+    """A rotation by one process (a service worker) is read by another: it unwraps keys under
+    the new KEK, and its own rotation keeps the other's KEK in the file."""
+    path = tmp_path / "kek.json"
+    first = LocalKeyFileProvider.create(path)
+    second = LocalKeyFileProvider.open(path)
+    new = first.rotate()
+    kek_id, wrapped = first.wrap(b"k" * 32)
+    assert kek_id == new and second.unwrap(kek_id, wrapped) == b"k" * 32
+    second.rotate()
+    assert LocalKeyFileProvider.open(path).unwrap(kek_id, wrapped) == b"k" * 32

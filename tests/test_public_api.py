@@ -44,6 +44,7 @@ PUBLIC = [
     "MaintenanceReport",
     "ManifestError",
     "ManifestRow",
+    "MemoryClient",
     "MissingExtra",
     "MsmMem",
     "MsmMemError",

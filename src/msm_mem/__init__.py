@@ -16,6 +16,7 @@ from ._agent.router import ExpertWeights, FixedRouter, LearnedRouter, fit_router
 from ._api import MsmMem
 from ._api.access import OPERATIONS, Operation
 from ._api.care import Retrieved, RetrievedItem
+from ._client import MemoryClient
 from ._clock import Clock, FixedClock, SystemClock
 from ._errors import (
     AccessDenied,
@@ -96,6 +97,7 @@ __all__ = [
     "MaintenanceReport",
     "ManifestError",
     "ManifestRow",
+    "MemoryClient",
     "MissingExtra",
     "MsmMem",
     "MsmMemError",

@@ -38,6 +38,7 @@ class Operation(StrEnum):
     MAINTAIN = "maintain"
     EXPORT = "export"
     IMPORT = "import"
+    BREAK_GLASS = "break_glass"
 
 
 _CARE = frozenset({Role.AGENT, Role.CLINICIAN})
@@ -65,6 +66,8 @@ OPERATIONS: dict[Operation, frozenset[Role]] = {
     Operation.MAINTAIN: frozenset({Role.SYSTEM}),
     Operation.EXPORT: frozenset({Role.CLINICIAN, Role.ADMIN}),
     Operation.IMPORT: frozenset({Role.ADMIN, Role.SYSTEM}),
+    # an interface's record that an admin overrides its credential's patient scope
+    Operation.BREAK_GLASS: frozenset({Role.ADMIN}),
 }
 
 

@@ -44,6 +44,7 @@ from .access import Operation, require
 from .admin import _Admin
 from .care import _Care
 from .reads import _Reads
+from .scope import _Scope
 
 __all__ = ["MsmMem"]
 
@@ -77,7 +78,7 @@ def _encoder(encoder: str | Encoder, options: Mapping[str, Any] | None) -> Encod
     return encoder
 
 
-class MsmMem(_Care, _Reads, _Admin):
+class MsmMem(_Care, _Reads, _Admin, _Scope):
     """One governed memory store: ingest, ask, retrieve, observe, consolidate, feedback, reads,
     consent, keys, audit, maintenance, export and import, each called with a principal.
 

@@ -309,6 +309,31 @@ class LocalKeyFileProvider(KekRing):
         finally:
             os.close(fd)
 
+    def _reload(self) -> None:
+        """Take the key file as it is now: another process on the same store (a worker of the
+        service) may have rotated it."""
+        keks, current = _decode_file(self._read_private(self._path), self._path)
+        with self._lock:
+            self._keks, self._current = keks, current
+
+    def unwrap(self, kek_id: str, wrapped: bytes) -> bytes:
+        """As :meth:`KekRing.unwrap`; an unknown KEK id re-reads the file once first."""
+        with self._lock:
+            known = kek_id in self._keks
+        if not known:
+            self._reload()
+        return super().unwrap(kek_id, wrapped)
+
+    def rotate(self) -> str:
+        """As :meth:`KekRing.rotate`, over the file as it is now (no other process's KEK lost)."""
+        self._reload()
+        return super().rotate()
+
+    def retire(self, kek_id: str) -> None:
+        """As :meth:`KekRing.retire`, over the file as it is now."""
+        self._reload()
+        super().retire(kek_id)
+
     def _persist(self, keks: dict[str, bytes], current: str) -> None:
         tmp = self._path.with_name(f".{self._path.name}.{uuid.uuid4().hex}.tmp")
         try:

@@ -1,21 +1,24 @@
-"""Key commands: rotate the key-encryption key, shred a patient's data key (admin only)."""
+"""Key commands: rotate the key-encryption key, shred a patient's data key (admin only), and the
+API keys of the service."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ... import Purpose, Role
+from .output import print_json
 from .registry import command, group, open_mem, principal
 
-__all__ = ["cmd_rotate", "cmd_shred"]
+__all__ = ["cmd_api_key", "cmd_rotate", "cmd_shred"]
 
 group(
     "keys",
-    """Keys: rotate the key-encryption key, or shred a patient's data key (erasure).
+    """Keys: rotate the key-encryption key, shred a patient's data key (erasure), API keys.
 
-    Both are the admin's and are audited with their reason; any other role is refused, and the
-    refusal is audited too.""",
+    Rotation and shredding are the admin's and are audited with their reason; any other role is
+    refused, and the refusal is audited too. API keys are the bearer credentials of the service.""",
 )
 
 
@@ -47,4 +50,56 @@ def cmd_shred(args: argparse.Namespace) -> int:
     with open_mem(args) as mem:
         count = mem.shred(principal(args), args.patient, args.reason)
     print(f"shredded patient: {count} records retracted, data key destroyed")
+    return 0
+
+
+def _configure_api_key(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="key_action", required=True, metavar="ACTION")
+    create = sub.add_parser("create", help="make a key for one principal and patient scope; prints it once")
+    create.add_argument("dir", type=Path)
+    create.add_argument("--actor", dest="key_actor", required=True, metavar="ID", help="the principal's id")
+    create.add_argument("--role", dest="key_role", required=True, metavar="ROLE", help=", ".join(r.value for r in Role))
+    create.add_argument(
+        "--purpose", dest="key_purpose", metavar="PURPOSE", help="default: the role's usual purpose of use"
+    )
+    create.add_argument(
+        "--patients", default="", metavar="P1,P2|*", help="the patients it may reach (* for all; default none)"
+    )
+    create.add_argument("--note", default="", help="what the key is for (shown by list)")
+    listing = sub.add_parser("list", help="every key with its principal, scope and times (never a secret)")
+    listing.add_argument("dir", type=Path)
+    revoke = sub.add_parser("revoke", help="revoke a key from now on")
+    revoke.add_argument("dir", type=Path)
+    revoke.add_argument("key_id")
+
+
+@command("keys api-key", _configure_api_key, role=None)
+def cmd_api_key(args: argparse.Namespace) -> int:
+    """API keys of `msm-mem serve`: create (printed once), list, revoke.
+
+    A key acts as one principal (actor, role, purpose) over a patient scope (--patients P1,P2,
+    or * for every patient; by default none: an admin then acts on a patient only with a
+    break-glass reason). Only an argon2 hash of it is stored, in DIR/keys/api-keys.json (mode
+    0600). Whoever can write DIR can already read its key file: these are the store owner's."""
+    from ... import MsmMem, Principal
+    from ..http.apikeys import ApiKeyStore, parse_patients
+    from .identity import USUAL_PURPOSE
+
+    if not MsmMem.exists(args.dir):
+        print(f"error: {args.dir} is not a memory store", file=sys.stderr)
+        return 1
+    keys = ApiKeyStore(args.dir)
+    if args.key_action == "create":
+        who = Principal(args.key_actor, args.key_role)
+        who = who.acting_for(args.key_purpose or USUAL_PURPOSE[who.role])
+        token, record = keys.create(who, parse_patients(args.patients), note=args.note)
+        print(token)
+        print(f"key {record.key_id}: {who.id} as {who.role.value} for {who.purpose.value}", file=sys.stderr)
+        return 0
+    if args.key_action == "list":
+        for k in keys.list():
+            print_json(k.public())
+        return 0
+    record = keys.revoke(args.key_id)
+    print(f"revoked key {record.key_id}")
     return 0

@@ -1,0 +1,66 @@
+"""The service command: the memory over HTTP (needs the `server` extra)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ... import MissingExtra
+from .registry import command
+
+__all__ = ["cmd_serve"]
+
+
+def _configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes (more than 1 needs PostgreSQL)")
+    p.add_argument(
+        "--database-url", default=os.environ.get("MSM_MEM_DATABASE_URL"), help="PostgreSQL store (default: DIR's)"
+    )
+    p.add_argument("--max-upload-mb", type=int, default=16, help="largest image upload, MiB (default 16)")
+    p.add_argument("--max-image-side", type=int, default=8192, help="largest image side, pixels (default 8192)")
+    p.add_argument("--max-question-chars", type=int, default=2000, help="longest question (default 2000)")
+    p.add_argument("--jwt-key", type=Path, help="PEM public key (or HMAC secret file) verifying JWT bearer tokens")
+    p.add_argument("--jwt-issuer", help="the issuer (iss) JWTs must name")
+    p.add_argument("--jwt-audience", help="the audience (aud) JWTs must name")
+    p.add_argument("--ssl-certfile", help="serve TLS with this certificate (PEM); else put a TLS proxy in front")
+    p.add_argument("--ssl-keyfile", help="the certificate's private key (PEM)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+@command("serve", _configure, role=None)
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve the store over HTTP (FastAPI on uvicorn) until interrupted.
+
+    Every request carries a bearer credential (an API key from `msm-mem keys api-key create`,
+    or a JWT verified against --jwt-key); its principal and patient scope are the caller's,
+    whatever the request says. The OpenAPI schema is at /openapi.json, the docs at /docs.
+    Loopback only by default; for other hosts put TLS in front (see docs/deploy.md)."""
+    try:
+        from ..http.config import ServeConfig
+        from ..http.serve import run
+    except ImportError as exc:
+        raise MissingExtra(exc.name or "fastapi", "server") from None
+    config = ServeConfig(
+        args.dir,
+        database_url=args.database_url,
+        max_upload_bytes=args.max_upload_mb * 1024 * 1024,
+        max_image_side=args.max_image_side,
+        max_question_chars=args.max_question_chars,
+        jwt_key=args.jwt_key,
+        jwt_issuer=args.jwt_issuer,
+        jwt_audience=args.jwt_audience,
+    )
+    run(
+        config,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        ssl_certfile=args.ssl_certfile,
+        ssl_keyfile=args.ssl_keyfile,
+        log_level=args.log_level,
+    )
+    return 0

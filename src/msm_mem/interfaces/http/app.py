@@ -1,0 +1,204 @@
+"""The app factory: one FastAPI app over one open store.
+
+:func:`create_app` opens the store (``MsmMem.open``) and mounts the routes; the store is closed
+when the app shuts down. Every request's body is bounded before it is parsed, every error is a
+problem (:mod:`.problems`), and the access log names the route's template (never the patient
+id of the path), the status, the caller's actor id and the request id.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from ... import MsmMem, __version__
+from ..._problems import slug
+from ..._settings import Settings
+from .auth import Verifier
+from .config import ServeConfig
+from .problems import MEDIA_TYPE, install
+from .routes import admin, care, consent, health, reads
+from .state import ServerState
+
+__all__ = ["configure_logging", "create_app", "create_app_from_env", "openapi_document", "openapi_schema"]
+
+log = logging.getLogger("msm_mem.http")
+access = logging.getLogger("msm_mem.http.access")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: room for the multipart framing and form fields around the largest image
+_FORM_OVERHEAD = 256 * 1024
+
+
+class _Guard:
+    """Bounds every request body (413 past the limit, read before the app sees any of it),
+    gives each request an id (``X-Request-Id``) and writes the access log line."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = uuid.uuid4().hex[:16]
+        scope.setdefault("state", {})["request_id"] = request_id
+        start = time.perf_counter()
+        status = [0]
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = int(message["status"])
+                message.setdefault("headers", []).append((b"x-request-id", request_id.encode()))
+            await send(message)
+
+        try:
+            body = await self._body(scope, receive)
+            if body is None:
+                await self._too_large(sending)
+                return
+            chunks = [body]
+
+            async def replay() -> Message:
+                if chunks:
+                    return {"type": "http.request", "body": chunks.pop(), "more_body": False}
+                return await receive()
+
+            await self.app(scope, replay, sending)
+        finally:
+            route = scope.get("route")
+            state = scope.get("state", {})
+            access.info(
+                "%s %s %d %.1fms actor=%s request=%s",
+                scope.get("method", "-"),
+                getattr(route, "path", "-"),
+                status[0],
+                (time.perf_counter() - start) * 1000,
+                state.get("actor", "-"),
+                request_id,
+            )
+
+    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The whole body, or None when it is over the limit (declared or sent)."""
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                if not value.isdigit() or int(value) > self.limit:
+                    return None
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                return None
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(parts)
+
+    async def _too_large(self, send: Send) -> None:
+        p = slug("payload-too-large")
+        body = json.dumps(
+            {"type": p.type, "title": p.title, "status": p.status, "detail": f"the body is over {self.limit} bytes"}
+        ).encode()
+        headers = [(b"content-type", MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def openapi_schema(app: FastAPI) -> dict[str, Any]:
+    """The app's OpenAPI document, with every problem answer typed ``application/problem+json``
+    and the bearer scheme declared."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    for path in doc.get("paths", {}).values():
+        for op in path.values():
+            for status, response in op.get("responses", {}).items():
+                content = response.get("content", {})
+                if status[:1] in ("4", "5") and "application/json" in content:
+                    response["content"] = {MEDIA_TYPE: content["application/json"]}
+    doc.setdefault("components", {})["securitySchemes"] = {
+        "bearer": {"type": "http", "scheme": "bearer", "description": "an API key (msmk_...) or a JWT"}
+    }
+    doc["security"] = [{"bearer": []}]
+    app.openapi_schema = doc
+    return doc
+
+
+def _app(lifespan: Callable[[FastAPI], Any] | None = None) -> FastAPI:
+    app = FastAPI(
+        title="msm-mem",
+        version=__version__,
+        description=(
+            "A governed, multimodal memory for medical AI agents, as a service. Every call acts as "
+            "the principal of its bearer credential; errors are RFC 9457 problem documents."
+        ),
+        lifespan=lifespan,
+    )
+    install(app)
+    for module in (health, care, reads, consent, admin):
+        app.include_router(module.router)
+    app.openapi = lambda: openapi_schema(app)  # type: ignore[method-assign]
+    return app
+
+
+def create_app(config: ServeConfig, *, mem: MsmMem | None = None) -> FastAPI:
+    """The service over the store of ``config`` (or over ``mem``, already open: the app then
+    leaves closing it to the caller)."""
+    owned = mem is None
+    if mem is None:
+        mem = MsmMem.open(config.store, settings=Settings.from_env(), database_url=config.database_url)
+    state = ServerState(config, mem, Verifier(config), threading.Lock())
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        if owned:
+            with state.lock:
+                state.mem.close()
+
+    app = _app(lifespan)
+    app.state.server = state
+    app.add_middleware(_Guard, limit=config.max_upload_bytes + _FORM_OVERHEAD)
+    return app
+
+
+def openapi_document() -> dict[str, Any]:
+    """The service's OpenAPI document, without a store (what ``docs/openapi.json`` holds)."""
+    return openapi_schema(_app())
+
+
+if __name__ == "__main__":  # python -m msm_mem.interfaces.http.app > docs/openapi.json
+    print(json.dumps(openapi_document(), indent=2, sort_keys=True))
+
+
+def configure_logging(level: str) -> None:
+    """Log lines of the service (and uvicorn's own) to stderr at ``level``, once per process."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+
+def create_app_from_env() -> FastAPI:
+    """The app of a worker process: its settings from the environment the ``serve`` command set."""
+    config = ServeConfig.from_env()
+    configure_logging(config.log_level)
+    return create_app(config)

@@ -1,0 +1,71 @@
+"""The server's settings: one frozen object, from the ``serve`` command or the environment.
+
+Worker processes of uvicorn build their app from the environment (``MSM_MEM_SERVE_*``), which
+the ``serve`` command sets from its flags: :meth:`ServeConfig.to_env` and :meth:`from_env`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from ... import InvalidInput
+
+__all__ = ["ENV", "ServeConfig"]
+
+#: the one environment variable that carries the settings to worker processes (JSON)
+ENV = "MSM_MEM_SERVE_CONFIG"
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    """How one server runs. Sizes are bytes, image sides pixels, lengths characters.
+
+    ``jwt_key`` is a PEM public key file (RS256, ES256 or EdDSA tokens) or a file holding an
+    HMAC secret (HS256); with it, bearer tokens that are JWTs are verified against it, and
+    ``jwt_issuer`` and ``jwt_audience`` must be set (expiry, issuer and audience are checked).
+    """
+
+    store: Path
+    database_url: str | None = None
+    max_upload_bytes: int = 16 * 1024 * 1024
+    max_image_side: int = 8192
+    max_image_pixels: int = 40_000_000
+    max_question_chars: int = 2000
+    max_text_chars: int = 20_000
+    max_k: int = 100
+    max_page: int = 500
+    jwt_key: Path | None = None
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "store", Path(self.store))
+        if self.jwt_key is not None:
+            object.__setattr__(self, "jwt_key", Path(self.jwt_key))
+            if not self.jwt_issuer or not self.jwt_audience:
+                raise InvalidInput("a JWT key needs its issuer and audience (--jwt-issuer, --jwt-audience)")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name.startswith("max_") and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise InvalidInput(f"{f.name} must be a positive integer, got {value!r}")
+
+    def to_env(self) -> dict[str, str]:
+        """The settings as the environment of a worker process."""
+        doc = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+        return {ENV: json.dumps(doc)}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ServeConfig:
+        """The settings a ``serve`` command left in the environment."""
+        env = os.environ if environ is None else environ
+        text = env.get(ENV)
+        if not text:
+            raise InvalidInput(f"{ENV} is not set: start the server with `msm-mem serve STORE_DIR`")
+        doc: dict[str, Any] = json.loads(text)
+        return cls(**doc)

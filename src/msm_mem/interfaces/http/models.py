@@ -1,0 +1,505 @@
+"""The request and response bodies of the service, validated (pydantic), and the conversions
+from the library's frozen records. Embeddings are never sent; times are UTC seconds.
+
+Request bodies forbid unknown fields: a body cannot name a principal (``actor``, ``role``...),
+only the credential does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Annotated, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ... import (
+    AgentAnswer,
+    Claim,
+    ConsentRecord,
+    EpisodicRecord,
+    Evidence,
+    GateDecision,
+    MaintenanceReport,
+    Retrieved,
+    SemanticState,
+    StmItem,
+    VerifyResult,
+    VisualRecord,
+    WriteResult,
+)
+
+__all__ = [
+    "AnswerOut",
+    "CheckpointOut",
+    "ClaimOut",
+    "ConsentIn",
+    "ConsentOut",
+    "ConsolidateIn",
+    "CountOut",
+    "EpisodeOut",
+    "EvidenceOut",
+    "FeedbackIn",
+    "GateOut",
+    "GrantIn",
+    "MaintenanceOut",
+    "Page",
+    "ProblemOut",
+    "ReasonIn",
+    "RetrievedOut",
+    "SemanticOut",
+    "StatusOut",
+    "StmItemOut",
+    "StmPayloadOut",
+    "VerifyOut",
+    "VisualOut",
+    "WhoAmIOut",
+    "WriteResultOut",
+]
+
+T = TypeVar("T")
+Seconds = Annotated[float, Field(allow_inf_nan=False, ge=-62_135_596_800.0, le=253_402_300_799.0)]
+Text = Annotated[str, Field(max_length=20_000)]
+Id = Annotated[str, Field(min_length=1, max_length=200)]
+Word = Annotated[str, Field(min_length=1, max_length=50)]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProblemOut(BaseModel):
+    """An RFC 9457 problem document (``application/problem+json``)."""
+
+    type: str
+    title: str
+    status: int
+    detail: str = ""
+    instance: str | None = None
+
+
+class StatusOut(BaseModel):
+    status: str
+
+
+class WhoAmIOut(BaseModel):
+    """The principal and patient scope of the caller's credential."""
+
+    id: str
+    role: str
+    purpose: str
+    patients: list[str]
+    credential: str
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a list: ``items`` from ``offset``; ``next_offset`` is None on the last page."""
+
+    items: list[T]
+    total: int
+    offset: int
+    limit: int
+    next_offset: int | None
+
+
+def page(items: Sequence[T], offset: int, limit: int) -> Page[T]:
+    chunk = list(items[offset : offset + limit])
+    nxt = offset + limit if offset + limit < len(items) else None
+    return Page[T](items=chunk, total=len(items), offset=offset, limit=limit, next_offset=nxt)
+
+
+# records ---------------------------------------------------------------------------------------
+
+
+class EvidenceOut(BaseModel):
+    """One line of the evidence trail: ``score = cosine x confidence x freshness x tier_weight``."""
+
+    id: str
+    kind: str
+    score: float
+    cosine: float
+    confidence: float
+    freshness: float
+    tier_weight: float
+
+    @classmethod
+    def of(cls, e: Evidence) -> EvidenceOut:
+        return cls(
+            id=e.id,
+            kind=e.kind,
+            score=e.score,
+            cosine=e.cosine,
+            confidence=e.confidence,
+            freshness=e.freshness,
+            tier_weight=e.tier_weight,
+        )
+
+
+class GateOut(BaseModel):
+    written: bool
+    reasons: list[str]
+    max_cosine: float | None
+    keywords: list[str]
+
+    @classmethod
+    def of(cls, g: GateDecision) -> GateOut:
+        return cls(written=g.written, reasons=list(g.reasons), max_cosine=g.max_cosine, keywords=list(g.keywords))
+
+
+class EpisodeOut(BaseModel):
+    kind: Literal["episodic"] = "episodic"
+    episode_id: str
+    patient_id: str
+    timestamp: float
+    question: str
+    answer: str
+    decision: str
+    media_path: str
+    media_description: str
+    study_id: str
+    state: str
+    confidence: float
+    evidence_tier: str
+    source: str
+    created_at: float
+    decay_at: float | None
+    supersedes: str | None
+
+    @classmethod
+    def of(cls, r: EpisodicRecord) -> EpisodeOut:
+        return cls(
+            episode_id=r.episode_id,
+            patient_id=r.patient_id,
+            timestamp=r.timestamp,
+            question=r.question,
+            answer=r.answer,
+            decision=r.decision,
+            media_path=r.media_path,
+            media_description=r.media_description,
+            study_id=r.study_id,
+            state=r.state.value,
+            confidence=r.confidence,
+            evidence_tier=r.evidence_tier,
+            source=r.source,
+            created_at=r.created_at,
+            decay_at=r.decay_at,
+            supersedes=r.supersedes,
+        )
+
+
+class VisualOut(BaseModel):
+    kind: Literal["visual"] = "visual"
+    visual_id: str
+    patient_id: str
+    timestamp: float
+    media_path: str
+    visual_tag: str
+    source_episode_id: str
+    state: str
+    confidence: float
+    evidence_tier: str
+    source: str
+    created_at: float
+    decay_at: float | None
+    supersedes: str | None
+
+    @classmethod
+    def of(cls, r: VisualRecord) -> VisualOut:
+        return cls(
+            visual_id=r.visual_id,
+            patient_id=r.patient_id,
+            timestamp=r.timestamp,
+            media_path=r.media_path,
+            visual_tag=r.visual_tag,
+            source_episode_id=r.source_episode_id,
+            state=r.state.value,
+            confidence=r.confidence,
+            evidence_tier=r.evidence_tier,
+            source=r.source,
+            created_at=r.created_at,
+            decay_at=r.decay_at,
+            supersedes=r.supersedes,
+        )
+
+
+class ImpressionOut(BaseModel):
+    timestamp: float
+    text: str
+    decision: str
+
+
+class SemanticOut(BaseModel):
+    kind: Literal["semantic"] = "semantic"
+    state_id: str
+    patient_id: str
+    category: str
+    impressions: list[ImpressionOut]
+    version: int
+    state: str
+    created_at: float
+    supersedes: str | None
+    evidence_tier: str
+
+    @classmethod
+    def of(cls, s: SemanticState) -> SemanticOut:
+        return cls(
+            state_id=s.state_id,
+            patient_id=s.patient_id,
+            category=s.category,
+            impressions=[ImpressionOut(timestamp=i.timestamp, text=i.text, decision=i.decision) for i in s.impressions],
+            version=s.version,
+            state=s.state.value,
+            created_at=s.created_at,
+            supersedes=s.supersedes,
+            evidence_tier=s.evidence_tier,
+        )
+
+
+class ClaimOut(BaseModel):
+    claim_id: str
+    patient_id: str
+    key: str
+    content: str
+    source: str
+    confidence: float
+    evidence_tier: str
+    created_at: float
+    decay_at: float | None
+    state: str
+    supersedes: str | None
+
+    @classmethod
+    def of(cls, c: Claim) -> ClaimOut:
+        return cls(
+            claim_id=c.claim_id,
+            patient_id=c.patient_id,
+            key=c.key,
+            content=c.content,
+            source=c.source,
+            confidence=c.confidence,
+            evidence_tier=c.evidence_tier,
+            created_at=c.created_at,
+            decay_at=c.decay_at,
+            state=c.state.value,
+            supersedes=c.supersedes,
+        )
+
+
+class StmPayloadOut(BaseModel):
+    question: str
+    timestamp: float
+    media_path: str
+    visual_tag: str
+    study_id: str
+    media_description: str
+    answer: str | None
+    decision: str
+
+
+class StmItemOut(BaseModel):
+    item_id: str
+    patient_id: str
+    kind: str
+    payload: StmPayloadOut | None
+    created_at: float
+    expires_at: float
+    state: str
+    actor: str
+
+    @classmethod
+    def of(cls, i: StmItem) -> StmItemOut:
+        return cls(
+            item_id=i.item_id,
+            patient_id=i.patient_id,
+            kind=i.kind,
+            payload=None if i.payload is None else StmPayloadOut(**dataclasses.asdict(i.payload)),
+            created_at=i.created_at,
+            expires_at=i.expires_at,
+            state=i.state.value,
+            actor=i.actor,
+        )
+
+
+class ConsentOut(BaseModel):
+    consent_id: str
+    patient_id: str
+    grantee: str
+    purpose: str
+    decision: str
+    data_classes: list[str]
+    start: float
+    end: float | None
+    created_at: float
+    revoked_at: float | None
+
+    @classmethod
+    def of(cls, c: ConsentRecord) -> ConsentOut:
+        return cls(
+            consent_id=c.consent_id,
+            patient_id=c.patient_id,
+            grantee=c.grantee,
+            purpose=c.purpose,
+            decision=c.decision,
+            data_classes=list(c.data_classes),
+            start=c.start,
+            end=c.end,
+            created_at=c.created_at,
+            revoked_at=c.revoked_at,
+        )
+
+
+# results of operations -------------------------------------------------------------------------
+
+
+class AnswerOut(BaseModel):
+    """An answer with its evidence trail and the gate's decision (None without write-back)."""
+
+    answer: str
+    evidence: list[EvidenceOut]
+    gate: GateOut | None
+    prompt: str
+    backbone: str
+    source: str
+    decision: str
+
+    @classmethod
+    def of(cls, a: AgentAnswer) -> AnswerOut:
+        return cls(
+            answer=a.answer,
+            evidence=[EvidenceOut.of(e) for e in a.evidence],
+            gate=None if a.gate is None else GateOut.of(a.gate),
+            prompt=a.prompt,
+            backbone=a.backbone,
+            source=a.source,
+            decision=a.decision,
+        )
+
+
+RecordOut = Annotated[EpisodeOut | VisualOut | SemanticOut, Field(discriminator="kind")]
+
+
+class RetrievedItemOut(BaseModel):
+    """One ranked item; ``record`` is None for another patient's record (content withheld)."""
+
+    evidence: EvidenceOut
+    record: RecordOut | None
+
+
+class RetrievedOut(BaseModel):
+    patient_id: str
+    scope: str
+    items: list[RetrievedItemOut]
+
+    @classmethod
+    def of(cls, r: Retrieved, k: int) -> RetrievedOut:
+        items = []
+        for item in r.items[:k]:
+            rec = item.record
+            out: EpisodeOut | VisualOut | SemanticOut | None
+            if isinstance(rec, EpisodicRecord):
+                out = EpisodeOut.of(rec)
+            elif isinstance(rec, VisualRecord):
+                out = VisualOut.of(rec)
+            elif isinstance(rec, SemanticState):
+                out = SemanticOut.of(rec)
+            else:
+                out = None
+            items.append(RetrievedItemOut(evidence=EvidenceOut.of(item.evidence), record=out))
+        return cls(patient_id=r.patient_id, scope=r.scope, items=items)
+
+
+class WriteResultOut(BaseModel):
+    gate: GateOut
+    episode_id: str | None
+    visual_id: str | None
+    semantic: SemanticOut | None
+
+    @classmethod
+    def of(cls, w: WriteResult) -> WriteResultOut:
+        return cls(
+            gate=GateOut.of(w.gate),
+            episode_id=w.episode_id,
+            visual_id=w.visual_id,
+            semantic=None if w.semantic is None else SemanticOut.of(w.semantic),
+        )
+
+
+class VerifyOut(BaseModel):
+    ok: bool
+    count: int
+    head_hash: str
+    first_bad_seq: int | None
+    reason: str
+
+    @classmethod
+    def of(cls, v: VerifyResult) -> VerifyOut:
+        return cls(ok=v.ok, count=v.count, head_hash=v.head_hash, first_bad_seq=v.first_bad_seq, reason=v.reason)
+
+
+class CheckpointOut(BaseModel):
+    size: int
+    head: str
+
+
+class CountOut(BaseModel):
+    count: int
+
+
+class MaintenanceOut(BaseModel):
+    expired: int
+    consolidated: int
+    discarded: int
+    anonymized: int
+    retracted: int
+    checkpoint: CheckpointOut | None
+    notes: list[str]
+
+    @classmethod
+    def of(cls, r: MaintenanceReport) -> MaintenanceOut:
+        cp = None if r.checkpoint is None else CheckpointOut(size=r.checkpoint[0], head=r.checkpoint[1])
+        return cls(
+            expired=r.expired,
+            consolidated=r.consolidated,
+            discarded=r.discarded,
+            anonymized=r.anonymized,
+            retracted=r.retracted,
+            checkpoint=cp,
+            notes=list(r.notes),
+        )
+
+
+# request bodies --------------------------------------------------------------------------------
+
+
+class ConsolidateIn(_In):
+    answer: Annotated[str, Field(min_length=1, max_length=20_000)]
+    decision: Text = ""
+
+
+class FeedbackIn(_In):
+    accept: bool
+    correction: Text = ""
+    decision: Text = ""
+
+
+class ReasonIn(_In):
+    reason: Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class ConsentIn(_In):
+    """One consent to grant: who (``actor:<id>`` or ``role:<role>``) may do what (``purpose``)
+    with which data classes of a patient (``*``: every patient) from ``start`` to ``end``."""
+
+    patient_id: Id
+    grantee: Annotated[str, Field(min_length=6, max_length=200)]
+    purpose: Annotated[str, Field(min_length=1, max_length=50)]
+    decision: Literal["permit", "deny"] = "permit"
+    data_classes: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=50)]], Field(min_length=1, max_length=20)
+    ]
+    start: Seconds | None = None
+    end: Seconds | None = None
+
+
+class GrantIn(_In):
+    consents: Annotated[list[ConsentIn], Field(min_length=1, max_length=100)]

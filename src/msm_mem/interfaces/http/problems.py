@@ -1,0 +1,137 @@
+"""Every error as an RFC 9457 problem (``application/problem+json``), in one place.
+
+The library's exceptions map through :data:`msm_mem._problems.PROBLEMS` (a stable ``type`` URI
+and status per class); the HTTP layer's own refusals (no credential, a malformed, oversized or
+wrongly typed request, an unknown route) have types there too. The ``detail`` is the error's
+message with the request's patient id taken out; an unexpected error answers 500 with no
+detail at all, and the log names only its class, the route and the request id: no PHI in an
+error body or a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ... import AuditChainBroken, InvalidInput, ManifestError, MissingExtra, MsmMemError
+from ..._problems import Problem, problem_for, slug
+from .auth import Unauthenticated
+
+__all__ = ["MEDIA_TYPE", "HttpProblem", "install", "problem_response"]
+
+MEDIA_TYPE = "application/problem+json"
+log = logging.getLogger("msm_mem.http")
+
+
+class HttpProblem(Exception):
+    """A refusal of the HTTP layer itself: the slug of its problem type and a detail."""
+
+    def __init__(self, slug_: str, detail: str) -> None:
+        super().__init__(detail)
+        self.slug = slug_
+        self.detail = detail
+
+
+def _scrub(text: str, request: Request) -> str:
+    text = " ".join(text.split())[:500]
+    patient = request.path_params.get("patient_id")
+    if isinstance(patient, str) and patient:
+        text = text.replace(patient, "<patient>")
+    return text
+
+
+def problem_response(
+    request: Request, problem: Problem, detail: str, extra: dict[str, Any] | None = None
+) -> JSONResponse:
+    """The problem document of ``problem`` for this request."""
+    body: dict[str, Any] = {
+        "type": problem.type,
+        "title": problem.title,
+        "status": problem.status,
+        "detail": _scrub(detail, request),
+        "instance": request.url.path if "patient_id" not in request.path_params else None,
+    }
+    body = {k: v for k, v in body.items() if v is not None}
+    body.update(extra or {})
+    headers = {"WWW-Authenticate": 'Bearer realm="msm-mem"'} if problem.status == 401 else None
+    return JSONResponse(body, status_code=problem.status, media_type=MEDIA_TYPE, headers=headers)
+
+
+def _library(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, MsmMemError)
+    problem = problem_for(exc)
+    extra: dict[str, Any] = {}
+    if isinstance(exc, AuditChainBroken):
+        extra["seq"] = exc.seq
+    elif isinstance(exc, ManifestError):
+        extra["line"] = exc.line
+    elif isinstance(exc, MissingExtra):
+        extra.update(package=exc.package, extra=exc.extra)
+    if problem.status >= 500:
+        log.error("%s on %s (request %s)", type(exc).__name__, _route(request), _request_id(request))
+    return problem_response(request, problem, str(exc), extra)
+
+
+def _unauthenticated(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("refused credential on %s: %s", _route(request), exc)
+    return problem_response(request, slug("unauthenticated"), str(exc))
+
+
+def _http_problem(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HttpProblem)
+    return problem_response(request, slug(exc.slug), exc.detail)
+
+
+def _validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return problem_response(request, slug("malformed-request"), "the body is not valid JSON")
+    # locations and messages only: the rejected values themselves may be PHI
+    parts = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in errors[:10]]
+    extra = {"errors": [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in errors]}
+    return problem_response(request, problem_for(InvalidInput()), "; ".join(parts), extra)
+
+
+def _starlette(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 404:
+        return problem_response(request, slug("no-route"), "no such endpoint")
+    if exc.status_code == 405:
+        return problem_response(request, slug("method-not-allowed"), "method not allowed here")
+    if exc.status_code == 413:
+        return problem_response(request, slug("payload-too-large"), str(exc.detail))
+    if exc.status_code == 415:
+        return problem_response(request, slug("unsupported-media-type"), str(exc.detail))
+    if exc.status_code == 401:
+        return problem_response(request, slug("unauthenticated"), str(exc.detail))
+    return problem_response(request, slug("malformed-request"), str(exc.detail))
+
+
+def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unexpected %s on %s (request %s)", type(exc).__name__, _route(request), _request_id(request))
+    return problem_response(request, slug("internal-error"), "internal error")
+
+
+def _route(request: Request) -> str:
+    route = request.scope.get("route")
+    return str(getattr(route, "path", "?"))
+
+
+def _request_id(request: Request) -> str:
+    return str(getattr(request.state, "request_id", "-"))
+
+
+def install(app: FastAPI) -> None:
+    """Answer every error of ``app`` as a problem."""
+    app.add_exception_handler(MsmMemError, _library)
+    app.add_exception_handler(Unauthenticated, _unauthenticated)
+    app.add_exception_handler(HttpProblem, _http_problem)
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(StarletteHTTPException, _starlette)
+    app.add_exception_handler(Exception, _unexpected)

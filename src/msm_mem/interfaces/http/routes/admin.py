@@ -1,0 +1,71 @@
+"""Keys (rotation, shredding), the audit tier (verify, checkpoint, FHIR export) and maintenance."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from ..models import CheckpointOut, CountOut, MaintenanceOut, ReasonIn, VerifyOut
+from ..state import CallerDep, authorize, require_json, server
+from . import PROBLEM_RESPONSES, PatientId
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1", tags=["admin"], responses=PROBLEM_RESPONSES)
+
+FHIR_NDJSON = "application/fhir+ndjson"
+
+
+@router.post("/keys/rotate", response_model=CountOut, dependencies=[Depends(require_json)])
+def rotate_keys(request: Request, who: CallerDep, body: ReasonIn) -> CountOut:
+    """A new key-encryption key; every data key rewrapped under it (admin). The count rewrapped."""
+    state = server(request)
+    return CountOut(count=state.call(state.mem.rotate_keys, who.principal, body.reason))
+
+
+@router.post("/patients/{patient_id}/shred", response_model=CountOut, dependencies=[Depends(require_json)])
+def shred(request: Request, who: CallerDep, patient_id: PatientId, body: ReasonIn) -> CountOut:
+    """Crypto-shred one patient (admin, with a reason): the count of records retracted."""
+    state = server(request)
+    authorize(request, who, "shred", patient_id)
+    return CountOut(count=state.call(state.mem.shred, who.principal, patient_id, body.reason))
+
+
+@router.get("/audit/verify", response_model=VerifyOut)
+def verify_audit(request: Request, who: CallerDep, full: Annotated[bool, Query()] = True) -> VerifyOut:
+    """Verify the hash chain and the signed checkpoints (auditor or admin); writes nothing."""
+    state = server(request)
+    return VerifyOut.of(state.call(state.mem.verify_audit, who.principal, full=full))
+
+
+@router.post("/audit/checkpoint", response_model=CheckpointOut)
+def checkpoint(request: Request, who: CallerDep) -> CheckpointOut:
+    """Sign the current head of the audit chain (auditor, admin or system)."""
+    state = server(request)
+    size, head = state.call(state.mem.checkpoint, who.principal)
+    return CheckpointOut(size=size, head=head)
+
+
+@router.get(
+    "/audit/fhir",
+    response_class=Response,
+    responses={200: {"content": {FHIR_NDJSON: {"schema": {"type": "string"}}}, "description": "NDJSON"}},
+)
+def export_fhir(request: Request, who: CallerDep) -> Response:
+    """Every audit event as a FHIR R5 AuditEvent, one JSON object a line (auditor or admin)."""
+    state = server(request)
+    with tempfile.TemporaryDirectory(prefix="msm-mem-fhir-") as tmp:
+        out = Path(tmp) / "audit.ndjson"
+        count = state.call(state.mem.export_fhir, who.principal, out)
+        body = out.read_bytes()
+    return Response(body, media_type=FHIR_NDJSON, headers={"X-Resource-Count": str(count)})
+
+
+@router.post("/maintain", response_model=MaintenanceOut)
+def maintain(request: Request, who: CallerDep) -> MaintenanceOut:
+    """Expire STM, consolidate aged STM, decay LTM, checkpoint the audit chain (system)."""
+    state = server(request)
+    return MaintenanceOut.of(state.call(state.mem.maintain, who.principal))

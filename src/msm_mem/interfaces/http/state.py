@@ -1,0 +1,163 @@
+"""What the endpoints share: the open store and its lock, the caller of a request, the patient
+scope check, uploaded images and pages.
+
+Every call into :class:`~msm_mem.MsmMem` runs under one lock per process (the store's
+operations are not meant to interleave); several worker processes scale a PostgreSQL store.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, TypeVar
+
+from fastapi import Depends, Header, Query, Request
+
+from ... import ImageError, InvalidInput, MsmMem
+from ...plugins.images import detect_format, load_image_bytes
+from .apikeys import ALL_PATIENTS
+from .auth import Caller, Verifier
+from .config import ServeConfig
+from .problems import HttpProblem
+
+__all__ = [
+    "BREAK_GLASS_HEADER",
+    "CallerDep",
+    "Paging",
+    "ServerState",
+    "authorize",
+    "caller",
+    "decode_upload",
+    "paging",
+    "require_json",
+    "require_form",
+    "server",
+]
+
+R = TypeVar("R")
+
+#: the header that carries an admin's reason to act outside its credential's patient scope
+BREAK_GLASS_HEADER = "X-Break-Glass-Reason"
+
+
+@dataclass
+class ServerState:
+    """One process's server: its settings, the open store, the lock and the token verifier."""
+
+    config: ServeConfig
+    mem: MsmMem
+    verifier: Verifier
+    lock: threading.Lock
+
+    def call(self, fn: Callable[..., R], *args: object, **kwargs: object) -> R:
+        """``fn(*args, **kwargs)`` (an MsmMem operation) under the store's lock."""
+        with self.lock:
+            return fn(*args, **kwargs)
+
+
+def server(request: Request) -> ServerState:
+    state = request.app.state.server
+    assert isinstance(state, ServerState)
+    return state
+
+
+def caller(request: Request, authorization: Annotated[str | None, Header()] = None) -> Caller:
+    """The verified caller of the request (401 otherwise); its actor id goes to the access log."""
+    who = server(request).verifier.caller(authorization)
+    request.state.actor = who.principal.id
+    return who
+
+
+CallerDep = Annotated[Caller, Depends(caller)]
+
+
+def authorize(request: Request, who: Caller, operation: str, patient_id: str) -> None:
+    """Let ``who`` act on ``patient_id`` ("*": every patient) when it lies inside the scope of
+    the credential; an admin outside it only with a reason in the break-glass header (audited
+    as break-glass); any other refusal is audited as a denial and answered 403."""
+    if who.covers(patient_id):
+        return
+    state = server(request)
+    reason = (request.headers.get(BREAK_GLASS_HEADER) or "").strip()
+    if reason and who.principal.role.value == "admin":
+        state.call(
+            state.mem.break_glass, who.principal, operation, "" if patient_id == ALL_PATIENTS else patient_id, reason
+        )
+        return
+    state.call(state.mem.refuse, who.principal, operation, "" if patient_id == ALL_PATIENTS else patient_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Paging:
+    offset: int
+    limit: int
+
+
+def paging(
+    request: Request,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> Paging:
+    """The page a list endpoint returns (at most the server's page size)."""
+    return Paging(offset, min(limit, server(request).config.max_page))
+
+
+def _content_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def require_json(request: Request, _: CallerDep) -> None:
+    """415 unless the body is declared JSON (checked after the credential)."""
+    if _content_type(request) != "application/json":
+        raise HttpProblem("unsupported-media-type", "send the body as application/json")
+
+
+def require_form(request: Request, _: CallerDep) -> None:
+    """415 unless the body is a form: multipart/form-data (an image upload with its fields), or
+    application/x-www-form-urlencoded (a stored study's reference with its fields)."""
+    if _content_type(request) not in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        raise HttpProblem("unsupported-media-type", "send the image and its fields as multipart/form-data")
+
+
+def decode_upload(data: bytes, config: ServeConfig) -> object:
+    """An uploaded PNG, JPEG or DICOM as the grayscale array the encoder takes; its size is
+    checked from the header before the pixels are decoded. ImageError (422) for anything
+    empty, truncated, oversized or of another format; the message names no file."""
+    kind = detect_format(data[:132], "upload")
+    if kind not in ("png", "jpeg", "dicom"):
+        raise ImageError("upload: not a PNG, JPEG or DICOM image")
+    width, height = _dimensions(data, kind)
+    if width < 1 or height < 1:
+        raise ImageError("upload: the image has no pixels")
+    if max(width, height) > config.max_image_side or width * height > config.max_image_pixels:
+        raise ImageError(
+            f"upload: {width}x{height} pixels is over the limit "
+            f"({config.max_image_side} a side, {config.max_image_pixels} in all)"
+        )
+    return load_image_bytes(data, "upload")
+
+
+def _dimensions(data: bytes, kind: str | None) -> tuple[int, int]:
+    try:
+        if kind == "dicom":
+            import pydicom
+
+            ds = pydicom.dcmread(io.BytesIO(data), stop_before_pixels=True)
+            return int(ds.Columns), int(ds.Rows)
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as img:
+            return int(img.size[0]), int(img.size[1])
+    except Exception as exc:  # any decoder failure is a bad upload, not a server error
+        raise ImageError(f"upload: the image header cannot be read ({type(exc).__name__})") from None
+
+
+def check_text(name: str, value: str, limit: int) -> str:
+    """``value`` when it has 1..limit characters; InvalidInput otherwise."""
+    if not value.strip():
+        raise InvalidInput(f"{name} must not be empty")
+    if len(value) > limit:
+        raise InvalidInput(f"{name} is longer than {limit} characters")
+    return value

@@ -1,0 +1,83 @@
+"""MemoryClient without a server (a fake transport): retries only for idempotent calls, pages
+followed to the end, problems raised as the library's exceptions."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from msm_mem import AccessDenied, BackendError, InvalidInput, MemoryClient
+
+PROBLEM = {"type": "urn:msm-mem:problem:access-denied", "title": "t", "status": 403, "detail": "no"}
+
+
+def _client(handler: object, **kwargs: object) -> MemoryClient:
+    return MemoryClient("http://test", "msmk_x", transport=httpx.MockTransport(handler), backoff_s=0, **kwargs)  # type: ignore[arg-type]
+
+
+def test_reads_are_retried_writes_are_not() -> None:
+    """A 503 is retried for a GET (then succeeds) and not for a POST."""
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        if len(calls) == 1:
+            return httpx.Response(503, json={"type": "urn:msm-mem:problem:store-error", "status": 503})
+        return httpx.Response(200, json={"items": [], "total": 0, "offset": 0, "limit": 500, "next_offset": None})
+
+    with _client(handler) as c:
+        assert c.episodes("P1") == []
+    assert calls == ["GET", "GET"]
+    calls.clear()
+    with _client(handler) as c, pytest.raises(Exception, match="HTTP 503|store"):
+        c.consolidate("P1", "M-1", "answer")
+    assert calls == ["POST"]
+
+
+def test_transport_errors_end_as_backend_errors() -> None:
+    """A server that never answers is a BackendError after the bounded retries."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    with _client(handler, retries=2) as c, pytest.raises(BackendError):
+        c.verify_audit()
+
+
+def test_pages_are_followed_and_problems_raised() -> None:
+    """Two pages make one list; a 403 problem is AccessDenied; a bad id is refused locally."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if "visuals" in request.url.path:
+            return httpx.Response(403, json=PROBLEM, headers={"content-type": "application/problem+json"})
+        offset = int(request.url.params["offset"])
+        claim = {
+            "claim_id": f"C-{offset}",
+            "patient_id": "P1",
+            "key": "study:S1",
+            "content": "c",
+            "source": "s",
+            "confidence": 0.5,
+            "evidence_tier": "agent",
+            "created_at": 1.0,
+            "decay_at": None,
+            "state": "active",
+            "supersedes": None,
+        }
+        return httpx.Response(
+            200,
+            json={
+                "items": [claim],
+                "total": 2,
+                "offset": offset,
+                "limit": 1,
+                "next_offset": 1 if offset == 0 else None,
+            },
+        )
+
+    with _client(handler) as c:
+        assert [x.claim_id for x in c.claims("P1")] == ["C-0", "C-1"]
+        with pytest.raises(AccessDenied, match="no"):
+            c.visuals("P1")
+        with pytest.raises(InvalidInput):
+            c.episodes("..")
