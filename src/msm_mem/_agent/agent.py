@@ -11,7 +11,13 @@ gate -> consolidate or discard, and update the semantic state, in one transactio
 The ablation flags (``use_sem``, ``use_epi``, ``use_vis``) are hard overrides: a memory whose
 flag is False is never read, whatever the policy asks, and its expert weight is 0 whatever the
 router says. The patient's own hits are the evidence (prompt, candidates, evidence trail);
-other patients' and anonymised hits (population steps) are the population prior.
+other patients' and anonymised hits (population steps) are the population prior: they arrive
+de-identified and consented (:mod:`msm_mem._memory.population`), reach the backbone as
+de-identified text only, and are listed in the evidence trail as ``population-episodic`` /
+``population-visual`` whenever the backbone was given them. An answer the backbone derived from
+them (it cites them, or says ``population-prior``) is the agent's answer: it is returned and
+written back scrubbed, with ``source`` naming the population records it came from, so that
+shredding their patient removes it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import numpy.typing as npt
 from .._errors import BackendError, InvalidInput, MsmMemError, NotFound
 from .._memory.fusion import fuse
 from .._memory.gate import GateDecision
+from .._memory.population import deidentified_text, derived_source
 from .._memory.ranking import Score
 from .._memory.tiers import GovernedMemory, Turn
 from .._principal import Principal
@@ -149,6 +156,13 @@ def _checked(reply: object, name: str) -> BackboneReply:
     return reply
 
 
+def _scrubbed(reply: BackboneReply) -> BackboneReply:
+    answer, decision = deidentified_text(reply.answer), deidentified_text(reply.decision)
+    if answer is None or decision is None or not answer.strip():
+        raise BackendError("the answer derived from population experience could not be de-identified")
+    return replace(reply, answer=answer, decision=decision)
+
+
 class MemoryAgent:
     """Memory-conditioned inference with consent, STM, a retrieval policy, a router over the
     memory experts, ranked and audited reads, the write-back gate and audit.
@@ -213,7 +227,16 @@ class MemoryAgent:
             return load_image(image)
         raise InvalidInput(f"image must be a path or an array, got {type(image).__name__}")
 
-    def _candidates(self, ranked: Sequence[tuple[Hit, Score]]) -> tuple[Candidate, ...]:
+    def _candidates(self, ranked: Sequence[tuple[Hit, Score]], *, population: bool = False) -> tuple[Candidate, ...]:
+        """The backbone's candidates; with ``population`` every text is de-identified and a
+        candidate whose text cannot be cleaned is left out."""
+        if population:
+            cleaned = []
+            for c in self._candidates(ranked):
+                text, decision = deidentified_text(c.text), deidentified_text(c.decision)
+                if text is not None and decision is not None:
+                    cleaned.append(replace(c, text=text, decision=decision))
+            return tuple(cleaned)
         out: list[Candidate] = []
         visuals = [h for h, _ in ranked if isinstance(h.record, VisualRecord) and h.record.source_episode_id]
         sources = self._episodes([h.record.source_episode_id for h in visuals])  # type: ignore[union-attr]
@@ -336,7 +359,9 @@ class MemoryAgent:
             raw = self._candidates(got.own)
             candidates = tuple(replace(c, weight=c.weight * weights.of(c.kind)) for c in raw if c.kind in on)
             prior = tuple(
-                replace(c, weight=c.weight * weights.of(c.kind)) for c in self._candidates(got.prior) if c.kind in on
+                replace(c, weight=c.weight * weights.of(c.kind))
+                for c in self._candidates(got.prior, population=True)
+                if c.kind in on
             )
             request = BackboneRequest(
                 prompt.text, query.question, candidates, prior, img, options={"expert_weights": weights.to_json()}
@@ -347,18 +372,27 @@ class MemoryAgent:
                 raise
             except Exception as exc:  # any other backbone failure is a backend error, audited below
                 raise BackendError(f"backbone {self.backbone.name!r} failed: {type(exc).__name__}: {exc}") from exc
+            derived = [c.id for c in prior if c.id in reply.cited or reply.source == "population-prior"]
+            if derived:  # the agent's answer from population experience: scrubbed, its sources named
+                reply = _scrubbed(reply)
             gate = None
             if write_back:
-                gate = self.gm.consolidate(turn, item, reply.answer, decision=reply.decision).gate
+                source = derived_source(derived) if derived else "agent"
+                gate = self.gm.consolidate(turn, item, reply.answer, decision=reply.decision, source=source).gate
             self.gm.commit(turn)
         except MsmMemError as exc:
             if turn.audit:
                 self.gm.fail(turn, exc)
             raise
+        offered = {c.id for c in prior}
         evidence = tuple(
             Evidence(h.id, h.kind, sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight)
             for h, sc in got.own
             if h.kind in on
+        ) + tuple(
+            Evidence(h.id, f"population-{h.kind}", sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight)
+            for h, sc in got.prior
+            if h.id in offered
         )
         return AgentAnswer(
             reply.answer,
