@@ -168,6 +168,7 @@ class Maintainer:
             v = self.store.get_visuals([record_id])[0]
             values = {
                 "media_path": "",
+                "visual_tag": deid.scrub(v.visual_tag),
                 "source": "",
                 "source_episode_id": "",
                 "supersedes": "",
