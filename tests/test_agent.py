@@ -150,10 +150,11 @@ def test_without_any_memory_there_is_no_patient_evidence(mem: MsmMem, synthetic:
 
 def test_a_patient_without_memory_gets_the_population_prior(mem: MsmMem, synthetic: list[ManifestRow]) -> None:
     """A new patient has no evidence; the heuristic widens episodic to the population and the
-    backbone answers from other patients' impressions."""
+    backbone answers from other patients' impressions, every one listed as population evidence."""
     row = later(synthetic)[0]
     a = mem._agent.ask(AGENT, query(row, patient="NEW-PATIENT"), write_back=False)
-    assert a.evidence == ()
+    assert a.evidence and {e.kind for e in a.evidence} == {"population-episodic"}
+    assert {e.id for e in a.evidence} == set(a.steps[-1].new_ids)
     assert a.source == "population-prior"
     assert a.answer in {rs[0].answer for rs in by_patient(synthetic).values()}
     assert a.steps[-1].step == Step("episodic", "population") and a.steps[-1].count > 0
@@ -428,5 +429,6 @@ def test_covid_cxr_end_to_end(new_mem: MemFactory) -> None:
             assert episodes and {e.patient_id for e in episodes} == {patient}
             assert full.answer == rs[0].answer  # the only evidence is the patient's first study
         stranger = m._agent.ask(AGENT, query(next(iter(chosen.values()))[1], patient="covid-nobody"), write_back=False)
-        assert stranger.source == "population-prior" and stranger.evidence == ()
+        assert stranger.source == "population-prior" and stranger.evidence
+        assert {e.kind for e in stranger.evidence} == {"population-episodic"}
         assert stranger.answer in {rs[0].answer for rs in chosen.values()}

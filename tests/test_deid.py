@@ -24,6 +24,10 @@ CASES = [
     ("Signed by Mary Jones, MD", "Signed by [NAME], MD"),
     ("Robert Brown, MD dictated this report.", "[NAME], MD dictated this report."),
     ("His wife Anna reports fever.", "His wife [NAME] reports fever."),
+    ("Johnathan Q. Smithers reports fever.", "[NAME] reports fever."),
+    ("Discussed with Maria de la Cruz and Smithers, Johnathan.", "Discussed with [NAME] and [NAME]."),
+    ("JOHN Q. SMITHERS, COVID-19 pneumonia", "[NAME], COVID-19 pneumonia"),
+    ("Maria went home; Peter Novak stayed.", "[NAME] went home; [NAME] stayed."),
     (
         "Case courtesy of Dr Henry Knipe, Radiopaedia.org, rID: 45998",
         "Case courtesy of Dr [NAME], [URL], rID: [ID]",

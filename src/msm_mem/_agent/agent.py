@@ -11,7 +11,13 @@ gate -> consolidate or discard, and update the semantic state, in one transactio
 The ablation flags (``use_sem``, ``use_epi``, ``use_vis``) are hard overrides: a memory whose
 flag is False is never read, whatever the policy asks, and its expert weight is 0 whatever the
 router says. The patient's own hits are the evidence (prompt, candidates, evidence trail);
-other patients' and anonymised hits (population steps) are the population prior.
+other patients' and anonymised hits (population steps) are the population prior: they arrive
+de-identified and consented (:mod:`msm_mem._memory.population`), reach the backbone as
+de-identified text only, and are listed in the evidence trail as ``population-episodic`` /
+``population-visual`` whenever the backbone was given them. An answer the backbone derived from
+them (it cites them, or says ``population-prior``) is the agent's answer: it is returned and
+written back scrubbed, with ``source`` naming the population records it came from, so that
+shredding their patient removes it.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import numpy.typing as npt
 from .._errors import BackendError, ImageError, InvalidInput, MsmMemError, NotFound
 from .._limits import MAX_IMAGE_PIXELS, check_observation
 from .._memory.fusion import fuse
-from .._memory.gate import GateDecision
+from .._memory.population import deidentified_text, derived_source
 from .._memory.ranking import Score
 from .._memory.tiers import GovernedMemory, Turn
 from .._principal import Principal
@@ -36,86 +42,11 @@ from ..plugins.backbones.base import Backbone, BackboneReply, BackboneRequest, C
 from ..plugins.backbones.nonparametric import NonparametricBackbone
 from ..plugins.encoders.base import Encoder
 from ..plugins.images import load_image
+from .answer import AgentAnswer, Evidence, Query
 from .policy import MEMORIES, HeuristicPolicy, MemoryName, PolicyQuery, RetrievalPolicy, RetrievalStep, Step
-from .router import ROUTER_FILE, ExpertWeights, FixedRouter, LearnedRouter, Router, RouterFeatures, features_from
+from .router import ROUTER_FILE, ExpertWeights, FixedRouter, LearnedRouter, Router, features_from
 
 __all__ = ["AgentAnswer", "Evidence", "MemoryAgent", "Query"]
-
-
-@dataclass(frozen=True, slots=True)
-class Evidence:
-    """One line of the evidence trail.
-
-    ``score`` is the ranking score ``cosine x composite_k`` (1.0 x composite for semantic
-    state); the factors are kept: ``cosine`` in [-1, 1], ``confidence``, ``freshness`` and
-    ``tier_weight`` in [0, 1].
-    """
-
-    id: str
-    kind: str
-    score: float
-    cosine: float = 1.0
-    confidence: float = 1.0
-    freshness: float = 1.0
-    tier_weight: float = 1.0
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "score": round(self.score, 6),
-            "cosine": round(self.cosine, 6),
-            "confidence": round(self.confidence, 6),
-            "freshness": round(self.freshness, 6),
-            "tier_weight": round(self.tier_weight, 6),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    """One clinical query: patient, image (path or grayscale array), question, UTC time."""
-
-    patient_id: str
-    image: str | os.PathLike[str] | npt.NDArray[np.float32]
-    question: str
-    timestamp: float | None = None
-    study_id: str = ""
-    visual_tag: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class AgentAnswer:
-    """The answer, its evidence trail, the gate decision (None when write-back is off).
-
-    Not part of the JSON: ``steps`` (the policy's steps and what each returned), ``weights``
-    (the expert weights applied), ``features`` (what the router saw) and ``candidates`` (the
-    patient's candidates before the router, to label router training examples).
-    """
-
-    answer: str
-    evidence: tuple[Evidence, ...]
-    gate: GateDecision | None
-    prompt: str
-    backbone: str
-    source: str
-    decision: str = ""
-    steps: tuple[RetrievalStep, ...] = ()
-    weights: ExpertWeights | None = None
-    features: RouterFeatures | None = None
-    candidates: tuple[Candidate, ...] = ()
-
-    def to_json(self) -> dict[str, object]:
-        """The documented JSON shape: ``answer``, ``evidence`` [{id, kind, score, factors...}],
-        ``gate`` {written, reasons}, plus ``backbone`` and ``source``."""
-        gate = {"written": self.gate.written, "reasons": list(self.gate.reasons)} if self.gate else None
-        return {
-            "answer": self.answer,
-            "evidence": [e.to_json() for e in self.evidence],
-            "gate": gate,
-            "backbone": self.backbone,
-            "source": self.source,
-            "decision": self.decision,
-        }
 
 
 @dataclass
@@ -148,6 +79,13 @@ def _checked(reply: object, name: str) -> BackboneReply:
     if not isinstance(reply.decision, str) or not isinstance(reply.source, str):
         raise BackendError(f"backbone {name!r} returned a malformed reply: decision and source must be text")
     return reply
+
+
+def _scrubbed(reply: BackboneReply) -> BackboneReply:
+    answer, decision = deidentified_text(reply.answer), deidentified_text(reply.decision)
+    if answer is None or decision is None or not answer.strip():
+        raise BackendError("the answer derived from population experience could not be de-identified")
+    return replace(reply, answer=answer, decision=decision)
 
 
 class MemoryAgent:
@@ -221,7 +159,16 @@ class MemoryAgent:
             return load_image(image)
         raise InvalidInput(f"image must be a path or an array, got {type(image).__name__}")
 
-    def _candidates(self, ranked: Sequence[tuple[Hit, Score]]) -> tuple[Candidate, ...]:
+    def _candidates(self, ranked: Sequence[tuple[Hit, Score]], *, population: bool = False) -> tuple[Candidate, ...]:
+        """The backbone's candidates; with ``population`` every text is de-identified and a
+        candidate whose text cannot be cleaned is left out."""
+        if population:
+            cleaned = []
+            for c in self._candidates(ranked):
+                text, decision = deidentified_text(c.text), deidentified_text(c.decision)
+                if text is not None and decision is not None:
+                    cleaned.append(replace(c, text=text, decision=decision))
+            return tuple(cleaned)
         out: list[Candidate] = []
         visuals = [h for h, _ in ranked if isinstance(h.record, VisualRecord) and h.record.source_episode_id]
         sources = self._episodes([h.record.source_episode_id for h in visuals])  # type: ignore[union-attr]
@@ -343,7 +290,9 @@ class MemoryAgent:
             raw = self._candidates(got.own)
             candidates = tuple(replace(c, weight=c.weight * weights.of(c.kind)) for c in raw if c.kind in on)
             prior = tuple(
-                replace(c, weight=c.weight * weights.of(c.kind)) for c in self._candidates(got.prior) if c.kind in on
+                replace(c, weight=c.weight * weights.of(c.kind))
+                for c in self._candidates(got.prior, population=True)
+                if c.kind in on
             )
             request = BackboneRequest(
                 prompt.text, query.question, candidates, prior, img, options={"expert_weights": weights.to_json()}
@@ -354,18 +303,27 @@ class MemoryAgent:
                 raise
             except Exception as exc:  # any other backbone failure is a backend error, audited below
                 raise BackendError(f"backbone {self.backbone.name!r} failed: {type(exc).__name__}: {exc}") from exc
+            derived = [c.id for c in prior if c.id in reply.cited or reply.source == "population-prior"]
+            if derived:  # the agent's answer from population experience: scrubbed, its sources named
+                reply = _scrubbed(reply)
             gate = None
             if write_back:
-                gate = self.gm.consolidate(turn, item, reply.answer, decision=reply.decision).gate
+                source = derived_source(derived) if derived else "agent"
+                gate = self.gm.consolidate(turn, item, reply.answer, decision=reply.decision, source=source).gate
             self.gm.commit(turn)
         except MsmMemError as exc:
             if turn.audit:
                 self.gm.fail(turn, exc)
             raise
+        offered = {c.id for c in prior}
         evidence = tuple(
             Evidence(h.id, h.kind, sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight)
             for h, sc in got.own
             if h.kind in on
+        ) + tuple(
+            Evidence(h.id, f"population-{h.kind}", sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight)
+            for h, sc in got.prior
+            if h.id in offered
         )
         return AgentAnswer(
             reply.answer,

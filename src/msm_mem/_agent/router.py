@@ -36,6 +36,7 @@ import numpy.typing as npt
 from .._errors import InvalidInput
 from .._memory.answers import token_f1
 from .._memory.ranking import Score
+from .._private import private_file
 from .._records import EpisodicRecord, Hit, SemanticState, VisualRecord
 from ..plugins.backbones.base import Candidate
 from .policy import MEMORIES, MemoryName
@@ -283,7 +284,7 @@ class LearnedRouter:
         """Write the router as JSON, atomically (a temporary file, then a rename)."""
         target = Path(path)
         tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        private_file(tmp).write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
         os.replace(tmp, target)
 
     @classmethod

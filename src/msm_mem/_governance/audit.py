@@ -25,6 +25,7 @@ from .. import _transitions as tr
 from .._clock import Clock
 from .._errors import AccessDenied, InvalidInput, NotFound
 from .._principal import as_role
+from .._private import private_dir
 from .._storage.base import Store, WriteBatch
 from .._tier_records import AuditRow
 from .audit_chain import ChainBuilder, VerifyResult, verify_chain, verify_hashes_in_batches
@@ -64,7 +65,7 @@ class AuditLog:
         self.clock = clock
         self.origin = origin
         self.signer = CheckpointSigner.load_or_create(directory / "keys" / "checkpoint.key")
-        (directory / "audit").mkdir(parents=True, exist_ok=True)
+        private_dir(directory / "audit")
         self.log = CheckpointLog(directory / "audit" / "checkpoints.jsonl")
         self.checkpoint_every = checkpoint_every
         self.checkpoint_seconds = checkpoint_seconds

@@ -267,7 +267,7 @@ class CheckpointLog:
                     seq=last.size,
                 )
         created = not self.path.exists()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, checkpoint.to_json() + b"\n")
             os.fsync(fd)

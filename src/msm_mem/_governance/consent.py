@@ -5,6 +5,13 @@ touches (``episodic``, ``visual``, ``semantic``, ``stm``, ``claims``). It is per
 consent in force at that time matches the patient (or ``*``), the grantee (``actor:<id>`` or
 ``role:<role>``), the purpose (or ``*``) and covers every requested class (or ``*``), and no
 matching ``deny`` covers any requested class. Deny wins; silence denies (fail closed).
+
+One more class, ``population``, is never part of a turn on the patient: it is the use of the
+patient's records, de-identified, as population experience in *other* patients' answers. A
+hit of another patient reaches an answer only when that patient's consents permit the asking
+actor and purpose the class ``population`` (``*`` covers it); a patient opts out with a
+``deny`` of ``population``. Anonymised (decayed) records belong to no patient any more and need
+no consent.
 """
 
 from __future__ import annotations
@@ -19,9 +26,12 @@ from .._records import new_id
 from .._tier_records import ConsentRecord
 from .._transitions import ROLES
 
-__all__ = ["DATA_CLASSES", "ConsentDecision", "check_record", "default_policy", "evaluate"]
+__all__ = ["DATA_CLASSES", "POPULATION", "ConsentDecision", "check_record", "default_policy", "evaluate"]
 
+#: the classes of a patient's own data that a turn on the patient touches
 DATA_CLASSES = ("episodic", "visual", "semantic", "stm", "claims")
+#: use of a patient's records, de-identified, as population experience for other patients
+POPULATION = "population"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +88,9 @@ def check_record(c: ConsentRecord) -> None:
     """
     if c.patient_id != "*":  # the wildcard, or one valid patient id
         check_id("consent patient_id", c.patient_id)
-    unknown = sorted(set(c.data_classes) - {*DATA_CLASSES, "*"})
+    unknown = sorted(set(c.data_classes) - {*DATA_CLASSES, POPULATION, "*"})
     if unknown:
-        raise InvalidInput(f"unknown data class(es) {unknown}: use {', '.join(DATA_CLASSES)} or *")
+        raise InvalidInput(f"unknown data class(es) {unknown}: use {', '.join((*DATA_CLASSES, POPULATION))} or *")
     if c.grantee.startswith("role:") and c.grantee[5:] not in ROLES:
         raise InvalidInput(f"unknown role {c.grantee[5:]!r}: use one of {', '.join(sorted(ROLES))}")
     if c.purpose != "*":
@@ -91,9 +101,11 @@ def default_policy(now: float) -> list[ConsentRecord]:
     """The embedded demo's policy, written by ``msm-mem init``.
 
     Treatment by the care team: agents, clinicians and critics may read and write every data
-    class of every patient for purpose ``treatment``; the system role may run maintenance
-    (``operations``) on every class. Nothing else is permitted (research, export...) until a
-    consent grants it. A real deployment replaces this with the hospital's consent records.
+    class of every patient for purpose ``treatment``, ``population`` included (every patient's
+    records, de-identified, may inform another patient's answer for treatment by the care
+    team, until the patient's ``deny`` of ``population`` says otherwise); the system role may run
+    maintenance (``operations``) on every class. Nothing else is permitted (research, export...)
+    until a consent grants it. A real deployment replaces this with the hospital's consent records.
     """
     grants = [
         ("role:agent", "treatment"),

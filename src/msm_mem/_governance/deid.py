@@ -13,7 +13,10 @@ Rule coverage of the 18 Safe Harbor categories:
  A     names                                    after titles (Dr., Mr., Mrs., Ms., Prof...), before
                                                 credentials (", MD"), after cues ("patient Jane
                                                 Doe", "his wife Mary", "name: ...", "seen by",
-                                                "courtesy of", "attending: ...") -> ``[NAME]``
+                                                "courtesy of", "attending: ..."); without a cue:
+                                                a common given name (a names list), with an
+                                                initial and surnames, or "Surname, Given", in
+                                                title case or capitals -> ``[NAME]``
  B     geography smaller than a state           street addresses (number + street word), PO boxes
                                                 -> ``[ADDRESS]``; ZIP codes (ZIP+4 anywhere; 5
                                                 digits after a state or a label) -> ``[ZIP]``;
@@ -35,7 +38,8 @@ Rule coverage of the 18 Safe Harbor categories:
                                                 -> ``[ID]``
 =====  =======================================  ===================================================
 
-Known limits (not caught by rules): names without a cue ("Jane went home"), cities and
+Known limits (not caught by rules): names without a cue whose given name is not in the list,
+or absent ("Smithers went home"), names in lower case without a cue, cities and
 regions without a state, country or suffix ("travelled from Wuhan"), month names without a day
 or year ("in March"), day/month without a year ("3/4"), times of day, unlabelled bare numbers
 (5-digit ZIPs, record numbers), biometric identifiers and photographs (P, Q). Use a trained

@@ -21,6 +21,8 @@ from .deid_vocabulary import (
     COUNTRIES,
     CREDENTIAL,
     DAY,
+    GIVEN,
+    GIVEN_UPPER,
     ISO_TIME,
     LO,
     MONTH,
@@ -31,6 +33,7 @@ from .deid_vocabulary import (
     NW,
     OCTET,
     OPT_TITLE,
+    PART,
     PLACE_SUFFIXES,
     ROLE,
     ST_AMBIG,
@@ -354,4 +357,13 @@ RULES: tuple[Rule, ...] = (
         rf"{CAPS})?|[a-z][a-z'-]+(?:\s+[a-z][a-z'-]+)?)",
         adjust=_trim_name,
     ),
+    # names without a cue: a common given name, with an initial and a surname or two, or after
+    # "Surname, "; in capitals a given name and at most one surname
+    _rule(
+        Category.NAME,
+        rf"(?<![\w'’-])(?P<v>{GIVEN}(?:\s+(?:[A-Z]\.?\s+)?{PART}{{0,2}}{NW}){{0,2}})",
+        adjust=_trim_name,
+    ),
+    _rule(Category.NAME, rf"(?<![\w'’-])(?P<v>{NW},\s*{GIVEN})", adjust=_trim_name),
+    _rule(Category.NAME, rf"(?<![\w'’-])(?P<v>{GIVEN_UPPER}(?:\s+[A-Z]\b\.?)?(?:\s+[A-Z]{{2,}}\b)?)"),
 )

@@ -13,6 +13,9 @@ __all__ = [
     "COUNTRIES",
     "CREDENTIAL",
     "DAY",
+    "GIVEN",
+    "GIVEN_NAMES",
+    "GIVEN_UPPER",
     "ISO_TIME",
     "LO",
     "MONTH",
@@ -123,3 +126,30 @@ OPT_TITLE = r"(?:(?:Dr|Prof|Mr|Mrs|Ms)\.?\s+)?"
 CREDENTIAL = r"(?:MD|M\.D\.|PhD|Ph\.D\.|RN|NP|MBBS|FRCR|FRCPC?|FACR|DNP|PA-C)(?![\w.]|\.\w)"
 ISO_TIME = r"(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
 NUM_END = r"(?![\d/.-]?\d)"
+
+# Common given names, for names without a cue ("Johnathan Q. Smithers", "Smithers, Maria").
+# Names that are also English words, months, places or clinical eponyms (May, Grace, Will,
+# Jordan, Georgia, Addison...) are left out so that clinical text is never taken for a name.
+GIVEN_NAMES = frozenset(
+    """Aaron Abigail Adam Ahmed Aisha Alan Albert Alexander Alexis Alice Amanda Amit Amy Ana
+    Andrea Andrew Angela Anjali Ann Anna Anthony Arthur Ashley Astrid Ava Barbara Benjamin Betty
+    Beverly Billy Bobby Brandon Brenda Brian Brittany Bruce Bryan Carl Carlos Carmen Carol
+    Carolyn Catherine Charles Charlotte Cheryl Chloe Christina Christine Christopher Claire
+    Cynthia Daniel Danielle David Debra Deborah Denise Dennis Diana Diane Dmitri Donald Donna
+    Doris Dorothy Douglas Dylan Edward Elijah Elizabeth Emily Emma Eric Erik Ethan Eugene Evelyn
+    Fatima Frances Francesca Francesco Gabriel Gary Gerald Giovanni Giulia Gloria Gregory Hannah
+    Hans Harold Hassan Heather Helen Henry Hiroshi Ingrid Isabella Isabelle Ivan Jacob Jacqueline
+    James Jane Janet Janice Jason Jeffrey Jennifer Jeremy Jerry Jesse Jessica Jian Joan Johanna
+    Johannes John Johnathan Johnny Jonathan Jorge Jose Joseph Joshua Joyce Juan Judith Judy Julia
+    Julie Justin Karen Katherine Kathleen Kathryn Kayla Keith Kelly Kenneth Kevin Kimberly Klaus
+    Kyle Larry Lars Laura Lauren Lawrence Liam Linda Lisa Logan Lori Louis Lucas Lucia Luis
+    Madison Margaret Maria Marie Marilyn Martha Mary Matthew Megan Mei Melissa Mia Michael
+    Michelle Miguel Mohammed Muhammad Nancy Natalie Natasha Nathan Nicholas Nicole Noah Olga
+    Oliver Olivia Omar Pamela Patricia Patrick Paul Pedro Peter Philip Pierre Priya Rachel Rajesh
+    Ralph Randy Rebecca Richard Robert Roger Ronald Rosa Russell Ruth Ryan Samantha Samuel Sandra
+    Sanjay Sara Sarah Scott Sean Sergei Sharon Shirley Sofia Sophia Sophie Stephanie Stephen
+    Steven Susan Sven Takeshi Teresa Terry Theresa Thomas Timothy Tyler Vincent Walter Wayne Wei
+    William Willie Yuki Zachary Zoe""".split()
+)
+GIVEN = r"(?:" + "|".join(sorted(GIVEN_NAMES, key=lambda n: (-len(n), n))) + r")(?![\w'’-])"
+GIVEN_UPPER = r"(?:" + "|".join(sorted((n.upper() for n in GIVEN_NAMES), key=lambda n: (-len(n), n))) + r")(?![\w'’-])"

@@ -14,6 +14,7 @@ from .._records import EpisodicRecord, Impression, SemanticState, State, new_id
 from .._storage.base import StateChange, WriteBatch
 from .._tier_records import Claim, StmState
 from .claims import link_findings
+from .population import derived_from
 from .ranking import decay_at
 from .tiers import GovernedMemory
 
@@ -63,7 +64,7 @@ class Corrections:
         ids: list[str] = []
         episode_id = provenance.get("episode") or ""
         if episode_id and not accept:
-            fixed = self._supersede_episode(turn.batch, episode_id, text, decision, now)
+            fixed = self._supersede_episode(turn.batch, episode_id, text, decision, now, actor.id)
             if fixed:  # a later verdict on this study corrects the corrected copy
                 provenance["episode"] = fixed[0]
             ids += fixed
@@ -110,7 +111,9 @@ class Corrections:
         self.gm.commit(turn)
         return claim
 
-    def _supersede_episode(self, batch: WriteBatch, episode_id: str, text: str, decision: str, now: float) -> list[str]:
+    def _supersede_episode(
+        self, batch: WriteBatch, episode_id: str, text: str, decision: str, now: float, critic: str
+    ) -> list[str]:
         try:
             e = self.store.get_episodes([episode_id])[0]
         except NotFound:
@@ -130,7 +133,8 @@ class Corrections:
             study_id=e.study_id,
             confidence=1.0,
             evidence_tier="critic",
-            source=e.source,
+            # the critic's text is no copy of population experience: the corrected copy is the critic's
+            source=critic if derived_from(e.source) else e.source,
             created_at=now,
             decay_at=decay_at(now, 1.0, "critic", "episodic"),
             supersedes=e.episode_id,

@@ -19,6 +19,7 @@ from .._records import EpisodicRecord, State, VisualRecord, new_id
 from .._storage.base import PII_FIELDS, StateChange, WriteBatch
 from .._tier_records import Claim, StmChange, StmState
 from .corrections import Corrections
+from .derived import derived_copies
 from .ranking import TIER_WEIGHTS, decay_at
 from .tiers import GovernedMemory
 
@@ -175,6 +176,7 @@ class Maintainer:
             v = self.store.get_visuals([record_id])[0]
             values = {
                 "media_path": "",
+                "visual_tag": deid.scrub(v.visual_tag),
                 "source": "",
                 "source_episode_id": "",
                 "supersedes": "",
@@ -233,7 +235,9 @@ class Maintainer:
 
     def shred(self, actor: Principal, patient_id: str, reason: str) -> int:
         """Crypto-shred a patient: every record retracted (entities and relationships too), STM
-        purged, the data key destroyed.
+        purged, the data key destroyed; every copy other patients' answers derived from the
+        patient's records (:mod:`msm_mem._memory.derived`) is retracted and blanked in the same
+        transaction, with an audit event per patient it touched.
 
         The audit chain still verifies; the patient's pseudonym is unlinked."""
         tr.check(tr.LTM_ACTIVE, tr.LTM_RETRACTED, tr.Trigger.RETRACT, actor.role)
@@ -269,6 +273,24 @@ class Maintainer:
         for item in self.store.stm_list(patient_id=patient_id, state=StmState.ACTIVE):
             batch.stm_changes.append(StmChange(item.item_id, StmState.ACTIVE, StmState.DISCARDED, purge=True))
             ids.append(item.item_id)
+        sources = self.store.record_ids("episodic", patient_id) + self.store.record_ids("visual", patient_id)
+        derived = derived_copies(self.store, sources, skip_patient=patient_id)
+        batch.changes += derived.changes
+        batch.stm_changes += derived.stm_changes
+        specs = [
+            self.gm.audit.spec(
+                actor=actor.id,
+                role=actor.role.value,
+                action="retract",
+                source_tier="ltm",
+                target_tier="ltm",
+                purpose="erasure",
+                record_ids=copies,
+                patient=other,
+                reason="derived from a shredded patient",
+            )
+            for other, copies in sorted(derived.ids.items())
+        ]
         spec = self.gm.audit.spec(
             actor=actor.id,
             role=actor.role.value,
@@ -280,7 +302,7 @@ class Maintainer:
             patient=patient_id,
             reason=reason,
         )
-        self.gm.audit.write(batch, [spec])
+        self.gm.audit.write(batch, [spec, *specs])
         self.cipher.shred(patient_id)
         self.gm.audit.forget(patient_id)
         return len(ids)

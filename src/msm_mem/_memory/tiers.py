@@ -27,11 +27,12 @@ from .._governance.audit_event import AuditSpec
 from .._governance.consent import DATA_CLASSES, evaluate
 from .._limits import MAX_TEXT_CHARS, check_id, check_observation, check_path, check_text
 from .._principal import Principal
-from .._records import Hit, new_id
+from .._records import new_id
 from .._storage.base import WriteBatch
 from .._tier_records import Claim, StmChange, StmItem, StmPayload, StmState
 from .claims import link_findings, stage_study_claim
 from .msm import Interaction, Memory, WriteResult
+from .population import consented
 from .ranking import rerank
 from .retrieval import Retrieval, Scope
 from .turn import Ranked, Turn
@@ -241,33 +242,16 @@ class GovernedMemory:
         """Read S, E, V for the turn's patient; rerank by cosine x composite_k; audit the ids."""
         self._check(turn, tr.LTM_ACTIVE, tr.LTM_ACTIVE, tr.Trigger.READ)
         r = self.memory.retrieve(turn.patient_id, z, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, scope=scope)
-        if scope == "population":
+        if scope != "patient":  # other patients' and anonymised records: consented, de-identified
             r = self._consented(turn, r)
         ranked = rerank(r.evidence(), self.clock.now() if at is None else at)
         self._event(turn, "read", "ltm", "stm", [h.id for h, _ in ranked])
         return Ranked(r, tuple(ranked))
 
     def _consented(self, turn: Turn, r: Retrieval) -> Retrieval:
-        """Keep only other patients' records whose own consent permits this actor and purpose
-        (anonymised records have no patient and are always usable); the rest is never used."""
-        allowed: dict[str, bool] = {turn.patient_id: True, "": True}
-        now = self.clock.now()
-
-        def ok(hit: Hit) -> bool:
-            pid = getattr(hit.record, "patient_id", "")
-            if pid not in allowed:
-                allowed[pid] = evaluate(
-                    self.store.consents(pid),
-                    patient=pid,
-                    actor=turn.actor.id,
-                    role=turn.actor.role.value,
-                    purpose=turn.purpose,
-                    classes=("episodic", "visual"),
-                    when=now,
-                ).permitted
-            return allowed[pid]
-
-        return Retrieval(r.semantic, tuple(h for h in r.episodic if ok(h)), tuple(h for h in r.visual if ok(h)))
+        """The patient's own hits, and other patients' as :func:`population.consented` allows."""
+        a = turn.actor
+        return consented(self.store, r, turn.patient_id, a.id, a.role.value, turn.purpose, self.clock.now())
 
     # consolidation -------------------------------------------------------------------------
 

@@ -18,10 +18,13 @@ __all__ = ["PII_FIELDS", "SHREDDED", "FieldCodec", "NoCodec", "encrypting_codec"
 #: the store can tell a destroyed field from a damaged one)
 SHREDDED = "[shredded]"
 
-#: Fields of each table that hold patient data and go through the codec.
+#: Fields of each table that hold patient data and go through the codec. Everything else is in
+#: clear and holds only ids, vectors, times, states, scores and closed vocabularies (evidence
+#: tiers, categories; consent purposes are a closed enum and grantees are ``actor:<id>`` or
+#: ``role:<role>``, ids).
 PII_FIELDS: dict[str, tuple[str, ...]] = {
     "episodic": ("question", "answer", "decision", "media_path", "media_description"),
-    "visual": ("media_path",),
+    "visual": ("media_path", "visual_tag"),
     "semantic": ("impressions",),
     "stm": ("payload",),
     "claims": ("content", "source"),

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._errors import InvalidInput, MissingExtra, StoreError
+from .._private import private_dir, private_file
 from .base import Store
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ def _write_location(directory: Path, location: ServerLocation) -> None:
     path = directory / LOCATION_FILE
     tmp = path.with_suffix(".json.tmp")
     spec = {"backend": "postgresql", "dsn": location.dsn, "schema": location.schema}
-    tmp.write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
+    private_file(tmp).write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -150,7 +151,7 @@ def create_store(directory: Path, *, dim: int, encoder: str, server: ServerLocat
     stored = ServerLocation(without_password(server.dsn), server.schema)
     store = postgres.create(server.dsn, dim=dim, encoder=encoder, schema=server.schema)
     try:  # the directory only once the server has the store: a refused init leaves nothing
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)
         _write_location(directory, stored)
     except BaseException:
         store.drop()

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..._errors import InvalidInput, StoreError
+from ..._private import private_dir, private_file
 from ..._records import SemanticState
 from ..._tier_records import ConsentRecord, Entity
 from ..base import VectorKind
@@ -132,8 +133,8 @@ class SqliteStore(FaissVectors, SqlStore):
             raise StoreError(f"{directory} exists and is not a directory")
         if (directory / DB_NAME).exists():
             raise StoreError(f"{directory} already holds a store")
-        directory.mkdir(parents=True, exist_ok=True)
-        conn = _connect(directory / DB_NAME, durable)
+        private_dir(directory)
+        conn = _connect(private_file(directory / DB_NAME), durable)  # the WAL takes the file's mode
         conn.executescript(SCHEMA)
         conn.execute("BEGIN")
         conn.executemany(

@@ -23,6 +23,7 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
+from ..._private import PRIVATE_FILE, private_file
 from ..._records import Vector
 
 __all__ = ["VectorIndex"]
@@ -149,10 +150,11 @@ class VectorIndex:
         """Write the FAISS file and its sidecar atomically (tmp + rename)."""
         tmp = path.with_suffix(path.suffix + ".tmp")
         faiss.write_index(self._index, str(tmp))
+        os.chmod(tmp, PRIVATE_FILE)
         os.replace(tmp, path)
         side = {"count": self.ntotal, "dim": self.dim, "last_sha": last_vector_sha}
         side_tmp = path.with_suffix(".json.tmp")
-        side_tmp.write_text(json.dumps(side))
+        private_file(side_tmp).write_text(json.dumps(side))
         os.replace(side_tmp, path.with_suffix(".json"))
 
     @classmethod

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..._errors import StoreError
+from ..._private import private_dir
 from ..._records import State, Vector
 from ..base import VectorKind
 from ..batch import WriteBatch
@@ -81,7 +82,7 @@ class FaissVectors:
         return index, ids
 
     def _save_indexes(self) -> None:
-        (self.directory / "index").mkdir(exist_ok=True)
+        private_dir(self.directory / "index")
         for kind, index in self._index.items():
             n = index.ntotal
             tail = self._blob_at(kind, n - 1) if n else b""

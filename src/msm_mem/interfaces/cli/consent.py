@@ -27,7 +27,9 @@ def _configure_grant(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grantee", required=True, help="actor:<id> or role:<role>")
     p.add_argument("--purpose", required=True, help="the consent's purpose of use, e.g. treatment, research, export")
     p.add_argument(
-        "--classes", default="*", help="comma-separated data classes (episodic,visual,semantic,stm,claims) or *"
+        "--classes",
+        default="*",
+        help="comma-separated data classes (episodic,visual,semantic,stm,claims,population) or *",
     )
     p.add_argument("--deny", action="store_true", help="record a deny instead of a permit")
     p.add_argument("--start", help="ISO 8601 start (default now)")

@@ -1,0 +1,92 @@
+"""What one query is and what the agent answers: the query, the answer and its evidence trail."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .._memory.gate import GateDecision
+from ..plugins.backbones.base import Candidate
+from .policy import RetrievalStep
+from .router import ExpertWeights, RouterFeatures
+
+__all__ = ["AgentAnswer", "Evidence", "Query"]
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One line of the evidence trail.
+
+    ``score`` is the ranking score ``cosine x composite_k`` (1.0 x composite for semantic
+    state); the factors are kept: ``cosine`` in [-1, 1], ``confidence``, ``freshness`` and
+    ``tier_weight`` in [0, 1].
+    """
+
+    id: str
+    kind: str
+    score: float
+    cosine: float = 1.0
+    confidence: float = 1.0
+    freshness: float = 1.0
+    tier_weight: float = 1.0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "score": round(self.score, 6),
+            "cosine": round(self.cosine, 6),
+            "confidence": round(self.confidence, 6),
+            "freshness": round(self.freshness, 6),
+            "tier_weight": round(self.tier_weight, 6),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One clinical query: patient, image (path or grayscale array), question, UTC time."""
+
+    patient_id: str
+    image: str | os.PathLike[str] | npt.NDArray[np.float32]
+    question: str
+    timestamp: float | None = None
+    study_id: str = ""
+    visual_tag: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentAnswer:
+    """The answer, its evidence trail, the gate decision (None when write-back is off).
+
+    Not part of the JSON: ``steps`` (the policy's steps and what each returned), ``weights``
+    (the expert weights applied), ``features`` (what the router saw) and ``candidates`` (the
+    patient's candidates before the router, to label router training examples).
+    """
+
+    answer: str
+    evidence: tuple[Evidence, ...]
+    gate: GateDecision | None
+    prompt: str
+    backbone: str
+    source: str
+    decision: str = ""
+    steps: tuple[RetrievalStep, ...] = ()
+    weights: ExpertWeights | None = None
+    features: RouterFeatures | None = None
+    candidates: tuple[Candidate, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        """The documented JSON shape: ``answer``, ``evidence`` [{id, kind, score, factors...}],
+        ``gate`` {written, reasons}, plus ``backbone`` and ``source``."""
+        gate = {"written": self.gate.written, "reasons": list(self.gate.reasons)} if self.gate else None
+        return {
+            "answer": self.answer,
+            "evidence": [e.to_json() for e in self.evidence],
+            "gate": gate,
+            "backbone": self.backbone,
+            "source": self.source,
+            "decision": self.decision,
+        }
