@@ -190,6 +190,11 @@ class EnvelopeCipher:
             kek_id, wrapped = self._provider.wrap(dek)
             key = WrappedKey(new_id("K"), patient_ref, kek_id, wrapped, float(self._clock()))
             self._store.put(key)
+            stored = self._store.get(patient_ref)
+            if stored is not None and stored.key_id != key.key_id:  # another process stored one first
+                if stored.shredded:
+                    raise AccessDenied("the patient's data key was shredded; cannot encrypt")
+                return stored.key_id, self._aead(stored)
             self._cache_put(key.key_id, dek)
             return key.key_id, self._aead(key)
 
@@ -303,7 +308,10 @@ class EnvelopeCipher:
             if key is None:
                 tomb = WrappedKey(new_id("K"), patient_ref, "", b"", float(self._clock()), True)
                 self._store.put(tomb)
-                return
+                stored = self._store.get(patient_ref)
+                if stored is None or stored.shredded:
+                    return
+                key = stored  # another process made the patient's first key meanwhile: shred it
             self._store.shred(patient_ref)
             self._cache.pop(key.key_id, None)
             self._contexts.pop(key.key_id, None)
