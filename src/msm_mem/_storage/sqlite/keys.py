@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..._errors import StoreError
 from ..._tier_records import WrappedKey
 from ..tier_rows import wrapped_key_from_row
 
@@ -81,14 +82,18 @@ class SqliteKeyTable:
                 for sql, args in statements:
                     self._conn.execute(sql, args)
                 return
-            self._conn.execute("BEGIN IMMEDIATE")
             try:
-                for sql, args in statements:
-                    self._conn.execute(sql, args)
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for sql, args in statements:
+                        self._conn.execute(sql, args)
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)
+                        self._conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as exc:  # busy past the timeout, a full disk
+                raise StoreError(f"the key table could not be written, nothing was written: {exc}") from exc
 
     def put(self, key: WrappedKey) -> None:
         """Store a patient's first key (or tombstone), or rewrap a stored one.

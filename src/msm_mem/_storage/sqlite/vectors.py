@@ -170,7 +170,7 @@ class FaissVectors:
         """Persist the caches; a failure (a full disk, read-only media) only costs a rebuild."""
         try:
             self._write_indexes()
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:  # FAISS reports a failed write as RuntimeError
             _log.warning("the vector caches were not saved (%s); they will be rebuilt on open", exc)
             for kind in _KINDS:
                 for tmp in (
