@@ -170,12 +170,28 @@ def test_log_refuses_shrinking_or_forked_heads(tmp_path: Path, signer: Checkpoin
     assert len(log.all()) == 2
 
 
-@pytest.mark.parametrize(
-    ("tail", "match"),
-    [(b'{"origin"', "line 2: incomplete"), (b"\n", "line 2"), (b'{"a":1 }\n', "line 2")],
-)
+def test_torn_last_line_is_ignored_and_cut_off(
+    tmp_path: Path, signer: CheckpointSigner, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A last line without its newline (an interrupted append, never acknowledged) is left out
+    with a warning naming it, and the next append cuts it off: the log is whole again."""
+    log = CheckpointLog(tmp_path / "checkpoints.jsonl")
+    first = signer.sign("n", 0, GENESIS, 1.0)
+    log.append(first)
+    with log.path.open("ab") as handle:
+        handle.write(b'{"origin"')
+    with caplog.at_level("WARNING", logger="msm_mem"):
+        assert log.all() == [first]
+    assert "line 2 is incomplete" in caplog.text
+    second = signer.sign("n", 0, GENESIS, 2.0)
+    log.append(second)
+    assert log.all() == [first, second]
+    assert log.path.read_bytes() == first.to_json() + b"\n" + second.to_json() + b"\n"
+
+
+@pytest.mark.parametrize(("tail", "match"), [(b"\n", "line 2"), (b'{"a":1 }\n', "line 2")])
 def test_log_reading_is_strict(tmp_path: Path, signer: CheckpointSigner, tail: bytes, match: str) -> None:
-    """A torn last line, an empty line or a non-checkpoint line is refused with its number."""
+    """An empty line or a non-checkpoint line is refused with its number."""
     log = CheckpointLog(tmp_path / "checkpoints.jsonl")
     log.append(signer.sign("n", 0, GENESIS, 1.0))
     with log.path.open("ab") as handle:

@@ -97,6 +97,7 @@ class _Admin(_Base):
         note = f"{len(keys)} data keys rewrapped; {reason}"[:120]
         self._event(p, "key_rotate", "ltm", "ltm", batch=WriteBatch(rewrapped=keys), reason=note)
         self._cipher.rotated()
+        self._cipher.retire_unused()  # committed: the old KEKs wrap nothing stored any more
         return len(keys)
 
     def shred(self, principal: object, patient_id: str, reason: str) -> int:

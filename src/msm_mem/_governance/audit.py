@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+import logging
 import secrets
 import threading
 from collections.abc import Iterator, Sequence
@@ -38,6 +39,7 @@ __all__ = ["RETENTION_S", "AuditLog"]
 
 #: audit events are kept at least six years (the HIPAA documentation floor)
 RETENTION_S = 6 * 365.25 * 86400
+_log = logging.getLogger("msm_mem")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -99,7 +101,7 @@ class AuditLog:
                 if key is None:
                     raise NotFound("no data key after encrypting for this patient")
                 keys.put_pseudonym(key.key_id, pseudonym, token)
-                found = (pseudonym, token)
+                found = keys.pseudonym(key.key_id) or (pseudonym, token)  # another process's may have won
             self._pseudonyms[patient_id] = found[0]
             return found[0]
 
@@ -150,31 +152,29 @@ class AuditLog:
     def write(self, batch: WriteBatch, specs: Sequence[AuditSpec]) -> None:
         """Chain the events after the stored head and write them with ``batch`` atomically.
 
-        Chaining and writing happen under one lock, so concurrent turns never fork the chain; a
-        failed write leaves the head where the store has it.
+        The head is read inside the store's write transaction (``Store.write``'s ``chain``), under its
+        write lock, so concurrent writers (threads, handles or processes) never fork the chain
+        nor collide on a sequence number; a failed write leaves the head where the store has it.
         """
         with self._lock:
-            cached = self._head
-            head = cached if cached is not None else self.store.audit_head()
-            while True:
-                builder = ChainBuilder(*head)
-                batch.audit = [AuditRow(*builder.next_row_of(spec)) for spec in specs]
-                try:
-                    self.store.write(batch)
-                except BaseException:
-                    self._head = None  # re-read from the store next time
-                    if cached is None:
-                        raise
-                    # another handle (the CLI, another process) appended since our last write:
-                    # the batch rolled back, so chain it once more after the stored head
-                    cached, stored = None, self.store.audit_head()
-                    if stored == head:
-                        raise
-                    head = stored
-                    continue
-                break
-            self._head = (builder.head_seq, builder.head_hash)
-        self.committed()
+            heads: list[tuple[int, str]] = []
+
+            def chain(seq: int, prev: str) -> list[AuditRow]:
+                builder = ChainBuilder(seq, prev)
+                rows = [AuditRow(*builder.next_row_of(spec)) for spec in specs]
+                heads[:] = [(builder.head_seq, builder.head_hash)]
+                return rows
+
+            try:
+                self.store.write(batch, chain)
+            except BaseException:
+                self._head = None  # re-read from the store next time
+                raise
+            self._head = heads[0] if heads else None
+        try:
+            self.committed()
+        except OSError as exc:  # the batch is committed: report it done; the next commit checkpoints
+            _log.warning("checkpoint after a commit failed (%s); it is retried at the next commit", exc)
 
     def committed(self) -> None:
         """Call after a batch with audit rows committed: checkpoints when one is due."""
@@ -185,7 +185,7 @@ class AuditLog:
 
     def checkpoint(self) -> tuple[int, str]:
         """Sign the current head and append it to the checkpoint log; returns (size, hash)."""
-        with self._lock:
+        with self._lock, self.log.locked():  # the head read under the log's lock: appends stay in order
             size, head = self.store.audit_head()
             cp = self.signer.sign(self.origin, size, head, self.clock.now())
             self.log.append(cp)

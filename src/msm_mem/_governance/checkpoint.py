@@ -9,14 +9,22 @@ storage) exposes both, because its signing key is not in the database.
 
 File formats: the private key is an unencrypted PKCS#8 PEM file created with mode 0600; the
 log holds one canonical JSON checkpoint per line, each line ended by ``\\n``, fsynced on append.
+Appends hold an exclusive lock on the log (processes sharing a store take turns); an append
+that fails (a full disk) is cut off again, and a last line left without its newline by a
+crash mid-append was never acknowledged: it is ignored with a warning and cut off by the
+next append.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import logging
 import math
 import os
 import re
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +51,7 @@ _HEX_SIG = re.compile(r"[0-9a-f]{128}")
 _FIELDS = frozenset({"origin", "size", "head_hash", "time", "signature"})
 
 PublicKeyLike = Ed25519PublicKey | bytes
+_log = logging.getLogger("msm_mem")
 
 
 def _message(origin: str, size: int, head_hash: str, time: float) -> bytes:
@@ -213,13 +222,18 @@ class CheckpointLog:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self._mutex = threading.RLock()
+        self._fd: int | None = None  # the locked log while :meth:`locked` is held
+        self._depth = 0
 
     def all(self) -> list[Checkpoint]:
         """Every checkpoint in file order; ``[]`` when the file does not exist.
 
-        Raises :class:`CanonicalJSONError` (message starts with ``line N:``) for a line that is
-        not canonical strict JSON, an empty line or a last line without its newline (a torn
-        append), and :class:`InvalidInput` for a line with bad fields.
+        A last line without its newline is an append a crash or a full disk interrupted: it
+        was never acknowledged, so it is left out (with a warning) and cut off by the next
+        append. Raises :class:`CanonicalJSONError` (message starts with ``line N:``) for a
+        line that is not canonical strict JSON or an empty line, and :class:`InvalidInput`
+        for a line with bad fields.
         """
         try:
             data = self.path.read_bytes()
@@ -227,7 +241,7 @@ class CheckpointLog:
             return []
         lines = data.split(b"\n")
         if lines[-1]:
-            raise CanonicalJSONError(f"line {len(lines)}: incomplete last line (torn append)")
+            _log.warning("%s: line %d is incomplete (an interrupted append); it is ignored", self.path, len(lines))
         checkpoints = []
         for number, line in enumerate(lines[:-1], start=1):
             try:
@@ -246,35 +260,72 @@ class CheckpointLog:
         checkpoints = self.all()
         return checkpoints[-1] if checkpoints else None
 
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the log's exclusive lock (re-entrant): read the chain head and append under it,
+        so checkpoints of processes sharing the store are appended in chain order."""
+        with self._mutex:
+            if self._depth == 0:
+                created = not self.path.exists()
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                self._fd = fd
+                if created:
+                    _fsync_dir(self.path.parent)
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._fd is not None:
+                    os.close(self._fd)  # closing releases the lock
+                    self._fd = None
+
     def append(self, checkpoint: Checkpoint) -> None:
-        """Append ``checkpoint`` and fsync it.
+        """Append ``checkpoint`` and fsync it, under the log's lock.
 
         Raises :class:`AuditChainBroken` if its size is below that of the latest checkpoint
         of the same origin (``seq`` = its size + 1, the first event that went missing) or
-        equal with another head hash (``seq`` = that size); nothing is written then.
+        equal with another head hash (``seq`` = that size); nothing is written then. A write
+        that fails (OSError, a full disk) leaves the file as it was.
         """
-        same = [c for c in self.all() if c.origin == checkpoint.origin]
-        last = same[-1] if same else None
-        if last is not None:
-            if checkpoint.size < last.size:
-                raise AuditChainBroken(
-                    f"chain shrank from {last.size} to {checkpoint.size} events",
-                    seq=checkpoint.size + 1,
-                )
-            if checkpoint.size == last.size and checkpoint.head_hash != last.head_hash:
-                raise AuditChainBroken(
-                    f"head of event {last.size} differs from the last checkpoint",
-                    seq=last.size,
-                )
-        created = not self.path.exists()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, checkpoint.to_json() + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            _fsync_dir(self.path.parent)
+        with self.locked():
+            same = [c for c in self.all() if c.origin == checkpoint.origin]
+            last = same[-1] if same else None
+            if last is not None:
+                if checkpoint.size < last.size:
+                    raise AuditChainBroken(
+                        f"chain shrank from {last.size} to {checkpoint.size} events",
+                        seq=checkpoint.size + 1,
+                    )
+                if checkpoint.size == last.size and checkpoint.head_hash != last.head_hash:
+                    raise AuditChainBroken(
+                        f"head of event {last.size} differs from the last checkpoint",
+                        seq=last.size,
+                    )
+            fd = self._fd
+            assert fd is not None
+            data = self.path.read_bytes()
+            keep = data.rfind(b"\n") + 1  # cut off a torn last line
+            if keep != len(data):
+                _log.warning("%s: removing an incomplete last line (an interrupted append)", self.path)
+            try:
+                os.ftruncate(fd, keep)
+                line = memoryview(checkpoint.to_json() + b"\n")
+                at = keep
+                while line:
+                    n = os.pwrite(fd, line, at)
+                    line, at = line[n:], at + n
+                os.fsync(fd)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, keep)
+                    os.fsync(fd)
+                raise
 
 
 def verify_against_checkpoints(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
 import os
 import re
@@ -33,7 +34,7 @@ from dataclasses import replace
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from .._errors import AccessDenied, DecryptionError, InvalidInput
+from .._errors import AccessDenied, DecryptionError, InvalidInput, NotFound
 from .._records import new_id
 from .aead import _NONCE_BYTES, _TAG_BYTES, _check_key_nonce, aes_gcm_decrypt, aes_gcm_encrypt
 from .keys import KeyProvider, WrappedKey, WrappedKeyStore
@@ -190,6 +191,11 @@ class EnvelopeCipher:
             kek_id, wrapped = self._provider.wrap(dek)
             key = WrappedKey(new_id("K"), patient_ref, kek_id, wrapped, float(self._clock()))
             self._store.put(key)
+            stored = self._store.get(patient_ref)
+            if stored is not None and stored.key_id != key.key_id:  # another process stored one first
+                if stored.shredded:
+                    raise AccessDenied("the patient's data key was shredded; cannot encrypt")
+                return stored.key_id, self._aead(stored)
             self._cache_put(key.key_id, dek)
             return key.key_id, self._aead(key)
 
@@ -281,6 +287,22 @@ class EnvelopeCipher:
             self._cache.clear()
             self._contexts.clear()
 
+    def retire_unused(self) -> list[str]:
+        """Retire the provider's non-current KEKs that no live stored data key is wrapped under
+        (those of rotations that committed, or that a crash interrupted before the commit);
+        returns their ids. A provider that does not list its KEKs (``kek_ids``) is left alone."""
+        kek_ids = getattr(self._provider, "kek_ids", None)
+        if not callable(kek_ids):
+            return []
+        with self._lock:
+            current = self._provider.current_kek_id()
+            used = {k.kek_id for k in self._store.all() if not k.shredded}
+            unused = [k for k in kek_ids() if k != current and k not in used]
+            for kek_id in unused:
+                with contextlib.suppress(NotFound):  # another process retired it first
+                    self._provider.retire(kek_id)
+            return unused
+
     def rotate_kek(self) -> int:
         """Rotate the KEK and store every live DEK rewrapped under it (each key written on its
         own); return how many. The governed API stores them with its audit event instead."""
@@ -303,7 +325,10 @@ class EnvelopeCipher:
             if key is None:
                 tomb = WrappedKey(new_id("K"), patient_ref, "", b"", float(self._clock()), True)
                 self._store.put(tomb)
-                return
+                stored = self._store.get(patient_ref)
+                if stored is None or stored.shredded:
+                    return
+                key = stored  # another process made the patient's first key meanwhile: shred it
             self._store.shred(patient_ref)
             self._cache.pop(key.key_id, None)
             self._contexts.pop(key.key_id, None)

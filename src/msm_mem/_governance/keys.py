@@ -27,12 +27,14 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import fcntl
 import json
 import os
 import re
 import stat
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -262,6 +264,70 @@ class LocalKeyFileProvider(KekRing):
         self._path = Path(path)
         keks, current = _decode_file(self._read_private(self._path), self._path)
         super().__init__(keks, current)
+        self._stamp = self._stamp_now()
+        self._remove_leftovers()
+
+    def _stamp_now(self) -> tuple[int, int, int]:
+        try:
+            st = os.stat(self._path)
+        except FileNotFoundError as exc:
+            raise InvalidInput(f"key file {self._path} does not exist (deleted?); it is never recreated") from exc
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def _remove_leftovers(self) -> None:
+        """Delete temporary files of rewrites a crash interrupted before their rename: the KEK
+        they hold never wrapped anything (wrapping starts after the rename), and no key material
+        is left lying about."""
+        for tmp in self._path.parent.glob(f".{self._path.name}.*.tmp"):
+            with contextlib.suppress(OSError):  # read-only media, or another process took it
+                tmp.unlink()
+
+    def _refresh(self) -> None:
+        """Re-read the key file when another process rewrote it (a rotation, a retirement)."""
+        stamp = self._stamp_now()
+        if stamp == self._stamp:
+            return
+        keks, current = _decode_file(self._read_private(self._path), self._path)
+        with self._lock:
+            self._keks, self._current, self._stamp = keks, current, stamp
+
+    def current_kek_id(self) -> str:
+        self._refresh()
+        return super().current_kek_id()
+
+    def kek_ids(self) -> list[str]:
+        self._refresh()
+        return super().kek_ids()
+
+    def wrap(self, dek: bytes) -> tuple[str, bytes]:
+        self._refresh()  # never wrap under a KEK another process has rotated away
+        return super().wrap(dek)
+
+    def unwrap(self, kek_id: str, wrapped: bytes) -> bytes:
+        if kek_id not in self._keks:
+            self._refresh()
+        return super().unwrap(kek_id, wrapped)
+
+    @contextlib.contextmanager
+    def _file_lock(self) -> Iterator[None]:
+        """Processes sharing the key file take turns rewriting it (read, change, replace): the
+        lock is on its directory, which the replace leaves in place (the file is a new one)."""
+        fd = os.open(self._path.parent, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def rotate(self) -> str:
+        with self._lock, self._file_lock():
+            self._refresh()
+            return super().rotate()
+
+    def retire(self, kek_id: str) -> None:
+        with self._lock, self._file_lock():
+            self._refresh()
+            super().retire(kek_id)
 
     @property
     def path(self) -> Path:
@@ -309,31 +375,6 @@ class LocalKeyFileProvider(KekRing):
         finally:
             os.close(fd)
 
-    def _reload(self) -> None:
-        """Take the key file as it is now: another process on the same store (a worker of the
-        service) may have rotated it."""
-        keks, current = _decode_file(self._read_private(self._path), self._path)
-        with self._lock:
-            self._keks, self._current = keks, current
-
-    def unwrap(self, kek_id: str, wrapped: bytes) -> bytes:
-        """As :meth:`KekRing.unwrap`; an unknown KEK id re-reads the file once first."""
-        with self._lock:
-            known = kek_id in self._keks
-        if not known:
-            self._reload()
-        return super().unwrap(kek_id, wrapped)
-
-    def rotate(self) -> str:
-        """As :meth:`KekRing.rotate`, over the file as it is now (no other process's KEK lost)."""
-        self._reload()
-        return super().rotate()
-
-    def retire(self, kek_id: str) -> None:
-        """As :meth:`KekRing.retire`, over the file as it is now."""
-        self._reload()
-        super().retire(kek_id)
-
     def _persist(self, keks: dict[str, bytes], current: str) -> None:
         tmp = self._path.with_name(f".{self._path.name}.{uuid.uuid4().hex}.tmp")
         try:
@@ -344,3 +385,4 @@ class LocalKeyFileProvider(KekRing):
                 tmp.unlink()
             raise
         _fsync_dir(self._path.parent)
+        self._stamp = self._stamp_now()

@@ -20,7 +20,7 @@ whole population, and ``""`` for the pool of anonymised records (patient identif
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Literal, Protocol
 
 from .._records import EpisodicRecord, SemanticState, Vector, VisualRecord
@@ -29,6 +29,7 @@ from .batch import StateChange, WriteBatch
 from .codec import PII_FIELDS, FieldCodec
 
 __all__ = [
+    "AuditChainer",
     "AUDIT_PAGE_ROWS",
     "PII_FIELDS",
     "Audit",
@@ -48,6 +49,8 @@ __all__ = [
 
 VectorKind = Literal["episodic", "visual"]
 RecordTable = Literal["episodic", "visual", "semantic", "claims"]
+#: builds a batch's audit rows after the stored chain head ``(seq, event_hash)``
+AuditChainer = Callable[[int, str], list[AuditRow]]
 
 #: audit rows per page of :meth:`Audit.iter_audit_batches`: one query per page costs little,
 #: and a page this small stays in the CPU caches and is freed before the cyclic GC scans it
@@ -269,8 +272,12 @@ class Store(Records, Vectors, Tiers, Audit, Keys, Consents, ABC):
         """Set the PHI codec (before any read or write of PHI fields); it must be encrypting."""
 
     @abstractmethod
-    def write(self, batch: WriteBatch) -> None:
-        """Apply the batch in one transaction; raise and store nothing on any error."""
+    def write(self, batch: WriteBatch, chain: AuditChainer | None = None) -> None:
+        """Apply the batch in one transaction; raise and store nothing on any error.
+
+        ``chain`` builds the batch's audit rows from the stored chain head ``(seq, event_hash)``
+        and is called inside the write transaction, under the store's write lock, so writers
+        of several processes can neither collide on a sequence number nor fork the chain."""
 
     @abstractmethod
     def close(self) -> None:

@@ -18,7 +18,7 @@ from .._records import SemanticState, State
 from .._tier_records import AuditRow, Claim, StmItem
 from . import rows as r
 from . import tier_rows as g
-from .base import VectorKind
+from .base import AuditChainer, VectorKind
 from .batch import StateChange, WriteBatch
 from .guard import check_batch
 from .sql_core import ID_CHUNK, SqlCore
@@ -56,22 +56,29 @@ class SqlWriter(SqlCore):
         """Rows as the driver takes them (the ``z`` blob as the backend stores vectors)."""
         return rows
 
+    def _vectors_added(self, kind: VectorKind, start: int, rows: list[tuple[Any, ...]]) -> None:
+        """Inside the transaction, after inserting vector rows at ``start`` (default: nothing)."""
+
     def _committed(self, batch: WriteBatch, moved: list[Moved]) -> None:
         """Follow a batch this store has just committed (default: nothing to follow)."""
 
-    def write(self, batch: WriteBatch) -> None:
+    def write(self, batch: WriteBatch, chain: AuditChainer | None = None) -> None:
         check_batch(batch)
-        self._check_rewrapped(batch)
         for e in batch.episodes:
             r.check_vector(e.z, self.dim, f"episode {e.episode_id}")
         for v in batch.visuals:
             r.check_vector(v.z, self.dim, f"visual {v.visual_id}")
         with self._db():
             with self._transaction():
-                moved = self._apply(batch)
+                moved = self._apply(batch, chain)
             self._committed(batch, moved)
 
-    def _apply(self, batch: WriteBatch) -> list[Moved]:
+    def _apply(self, batch: WriteBatch, chain: AuditChainer | None = None) -> list[Moved]:
+        # read under the write lock: the key table, the positions and the audit head are what
+        # the last commit of any writer left, so concurrent writers cannot collide on them
+        self._check_rewrapped(batch)
+        if chain is not None:
+            batch.audit = chain(*self.audit_head())
         codec = self._codec
         pos = self._positions()
         vectors: tuple[tuple[VectorKind, list[tuple[Any, ...]]], ...] = (
@@ -81,6 +88,7 @@ class SqlWriter(SqlCore):
         for kind, rows in vectors:
             if rows:
                 self._many(f"INSERT INTO {kind} VALUES ({_marks(len(rows[0]))})", self._vector_rows(kind, rows))
+                self._vectors_added(kind, pos[kind], rows)
         moved = [m for c in batch.changes if (m := self._apply_change(c)) is not None]
         self._apply_stm(batch.stm, batch.stm_changes)
         self._insert_versions("claims", "key", batch.claims, lambda c: g.claim_to_row(c, codec), batch.restore)

@@ -70,14 +70,19 @@ class PgKeyTable:
         return self._cached(self._by_id, "key_id", key_id)
 
     def put(self, key: WrappedKey) -> None:
+        """Store a patient's first key (or tombstone), or rewrap a stored one; a shredded key is
+        never revived and a patient keeps the first key stored (see the SQLite key table)."""
         with self._db() as conn:
             self._forget(conn, key.patient_ref)  # before the transaction: is the caller's one open?
             with conn.transaction():
-                conn.execute("DELETE FROM keys WHERE patient_ref = %s AND key_id != %s", (key.patient_ref, key.key_id))
+                if not key.shredded:
+                    conn.execute(
+                        "UPDATE keys SET kek_id = %s, wrapped = %s"
+                        " WHERE key_id = %s AND patient_ref = %s AND NOT shredded",
+                        (key.kek_id, key.wrapped, key.key_id, key.patient_ref),
+                    )
                 conn.execute(
-                    "INSERT INTO keys VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (key_id) DO UPDATE SET"
-                    " patient_ref = EXCLUDED.patient_ref, kek_id = EXCLUDED.kek_id,"
-                    " wrapped = EXCLUDED.wrapped, created_at = EXCLUDED.created_at, shredded = EXCLUDED.shredded",
+                    "INSERT INTO keys VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                     (key.key_id, key.patient_ref, key.kek_id, key.wrapped, key.created_at, key.shredded),
                 )
 
@@ -106,6 +111,9 @@ class PgKeyTable:
     def put_pseudonym(self, key_id: str, pseudonym: str, token: str) -> None:
         with self._db() as conn:
             try:
-                conn.execute("INSERT INTO pseudonyms VALUES (%s, %s, %s)", (key_id, pseudonym, token))
+                conn.execute(
+                    "INSERT INTO pseudonyms VALUES (%s, %s, %s) ON CONFLICT (key_id) DO NOTHING",
+                    (key_id, pseudonym, token),
+                )
             except psycopg.IntegrityError as exc:
                 raise InvalidInput(f"pseudonym refused by the store: {exc}") from exc

@@ -102,6 +102,8 @@ class PostgresStore(SqlStore):
         self._conn = conn
         self._lock = threading.RLock()
         self._closed = False
+        self._depth = 0  # nesting of _db: a lost connection is replaced only outside every use
+        self._dsn: str | None = None  # set by create/open: where to reconnect
         self._init_codec(codec)
         use_schema(conn, schema)
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
@@ -161,7 +163,9 @@ class PostgresStore(SqlStore):
                     ("tenant", uuid.uuid4().hex),
                 ]
                 conn.cursor().executemany("INSERT INTO meta VALUES (%s, %s)", rows)
-            return cls(conn, schema, codec, population_search)
+            store = cls(conn, schema, codec, population_search)
+            store._dsn = dsn
+            return store
         except psycopg.Error as exc:
             conn.close()
             raise StoreError(f"cannot create a store in schema {schema!r}: {exc}") from exc
@@ -194,7 +198,9 @@ class PostgresStore(SqlStore):
                 raise StoreError(
                     f"schema {schema!r} has store schema {meta.get('schema')!r}, expected {SCHEMA_VERSION}"
                 )
-            return cls(conn, schema, codec, population_search)
+            store = cls(conn, schema, codec, population_search)
+            store._dsn = dsn
+            return store
         except BaseException:
             conn.close()
             raise
@@ -234,16 +240,37 @@ class PostgresStore(SqlStore):
 
     @contextmanager
     def _db(self) -> Iterator[psycopg.Connection[Any]]:
-        """The connection, under the lock, with database errors mapped to the library's."""
+        """The connection, under the lock, with database errors mapped to the library's.
+
+        A connection the server dropped (a restart, a failover) fails the call that finds it
+        with :class:`StoreError` (its transaction rolled back, nothing written) and is opened
+        again by the next call."""
         with self._lock:
             if self._closed:
                 raise StoreError("the store is closed")
+            if self._depth == 0 and (self._conn.closed or self._conn.broken):
+                self._reconnect()
+            self._depth += 1
             try:
                 yield self._conn
             except psycopg.DataError as exc:
                 raise InvalidInput(f"value refused by the database: {exc}") from exc
             except psycopg.OperationalError as exc:
-                raise StoreError(f"database error: {exc}") from exc
+                raise StoreError(f"database error, nothing was written by this call: {exc}") from exc
+            finally:
+                self._depth -= 1
+
+    def _reconnect(self) -> None:
+        if self._dsn is None:
+            raise StoreError("the connection to the PostgreSQL server was lost")
+        conn = connect(self._dsn)
+        try:
+            use_schema(conn, self.schema)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        self._keys.sync()  # other connections may have written meanwhile
 
     def _q(self, query: str, args: Sequence[Any] = ()) -> Rows:
         return self._conn.execute(_dialect(query), args or None, binary=True)

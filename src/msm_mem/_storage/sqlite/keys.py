@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..._errors import StoreError
 from ..._tier_records import WrappedKey
 from ..tier_rows import wrapped_key_from_row
 
@@ -81,26 +82,33 @@ class SqliteKeyTable:
                 for sql, args in statements:
                     self._conn.execute(sql, args)
                 return
-            self._conn.execute("BEGIN IMMEDIATE")
             try:
-                for sql, args in statements:
-                    self._conn.execute(sql, args)
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for sql, args in statements:
+                        self._conn.execute(sql, args)
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)
+                        self._conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as exc:  # busy past the timeout, a full disk
+                raise StoreError(f"the key table could not be written, nothing was written: {exc}") from exc
 
     def put(self, key: WrappedKey) -> None:
+        """Store a patient's first key (or tombstone), or rewrap a stored one.
+
+        A shredded key is never revived, and a patient keeps the first key stored: when two
+        processes make a patient's first key at once the second put changes nothing (the
+        caller reads the stored key back)."""
         self._forget(key.patient_ref)
-        self._atomic(
-            [
-                ("DELETE FROM keys WHERE patient_ref = ? AND key_id != ?", (key.patient_ref, key.key_id)),
-                (
-                    "INSERT OR REPLACE INTO keys VALUES (?, ?, ?, ?, ?, ?)",
-                    (key.key_id, key.patient_ref, key.kek_id, key.wrapped, key.created_at, int(key.shredded)),
-                ),
-            ]
+        row = (key.key_id, key.patient_ref, key.kek_id, key.wrapped, key.created_at, int(key.shredded))
+        rewrap = (
+            "UPDATE keys SET kek_id = ?, wrapped = ? WHERE key_id = ? AND patient_ref = ? AND shredded = 0",
+            (key.kek_id, key.wrapped, key.key_id, key.patient_ref),
         )
+        first = ("INSERT INTO keys VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", row)
+        self._atomic([first] if key.shredded else [rewrap, first])
 
     def shred(self, patient_ref: str) -> None:
         """Destroy the wrapped key and the pseudonym link of a patient in one transaction."""
@@ -130,4 +138,7 @@ class SqliteKeyTable:
 
     def put_pseudonym(self, key_id: str, pseudonym: str, token: str) -> None:
         with self._lock:
-            self._conn.execute("INSERT INTO pseudonyms VALUES (?, ?, ?)", (key_id, pseudonym, token))
+            # the first pseudonym stored for a key stays (another process may have made one)
+            self._conn.execute(
+                "INSERT INTO pseudonyms VALUES (?, ?, ?) ON CONFLICT (key_id) DO NOTHING", (key_id, pseudonym, token)
+            )

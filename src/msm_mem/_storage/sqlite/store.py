@@ -17,6 +17,7 @@ decoded rows every turn reads (``readcache.py``, consent records), kept exact wi
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import uuid
@@ -43,15 +44,42 @@ from .vectors import FaissVectors
 __all__ = ["SqliteStore"]
 
 
+#: how long a writer waits for another process's write transaction before failing cleanly
+BUSY_TIMEOUT_MS = 30_000
+
+
 def _connect(path: Path, durable: bool) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-    conn.execute("PRAGMA busy_timeout=5000")
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     # checkpoint the WAL every 32 MiB rather than SQLite's 4 MiB: index pages that consecutive
     # group commits rewrite are copied into the database once, not once per commit or two
     conn.execute("PRAGMA wal_autocheckpoint=8192")
     return conn
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection for a store on read-only media or without write permission.
+
+    ``mode=ro`` first (it sees a write-ahead log left beside the database); where SQLite cannot
+    use the log read-only and there is none to see, ``immutable=1``."""
+    uri = path.resolve().as_uri()
+    try:
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+        conn.execute("SELECT count(*) FROM meta").fetchone()
+        return conn
+    except sqlite3.DatabaseError:
+        wal = path.with_name(path.name + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise
+    conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
+    conn.execute("SELECT count(*) FROM meta").fetchone()
+    return conn
+
+
+def _writable(path: Path) -> bool:
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
 
 
 class _Held:
@@ -101,6 +129,7 @@ class SqliteStore(FaissVectors, SqlStore):
         self._keys = SqliteKeyTable(conn, self._lock, on_shred=self._cache.clear)
         self._consent_cache: dict[str, list[ConsentRecord]] = {}
         self._consent_version = -1
+        self.read_only = False
         self._init_codec(codec)
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         missing = {"dim", "encoder", "tenant"} - set(meta)
@@ -109,6 +138,7 @@ class SqliteStore(FaissVectors, SqlStore):
         self.dim = int(meta["dim"])
         self.encoder_name = meta["encoder"]
         self.tenant = meta["tenant"]
+        self._seen_version = data_version(conn)  # before reading the rows: a later commit is followed
         self._open_indexes()
 
     # opening ------------------------------------------------------------------------------
@@ -159,21 +189,28 @@ class SqliteStore(FaissVectors, SqlStore):
         db = directory / DB_NAME
         if not db.is_file():
             raise StoreError(f"{directory} is not an msm-mem store (no {DB_NAME}); run `msm-mem init`")
+        read_only = not _writable(db)
         try:
-            conn = _connect(db, durable)
+            conn = _connect_read_only(db) if read_only else _connect(db, durable)
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{db} is not a readable msm-mem database: {exc}") from exc
+            where = " (opened read-only: the file or its directory is not writable)" if read_only else ""
+            raise StoreError(f"{db} is not a readable msm-mem database{where}: {exc}") from exc
         if meta.get("format") != FORMAT:
             conn.close()
             raise StoreError(f"{db} is not an msm-mem store (format {meta.get('format')!r})")
         if meta.get("schema") != SCHEMA_VERSION:
             conn.close()
             raise StoreError(f"{db} has schema {meta.get('schema')!r}, expected {SCHEMA_VERSION}")
-        return cls(directory, conn, codec)
+        store = cls(directory, conn, codec)
+        store.read_only = read_only
+        return store
 
     def flush(self) -> None:
-        """Persist the FAISS caches (atomic replace); the database is always durable already."""
+        """Persist the FAISS caches (atomic replace); the database is always durable already.
+        A cache that cannot be written (a full disk, read-only media) is rebuilt on open."""
+        if self.read_only:
+            return
         with self._db():
             self._save_indexes()
 
@@ -206,20 +243,43 @@ class SqliteStore(FaissVectors, SqlStore):
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
+        """``BEGIN IMMEDIATE``: writers of every process queue on SQLite's write lock (waiting
+        at most :data:`BUSY_TIMEOUT_MS`); inside it the caches first follow what others committed."""
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
+        if self.read_only:
+            raise StoreError(f"{self.directory} is opened read-only (read-only media or no write permission)")
         try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"the store is busy or cannot be written, nothing was written: {exc}") from exc
+        try:
+            self._follow_others()
             yield
             conn.execute("COMMIT")
         except sqlite3.IntegrityError as exc:
-            conn.execute("ROLLBACK")
+            self._rollback()
             raise InvalidInput(f"write refused by the store: {exc}") from exc
+        except sqlite3.OperationalError as exc:  # a full disk, an I/O error: at COMMIT too
+            self._rollback()
+            raise StoreError(f"the write failed and was rolled back, nothing was written: {exc}") from exc
         except BaseException:
-            conn.execute("ROLLBACK")
+            self._rollback()
             raise
 
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)
+            self._conn.execute("ROLLBACK")
+
     def _positions(self) -> dict[VectorKind, int]:
-        return dict(self._next)
+        # read inside the write transaction: the rows every writer has committed
+        kinds: tuple[VectorKind, ...] = ("episodic", "visual")
+        stored = {
+            kind: int(self._conn.execute(f"SELECT COALESCE(MAX(pos) + 1, 0) FROM {kind}").fetchone()[0])
+            for kind in kinds
+        }
+        if stored != self._next:
+            raise StoreError(f"the vector index does not follow the rows ({self._next} vs {stored})")
+        return stored
 
     def _committed(self, batch: WriteBatch, moved: list[Moved]) -> None:
         self._cache.committed(batch)
@@ -234,6 +294,7 @@ class SqliteStore(FaissVectors, SqlStore):
         a server runs): empty the consent and key caches when the database changed. Called at
         the start of every governed turn and audit write, so caches never outlive one."""
         with self._db():
+            self._follow_others()
             version = data_version(self._conn)
             if version != self._consent_version:
                 self._consent_cache.clear()

@@ -57,10 +57,11 @@ class VectorIndex:
         for offset, scope in enumerate(scopes):
             self._by_scope.setdefault(scope, array("q")).append(start + offset)
 
-    def add_scopes_only(self, scopes: list[str], start: int) -> None:
-        """Register scopes for positions already in the FAISS storage (after a load)."""
-        for offset, scope in enumerate(scopes):
-            self._by_scope.setdefault(scope, array("q")).append(start + offset)
+    def set_scopes(self, scopes: list[str]) -> None:
+        """Replace the scopes of positions ``0 .. len(scopes) - 1`` (vectors already stored)."""
+        self._by_scope = {}
+        for position, scope in enumerate(scopes):
+            self._by_scope.setdefault(scope, array("q")).append(position)
 
     def move(self, position: int, old_scope: str, new_scope: str) -> None:
         """Move one position to another scope (anonymisation moves records to ``""``)."""

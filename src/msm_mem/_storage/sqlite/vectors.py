@@ -4,10 +4,20 @@ The i-th episodic (visual) row has vector position i in its index. Each position
 scope: the patient id of a live (ACTIVE or ANONYMIZED) record, or :data:`RETIRED` for one that
 is superseded or retracted, which no search returns. The indexes are caches: they are saved
 beside the database by :meth:`FaissVectors.flush` and caught up or rebuilt from the rows on open.
+
+The store of record vouches for its caches: every write that adds vectors also advances, in
+its transaction, a running digest of them (``meta``: ``vectors_<kind>`` = ``count:sha256``,
+``d_i = sha256(d_{i-1} || blob_i)`` from 32 zero bytes). On open the cached vectors plus the
+rows past them must reproduce that digest, or the cache is thrown away and rebuilt from the
+rows (a stale, truncated or overwritten cache file never serves a search). A commit by another
+process (SQLite's ``data_version``) is followed before the next turn and inside every write:
+new rows are appended and the scopes of every position re-read.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -20,7 +30,7 @@ from ..._private import private_dir
 from ..._records import State, Vector
 from ..base import VectorKind
 from ..batch import WriteBatch
-from ..rows import check_vector
+from ..rows import EPISODIC_COLUMNS, VISUAL_COLUMNS, check_vector
 from ..sql_write import Moved
 from .vector_index import VectorIndex, vector_sha
 
@@ -28,6 +38,22 @@ __all__ = ["RETIRED", "FaissVectors"]
 
 RETIRED = "\x00retired"  # scope of superseded / retracted vectors: never searched
 _LIVE = (State.ACTIVE, State.ANONYMIZED)
+_KINDS: tuple[VectorKind, VectorKind] = ("episodic", "visual")
+_Z: dict[VectorKind, int] = {"episodic": EPISODIC_COLUMNS.index("z"), "visual": VISUAL_COLUMNS.index("z")}
+_GENESIS = bytes(32)
+_log = logging.getLogger("msm_mem")
+
+
+def chain_digest(digest: bytes, blobs: Sequence[bytes]) -> bytes:
+    """Continue the running digest of stored vectors over ``blobs`` (float32 bytes, in order)."""
+    sha = hashlib.sha256
+    for blob in blobs:
+        digest = sha(digest + blob).digest()
+    return digest
+
+
+def _digest_key(kind: VectorKind) -> str:
+    return f"vectors_{kind}"
 
 
 class FaissVectors:
@@ -41,10 +67,11 @@ class FaissVectors:
     _index: dict[VectorKind, VectorIndex]
     _ids: dict[VectorKind, list[str]]  # position -> record id
     _next: dict[VectorKind, int]
+    _seen_version: int
 
     def _open_indexes(self) -> None:
         self._index, self._ids, self._next = {}, {}, {}
-        for kind in ("episodic", "visual"):
+        for kind in _KINDS:
             self._index[kind], self._ids[kind] = self._open_index(kind)
             self._next[kind] = self._index[kind].ntotal
 
@@ -55,33 +82,108 @@ class FaissVectors:
         row = self._conn.execute(f"SELECT z FROM {kind} WHERE pos = ?", (pos,)).fetchone()
         return None if row is None else bytes(row[0])
 
+    def _recorded_digest(self, kind: VectorKind) -> tuple[int, bytes] | None:
+        """``(count, digest)`` the database records for its vectors (None in a store made before)."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (_digest_key(kind),)).fetchone()
+        if row is None:
+            return None
+        count, digest = str(row[0]).split(":", 1)
+        return int(count), bytes.fromhex(digest)
+
+    def _vectors_added(self, kind: VectorKind, start: int, rows: list[tuple[object, ...]]) -> None:
+        recorded = self._recorded_digest(kind)
+        if recorded is None or recorded[0] != start:  # first write since the digest was introduced
+            old = self._conn.execute(f"SELECT z FROM {kind} WHERE pos < ? ORDER BY pos", (start,))
+            recorded = (start, chain_digest(_GENESIS, [bytes(r[0]) for r in old]))
+        digest = chain_digest(recorded[1], [bytes(r[_Z[kind]]) for r in rows])  # type: ignore[call-overload]
+        self._conn.execute(
+            "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (_digest_key(kind), f"{start + len(rows)}:{digest.hex()}"),
+        )
+
     def _open_index(self, kind: VectorKind) -> tuple[VectorIndex, list[str]]:
-        count = self._conn.execute(f"SELECT COUNT(*) FROM {kind}").fetchone()[0]
-        loaded = VectorIndex.load(self._index_path(kind), self.dim)
-        index, start = VectorIndex(self.dim), 0
+        recorded = self._recorded_digest(kind)
+        loaded = VectorIndex.load(self._index_path(kind), self.dim) if recorded is not None else None
         if loaded is not None:
-            cached, side = loaded
-            n = cached.ntotal
-            tail = self._blob_at(kind, n - 1) if n else b""
-            if n <= count and (n == 0 or (tail is not None and side.get("last_sha") == vector_sha(tail))):
-                index, start = cached, n
+            cached = loaded[0]
+            view = cached.vectors()
+            prefix = chain_digest(_GENESIS, [view[i].tobytes() for i in range(cached.ntotal)])
+            built = self._load_rows(kind, cached, cached.ntotal, prefix)
+            if built is not None:
+                return built
+            _log.warning("the %s vector cache does not match the store; rebuilding it from the rows", kind)
+        built = self._load_rows(kind, VectorIndex(self.dim), 0, _GENESIS)
+        if built is None:
+            raise StoreError(
+                f"{kind}: the stored vectors do not match the digest recorded with them; the store is damaged"
+            )
+        return built
+
+    def _load_rows(
+        self, kind: VectorKind, index: VectorIndex, start: int, digest: bytes | None
+    ) -> tuple[VectorIndex, list[str]] | None:
+        """``index`` (holding the vectors of positions ``< start``, whose running digest is
+        ``digest``) with the scopes of every row and the vectors past ``start`` added; None when
+        the result does not reproduce the digest the database records (``digest`` None: not
+        checked) or the index holds more vectors than there are rows."""
+        recorded = self._recorded_digest(kind) if digest is not None else None
         scopes: list[str] = []
         ids: list[str] = []
         for rid, pid, state in self._conn.execute(f"SELECT id, patient_id, state FROM {kind} ORDER BY pos"):
             ids.append(rid)
             scopes.append(pid if state in _LIVE else RETIRED)
-        index.add_scopes_only(scopes[:start], 0)
+        count = len(ids)
+        if start > count:
+            return None
+        index.set_scopes(scopes[:start])
         cursor = self._conn.execute(f"SELECT z FROM {kind} WHERE pos >= ? ORDER BY pos", (start,))
         pos = start
         while chunk := cursor.fetchmany(8192):
-            mat = np.frombuffer(b"".join(bytes(r[0]) for r in chunk), dtype=np.float32)
+            blobs = [bytes(r[0]) for r in chunk]
+            if digest is not None:
+                digest = chain_digest(digest, blobs)
+            mat = np.frombuffer(b"".join(blobs), dtype=np.float32)
             index.add(mat.reshape(len(chunk), self.dim), scopes[pos : pos + len(chunk)])
             pos += len(chunk)
         if pos != count:
             raise StoreError(f"{kind}: rows are not numbered 0..{count - 1}; the store is damaged")
+        if digest is not None and recorded is not None and recorded != (count, digest):
+            return None
         return index, ids
 
+    def _follow_others(self) -> None:
+        """Follow what other processes committed since we last looked (the caller holds the
+        lock): their new vectors appended, the scope and id of every position re-read."""
+        version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        if version == self._seen_version:
+            return
+        for kind in _KINDS:
+            index = self._index[kind]
+            built = self._load_rows(kind, index, index.ntotal, None)
+            if built is None:  # fewer rows than vectors: only a restore from a backup does that
+                built = self._load_rows(kind, VectorIndex(self.dim), 0, None)
+                assert built is not None
+            self._index[kind], self._ids[kind] = built
+            self._next[kind] = built[0].ntotal
+        self._seen_version = version
+
     def _save_indexes(self) -> None:
+        """Persist the caches; a failure (a full disk, read-only media) only costs a rebuild."""
+        try:
+            self._write_indexes()
+        except (OSError, RuntimeError) as exc:  # FAISS reports a failed write as RuntimeError
+            _log.warning("the vector caches were not saved (%s); they will be rebuilt on open", exc)
+            for kind in _KINDS:
+                for tmp in (
+                    self._index_path(kind).with_suffix(".faiss.tmp"),
+                    self._index_path(kind).with_suffix(".json.tmp"),
+                ):
+                    try:
+                        tmp.unlink(missing_ok=True)
+                    except OSError:
+                        pass
+
+    def _write_indexes(self) -> None:
         private_dir(self.directory / "index")
         for kind, index in self._index.items():
             n = index.ntotal
