@@ -20,7 +20,7 @@ whole population, and ``""`` for the pool of anonymised records (patient identif
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Literal, Protocol
 
 from .._records import EpisodicRecord, SemanticState, Vector, VisualRecord
@@ -269,8 +269,12 @@ class Store(Records, Vectors, Tiers, Audit, Keys, Consents, ABC):
         """Set the PHI codec (before any read or write of PHI fields); it must be encrypting."""
 
     @abstractmethod
-    def write(self, batch: WriteBatch) -> None:
-        """Apply the batch in one transaction; raise and store nothing on any error."""
+    def write(self, batch: WriteBatch, *, before_commit: Callable[[], None] | None = None) -> None:
+        """Apply the batch in one transaction; raise and store nothing on any error.
+
+        ``before_commit`` runs inside the transaction once every row is in place, just before
+        the commit, under the store's write lock; if it raises, nothing is stored (the audit
+        log signs the new chain head there)."""
 
     @abstractmethod
     def close(self) -> None:

@@ -59,7 +59,7 @@ class SqlWriter(SqlCore):
     def _committed(self, batch: WriteBatch, moved: list[Moved]) -> None:
         """Follow a batch this store has just committed (default: nothing to follow)."""
 
-    def write(self, batch: WriteBatch) -> None:
+    def write(self, batch: WriteBatch, *, before_commit: Callable[[], None] | None = None) -> None:
         check_batch(batch)
         self._check_rewrapped(batch)
         for e in batch.episodes:
@@ -69,6 +69,8 @@ class SqlWriter(SqlCore):
         with self._db():
             with self._transaction():
                 moved = self._apply(batch)
+                if before_commit is not None:
+                    before_commit()
             self._committed(batch, moved)
 
     def _apply(self, batch: WriteBatch) -> list[Moved]:
