@@ -19,6 +19,7 @@ PUBLIC = [
     "BackboneRequest",
     "BackendError",
     "CanonicalJSONError",
+    "CheckpointKeyMissing",
     "Claim",
     "Clock",
     "ConsentDenied",

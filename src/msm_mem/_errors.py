@@ -13,6 +13,7 @@ do not know this library::
     +-- NotFound(LookupError)               unknown patient, record, key or consent
     +-- StoreError(RuntimeError)            a directory that is not a store, a schema mismatch
     |   +-- EncoderMismatch                 vectors from another encoder than the store's
+    |   +-- CheckpointKeyMissing(FileNotFoundError)  the checkpoint signing key is gone (never regenerated)
     +-- AccessDenied(PermissionError)       a governed action that is refused (always audited)
     |   +-- ConsentDenied                   no matching permit in the consent records
     |   +-- IllegalTransition               a move not in the transition table
@@ -32,6 +33,7 @@ __all__ = [
     "AuditChainBroken",
     "BackendError",
     "CanonicalJSONError",
+    "CheckpointKeyMissing",
     "ConsentDenied",
     "DecryptionError",
     "EncoderMismatch",
@@ -83,6 +85,11 @@ class NotFound(MsmMemError, LookupError):
 
 class StoreError(MsmMemError, RuntimeError):
     """The store cannot be opened or used (not a store directory, schema mismatch)."""
+
+
+class CheckpointKeyMissing(StoreError, FileNotFoundError):
+    """The audit checkpoint signing key is not where the store was told to find it; it is
+    never regenerated (checkpoints signed by a new key would not verify)."""
 
 
 class EncoderMismatch(StoreError):

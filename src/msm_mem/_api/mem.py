@@ -6,8 +6,14 @@ A store directory holds::
     store.json                where the PostgreSQL store of record is (see storage.location)
     index/                    FAISS caches of the embedded store (rebuildable)
     keys/kek.json             local key-encryption keys (mode 0600); use a KMS in production
-    keys/checkpoint.key       Ed25519 key signing audit checkpoints (mode 0600)
-    audit/checkpoints.jsonl   signed checkpoints of the audit chain
+    keys/checkpoint.key       Ed25519 key signing audit checkpoints (mode 0600), unless kept elsewhere
+    audit/checkpoints.jsonl   the signed head of every commit of audit rows, unless kept elsewhere
+    audit/checkpoints.head    the signed head of the latest commit (written before it commits)
+
+The checkpoint key and the checkpoints can live outside the directory (``checkpoint_key``: a
+path or a signing key object; ``checkpoints``: a folder or ``*.jsonl`` file), and each
+checkpoint can also be published to a ``witness`` (a folder or file elsewhere) that
+verification consults. Pass the same to :meth:`MsmMem.init` and every :meth:`MsmMem.open`.
 
 Every operation takes the acting :class:`~msm_mem.Principal` (id, role, purpose). The role is
 checked against :data:`~msm_mem._api.access.OPERATIONS`, every move against the transition
@@ -25,7 +31,8 @@ from typing import Any
 from .._agent.agent import MemoryAgent
 from .._clock import Clock, SystemClock
 from .._errors import EncoderMismatch, InvalidInput
-from .._governance.audit import AuditLog
+from .._governance.audit import AuditLog, CheckpointPlace, load_signer
+from .._governance.checkpoint import CheckpointSigner, SigningKey
 from .._governance.codec import EnvelopeCodec
 from .._governance.consent import default_policy
 from .._governance.crypto import EnvelopeCipher
@@ -100,6 +107,9 @@ class MsmMem(_Care, _Reads, _Admin, _Scope):
         backbone_options: Mapping[str, Any] | None = None,
         encoder: str | Encoder | None = None,
         encoder_options: Mapping[str, Any] | None = None,
+        checkpoint_key: str | Path | SigningKey | None = None,
+        checkpoints: str | Path | None = None,
+        witness: str | Path | None = None,
     ) -> None:
         """Private: use :meth:`init` or :meth:`open`."""
         self._directory = directory
@@ -114,7 +124,14 @@ class MsmMem(_Care, _Reads, _Admin, _Scope):
         self._store = store
         self._cipher = EnvelopeCipher(store.tenant, provider, store.keys(), self._clock.now)
         store.use_codec(EnvelopeCodec(self._cipher, store.keys()))
-        self._audit = AuditLog(store, self._cipher, directory, self._clock)
+        self._audit = AuditLog(
+            store,
+            self._cipher,
+            directory,
+            self._clock,
+            signer=load_signer(directory, checkpoint_key),
+            place=CheckpointPlace.of(directory, checkpoints, witness),
+        )
         self._gm = GovernedMemory(Memory(store, settings, self._clock), self._audit)
         self._agent = MemoryAgent(self._gm, enc, _backbone(backbone, backbone_options), directory=directory)
 
@@ -138,6 +155,9 @@ class MsmMem(_Care, _Reads, _Admin, _Scope):
         backbone: str | Backbone = "nonparametric",
         backbone_options: Mapping[str, Any] | None = None,
         encoder_options: Mapping[str, Any] | None = None,
+        checkpoint_key: str | Path | SigningKey | None = None,
+        checkpoints: str | Path | None = None,
+        witness: str | Path | None = None,
     ) -> MsmMem:
         """Create a store in ``directory`` for the settings' encoder (default ``pixels``), a
         local key file, and the consent ``policy`` (default: governance.consent.default_policy),
@@ -146,7 +166,10 @@ class MsmMem(_Care, _Reads, _Admin, _Scope):
         The store of record is embedded (SQLite in ``directory``) unless ``database_url``
         names a PostgreSQL server with pgvector: then it is a new store in ``schema`` there,
         and ``directory`` keeps the keys, the checkpoints and ``store.json`` (the URL without
-        its password). When any step fails, what init made is removed again."""
+        its password). The checkpoint signing key is created at ``checkpoint_key`` (default
+        ``DIR/keys/checkpoint.key``) unless that file exists, or is the signing key object given;
+        ``checkpoints`` and ``witness`` say where checkpoints go (see the module docstring).
+        When any step fails, what init made is removed again."""
         require(principal, Operation.INIT)
         directory = Path(directory)
         settings = settings or Settings()
@@ -157,6 +180,10 @@ class MsmMem(_Care, _Reads, _Admin, _Scope):
         try:
             (directory / "keys").mkdir(mode=0o700, exist_ok=True)
             provider = LocalKeyFileProvider.create(directory / "keys" / "kek.json")
+            if checkpoint_key is None or isinstance(checkpoint_key, str | Path):
+                key_path = directory / "keys" / "checkpoint.key" if checkpoint_key is None else Path(checkpoint_key)
+                if not key_path.exists():
+                    CheckpointSigner.create(key_path)
             mem = cls(
                 directory,
                 store,
@@ -166,6 +193,9 @@ class MsmMem(_Care, _Reads, _Admin, _Scope):
                 backbone=backbone,
                 backbone_options=backbone_options,
                 encoder=encoder,
+                checkpoint_key=checkpoint_key,
+                checkpoints=checkpoints,
+                witness=witness,
             )
             consents = default_policy(mem._clock.now()) if policy is None else policy
             mem.grant(principal, consents)
@@ -189,11 +219,15 @@ class MsmMem(_Care, _Reads, _Admin, _Scope):
         encoder: Encoder | None = None,
         encoder_options: Mapping[str, Any] | None = None,
         database_url: str | None = None,
+        checkpoint_key: str | Path | SigningKey | None = None,
+        checkpoints: str | Path | None = None,
+        witness: str | Path | None = None,
     ) -> MsmMem:
         """Open an existing store directory; its recorded encoder is used (``encoder`` may pass
         an instance of it). ``database_url`` replaces the one in ``store.json`` for this opening
-        (a server store only). Opening reads no patient data, so it takes no principal; every
-        operation on the opened store does."""
+        (a server store only). ``checkpoint_key``, ``checkpoints`` and ``witness`` as given to
+        :meth:`init` (a missing key is :class:`~msm_mem.CheckpointKeyMissing`). Opening reads
+        no patient data, so it takes no principal; every operation on the opened store does."""
         directory = Path(directory)
         store = open_store(directory, dsn=database_url)
         try:
@@ -209,6 +243,9 @@ class MsmMem(_Care, _Reads, _Admin, _Scope):
                 backbone_options=backbone_options,
                 encoder=encoder,
                 encoder_options=encoder_options,
+                checkpoint_key=checkpoint_key,
+                checkpoints=checkpoints,
+                witness=witness,
             )
         except BaseException:
             store.close()

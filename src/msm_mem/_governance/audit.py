@@ -5,10 +5,20 @@ Events hold ids only: record ids, a random per-patient pseudonym (its link to th
 encrypted with the patient's data key, so crypto-shredding the patient unlinks it), the actor,
 role, purpose, consent id and outcome. Never narrative, never a patient identifier.
 
-Checkpoints (Ed25519 over origin, size and head hash) are appended to
-``DIR/audit/checkpoints.jsonl`` every ``checkpoint_every`` events or ``checkpoint_seconds``
-seconds, and on demand; the signing key is ``DIR/keys/checkpoint.key`` (mode 0600). A
-truncated tail or a recomputed chain no longer matches a checkpoint.
+Every commit that appends audit rows signs the new chain head (Ed25519 over origin, size,
+head hash, time and the chain's base) before the write is acknowledged: inside the
+transaction, just before it commits, the signed head replaces ``checkpoints.head`` (fsynced);
+after the commit it is appended to ``checkpoints.jsonl`` and to the witness, if there is one.
+A commit that fails leaves a head file naming a chain the store does not have, which the next
+write replaces; a process killed after its commit leaves a head file that matches the store,
+and the next write copies it into the log. Either way a truncated tail, a forged append, an
+edited and rehashed event or a deleted head with a forged base no longer matches (see
+:mod:`.coverage`). A write refuses to continue a chain whose head no checkpoint signs.
+
+Where they live: by default ``DIR/audit/`` and the key ``DIR/keys/checkpoint.key`` (mode
+0600); both can be elsewhere (:class:`CheckpointPlace`, a :class:`~.checkpoint.SigningKey`).
+A missing key is :class:`~msm_mem._errors.CheckpointKeyMissing` and is never regenerated.
+Verification only reads.
 """
 
 from __future__ import annotations
@@ -20,22 +30,24 @@ import logging
 import secrets
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import _transitions as tr
 from .._clock import Clock
-from .._errors import AccessDenied, InvalidInput, NotFound
+from .._errors import AccessDenied, AuditChainBroken, CanonicalJSONError, InvalidInput, NotFound
 from .._principal import as_role
-from .._private import private_dir
 from .._storage.base import Store, WriteBatch
 from .._tier_records import AuditRow
 from .audit_chain import ChainBuilder, VerifyResult, verify_chain, verify_hashes_in_batches
-from .audit_event import AuditEvent, AuditSpec
-from .checkpoint import CheckpointLog, CheckpointSigner, verify_against_checkpoints
+from .audit_event import GENESIS, AuditEvent, AuditSpec
+from .checkpoint import Checkpoint, CheckpointLog, CheckpointSigner, SigningKey
+from .checkpoint_files import publish, read_head, read_tail, write_head
+from .coverage import check_coverage
 from .crypto import EnvelopeCipher
 from .deid import find_identifiers
 
-__all__ = ["RETENTION_S", "AuditLog"]
+__all__ = ["RETENTION_S", "AuditLog", "CheckpointPlace"]
 
 #: audit events are kept at least six years (the HIPAA documentation floor)
 RETENTION_S = 6 * 365.25 * 86400
@@ -48,8 +60,45 @@ def _plain_reason(reason: str) -> bool:
     return len(reason) <= 120 and not find_identifiers(reason)
 
 
+def _log_file(path: Path) -> Path:
+    """A checkpoint log named directly (``*.jsonl``) or the ``checkpoints.jsonl`` of a folder."""
+    path = Path(path)
+    return path if path.suffix == ".jsonl" else path / "checkpoints.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointPlace:
+    """Where a store's checkpoints live: the log, its signed head file beside it, a witness.
+
+    ``log`` and ``witness`` are files (``*.jsonl``) or folders holding ``checkpoints.jsonl``;
+    the head file is the log's name with the suffix ``.head``.
+    """
+
+    log: Path
+    witness: Path | None = None
+
+    @classmethod
+    def of(cls, directory: Path, checkpoints: str | Path | None, witness: str | Path | None) -> CheckpointPlace:
+        """The place for a store ``directory``: ``DIR/audit/`` unless ``checkpoints`` names one."""
+        log = _log_file(Path(checkpoints) if checkpoints is not None else Path(directory) / "audit")
+        return cls(log, None if witness is None else _log_file(Path(witness)))
+
+    @property
+    def head(self) -> Path:
+        """The signed head file: the checkpoint of the latest commit, written before it commits."""
+        return self.log.with_suffix(".head")
+
+
+def load_signer(directory: Path, key: str | Path | SigningKey | None) -> CheckpointSigner:
+    """The checkpoint signer: ``key`` as a path (default ``DIR/keys/checkpoint.key``) or a
+    signing key object. Reads only; :class:`CheckpointKeyMissing` when the file is gone."""
+    if key is None or isinstance(key, str | Path):
+        return CheckpointSigner.load(Path(directory) / "keys" / "checkpoint.key" if key is None else Path(key))
+    return CheckpointSigner(key)
+
+
 class AuditLog:
-    """Builds audit rows for write batches and verifies the stored chain."""
+    """Builds audit rows for write batches, signs the head at every commit, verifies the chain."""
 
     def __init__(
         self,
@@ -59,23 +108,20 @@ class AuditLog:
         clock: Clock,
         *,
         origin: str = "msm-mem",
-        checkpoint_every: int = 10_000,
-        checkpoint_seconds: float = 3600.0,
+        signer: CheckpointSigner | None = None,
+        place: CheckpointPlace | None = None,
     ) -> None:
         self.store = store
         self.cipher = cipher
         self.clock = clock
         self.origin = origin
-        self.signer = CheckpointSigner.load_or_create(directory / "keys" / "checkpoint.key")
-        private_dir(directory / "audit")
-        self.log = CheckpointLog(directory / "audit" / "checkpoints.jsonl")
-        self.checkpoint_every = checkpoint_every
-        self.checkpoint_seconds = checkpoint_seconds
+        self.signer = signer if signer is not None else load_signer(directory, None)
+        self.place = place if place is not None else CheckpointPlace.of(directory, None, None)
+        self.log = CheckpointLog(self.place.log)
         self._lock = threading.RLock()
         self._pseudonyms: dict[str, str] = {}
         self._head: tuple[int, str] | None = None  # chain head after our last write
-        last = self.log.latest()
-        self._last_checkpoint = (last.size, last.time) if last else (0, clock.now())
+        self._signed: tuple[int, str] | None = None  # the last head this object saw signed
 
     # pseudonyms ----------------------------------------------------------------------------
 
@@ -158,46 +204,138 @@ class AuditLog:
         """
         with self._lock:
             heads: list[tuple[int, str]] = []
+            started: list[tuple[int, str]] = []
+            builders: list[ChainBuilder] = []
 
             def chain(seq: int, prev: str) -> list[AuditRow]:
+                # called inside the write transaction, under the store's write lock: the head
+                # another process may have moved is read there, so sequence numbers never collide
                 builder = ChainBuilder(seq, prev)
                 rows = [AuditRow(*builder.next_row_of(spec)) for spec in specs]
+                started[:], builders[:] = [(seq, prev)], [builder]
                 heads[:] = [(builder.head_seq, builder.head_hash)]
                 return rows
 
+            signed: list[Checkpoint] = []
+
+            def sign() -> None:
+                if builders:
+                    self._sign_commit(started[0], builders[0], signed)
+
             try:
-                self.store.write(batch, chain)
+                self.store.write(batch, chain, before_commit=sign)
             except BaseException:
                 self._head = None  # re-read from the store next time
                 raise
             self._head = heads[0] if heads else None
-        try:
-            self.committed()
-        except OSError as exc:  # the batch is committed: report it done; the next commit checkpoints
-            _log.warning("checkpoint after a commit failed (%s); it is retried at the next commit", exc)
+            if signed:
+                self._publish(signed[-1])
 
-    def committed(self) -> None:
-        """Call after a batch with audit rows committed: checkpoints when one is due."""
-        seq, _ = self._head if self._head is not None else self.store.audit_head()
-        size, when = self._last_checkpoint
-        if seq - size >= self.checkpoint_every or (seq > size and self.clock.now() - when >= self.checkpoint_seconds):
-            self.checkpoint()
+    # signing the head at every commit (kept apart from the chaining above) -----------------
+
+    def _sign_commit(self, head: tuple[int, str], builder: ChainBuilder, out: list[Checkpoint]) -> None:
+        """Inside the write transaction, before it commits: the chain continued from ``head``
+        must be signed; sign the new head and make it durable in the head file."""
+        self._require_signed(head)
+        base = self.store.audit_base()
+        cp = self.signer.sign_head(self.origin, builder.head_seq, builder.head_hash, self.clock.now(), base)
+        write_head(self.place.head, cp)
+        out.append(cp)
+
+    def _require_signed(self, head: tuple[int, str]) -> None:
+        """Refuse to sign over events no checkpoint covers (they were not written through here).
+
+        A head signed in the head file but missing from the log (its writer was killed after
+        the commit) is copied into the log first, since the head file is about to be replaced.
+        """
+        if head == self._signed or head == (0, GENESIS):
+            return
+        if head == self.store.audit_base():  # everything before the head was purged by a signed write
+            return
+        pending = read_head(self.place.head)
+        if pending is not None and self._covers(pending, head):
+            tail = read_tail(self.place.log)
+            if tail is None or (tail.size, tail.head_hash) != head:
+                self._publish(pending)
+            self._signed = head
+            return
+        tail = read_tail(self.place.log)
+        if tail is not None and self._covers(tail, head):
+            self._signed = head
+            return
+        first = tail.size + 1 if tail is not None and tail.size < head[0] else 1
+        raise AuditChainBroken(
+            f"events up to {head[0]} are covered by no signed checkpoint: verify the audit tier"
+            " (an admin's or auditor's checkpoint signs the head of a store made before per-commit checkpoints)",
+            seq=first,
+        )
+
+    def _covers(self, cp: Checkpoint, head: tuple[int, str]) -> bool:
+        return cp.origin == self.origin and (cp.size, cp.head_hash) == head and cp.verify(self.signer.public_key)
+
+    def _publish(self, cp: Checkpoint) -> None:
+        """After the commit: the signed head into the log and the witness. The head file (fsynced
+        before the commit) already covers it, so a failure here loses nothing: the next write
+        copies the head file into the log."""
+        try:
+            publish(self.place.log, cp)
+            if self.place.witness is not None:
+                publish(self.place.witness, cp)
+        except OSError:
+            self._signed = None
+            return
+        self._signed = (cp.size, cp.head_hash)
 
     def checkpoint(self) -> tuple[int, str]:
-        """Sign the current head and append it to the checkpoint log; returns (size, hash)."""
-        with self._lock, self.log.locked():  # the head read under the log's lock: appends stay in order
+        """Sign the current head and append it to the log and the witness; returns (size, hash).
+
+        Every commit signs its head already; this signs a head that nothing signed, such as
+        that of a store made before per-commit checkpoints (audited by the caller)."""
+        with self._lock:
             size, head = self.store.audit_head()
-            cp = self.signer.sign(self.origin, size, head, self.clock.now())
-            self.log.append(cp)
-            self._last_checkpoint = (size, cp.time)
+            cp = self.signer.sign_head(self.origin, size, head, self.clock.now(), self.store.audit_base())
+            publish(self.place.log, cp)
+            if self.place.witness is not None:
+                publish(self.place.witness, cp)
+            self._signed = (size, head)
             return size, head
 
     # verification --------------------------------------------------------------------------
 
+    def _checkpoint_lines(self, chain_empty: bool) -> tuple[list[tuple[str, Checkpoint]], str]:
+        """Every checkpoint line of the log and the witness, with where it came from; a reason
+        (and no lines) when one of them is missing or unreadable."""
+        lines: list[tuple[str, Checkpoint]] = []
+        sources = [("checkpoint log", self.place.log)]
+        if self.place.witness is not None:
+            sources.append(("witness", self.place.witness))
+        for name, path in sources:
+            if not path.is_file():
+                if chain_empty:
+                    continue
+                return [], (
+                    f"the {name} {path.name} is missing: deleted, or never written (an older msm-mem"
+                    " checkpointed every 10,000 events; an admin's or auditor's checkpoint signs the head)"
+                )
+            try:
+                lines.extend((name, c) for c in CheckpointLog(path).all())
+            except (CanonicalJSONError, InvalidInput) as exc:
+                return [], f"the {name} {path.name} is unreadable: {exc}"
+        return lines, ""
+
     def verify(self, *, full: bool = True) -> VerifyResult:
-        """Verify the stored chain (fully, or hashes and links only) and the checkpoints."""
+        """Verify the stored chain (fully, or hashes and links only) against the signed
+        checkpoints of the log, the witness and the head file. Reads only: no file, folder or
+        lock is created, so a store on read-only media verifies."""
         base_seq, base_hash = self.store.audit_base()
-        checkpoints = [c for c in self.log.all() if c.size > base_seq]
+        stored_head = self.store.audit_head()
+        lines, problem = self._checkpoint_lines(stored_head[0] == base_seq)
+        if problem:
+            return VerifyResult(False, 0, base_hash, base_seq + 1, f"seq {base_seq + 1}: {problem}")
+        head_file = read_head(self.place.head)
+        checkpoints = [c for _, c in lines if c.size > base_seq]
+        if head_file is not None:
+            checkpoints.append(head_file)
         sizes = sorted({c.size for c in checkpoints})
         seen: dict[int, str] = {}
 
@@ -220,10 +358,15 @@ class AuditLog:
         if not result.ok:
             return result
         size = base_seq + result.count
-        cp = verify_against_checkpoints(checkpoints, self.signer.public_key, seen.get, size, origin=self.origin)
-        if not cp.ok:
-            return cp
-        return VerifyResult(True, size, result.head_hash, None, "")
+        return check_coverage(
+            lines,
+            head_file,
+            self.signer.public_key,
+            seen,
+            (size, result.head_hash),
+            (base_seq, base_hash),
+            origin=self.origin,
+        )
 
     def purge(self, through_seq: int, *, actor: str, role: str, reason: str) -> int:
         """Delete events up to ``through_seq``: admin only, with a reason, refused while any of

@@ -1,18 +1,23 @@
 """Signed checkpoints of the audit chain, kept outside the database.
 
 A checkpoint says "the chain of ``origin`` had ``size`` events and its last ``event_hash`` was
-``head_hash`` at ``time``", signed with Ed25519 over
-``canonicalize({"head_hash", "origin", "size", "time"})``. Someone who can rewrite the
+``head_hash`` at ``time``", signed with Ed25519 over the canonical JSON of every field but the
+signature: ``{"head_hash", "origin", "size", "time"}`` (the first format, still read), and since
+per-commit checkpoints also ``"base_hash", "base_size"``: the ``(seq, hash)`` the stored chain
+continues from (``(0, GENESIS)`` until a retention purge), so a deleted head with a forged base
+no longer matches. Someone who can rewrite the
 database can recompute a whole hash chain, or cut off its tail, and the chain alone still
 verifies; a checkpoint written elsewhere (an append-only JSONL file here, ideally on other
 storage) exposes both, because its signing key is not in the database.
 
-File formats: the private key is an unencrypted PKCS#8 PEM file created with mode 0600; the
-log holds one canonical JSON checkpoint per line, each line ended by ``\\n``, fsynced on append.
-Appends hold an exclusive lock on the log (processes sharing a store take turns); an append
-that fails (a full disk) is cut off again, and a last line left without its newline by a
-crash mid-append was never acknowledged: it is ignored with a warning and cut off by the
-next append.
+File formats: the private key is an unencrypted PKCS#8 PEM file created with mode 0600 (or any
+object with ``sign(bytes) -> bytes`` and ``public_key()``, such as an ``Ed25519PrivateKey`` or a
+wrapper of a hardware key); the log holds one canonical JSON checkpoint per line, each line
+ended by ``\\n``. A missing key is :class:`CheckpointKeyMissing`: it is created only by
+:meth:`CheckpointSigner.create`, never regenerated when it is gone.
+Appends of one log are serialised by an exclusive lock on it; a last line left without its
+newline by a crash mid-append was never acknowledged: it is ignored with a warning and cut off
+by the next append.
 """
 
 from __future__ import annotations
@@ -27,13 +32,13 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .._errors import AuditChainBroken, CanonicalJSONError, InvalidInput, StoreError
+from .._errors import AuditChainBroken, CanonicalJSONError, CheckpointKeyMissing, InvalidInput, StoreError
 from .audit_chain import VerifyResult
 from .audit_event import GENESIS
 from .jcs import MAX_SAFE_INTEGER, canonicalize, loads_strict
@@ -42,6 +47,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointLog",
     "CheckpointSigner",
+    "SigningKey",
     "ed25519_verify",
     "verify_against_checkpoints",
 ]
@@ -49,13 +55,25 @@ __all__ = [
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX_SIG = re.compile(r"[0-9a-f]{128}")
 _FIELDS = frozenset({"origin", "size", "head_hash", "time", "signature"})
+_FIELDS_BASE = _FIELDS | {"base_size", "base_hash"}
 
 PublicKeyLike = Ed25519PublicKey | bytes
 _log = logging.getLogger("msm_mem")
 
 
-def _message(origin: str, size: int, head_hash: str, time: float) -> bytes:
-    return canonicalize({"origin": origin, "size": size, "head_hash": head_hash, "time": time})
+class SigningKey(Protocol):
+    """What signs checkpoints: an ``Ed25519PrivateKey`` or anything that behaves like one."""
+
+    def sign(self, data: bytes) -> bytes: ...
+
+    def public_key(self) -> Ed25519PublicKey: ...
+
+
+def _message(origin: str, size: int, head_hash: str, time: float, base: tuple[int, str] | None = None) -> bytes:
+    d: dict[str, Any] = {"origin": origin, "size": size, "head_hash": head_hash, "time": time}
+    if base is not None:
+        d["base_size"], d["base_hash"] = base
+    return canonicalize(d)
 
 
 def _check_fields(origin: object, size: object, head_hash: object, time: object) -> None:
@@ -102,6 +120,9 @@ class Checkpoint:
     head_hash: str
     time: float
     signature: str
+    #: the stored chain's base when signed (seq, hash); None in checkpoints of the first format
+    base_size: int | None = None
+    base_hash: str | None = None
 
     def __post_init__(self) -> None:
         if type(self.time) is int:
@@ -109,10 +130,23 @@ class Checkpoint:
         _check_fields(self.origin, self.size, self.head_hash, self.time)
         if not isinstance(self.signature, str) or _HEX_SIG.fullmatch(self.signature) is None:
             raise InvalidInput("checkpoint signature is not 128 lowercase hex digits")
+        if (self.base_size is None) != (self.base_hash is None):
+            raise InvalidInput("a checkpoint has both base_size and base_hash or neither")
+        if self.base_size is not None:
+            _check_fields(self.origin, self.base_size, self.base_hash, self.time)
+            if self.base_size > self.size:
+                raise InvalidInput("a checkpoint's base lies beyond its head")
+
+    @property
+    def base(self) -> tuple[int, str] | None:
+        """``(base_size, base_hash)``, or None for a checkpoint of the first format."""
+        if self.base_size is None or self.base_hash is None:
+            return None
+        return self.base_size, self.base_hash
 
     def message(self) -> bytes:
-        """The signed bytes: canonical JSON of origin, size, head_hash and time."""
-        return _message(self.origin, self.size, self.head_hash, self.time)
+        """The signed bytes: canonical JSON of every field but the signature."""
+        return _message(self.origin, self.size, self.head_hash, self.time, self.base)
 
     def verify(self, public_key: PublicKeyLike) -> bool:
         """True when the signature verifies under ``public_key``."""
@@ -127,6 +161,8 @@ class Checkpoint:
             "time": self.time,
             "signature": self.signature,
         }
+        if self.base is not None:
+            d["base_size"], d["base_hash"] = self.base
         return canonicalize(d)
 
     @classmethod
@@ -136,17 +172,59 @@ class Checkpoint:
         Raises :class:`CanonicalJSONError` for bad JSON, :class:`InvalidInput` for bad fields.
         """
         d = loads_strict(data)
-        if type(d) is not dict or d.keys() != _FIELDS:
-            raise InvalidInput(f"a checkpoint needs exactly the fields {sorted(_FIELDS)}")
+        if type(d) is not dict or d.keys() not in (_FIELDS, _FIELDS_BASE):
+            raise InvalidInput(f"a checkpoint needs exactly the fields {sorted(_FIELDS)} (and base_size, base_hash)")
         return cls(**d)
 
 
 class CheckpointSigner:
-    """Signs checkpoints with one Ed25519 private key."""
+    """Signs checkpoints with one Ed25519 private key (or a :class:`SigningKey` provider)."""
 
-    def __init__(self, private_key: Ed25519PrivateKey) -> None:
+    def __init__(self, private_key: Ed25519PrivateKey | SigningKey) -> None:
+        if not callable(getattr(private_key, "sign", None)) or not callable(getattr(private_key, "public_key", None)):
+            raise InvalidInput("a checkpoint key needs sign(bytes) and public_key()")
+        public = private_key.public_key()
+        if not isinstance(public, Ed25519PublicKey):
+            raise InvalidInput(f"a checkpoint key must be Ed25519, its public key is {type(public).__name__}")
         self._key = private_key
-        self._public = private_key.public_key()
+        self._public = public
+
+    @classmethod
+    def create(cls, key_path: Path) -> CheckpointSigner:
+        """A new key written to ``key_path`` (mode 0600, parents 0700); refuses an existing file."""
+        key_path = Path(key_path)
+        key_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        key = Ed25519PrivateKey.generate()
+        pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        try:
+            fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise StoreError(f"{key_path} exists already: a checkpoint key is never replaced") from None
+        try:
+            os.write(fd, pem)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _fsync_dir(key_path.parent)
+        return cls(key)
+
+    @classmethod
+    def load(cls, key_path: Path) -> CheckpointSigner:
+        """Load the PEM key at ``key_path``; reads only (no file or directory is created).
+
+        Raises :class:`CheckpointKeyMissing` if there is no file: a lost key is never replaced
+        by a new one (its checkpoints could not be verified any more), and :class:`StoreError`
+        as :meth:`load_or_create` for a file that is not a private Ed25519 key.
+        """
+        key_path = Path(key_path)
+        if not key_path.is_file():
+            raise CheckpointKeyMissing(
+                f"no checkpoint signing key at {key_path}: restore it from its backup or name where it is"
+                " (checkpoint_key=, MSM_MEM_CHECKPOINT_KEY); it is never regenerated"
+            )
+        return cls.load_or_create(key_path)
 
     @classmethod
     def load_or_create(cls, key_path: Path) -> CheckpointSigner:
@@ -202,9 +280,19 @@ class CheckpointSigner:
         ``time`` is UTC seconds; ``size`` 0 requires ``head_hash == GENESIS``.
         Raises :class:`InvalidInput` for malformed fields.
         """
+        return self.sign_head(origin, size, head_hash, time)
+
+    def sign_head(
+        self, origin: str, size: int, head_hash: str, time: float, base: tuple[int, str] | None = None
+    ) -> Checkpoint:
+        """:meth:`sign`, also signing the chain's ``base`` ``(seq, hash)`` when given."""
         _check_fields(origin, size, head_hash, time)
-        signature = self._key.sign(_message(origin, size, head_hash, float(time)))
-        return Checkpoint(origin, size, head_hash, float(time), signature.hex())
+        if base is not None:
+            _check_fields(origin, base[0], base[1], time)
+        signature = self._key.sign(_message(origin, size, head_hash, float(time), base))
+        if base is None:
+            return Checkpoint(origin, size, head_hash, float(time), signature.hex())
+        return Checkpoint(origin, size, head_hash, float(time), signature.hex(), base[0], base[1])
 
 
 def _fsync_dir(path: Path) -> None:

@@ -272,12 +272,21 @@ class Store(Records, Vectors, Tiers, Audit, Keys, Consents, ABC):
         """Set the PHI codec (before any read or write of PHI fields); it must be encrypting."""
 
     @abstractmethod
-    def write(self, batch: WriteBatch, chain: AuditChainer | None = None) -> None:
+    def write(
+        self,
+        batch: WriteBatch,
+        chain: AuditChainer | None = None,
+        *,
+        before_commit: Callable[[], None] | None = None,
+    ) -> None:
         """Apply the batch in one transaction; raise and store nothing on any error.
 
         ``chain`` builds the batch's audit rows from the stored chain head ``(seq, event_hash)``
         and is called inside the write transaction, under the store's write lock, so writers
-        of several processes can neither collide on a sequence number nor fork the chain."""
+        of several processes can neither collide on a sequence number nor fork the chain.
+        ``before_commit`` runs inside the transaction once every row is in place, just before
+        the commit; if it raises, nothing is stored (the audit log signs the new chain head
+        there)."""
 
     @abstractmethod
     def close(self) -> None:

@@ -62,7 +62,13 @@ class SqlWriter(SqlCore):
     def _committed(self, batch: WriteBatch, moved: list[Moved]) -> None:
         """Follow a batch this store has just committed (default: nothing to follow)."""
 
-    def write(self, batch: WriteBatch, chain: AuditChainer | None = None) -> None:
+    def write(
+        self,
+        batch: WriteBatch,
+        chain: AuditChainer | None = None,
+        *,
+        before_commit: Callable[[], None] | None = None,
+    ) -> None:
         check_batch(batch)
         for e in batch.episodes:
             r.check_vector(e.z, self.dim, f"episode {e.episode_id}")
@@ -71,6 +77,8 @@ class SqlWriter(SqlCore):
         with self._db():
             with self._transaction():
                 moved = self._apply(batch, chain)
+                if before_commit is not None:
+                    before_commit()
             self._committed(batch, moved)
 
     def _apply(self, batch: WriteBatch, chain: AuditChainer | None = None) -> list[Moved]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -180,9 +181,20 @@ def principal(args: argparse.Namespace) -> Principal:
     return who
 
 
+def checkpoint_options() -> dict[str, Any]:
+    """Where the audit checkpoints and their key live, from ``MSM_MEM_CHECKPOINT_KEY``,
+    ``MSM_MEM_CHECKPOINTS`` and ``MSM_MEM_WITNESS`` (unset: inside the store directory)."""
+    names = {
+        "checkpoint_key": "MSM_MEM_CHECKPOINT_KEY",
+        "checkpoints": "MSM_MEM_CHECKPOINTS",
+        "witness": "MSM_MEM_WITNESS",
+    }
+    return {option: os.environ[name] for option, name in names.items() if os.environ.get(name)}
+
+
 def open_mem(args: argparse.Namespace, **options: Any) -> MsmMem:
     """Open the store in ``args.dir`` with the settings of the environment (``MSM_MEM_*``)."""
-    return MsmMem.open(args.dir, settings=Settings.from_env(), **options)
+    return MsmMem.open(args.dir, settings=Settings.from_env(), **checkpoint_options(), **options)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

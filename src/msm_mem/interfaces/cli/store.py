@@ -12,7 +12,7 @@ from pathlib import Path
 from ... import InvalidInput, MsmMem, Purpose, Role, RowProblem, read_manifest
 from ..._settings import Settings
 from .identity import write_identity
-from .registry import command, open_mem, principal
+from .registry import checkpoint_options, command, open_mem, principal
 
 __all__ = ["cmd_export", "cmd_import", "cmd_ingest", "cmd_init"]
 
@@ -46,7 +46,10 @@ def cmd_init(args: argparse.Namespace) -> int:
         settings = settings.with_(encoder=args.encoder)
     schema = args.schema or "msm_mem"
     admin = principal(args)
-    with MsmMem.init(args.dir, admin, settings=settings, database_url=args.database_url, schema=schema) as mem:
+    options = checkpoint_options()
+    with MsmMem.init(
+        args.dir, admin, settings=settings, database_url=args.database_url, schema=schema, **options
+    ) as mem:
         write_identity(args.dir, admin)
         where = f"PostgreSQL schema {schema}" if args.database_url else "embedded"
         print(f"created store {args.dir} ({where}; encoder {mem.encoder_name}, {mem.dim}-d; admin {admin.id})")
@@ -126,7 +129,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             encoder = str(layout["encoder"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise InvalidInput(f"{args.path} is not a paper layout: {exc}") from exc
-        MsmMem.init(args.dir, who, settings=Settings.from_env().with_(encoder=encoder)).close()
+        MsmMem.init(args.dir, who, settings=Settings.from_env().with_(encoder=encoder), **checkpoint_options()).close()
         write_identity(args.dir, who)
     with open_mem(args) as mem:
         counts = mem.import_paper(who, args.path)

@@ -1,0 +1,95 @@
+"""The files of per-commit checkpoints: the signed head written before each commit, and the
+log lines appended after it (see :mod:`.audit`). Plain file operations, one concern each;
+reading never creates anything."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from .._errors import InvalidInput
+from .checkpoint import Checkpoint
+
+__all__ = ["publish", "read_head", "read_tail", "write_head"]
+
+
+def publish(path: Path, checkpoint: Checkpoint) -> None:
+    """Append ``checkpoint`` to the log at ``path`` without reading it back (one write).
+
+    The per-commit path: the head it signs was written before the commit by :func:`write_head`
+    (fsynced), so this append needs no fsync of its own; it creates the file (0600) and its
+    folder when missing.
+    """
+    path = Path(path)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # processes sharing the log append one line at a time
+        _cut_torn_tail(fd)
+        os.write(fd, checkpoint.to_json() + b"\n")
+    finally:
+        os.close(fd)
+
+
+def _cut_torn_tail(fd: int) -> None:
+    """Cut off a last line left without its newline (an append a crash interrupted: it was never
+    acknowledged), so the next line does not join it."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = max(0, size - 65536)
+    tail = os.pread(fd, size - start, start)
+    os.ftruncate(fd, start + tail.rfind(b"\n") + 1)
+
+
+def write_head(path: Path, checkpoint: Checkpoint) -> None:
+    """Replace the signed head file at ``path`` with ``checkpoint`` and fsync it.
+
+    Written inside the transaction of a commit, before it commits: a head that then fails to
+    commit names a chain the store does not have, and the next write replaces it.
+    """
+    path = Path(path)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, checkpoint.to_json() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_head(path: Path) -> Checkpoint | None:
+    """The checkpoint of the signed head file, or None when it is missing or torn (a write
+    interrupted before its commit, so the store does not rely on it). Reads only."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    if not data.endswith(b"\n"):
+        return None
+    try:
+        checkpoint = Checkpoint.from_json(data[:-1])
+    except InvalidInput:
+        return None
+    return checkpoint if checkpoint.to_json() == data[:-1] else None
+
+
+def read_tail(path: Path, max_bytes: int = 4096) -> Checkpoint | None:
+    """The last complete checkpoint line of the log at ``path`` (None: missing, empty or torn).
+    Reads at most the last ``max_bytes``: the write path's check of the signed head."""
+    try:
+        with Path(path).open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read()
+    except FileNotFoundError:
+        return None
+    lines = data.split(b"\n")
+    for line in reversed(lines[1:-1] if size > max_bytes else lines[:-1]):
+        try:
+            return Checkpoint.from_json(line)
+        except InvalidInput:
+            return None
+    return None
