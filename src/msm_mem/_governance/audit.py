@@ -37,6 +37,8 @@ __all__ = ["RETENTION_S", "AuditLog"]
 
 #: audit events are kept at least six years (the HIPAA documentation floor)
 RETENTION_S = 6 * 365.25 * 86400
+#: tries of one write whose chain another writer overtook (each retry follows a write that committed)
+_CHAIN_TRIES = 64
 
 
 @functools.lru_cache(maxsize=4096)
@@ -153,21 +155,20 @@ class AuditLog:
         failed write leaves the head where the store has it.
         """
         with self._lock:
-            cached = self._head
-            head = cached if cached is not None else self.store.audit_head()
-            while True:
+            head = self._head if self._head is not None else self.store.audit_head()
+            for attempt in range(_CHAIN_TRIES):
                 builder = ChainBuilder(*head)
                 batch.audit = [AuditRow(*builder.next_row_of(spec)) for spec in specs]
                 try:
                     self.store.write(batch)
                 except BaseException:
                     self._head = None  # re-read from the store next time
-                    if cached is None:
-                        raise
-                    # another handle (the CLI, another process) appended since our last write:
-                    # the batch rolled back, so chain it once more after the stored head
-                    cached, stored = None, self.store.audit_head()
-                    if stored == head:
+                    # another handle (the CLI, another process or worker) appended after the head
+                    # this batch was chained on, a cached one or one read just now but before the
+                    # write took its locks: the batch rolled back, so chain it once more after the
+                    # stored head (a bounded number of times under contention)
+                    stored = self.store.audit_head()
+                    if stored == head or attempt == _CHAIN_TRIES - 1:
                         raise
                     head = stored
                     continue
