@@ -1,12 +1,16 @@
-"""MemoryClient without a server (a fake transport): retries only for idempotent calls, pages
-followed to the end, problems raised as the library's exceptions."""
+"""MemoryClient and AsyncMemoryClient without a server (a fake transport): retries only for
+idempotent calls, pages followed to the end, problems raised as the library's exceptions, and
+the async client mirroring the sync one."""
 
 from __future__ import annotations
+
+import asyncio
+import inspect
 
 import httpx
 import pytest
 
-from msm_mem import AccessDenied, BackendError, InvalidInput, MemoryClient
+from msm_mem import AccessDenied, AsyncMemoryClient, BackendError, InvalidInput, MemoryClient
 
 PROBLEM = {"type": "urn:msm-mem:problem:access-denied", "title": "t", "status": 403, "detail": "no"}
 
@@ -81,3 +85,61 @@ def test_pages_are_followed_and_problems_raised() -> None:
             c.visuals("P1")
         with pytest.raises(InvalidInput):
             c.episodes("..")
+
+
+def _async_client(handler: object, **kwargs: object) -> AsyncMemoryClient:
+    transport = httpx.MockTransport(handler)  # type: ignore[arg-type]
+    return AsyncMemoryClient("http://test", "msmk_x", transport=transport, backoff_s=0, **kwargs)  # type: ignore[arg-type]
+
+
+def test_the_async_client_mirrors_the_sync_one_call_for_call() -> None:
+    """Every public method of MemoryClient is a coroutine of AsyncMemoryClient with the same
+    signature (close is aclose)."""
+    public = {n for n in dir(MemoryClient) if not n.startswith("_")} - {"close"}
+    assert public == {n for n in dir(AsyncMemoryClient) if not n.startswith("_")} - {"aclose"}
+    for name in public:
+        sync, coro = getattr(MemoryClient, name), getattr(AsyncMemoryClient, name)
+        assert inspect.iscoroutinefunction(coro), name
+        assert inspect.signature(sync) == inspect.signature(coro), name
+    assert inspect.signature(MemoryClient.__init__).parameters.keys() == (
+        inspect.signature(AsyncMemoryClient.__init__).parameters.keys()
+    )
+
+
+def test_the_async_client_retries_reads_not_writes_and_raises_problems() -> None:
+    """A 503 is retried for a GET and not for a POST; a transport error after the retries is a
+    BackendError; a 403 problem is AccessDenied; pages are followed; a bad id is refused locally."""
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        if "visuals" in request.url.path:
+            return httpx.Response(403, json=PROBLEM, headers={"content-type": "application/problem+json"})
+        if "audit" in request.url.path:
+            raise httpx.ConnectError("refused", request=request)
+        if len(calls) == 1:
+            return httpx.Response(503, json={"type": "urn:msm-mem:problem:store-error", "status": 503})
+        offset = int(request.url.params.get("offset", "0"))
+        return httpx.Response(200, json={"items": [], "total": 0, "offset": offset, "limit": 500, "next_offset": None})
+
+    async def scenario() -> None:
+        async with _async_client(handler) as c:
+            assert await c.episodes("P1") == []
+            assert calls == ["GET", "GET"]
+            calls.clear()
+            calls.append("-")  # the next answer is not the first: no 503
+            with pytest.raises(AccessDenied, match="no"):
+                await c.visuals("P1")
+            with pytest.raises(BackendError):
+                await c.verify_audit()
+            with pytest.raises(InvalidInput):
+                await c.episodes("..")
+        calls.clear()
+        async with _async_client(handler) as c:
+            with pytest.raises(Exception, match="HTTP 503|store"):
+                await c.consolidate("P1", "M-1", "answer")
+        assert calls == ["POST"]
+
+    asyncio.run(scenario())
+    with pytest.raises(InvalidInput):
+        AsyncMemoryClient("http://test", " ")

@@ -13,6 +13,7 @@ import msm_mem
 PUBLIC = [
     "AccessDenied",
     "AgentAnswer",
+    "AsyncMemoryClient",
     "AuditChainBroken",
     "Backbone",
     "BackboneReply",

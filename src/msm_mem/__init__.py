@@ -16,7 +16,7 @@ from ._agent.router import ExpertWeights, FixedRouter, LearnedRouter, fit_router
 from ._api import MsmMem
 from ._api.access import OPERATIONS, Operation
 from ._api.care import Retrieved, RetrievedItem
-from ._client import MemoryClient
+from ._client import AsyncMemoryClient, MemoryClient
 from ._clock import Clock, FixedClock, SystemClock
 from ._errors import (
     AccessDenied,
@@ -67,6 +67,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 __all__ = [
     "AccessDenied",
     "AgentAnswer",
+    "AsyncMemoryClient",
     "AuditChainBroken",
     "Backbone",
     "BackboneReply",

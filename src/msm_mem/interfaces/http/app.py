@@ -136,12 +136,35 @@ def openapi_schema(app: FastAPI) -> dict[str, Any]:
                 content = response.get("content", {})
                 if status[:1] in ("4", "5") and "application/json" in content:
                     response["content"] = {MEDIA_TYPE: content["application/json"]}
+    _form_bodies(doc)
     doc.setdefault("components", {})["securitySchemes"] = {
         "bearer": {"type": "http", "scheme": "bearer", "description": "an API key (msmk_...) or a JWT"}
     }
     doc["security"] = [{"bearer": []}]
     app.openapi_schema = doc
     return doc
+
+
+def _form_bodies(doc: dict[str, Any]) -> None:
+    """Say of each form body what the server takes: a form field is sent or left out, never
+    null (the generated ``anyOf [X, null]`` becomes ``X``, so an image is a file part), and an
+    upload takes exactly one of ``image`` and ``image_study``."""
+    schemas = doc.get("components", {}).get("schemas", {})
+    for path in doc.get("paths", {}).values():
+        for op in path.values():
+            content = op.get("requestBody", {}).get("content", {})
+            ref = content.get("multipart/form-data", {}).get("schema", {}).get("$ref", "")
+            body = schemas.get(ref.rsplit("/", 1)[-1])
+            if body is None:
+                continue
+            for name, prop in body.get("properties", {}).items():
+                options = prop.get("anyOf", [])
+                kept = [o for o in options if o != {"type": "null"}]
+                if len(options) == 2 and len(kept) == 1:
+                    del prop["anyOf"]
+                    body["properties"][name] = {**kept[0], **prop}
+            if {"image", "image_study"} <= set(body.get("properties", {})):
+                body["oneOf"] = [{"required": ["image"]}, {"required": ["image_study"]}]
 
 
 def _app(lifespan: Callable[[FastAPI], Any] | None = None) -> FastAPI:

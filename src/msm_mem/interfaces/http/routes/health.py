@@ -12,14 +12,17 @@ __all__ = ["router"]
 
 router = APIRouter(tags=["health"], responses=PROBLEM_RESPONSES)
 
+#: what the schema says of an operation that takes no credential (it overrides the global bearer)
+NO_CREDENTIAL: dict[str, object] = {"security": []}
 
-@router.get("/health", response_model=StatusOut)
+
+@router.get("/health", response_model=StatusOut, openapi_extra=NO_CREDENTIAL)
 def health() -> StatusOut:
     """Liveness: the process answers (no credential needed, nothing read)."""
     return StatusOut(status="ok")
 
 
-@router.get("/ready", response_model=StatusOut)
+@router.get("/ready", response_model=StatusOut, openapi_extra=NO_CREDENTIAL)
 def ready(request: Request) -> StatusOut:
     """Readiness: the store is open and its directory is there (no credential, no patient data)."""
     state = server(request)

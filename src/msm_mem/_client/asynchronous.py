@@ -1,0 +1,289 @@
+""":class:`AsyncMemoryClient`: :class:`~msm_mem.MemoryClient` for asyncio, call for call: the same
+requests (:mod:`.calls`), the same records and exceptions, each operation awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+from .._agent.agent import AgentAnswer
+from .._api.care import Retrieved
+from .._errors import MissingExtra
+from .._governance.audit_chain import VerifyResult
+from .._memory.maintenance import MaintenanceReport
+from .._memory.msm import WriteResult
+from .._principal import Principal
+from .._records import EpisodicRecord, SemanticState, VisualRecord
+from .._tier_records import Claim, ConsentRecord, StmItem, StmState
+from . import calls
+from .calls import MAX_PAGES, Call, Image, Paged
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["AsyncMemoryClient"]
+
+T = TypeVar("T")
+
+
+class AsyncMemoryClient:
+    """An asyncio client of ``msm-mem serve`` at ``base_url`` (``httpx.AsyncClient``), acting as
+    the principal of ``token`` (an API key or a JWT): :class:`~msm_mem.MemoryClient`'s methods,
+    each a coroutine (``await memory.ask(...)``; ``async with`` closes it).
+
+    Each method mirrors the :class:`~msm_mem.MsmMem` operation of the same name without its
+    principal argument, and returns the same frozen records (embeddings are not sent: a
+    record's ``z`` is an empty vector). Lists are fetched page by page until the last.
+    Refusals and errors raise the library's exceptions (``AccessDenied``, ``ConsentDenied``,
+    ``NotFound``, ``InvalidInput``...), from the server's RFC 9457 problem documents.
+
+    Only idempotent calls (the reads, audit verification and export) are retried, up to
+    ``retries`` more times on a transport error or a 502/503/504, ``backoff_s`` apart and
+    doubling. ``break_glass_reason`` (admins only) is sent with every call to act outside the
+    credential's patient scope; the server audits it. ``transport`` replaces the network (an
+    ``httpx`` transport, for tests).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        retries: int = 2,
+        backoff_s: float = 0.2,
+        break_glass_reason: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        verify: bool | str = True,
+    ) -> None:
+        try:
+            import httpx
+        except ImportError:
+            raise MissingExtra("httpx", "client") from None
+        headers = calls.headers(token, retries, break_glass_reason)
+        self._httpx = httpx
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport, verify=verify
+        )
+        self._retries = retries
+        self._backoff = backoff_s
+
+    # plumbing --------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncMemoryClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _run(self, call: Call[T]) -> T:
+        attempts = 1 + (self._retries if call.idempotent else 0)
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                response = await self._http.request(call.method, call.path, **call.send_kwargs())
+            except self._httpx.TransportError as exc:
+                if last:
+                    raise calls.unreachable(call, exc) from exc
+            else:
+                if last or not calls.retryable(response):
+                    return calls.answer(call, response)
+            await asyncio.sleep(self._backoff * 2**attempt)
+        raise AssertionError("unreachable")
+
+    async def _list(self, paged: Paged[T]) -> list[T]:
+        out: list[T] = []
+        offset: int | None = 0
+        for _ in range(MAX_PAGES):
+            if offset is None:
+                break
+            items, offset = await self._run(paged.page(offset))
+            out.extend(items)
+        return out
+
+    # what the service is ----------------------------------------------------------------------
+
+    async def health(self) -> bool:
+        """Whether the service answers and its store is ready."""
+        try:
+            return await self._run(calls.ready())
+        except Exception:
+            return False
+
+    async def whoami(self) -> tuple[Principal, tuple[str, ...]]:
+        """The principal of this client's credential and its patient scope (``("*",)``: all)."""
+        return await self._run(calls.whoami())
+
+    # clinical operations ----------------------------------------------------------------------
+
+    async def ask(
+        self,
+        patient_id: str,
+        image: Image,
+        question: str,
+        *,
+        image_study: str | None = None,
+        timestamp: float | None = None,
+        study_id: str = "",
+        visual_tag: str = "",
+        write_back: bool = True,
+        use_sem: bool = True,
+        use_epi: bool = True,
+        use_vis: bool = True,
+    ) -> AgentAnswer:
+        """:meth:`MsmMem.ask`: ``image`` is a file path or its bytes, or None with
+        ``image_study`` naming a stored study of the patient whose image the server uses."""
+        call = calls.ask(
+            patient_id,
+            image,
+            question,
+            image_study=image_study,
+            timestamp=timestamp,
+            study_id=study_id,
+            visual_tag=visual_tag,
+            write_back=write_back,
+            use_sem=use_sem,
+            use_epi=use_epi,
+            use_vis=use_vis,
+        )
+        return await self._run(call)
+
+    async def retrieve(
+        self,
+        patient_id: str,
+        image: Image,
+        *,
+        image_study: str | None = None,
+        scope: Literal["patient", "population"] = "patient",
+        at: float | None = None,
+        k: int = 10,
+        use_sem: bool = True,
+        use_epi: bool = True,
+        use_vis: bool = True,
+    ) -> Retrieved:
+        """:meth:`MsmMem.retrieve` (the first ``k`` ranked items)."""
+        call = calls.retrieve(
+            patient_id,
+            image,
+            image_study=image_study,
+            scope=scope,
+            at=at,
+            k=k,
+            use_sem=use_sem,
+            use_epi=use_epi,
+            use_vis=use_vis,
+        )
+        return await self._run(call)
+
+    async def observe(
+        self,
+        patient_id: str,
+        image: Image,
+        question: str,
+        *,
+        image_study: str | None = None,
+        timestamp: float | None = None,
+        study_id: str = "",
+        visual_tag: str = "",
+    ) -> StmItem:
+        """:meth:`MsmMem.observe`."""
+        call = calls.observe(
+            patient_id,
+            image,
+            question,
+            image_study=image_study,
+            timestamp=timestamp,
+            study_id=study_id,
+            visual_tag=visual_tag,
+        )
+        return await self._run(call)
+
+    async def consolidate(self, patient_id: str, item_id: str, answer: str, *, decision: str = "") -> WriteResult:
+        """:meth:`MsmMem.consolidate`."""
+        return await self._run(calls.consolidate(patient_id, item_id, answer, decision=decision))
+
+    async def feedback(
+        self, patient_id: str, study_id: str, *, accept: bool, correction: str = "", decision: str = ""
+    ) -> Claim:
+        """:meth:`MsmMem.feedback`."""
+        return await self._run(
+            calls.feedback(patient_id, study_id, accept=accept, correction=correction, decision=decision)
+        )
+
+    # reads ------------------------------------------------------------------------------------
+
+    async def semantic_state(self, patient_id: str, category: str | None = None) -> list[SemanticState]:
+        """:meth:`MsmMem.semantic_state`."""
+        return await self._list(calls.semantic_state(patient_id, category))
+
+    async def semantic_history(self, patient_id: str, category: str = "impression") -> list[SemanticState]:
+        """:meth:`MsmMem.semantic_history`."""
+        return await self._list(calls.semantic_history(patient_id, category))
+
+    async def episodes(self, patient_id: str) -> list[EpisodicRecord]:
+        """:meth:`MsmMem.episodes`."""
+        return await self._list(calls.episodes(patient_id))
+
+    async def visuals(self, patient_id: str) -> list[VisualRecord]:
+        """:meth:`MsmMem.visuals`."""
+        return await self._list(calls.visuals(patient_id))
+
+    async def claims(self, patient_id: str, key: str | None = None) -> list[Claim]:
+        """:meth:`MsmMem.claims`."""
+        return await self._list(calls.claims(patient_id, key))
+
+    async def claim_history(self, patient_id: str, key: str) -> list[Claim]:
+        """:meth:`MsmMem.claim_history`."""
+        return await self._list(calls.claim_history(patient_id, key))
+
+    async def stm_items(self, patient_id: str, state: StmState | None = None) -> list[StmItem]:
+        """:meth:`MsmMem.stm_items`."""
+        return await self._list(calls.stm_items(patient_id, state))
+
+    # governance -------------------------------------------------------------------------------
+
+    async def grant(self, consents: Iterable[ConsentRecord]) -> list[ConsentRecord]:
+        """:meth:`MsmMem.grant`; the server gives each consent its id and creation time and
+        returns the stored records."""
+        return await self._run(calls.grant(consents))
+
+    async def revoke(self, consent_id: str) -> None:
+        """:meth:`MsmMem.revoke`."""
+        await self._run(calls.revoke(consent_id))
+
+    async def consents(self, patient_id: str | None = None) -> list[ConsentRecord]:
+        """:meth:`MsmMem.consents`."""
+        return await self._list(calls.consents(patient_id))
+
+    async def rotate_keys(self, reason: str = "scheduled rotation") -> int:
+        """:meth:`MsmMem.rotate_keys`: the number of data keys rewrapped."""
+        return await self._run(calls.rotate_keys(reason))
+
+    async def shred(self, patient_id: str, reason: str) -> int:
+        """:meth:`MsmMem.shred`: the number of records retracted."""
+        return await self._run(calls.shred(patient_id, reason))
+
+    async def verify_audit(self, *, full: bool = True) -> VerifyResult:
+        """:meth:`MsmMem.verify_audit`."""
+        return await self._run(calls.verify_audit(full))
+
+    async def checkpoint(self) -> tuple[int, str]:
+        """:meth:`MsmMem.checkpoint`: (size, head)."""
+        return await self._run(calls.checkpoint())
+
+    async def export_fhir(self, out: str | os.PathLike[str]) -> int:
+        """:meth:`MsmMem.export_fhir`: writes the NDJSON to ``out``; the number of resources."""
+        content, count = await self._run(calls.export_fhir())
+        Path(out).write_bytes(content)
+        return count
+
+    async def maintain(self) -> MaintenanceReport:
+        """:meth:`MsmMem.maintain`."""
+        return await self._run(calls.maintain())
