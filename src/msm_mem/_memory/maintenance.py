@@ -302,7 +302,8 @@ class Maintainer:
             patient=patient_id,
             reason=reason,
         )
+        batch.shred_keys.append(patient_id)  # the key goes in the transaction of the retraction
         self.gm.audit.write(batch, [spec, *specs])
-        self.cipher.shred(patient_id)
+        self.cipher.shred(patient_id)  # drops the cached key; a tombstone for a patient without one
         self.gm.audit.forget(patient_id)
         return len(ids)

@@ -53,6 +53,9 @@ class WriteBatch:
     #: existing data keys rewrapped under a new key-encryption key (key rotation): the same key
     #: id, patient and data key, only ``kek_id`` and ``wrapped`` change
     rewrapped: list[WrappedKey] = field(default_factory=list)
+    #: patients whose data key (and pseudonym link) is destroyed with this batch (shredding): a
+    #: crash right after the commit cannot leave a live key behind records already retracted
+    shred_keys: list[str] = field(default_factory=list)
     #: store versions exactly as given (import/restore): no supersession flips, any state
     restore: bool = False
 

@@ -119,6 +119,8 @@ class SqlWriter(SqlCore):
         )
         for key in batch.rewrapped:  # the key table joins this transaction
             self.keys().put(key)
+        for patient_ref in batch.shred_keys:
+            self.keys().shred(patient_ref)
         return moved
 
     def _check_rewrapped(self, batch: WriteBatch) -> None:
