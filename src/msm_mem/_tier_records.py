@@ -125,7 +125,8 @@ class StmItem:
 class StmChange:
     """Flip a short-term item's state (``expect`` must match) or refresh its TTL.
 
-    ``purge`` blanks the payload and embedding (forgetting on expiry or discard).
+    ``purge`` blanks the payload and embedding (forgetting on expiry or discard); ``payload``
+    replaces the content of an item that stays active (a held item recording its answer).
     """
 
     item_id: str
@@ -133,6 +134,7 @@ class StmChange:
     to: StmState
     expires_at: float | None = None
     purge: bool = False
+    payload: StmPayload | None = None
 
 
 @dataclass(frozen=True, slots=True)

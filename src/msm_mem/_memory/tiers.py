@@ -305,10 +305,14 @@ class GovernedMemory:
             ids = [item.item_id, result.episode_id or "", result.visual_id or ""]
             self._event(turn, trigger.value, "stm", "ltm", ids, reason=",".join(result.gate.reasons))
         else:
-            # a held item carries its answer, for a later critic or age sweep
-            for i, staged in enumerate(turn.batch.stm):
-                if staged.item_id == item.item_id:
-                    turn.batch.stm[i] = replace(staged, payload=info.answered(answer, decision))
+            # a held item carries its answer, for a later critic or age sweep: staged in this
+            # turn, or (observed earlier) stored, its content replaced while it stays active
+            held = info.answered(answer, decision)
+            staged = [i for i, s in enumerate(turn.batch.stm) if s.item_id == item.item_id]
+            for i in staged:
+                turn.batch.stm[i] = replace(turn.batch.stm[i], payload=held)
+            if not staged and held != info:
+                turn.batch.stm_changes.append(StmChange(item.item_id, StmState.ACTIVE, StmState.ACTIVE, payload=held))
             self._event(turn, "hold", "stm", "stm", [item.item_id], reason=",".join(result.gate.reasons))
         if result.semantic is not None:
             claim = self._claim(turn, it, item, result)

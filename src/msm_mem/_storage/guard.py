@@ -56,6 +56,8 @@ def check_batch(batch: WriteBatch) -> None:
     for s in batch.stm_changes:
         if (s.expect, s.to) not in STM_STATE_CHANGES:
             raise IllegalTransition(f"short-term item {s.item_id!r}: {s.expect.value} -> {s.to.value} is not legal")
+        if s.payload is not None and (s.purge or s.to != StmState.ACTIVE):
+            raise IllegalTransition(f"short-term item {s.item_id!r}: new content only for an item that stays active")
     if batch.restore:
         return
     for item in batch.stm:

@@ -162,7 +162,7 @@ class SqlWriter(SqlCore):
                     item,
                     state=c.to,
                     expires_at=c.expires_at or item.expires_at,
-                    payload=None if c.purge else item.payload,
+                    payload=None if c.purge else (c.payload or item.payload),
                     z=None if c.purge else item.z,
                 )
             rows.append(g.stm_to_row(item, self._codec))
@@ -176,6 +176,12 @@ class SqlWriter(SqlCore):
                 args.append(c.expires_at)
             if c.purge:
                 sets.append("payload = '', z = NULL")
+            if c.payload is not None:  # the content's AAD binds the item's patient
+                owner = self._q("SELECT patient_id FROM stm WHERE id = ?", (c.item_id,)).fetchone()
+                if owner is None:
+                    raise NotFound(f"no short-term item {c.item_id!r}")
+                sets.append("payload = ?")
+                args.append(self._codec.encode("stm", c.item_id, "payload", owner[0], c.payload.to_json()))
             cur = self._q(
                 f"UPDATE stm SET {', '.join(sets)} WHERE id = ? AND state = ?", (*args, c.item_id, c.expect.value)
             )
