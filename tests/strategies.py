@@ -125,11 +125,14 @@ image_bytes = st.one_of(
     declared_sizes,
 )
 
+
+def _json_containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+
+
 #: every JSON value, nested a little
 json_values: st.SearchStrategy[Any] = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    max_leaves=12,
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30), _json_containers, max_leaves=12
 )
 
 COLUMNS = ("patient_id", "study_id", "timestamp", "image", "question", "answer", "report", "decision", "view")
