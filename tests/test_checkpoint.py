@@ -15,13 +15,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from msm_mem._errors import AuditChainBroken, CanonicalJSONError, InvalidInput, StoreError
 from msm_mem._governance.audit_chain import ChainBuilder
 from msm_mem._governance.audit_event import GENESIS
-from msm_mem._governance.checkpoint import (
-    Checkpoint,
-    CheckpointLog,
-    CheckpointSigner,
-    ed25519_verify,
-    verify_against_checkpoints,
-)
+from msm_mem._governance.checkpoint import Checkpoint, CheckpointLog, ed25519_verify, verify_against_checkpoints
+from msm_mem._governance.checkpoint_signer import CheckpointSigner
 
 WYCHEPROOF = Path(__file__).resolve().parents[1].parent / "shared" / "testvectors" / "wycheproof"
 POSIX = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX-only")

@@ -41,8 +41,9 @@ from .._storage.base import Store, WriteBatch
 from .._tier_records import AuditRow
 from .audit_chain import ChainBuilder, VerifyResult, verify_chain, verify_hashes_in_batches
 from .audit_event import GENESIS, AuditEvent, AuditSpec
-from .checkpoint import Checkpoint, CheckpointLog, CheckpointSigner, SigningKey
+from .checkpoint import Checkpoint, CheckpointLog
 from .checkpoint_files import publish, read_head, read_tail, write_head
+from .checkpoint_signer import CheckpointSigner, SigningKey
 from .coverage import check_coverage
 from .crypto import EnvelopeCipher
 from .deid import find_identifiers

@@ -32,25 +32,17 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from .._errors import AuditChainBroken, CanonicalJSONError, CheckpointKeyMissing, InvalidInput, StoreError
+from .._errors import AuditChainBroken, CanonicalJSONError, InvalidInput
 from .audit_chain import VerifyResult
 from .audit_event import GENESIS
 from .jcs import MAX_SAFE_INTEGER, canonicalize, loads_strict
 
-__all__ = [
-    "Checkpoint",
-    "CheckpointLog",
-    "CheckpointSigner",
-    "SigningKey",
-    "ed25519_verify",
-    "verify_against_checkpoints",
-]
+__all__ = ["Checkpoint", "CheckpointLog", "ed25519_verify", "verify_against_checkpoints"]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX_SIG = re.compile(r"[0-9a-f]{128}")
@@ -59,14 +51,6 @@ _FIELDS_BASE = _FIELDS | {"base_size", "base_hash"}
 
 PublicKeyLike = Ed25519PublicKey | bytes
 _log = logging.getLogger("msm_mem")
-
-
-class SigningKey(Protocol):
-    """What signs checkpoints: an ``Ed25519PrivateKey`` or anything that behaves like one."""
-
-    def sign(self, data: bytes) -> bytes: ...
-
-    def public_key(self) -> Ed25519PublicKey: ...
 
 
 def _message(origin: str, size: int, head_hash: str, time: float, base: tuple[int, str] | None = None) -> bytes:
@@ -175,124 +159,6 @@ class Checkpoint:
         if type(d) is not dict or d.keys() not in (_FIELDS, _FIELDS_BASE):
             raise InvalidInput(f"a checkpoint needs exactly the fields {sorted(_FIELDS)} (and base_size, base_hash)")
         return cls(**d)
-
-
-class CheckpointSigner:
-    """Signs checkpoints with one Ed25519 private key (or a :class:`SigningKey` provider)."""
-
-    def __init__(self, private_key: Ed25519PrivateKey | SigningKey) -> None:
-        if not callable(getattr(private_key, "sign", None)) or not callable(getattr(private_key, "public_key", None)):
-            raise InvalidInput("a checkpoint key needs sign(bytes) and public_key()")
-        public = private_key.public_key()
-        if not isinstance(public, Ed25519PublicKey):
-            raise InvalidInput(f"a checkpoint key must be Ed25519, its public key is {type(public).__name__}")
-        self._key = private_key
-        self._public = public
-
-    @classmethod
-    def create(cls, key_path: Path) -> CheckpointSigner:
-        """A new key written to ``key_path`` (mode 0600, parents 0700); refuses an existing file."""
-        key_path = Path(key_path)
-        key_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        key = Ed25519PrivateKey.generate()
-        pem = key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        try:
-            fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            raise StoreError(f"{key_path} exists already: a checkpoint key is never replaced") from None
-        try:
-            os.write(fd, pem)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        _fsync_dir(key_path.parent)
-        return cls(key)
-
-    @classmethod
-    def load(cls, key_path: Path) -> CheckpointSigner:
-        """Load the PEM key at ``key_path``; reads only (no file or directory is created).
-
-        Raises :class:`CheckpointKeyMissing` if there is no file: a lost key is never replaced
-        by a new one (its checkpoints could not be verified any more), and :class:`StoreError`
-        as :meth:`load_or_create` for a file that is not a private Ed25519 key.
-        """
-        key_path = Path(key_path)
-        if not key_path.is_file():
-            raise CheckpointKeyMissing(
-                f"no checkpoint signing key at {key_path}: restore it from its backup or name where it is"
-                " (checkpoint_key=, MSM_MEM_CHECKPOINT_KEY); it is never regenerated"
-            )
-        return cls.load_or_create(key_path)
-
-    @classmethod
-    def load_or_create(cls, key_path: Path) -> CheckpointSigner:
-        """Load the PEM key at ``key_path``, creating it (mode 0600, parents 0700) if absent.
-
-        Raises :class:`StoreError` if the file is not an unencrypted Ed25519 PKCS#8 PEM key,
-        or (on POSIX) if group or others may read or write it.
-        """
-        key_path = Path(key_path)
-        if not key_path.exists():
-            key_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            key = Ed25519PrivateKey.generate()
-            pem = key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-            try:
-                fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass  # another process created it first: load theirs below
-            else:
-                try:
-                    os.write(fd, pem)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                _fsync_dir(key_path.parent)
-                return cls(key)
-        if os.name == "posix" and key_path.stat().st_mode & 0o077:
-            raise StoreError(f"{key_path} is accessible by group or others; chmod 600 it")
-        try:
-            loaded = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
-        except (ValueError, TypeError) as exc:
-            raise StoreError(f"{key_path} is not an unencrypted PEM private key: {exc}") from None
-        if not isinstance(loaded, Ed25519PrivateKey):
-            raise StoreError(f"{key_path} holds a {type(loaded).__name__}, not an Ed25519 key")
-        return cls(loaded)
-
-    @property
-    def public_key(self) -> Ed25519PublicKey:
-        """The public key that verifies this signer's checkpoints."""
-        return self._public
-
-    @property
-    def public_key_bytes(self) -> bytes:
-        """The 32 raw bytes of the public key (RFC 8032 encoding)."""
-        return self._public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-
-    def sign(self, origin: str, size: int, head_hash: str, time: float) -> Checkpoint:
-        """Sign the head of ``origin``'s chain: ``size`` events, last hash ``head_hash``.
-
-        ``time`` is UTC seconds; ``size`` 0 requires ``head_hash == GENESIS``.
-        Raises :class:`InvalidInput` for malformed fields.
-        """
-        return self.sign_head(origin, size, head_hash, time)
-
-    def sign_head(
-        self, origin: str, size: int, head_hash: str, time: float, base: tuple[int, str] | None = None
-    ) -> Checkpoint:
-        """:meth:`sign`, also signing the chain's ``base`` ``(seq, hash)`` when given."""
-        _check_fields(origin, size, head_hash, time)
-        if base is not None:
-            _check_fields(origin, base[0], base[1], time)
-        signature = self._key.sign(_message(origin, size, head_hash, float(time), base))
-        if base is None:
-            return Checkpoint(origin, size, head_hash, float(time), signature.hex())
-        return Checkpoint(origin, size, head_hash, float(time), signature.hex(), base[0], base[1])
 
 
 def _fsync_dir(path: Path) -> None:

@@ -1,9 +1,6 @@
-"""The request and response bodies of the service, validated (pydantic), and the conversions
-from the library's frozen records. Embeddings are never sent; times are UTC seconds.
-
-Request bodies forbid unknown fields: a body cannot name a principal (``actor``, ``role``...),
-only the credential does.
-"""
+"""The service's response bodies, validated (pydantic), converted from the library's frozen
+records; the governance ones and the request bodies are in :mod:`.bodies` (re-exported here).
+Embeddings are never sent; times are UTC seconds."""
 
 from __future__ import annotations
 
@@ -11,22 +8,31 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Annotated, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from ... import (
     AgentAnswer,
     Claim,
-    ConsentRecord,
     EpisodicRecord,
     Evidence,
     GateDecision,
-    MaintenanceReport,
     Retrieved,
     SemanticState,
     StmItem,
-    VerifyResult,
     VisualRecord,
     WriteResult,
+)
+from .bodies import (
+    CheckpointOut,
+    ConsentIn,
+    ConsentOut,
+    ConsolidateIn,
+    CountOut,
+    FeedbackIn,
+    GrantIn,
+    MaintenanceOut,
+    ReasonIn,
+    VerifyOut,
 )
 
 __all__ = [
@@ -62,10 +68,6 @@ Seconds = Annotated[float, Field(allow_inf_nan=False, ge=-62_135_596_800.0, le=2
 Text = Annotated[str, Field(max_length=20_000)]
 Id = Annotated[str, Field(min_length=1, max_length=200)]
 Word = Annotated[str, Field(min_length=1, max_length=50)]
-
-
-class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class ProblemOut(BaseModel):
@@ -320,34 +322,6 @@ class StmItemOut(BaseModel):
         )
 
 
-class ConsentOut(BaseModel):
-    consent_id: str
-    patient_id: str
-    grantee: str
-    purpose: str
-    decision: str
-    data_classes: list[str]
-    start: float
-    end: float | None
-    created_at: float
-    revoked_at: float | None
-
-    @classmethod
-    def of(cls, c: ConsentRecord) -> ConsentOut:
-        return cls(
-            consent_id=c.consent_id,
-            patient_id=c.patient_id,
-            grantee=c.grantee,
-            purpose=c.purpose,
-            decision=c.decision,
-            data_classes=list(c.data_classes),
-            start=c.start,
-            end=c.end,
-            created_at=c.created_at,
-            revoked_at=c.revoked_at,
-        )
-
-
 # results of operations -------------------------------------------------------------------------
 
 
@@ -422,84 +396,3 @@ class WriteResultOut(BaseModel):
             visual_id=w.visual_id,
             semantic=None if w.semantic is None else SemanticOut.of(w.semantic),
         )
-
-
-class VerifyOut(BaseModel):
-    ok: bool
-    count: int
-    head_hash: str
-    first_bad_seq: int | None
-    reason: str
-
-    @classmethod
-    def of(cls, v: VerifyResult) -> VerifyOut:
-        return cls(ok=v.ok, count=v.count, head_hash=v.head_hash, first_bad_seq=v.first_bad_seq, reason=v.reason)
-
-
-class CheckpointOut(BaseModel):
-    size: int
-    head: str
-
-
-class CountOut(BaseModel):
-    count: int
-
-
-class MaintenanceOut(BaseModel):
-    expired: int
-    consolidated: int
-    discarded: int
-    anonymized: int
-    retracted: int
-    checkpoint: CheckpointOut | None
-    notes: list[str]
-
-    @classmethod
-    def of(cls, r: MaintenanceReport) -> MaintenanceOut:
-        cp = None if r.checkpoint is None else CheckpointOut(size=r.checkpoint[0], head=r.checkpoint[1])
-        return cls(
-            expired=r.expired,
-            consolidated=r.consolidated,
-            discarded=r.discarded,
-            anonymized=r.anonymized,
-            retracted=r.retracted,
-            checkpoint=cp,
-            notes=list(r.notes),
-        )
-
-
-# request bodies --------------------------------------------------------------------------------
-
-
-class ConsolidateIn(_In):
-    answer: Annotated[str, Field(min_length=1, max_length=20_000)]
-    decision: Text = ""
-
-
-class FeedbackIn(_In):
-    accept: bool
-    correction: Text = ""
-    decision: Text = ""
-
-
-class ReasonIn(_In):
-    reason: Annotated[str, Field(min_length=1, max_length=200)]
-
-
-class ConsentIn(_In):
-    """One consent to grant: who (``actor:<id>`` or ``role:<role>``) may do what (``purpose``)
-    with which data classes of a patient (``*``: every patient) from ``start`` to ``end``."""
-
-    patient_id: Id
-    grantee: Annotated[str, Field(min_length=6, max_length=200)]
-    purpose: Annotated[str, Field(min_length=1, max_length=50)]
-    decision: Literal["permit", "deny"] = "permit"
-    data_classes: Annotated[
-        list[Annotated[str, Field(min_length=1, max_length=50)]], Field(min_length=1, max_length=20)
-    ]
-    start: Seconds | None = None
-    end: Seconds | None = None
-
-
-class GrantIn(_In):
-    consents: Annotated[list[ConsentIn], Field(min_length=1, max_length=100)]
