@@ -195,3 +195,21 @@ def test_consent_grant_checks_the_patient_id(tmp_path: Path) -> None:
             mem.grant(ADMIN, [bad])
         assert _written(mem) == before
         mem.grant(ADMIN, [ConsentRecord("C-2", "*", "role:critic", "treatment", "permit", ("*",), 0.0)])
+
+
+def test_an_auditor_lists_consents_of_a_shredded_patient_without_a_link(tmp_path: Path) -> None:
+    """The auditor's consent listing shows pseudonyms, and "shredded" for a shredded patient
+    (no link to them is left), instead of failing."""
+    from msm_mem import Principal
+
+    auditor = Principal("aud-1", "auditor", "audit")
+    with MsmMem.init(tmp_path / "s", ADMIN) as mem:
+        mem.ask(AGENT, "P1", png(tmp_path, 1), "What is the impression?")
+        now = mem.now()
+        mem.grant(ADMIN, [ConsentRecord("C-p1", "P1", "role:clinician", "research", "permit", ("*",), now, None, now)])
+        before = {c.consent_id: c.patient_id for c in mem.consents(auditor)}
+        assert before["C-p1"].startswith("pt-")
+        mem.shred(ADMIN, "P1", "erasure request")
+        after = {c.consent_id: c.patient_id for c in mem.consents(auditor)}
+        assert after["C-p1"] == "shredded"
+        assert "P1" not in after.values()

@@ -8,7 +8,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from .._errors import AuditChainBroken, InvalidInput, NotFound
+from .._errors import AccessDenied, AuditChainBroken, InvalidInput, NotFound
 from .._governance.audit_chain import VerifyResult
 from .._governance.consent import check_record, evaluate
 from .._limits import check_id
@@ -82,9 +82,15 @@ class _Admin(_Base):
         self._store.sync()
         records = self._store.consents(patient_id)
         if p.role is Role.AUDITOR:
-            records = [replace(c, patient_id=self._audit.pseudonym(c.patient_id)) for c in records]
+            records = [replace(c, patient_id=self._pseudonym_or_shredded(c.patient_id)) for c in records]
         self._event(p, "consent_list", "ltm", "source", record_ids=tuple(c.consent_id for c in records))
         return records
+
+    def _pseudonym_or_shredded(self, patient_id: str) -> str:
+        try:
+            return self._audit.pseudonym(patient_id)
+        except AccessDenied:  # crypto-shredded: no link to the patient is left to show
+            return "shredded"
 
     # keys ----------------------------------------------------------------------------------
 
