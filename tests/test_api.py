@@ -21,13 +21,18 @@ def test_api_ask_refuses_unknown_options(tmp_path: Path) -> None:
 
 
 def test_api_import_is_audited(tmp_path: Path) -> None:
-    """After an API import the audit chain verifies and its last event is the import."""
-    with MsmMem.init(tmp_path / "a", ADMIN) as src:
+    """After an API import the records are there, the audit chain verifies and its last event is
+    the import."""
+    from msm_mem.testing import FixedBackbone
+
+    answer = FixedBackbone("Right lower lobe consolidation, unchanged.")  # passes the write-back gate
+    with MsmMem.init(tmp_path / "a", ADMIN, backbone=answer) as src:
         src.ask(AGENT, "P1", np.random.default_rng(0).random((16, 16), dtype=np.float32), "Any consolidation?")
-        src.export_paper(EXPORTER, tmp_path / "out")
+        exported = src.export_paper(EXPORTER, tmp_path / "out")
+    assert exported["episodic"] == exported["visual"] == 1
     with MsmMem.init(tmp_path / "b", ADMIN) as dst:
         counts = dst.import_paper(ADMIN, tmp_path / "out")
-        assert counts["episodic"] == dst._store.count("episodic")
+        assert counts["episodic"] == dst._store.count("episodic") == 1
         last = list(dst._store.iter_audit())[-1]
         assert AuditEvent.from_row(*last).action == "import" and dst._audit.verify().ok
 
