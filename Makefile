@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test test-main test-vision lint clean
+.PHONY: demo test test-main test-vision lint screenshots clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,11 @@ lint: $(VENV)/.installed-test
 	$(PY) -m ruff format --check src tests benchmarks
 	$(PY) -m mypy --strict src
 	$(VENV)/bin/lint-imports
+
+# the memory explorer's screenshots in docs/screenshots/ (1280x800 and 390x844), taken by its
+# browser tests in headless Chromium; run by hand after a change to the page, not in CI
+screenshots: $(VENV)/.installed-test
+	MSM_MEM_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/test_ui_browser.py
 
 clean:
 	rm -rf $(VENV) $(VISION) demo-out bench-out

@@ -16,6 +16,7 @@ from ._agent.router import ExpertWeights, FixedRouter, LearnedRouter, fit_router
 from ._api import MsmMem
 from ._api.access import OPERATIONS, Operation
 from ._api.care import Retrieved, RetrievedItem
+from ._api.trail import AuditTrail
 from ._client import AsyncMemoryClient, MemoryClient
 from ._clock import Clock, FixedClock, SystemClock
 from ._errors import (
@@ -39,6 +40,8 @@ from ._errors import (
     StoreError,
 )
 from ._governance.audit_chain import VerifyResult
+from ._governance.audit_event import AuditEvent
+from ._governance.checkpoint import Checkpoint
 from ._memory.gate import GateDecision
 from ._memory.maintenance import MaintenanceReport
 from ._memory.msm import WriteResult
@@ -69,11 +72,14 @@ __all__ = [
     "AgentAnswer",
     "AsyncMemoryClient",
     "AuditChainBroken",
+    "AuditEvent",
+    "AuditTrail",
     "Backbone",
     "BackboneReply",
     "BackboneRequest",
     "BackendError",
     "CanonicalJSONError",
+    "Checkpoint",
     "CheckpointKeyMissing",
     "Claim",
     "Clock",

@@ -38,7 +38,16 @@ _NO_VECTOR.flags.writeable = False
 
 
 def evidence(d: dict[str, Any]) -> Evidence:
-    return Evidence(d["id"], d["kind"], d["score"], d["cosine"], d["confidence"], d["freshness"], d["tier_weight"])
+    return Evidence(
+        d["id"],
+        d["kind"],
+        d["score"],
+        d["cosine"],
+        d["confidence"],
+        d["freshness"],
+        d["tier_weight"],
+        d.get("evidence_tier", ""),
+    )
 
 
 def gate(d: dict[str, Any] | None) -> GateDecision | None:
@@ -56,6 +65,7 @@ def answer(d: dict[str, Any]) -> AgentAnswer:
         backbone=d["backbone"],
         source=d["source"],
         decision=d["decision"],
+        cited=tuple(d.get("cited", ())),
     )
 
 

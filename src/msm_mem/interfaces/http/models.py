@@ -55,6 +55,7 @@ __all__ = [
     "RetrievedOut",
     "SemanticOut",
     "StatusOut",
+    "StepOut",
     "StmItemOut",
     "StmPayloadOut",
     "VerifyOut",
@@ -123,6 +124,7 @@ class EvidenceOut(BaseModel):
     confidence: float
     freshness: float
     tier_weight: float
+    evidence_tier: str = ""
 
     @classmethod
     def of(cls, e: Evidence) -> EvidenceOut:
@@ -134,6 +136,7 @@ class EvidenceOut(BaseModel):
             confidence=e.confidence,
             freshness=e.freshness,
             tier_weight=e.tier_weight,
+            evidence_tier=e.evidence_tier,
         )
 
 
@@ -325,8 +328,20 @@ class StmItemOut(BaseModel):
 # results of operations -------------------------------------------------------------------------
 
 
+class StepOut(BaseModel):
+    """One retrieval step of the answer's policy: the memory and scope read, the ids it returned
+    (``new_ids``: those not returned by an earlier step), or ``refused`` by an ablation flag."""
+
+    memory: str
+    scope: str
+    ids: list[str]
+    new_ids: list[str]
+    refused: bool
+
+
 class AnswerOut(BaseModel):
-    """An answer with its evidence trail and the gate's decision (None without write-back)."""
+    """An answer with its evidence trail, the ids the answer rests on (``cited``), the policy's
+    retrieval steps and the gate's decision (None without write-back)."""
 
     answer: str
     evidence: list[EvidenceOut]
@@ -335,6 +350,8 @@ class AnswerOut(BaseModel):
     backbone: str
     source: str
     decision: str
+    cited: list[str] = []
+    steps: list[StepOut] = []
 
     @classmethod
     def of(cls, a: AgentAnswer) -> AnswerOut:
@@ -346,6 +363,17 @@ class AnswerOut(BaseModel):
             backbone=a.backbone,
             source=a.source,
             decision=a.decision,
+            cited=list(a.cited),
+            steps=[
+                StepOut(
+                    memory=s.step.memory,
+                    scope=s.step.scope,
+                    ids=[h.id for h, _ in s.hits],
+                    new_ids=list(s.new_ids),
+                    refused=s.refused,
+                )
+                for s in a.steps
+            ],
         )
 
 
