@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from msm_mem import AccessDenied, MemoryClient
 from tests.helpers import raw_sql
 from tests.http_support import OTHER, OWN, Served, stop
 from tests.ui_support import OLD, PHI_MRN, PHI_NAME, PHI_QUESTION, serve_explorer
@@ -325,6 +326,21 @@ def test_the_explorer_works_with_the_keyboard_alone(site: tuple[Served, dict[str
     scripts = [s.get_attribute("src") for s in page.locator("script").all()]
     assert scripts and all(s.startswith("/ui/static/") for s in scripts)
     ctx.close()
+
+
+def test_the_client_reads_the_audit_trail(site: tuple[Served, dict[str, str]]) -> None:
+    """MemoryClient.audit_trail: the auditor pages the chain, the clinician reads its patient's
+    events only, another patient is refused."""
+    served, tokens = site
+    with MemoryClient(served.url, tokens["auditor"]) as auditor:
+        page = auditor.audit_trail(limit=5)
+        assert [e.seq for e in page.events] == [1, 2, 3, 4, 5] and page.next_after == 5
+        assert page.checkpoints and page.head_seq >= 50
+    with MemoryClient(served.url, tokens["clinician"]) as clinician:
+        mine = clinician.audit_trail(OWN, tail=True, limit=50)
+        assert mine.events and len({e.patient for e in mine.events}) == 1
+        with pytest.raises(AccessDenied):
+            clinician.audit_trail(OTHER)
 
 
 def test_the_audit_view_names_the_first_broken_link(site: tuple[Served, dict[str, str]], browser: Any) -> None:
