@@ -194,12 +194,14 @@ def test_a_walkthrough_steps_by_keyboard_dots_and_play(site: tuple[Served, dict[
     page = tab.view("#/walkthroughs", "#walk-question")
     q = "#walk-question"
     events = served.audit_events()
-    asks = [e for e in events if e["action"] == "write" and e["target_tier"] == "stm"]
+    # the STM writes of asks: each is followed by the turn's ranked reads
+    asks = [e for e, n in zip(events, events[1:], strict=False) if e["action"] == "write" and n["action"] == "read"]
     page.focus(q)
     assert _step(page, q) == 1
     page.keyboard.press("ArrowRight")
     assert _step(page, q) == 2
-    assert str(asks[-1]["record_ids"][0]) in page.inner_text(f"{q} .caption") or asks
+    caption = page.inner_text(f"{q} .caption")
+    assert str(asks[-1]["record_ids"][0])[:12] in caption and f"#{asks[-1]['seq']}" in caption
     page.keyboard.press("ArrowLeft")
     page.keyboard.press("ArrowLeft")
     assert _step(page, q) == 5

@@ -99,8 +99,14 @@ def _span(seconds: float) -> str:
     return f"{hours / 24:g} days" if hours >= 48 else f"{hours:g} hours"
 
 
+def _short(record_id: str) -> str:
+    """An id as a caption shows it: its kind prefix and first hex digits (the events list the
+    whole ids)."""
+    return record_id if len(record_id) <= 12 else record_id[:12] + "..."
+
+
 def _ids(ids: Sequence[str], most: int = 3) -> str:
-    shown = ", ".join(ids[:most])
+    shown = ", ".join(_short(i) for i in ids[:most])
     return shown + (f" and {len(ids) - most} more" if len(ids) > most else "") if ids else "none"
 
 
@@ -168,14 +174,15 @@ def question(events: Sequence[AuditEvent], ttl_s: float) -> WalkthroughOut:
     reads = [e for e in turn if e.action == "read" and e.source_tier == "ltm"]
     read_ids = [i for e in reads for i in e.record_ids]
     who = f"{consent.role} {consent.actor}"
-    item = write.record_ids[0] if write.record_ids else "?"
+    item = _short(write.record_ids[0]) if write.record_ids else "?"
     frames = [
         _frame(
             1,
             "The question lands at the agent",
             f"{who} asks about patient {consent.patient or '(none)'} for {consent.purpose}, at {_when(consent.time)}. "
             f"Consent is checked first (event #{consent.seq}: {consent.outcome}"
-            f"{', consent ' + consent.consent_id if consent.consent_id else ''}). No memory tier has been touched yet.",
+            f"{', consent ' + _short(consent.consent_id) if consent.consent_id else ''}). No memory tier has been "
+            "touched yet.",
             ["agent"],
             [consent],
         ),
@@ -299,7 +306,8 @@ def movement(events: Sequence[AuditEvent], ttl_s: float, *, decay_visible: bool)
         frames.append(_missing(4, "Supersession", "supersession", how, ["ltm"]))
     else:
         s = supersede[-1]
-        pairs = [f"{s.record_ids[i + 1]} -> {s.record_ids[i]}" for i in range(0, len(s.record_ids) - 1, 2)]
+        ids = s.record_ids
+        pairs = [f"{_short(ids[i + 1])} -> {_short(ids[i])}" for i in range(0, len(ids) - 1, 2)]
         frames.append(
             _frame(
                 4,
