@@ -297,6 +297,26 @@ def test_an_auditor_sees_the_audit_view_and_no_phi(site: tuple[Served, dict[str,
     phone.close()
 
 
+def test_each_role_sees_its_own_views(site: tuple[Served, dict[str, str]], browser: Any) -> None:
+    """The views offered follow the role: care roles the patient's memory, the audit roles the
+    audit tier (an admin's audit view verifies the chain too)."""
+    served, tokens = site
+    expected = {
+        "clinician": ["timeline", "evidence", "walkthroughs"],
+        "critic": ["timeline", "walkthroughs"],
+        "auditor": ["walkthroughs", "audit"],
+        "admin": ["walkthroughs", "audit"],
+    }
+    for role, views in expected.items():
+        tab = Tab(browser, served, tokens[role])
+        assert [a.get_attribute("data-view") for a in tab.page.locator("#nav a").all()] == views, role
+        tab.close()
+    tab = Tab(browser, served, tokens["admin"])
+    page = tab.view("#/audit", ".verdict")
+    assert "Chain verified" in page.inner_text(".verdict")
+    tab.close()
+
+
 def test_the_explorer_works_with_the_keyboard_alone(site: tuple[Served, dict[str, str]], browser: Any) -> None:
     """Sign in, switch views and play a walkthrough with Tab, Enter and Space only; the page's
     own files come from the server under a strict Content-Security-Policy."""
