@@ -55,6 +55,7 @@ def test_a_missing_bad_revoked_or_expired_token_is_refused(mcp_http: McpHttp) ->
     ):
         answer = _post(mcp_http.url, headers)
         assert answer.status_code == 401 and answer.headers["www-authenticate"].startswith("Bearer"), headers
+    assert _post(mcp_http.url, {"Authorization": f"Bearer {mcp_http.tokens['agent']}"}).status_code != 401
     assert mcp_http.tokens["agent"] not in mcp_http.log.read_text()
 
     async def scenario() -> None:
