@@ -35,7 +35,7 @@ def _chromium() -> str:
         found = shutil.which(name) if name else None
         if found:
             return found
-    pytest.skip("no chromium on PATH (apt-get install chromium; .ci/run installs it)")
+    pytest.skip("no chromium on PATH (apt-get install chromium; `make test` installs it as root)")
 
 
 @pytest.fixture(scope="module")
