@@ -10,7 +10,7 @@ from msm_mem.datasets.registry import DATASETS, load_dataset, options_of
 
 def test_known_names() -> None:
     """The registry serves exactly the four documented data sets."""
-    assert sorted(DATASETS) == ["covid-cxr", "iu-xray", "mimic-cxr", "synthetic"]
+    assert sorted(DATASETS) == ["covid-cxr", "iu-xray", "manifest", "mimic-cxr", "synthetic"]
 
 
 def test_unknown_name_lists_known_names() -> None:
