@@ -1,7 +1,8 @@
 """Data set loaders by name: one entry point for the CLI, ingest and evaluation.
 
 - ``synthetic``: ``path`` = the output folder (written, then returned); options ``patients``,
-  ``studies_per_patient``, ``seed``, ``size`` (:func:`msm_mem.datasets.synthetic.generate`).
+  ``studies_per_patient``, ``seed``, ``size``, ``questions`` (what each study is asked:
+  ``impression``, ``decision``, ``effusion``) (:func:`msm_mem.datasets.synthetic.generate`).
 - ``covid-cxr``: the covid-cxr folder or its ``metadata.csv``, read in place; options
   ``keep_unlabelled``, ``check_images`` (:func:`msm_mem.datasets.covid_cxr.load`).
 - ``iu-xray``: ``NLMCXR_reports.tgz`` or its folder, or ``None`` for the copy inside an
