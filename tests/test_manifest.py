@@ -527,6 +527,8 @@ def test_question_type_column_and_several_questions_per_study(tmp_path: Path) ->
                 "p1,s1,2020-01-05,a.png,Intubated?,no,,,yes_no",  # 5 duplicate question
                 "p1,s1,2020-01-05,b.png,Survived?,yes,,,yes_no",  # 6 another image
                 "p1,s2,2020-01-06,b.png,What is it?,x,,,choice",  # 7 unknown type
+                "p1,s2,2020-01-06,b.png,Survived?,unknown,,,yes_no",  # 8 neither yes nor no
+                "p1,s2,2020-01-06,b.png,Intubated?,No.,,,yes_no",  # 9 good
             ]
         )
         + "\n",
@@ -537,9 +539,11 @@ def test_question_type_column_and_several_questions_per_study(tmp_path: Path) ->
         ("What is it?", "label"),
         ("Intubated?", "yes_no"),
         ("Notes?", "text"),
+        ("Intubated?", "yes_no"),
     ]
     reasons = {p.line: p.reason for p in problems}
-    assert sorted(reasons) == [5, 6, 7]
+    assert sorted(reasons) == [5, 6, 7, 8]
+    assert "answer must be yes, no or empty" in reasons[8]
     assert "duplicate question" in reasons[5] and "first on line 3" in reasons[5]
     assert "another image" in reasons[6] and "line 2" in reasons[6]
     assert "question_type must be one of label, yes_no, text" in reasons[7]

@@ -302,6 +302,9 @@ class ManifestRow:
             raise InvalidInput(
                 f"question_type must be one of {', '.join(QUESTION_TYPES)}, got {str(self.question_type)[:40]!r}"
             )
+        if self.question_type == "yes_no" and self.answer.strip().lower().rstrip(".") not in ("yes", "no", ""):
+            # an unknown outcome has no row (or an empty answer): it is never scored as a guess
+            raise InvalidInput(f"a yes_no question's answer must be yes, no or empty, got {self.answer[:40]!r}")
         if not isinstance(self.line, int) or isinstance(self.line, bool) or self.line < 0:
             raise InvalidInput(f"line must be an integer >= 0, got {self.line!r}")
 
