@@ -45,21 +45,24 @@ class IngestReport:
 
 def _new_rows(gm: GovernedMemory, rows: Sequence[ManifestRow]) -> tuple[list[ManifestRow], set[tuple[str, str]]]:
     """The rows not yet stored, in time order, and the ``(patient, study)`` pairs whose image
-    already has a visual record. A patient's stored questions are read (decrypted) only when
-    one of the rows names a study of theirs that is stored."""
+    already has a visual record. A row is stored when its ``(study, question)`` is one of the
+    patient's readable (active or superseded) episodes, or when its study is stored but none of
+    it is readable any more (retracted: nothing is written again for it). A patient's stored
+    questions are read (decrypted) only when one of the rows names a study of theirs that is
+    stored."""
     store = gm.store
     studies: dict[str, set[str]] = {}
     questions: dict[str, set[tuple[str, str]]] = {}
-    loaded: set[str] = set()
+    readable: dict[str, set[str]] = {}
     todo: list[ManifestRow] = []
     for row in sorted(rows, key=lambda r: (r.timestamp, r.patient_id, r.study_id, r.question)):
         pid = row.patient_id
         stored = studies.setdefault(pid, store.studies(pid))
         asked = questions.setdefault(pid, set())
-        if row.study_id in stored and pid not in loaded:
-            loaded.add(pid)
+        if row.study_id in stored and pid not in readable:
             asked.update((e.study_id, e.question) for e in store.get_episodes(store.record_ids("episodic", pid)))
-        if (row.study_id, row.question) in asked:
+            readable[pid] = {study for study, _ in asked}
+        if (row.study_id, row.question) in asked or (row.study_id in stored and row.study_id not in readable[pid]):
             continue
         asked.add((row.study_id, row.question))
         todo.append(row)
