@@ -185,11 +185,14 @@ class Model:
     def passes(self, p: str, image: int, answer: str) -> bool:
         return self.novel(p, image) and s.ANSWERS[answer]
 
-    def write_records(self, p: str, item: Stm, answer: str, tier: str, confidence: float) -> Epi:
+    def write_records(
+        self, p: str, item: Stm, answer: str, tier: str, confidence: float, *, visual: bool = True
+    ) -> Epi:
         pt = self.patients[p]
         epi = Epi(item.qid, item.image, item.study, answer, tier, decays(self.now, confidence, tier, "episodic"))
         pt.episodes.append(epi)
-        pt.visuals.append(Vis(item.image, tier, decays(self.now, confidence, tier, "episodic")))
+        if visual:  # another question about a study whose image has a visual record shares it
+            pt.visuals.append(Vis(item.image, tier, decays(self.now, confidence, tier, "episodic")))
         item.state, item.answer = "consolidated", None
         return epi
 
@@ -226,6 +229,14 @@ class Model:
 
     def studies_stored(self, p: str) -> set[str]:
         return {e.study for e in self.patients[p].episodes}
+
+    def questions_stored(self, p: str) -> set[tuple[str, int]]:
+        """(study, question) of the patient's readable (active or superseded) episodes."""
+        return {(e.study, e.qid) for e in self.patients[p].episodes if e.state in ("active", "superseded")}
+
+    def study_qid(self, study: str) -> int:
+        """The one question a manifest asks about ``study`` here (so re-ingesting it is skipped)."""
+        return 10_000 + s.STUDIES.index(study)
 
     def maintain(self) -> dict[str, int]:
         counts = dict.fromkeys(("expired", "consolidated", "discarded", "anonymized", "retracted"), 0)
@@ -510,14 +521,19 @@ def make_machine(backend: str, options: Callable[..., dict[str, Any]]) -> type[R
             self.tick()
             manifest = []
             for p, study, image, answer in rows:
-                qid = self.model.qid()
+                qid = self.model.study_qid(study)
                 manifest.append(ManifestRow(p, study, STUDY_TIME[study], self.image(image), f"Q{qid}: report", answer))
-            todo, skipped, seen = [], 0, {p: self.model.studies_stored(p) for p in s.PATIENTS}
-            for row in sorted(manifest, key=lambda r: (r.timestamp, r.patient_id, r.study_id)):
-                if row.study_id in seen[row.patient_id]:
+            # a row is stored when its (study, question) is readable, or its study is stored but
+            # none of it is readable (retracted); a study already stored keeps its one visual record
+            todo, skipped, imaged = [], 0, {p: self.model.studies_stored(p) for p in s.PATIENTS}
+            asked = {p: self.model.questions_stored(p) for p in s.PATIENTS}
+            for row in sorted(manifest, key=lambda r: (r.timestamp, r.patient_id, r.study_id, r.question)):
+                p, key = row.patient_id, (row.study_id, _qid(row.question))
+                unreadable = row.study_id in imaged[p] and row.study_id not in {st for st, _ in asked[p]}
+                if key in asked[p] or unreadable:
                     skipped += 1
                     continue
-                seen[row.patient_id].add(row.study_id)
+                asked[p].add(key)
                 todo.append(row)
             if any(self.model.patients[r.patient_id].shredded for r in todo):
                 with pytest.raises(AccessDenied):
@@ -531,7 +547,8 @@ def make_machine(backend: str, options: Callable[..., dict[str, Any]]) -> type[R
                 p = row.patient_id
                 item = Stm(_qid(row.question), _image(row.image), row.study_id, self.model.now)
                 self.model.patients[p].stm.append(item)
-                epi = self.model.write_records(p, item, row.answer, "ground_truth", 1.0)
+                visual = row.study_id not in self.model.studies_stored(p)
+                epi = self.model.write_records(p, item, row.answer, "ground_truth", 1.0, visual=visual)
                 self.model.supersede_semantic(p, (row.timestamp, row.answer), "ground_truth")
                 self.model.supersede_claim(p, f"study:{row.study_id}", row.answer, "ground_truth", 1.0, item.qid, epi)
 

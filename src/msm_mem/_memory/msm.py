@@ -39,6 +39,9 @@ class Interaction:
     evidence_tier: str = "agent"
     confidence: float = 1.0
     source: str = ""
+    #: write a visual record with the episode; False for another question about a study whose
+    #: image already has one (one image per study, its visual record shared)
+    visual: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +152,7 @@ class Memory:
         now = self.clock.now()
         epi_id = vis_id = None
         if decision.written:
-            epi_id, vis_id = new_id("E"), new_id("V")
+            epi_id, vis_id = new_id("E"), new_id("V") if it.visual else None
             created, decays = now, decay_at(now, it.confidence, it.evidence_tier, "episodic")
             batch.episodes.append(
                 EpisodicRecord(
@@ -170,22 +173,8 @@ class Memory:
                     decay_at=decays,
                 )
             )
-            batch.visuals.append(
-                VisualRecord(
-                    visual_id=vis_id,
-                    patient_id=it.patient_id,
-                    timestamp=it.timestamp,
-                    z=z,
-                    media_path=it.media_path,
-                    visual_tag=it.visual_tag,
-                    source_episode_id=epi_id,
-                    confidence=it.confidence,
-                    evidence_tier=it.evidence_tier,
-                    source=it.source,
-                    created_at=created,
-                    decay_at=decays,
-                )
-            )
+            if vis_id is not None:
+                batch.visuals.append(self._visual(it, z, vis_id, epi_id, created, decays))
             pending.vectors.setdefault(it.patient_id, []).append(z)
         if not semantic:
             return WriteResult(decision, epi_id, vis_id, None)
@@ -205,6 +194,23 @@ class Memory:
         pending.semantic[key] = new_state
         batch.semantic.append(new_state)
         return WriteResult(decision, epi_id, vis_id, new_state)
+
+    @staticmethod
+    def _visual(it: Interaction, z: Vector, vis_id: str, epi_id: str, created: float, decays: float) -> VisualRecord:
+        return VisualRecord(
+            visual_id=vis_id,
+            patient_id=it.patient_id,
+            timestamp=it.timestamp,
+            z=z,
+            media_path=it.media_path,
+            visual_tag=it.visual_tag,
+            source_episode_id=epi_id,
+            confidence=it.confidence,
+            evidence_tier=it.evidence_tier,
+            source=it.source,
+            created_at=created,
+            decay_at=decays,
+        )
 
     def write_back(self, interaction: Interaction, *, force: bool = False) -> WriteResult:
         """Gate one interaction, consolidate it if it passes, update semantic state: one write."""

@@ -268,12 +268,14 @@ class GovernedMemory:
         source: str = "agent",
         force: bool = False,
         derive: bool = True,
+        visual: bool = True,
     ) -> WriteResult:
         """STM -> LTM through the write-back gate; a held item stays in STM.
 
         With ``derive`` (the default) the semantic state and the study's claim are superseded
         whatever the gate says; without it (a retried or promoted item whose impression was
-        already recorded) only the gate and the consolidation run."""
+        already recorded) only the gate and the consolidation run. ``visual=False`` writes the
+        episode without a visual record (another question about a study whose image has one)."""
         self._check(turn, tr.STM_ACTIVE, tr.LTM_ACTIVE, trigger)
         if derive:
             self._check(turn, tr.STM_ACTIVE, tr.LTM_SUPERSEDED, tr.Trigger.SEMANTIC_UPDATE)
@@ -296,6 +298,7 @@ class GovernedMemory:
             evidence_tier=evidence_tier,
             confidence=confidence,
             source=source,
+            visual=visual,
         )
         result = self.memory.stage(it, turn.staging, force=force, semantic=derive)
         if result.gate.written:
