@@ -68,9 +68,14 @@ def envelope_codec(store: Store, provider: InMemoryKeyProvider = KEKS) -> Envelo
     return EnvelopeCodec(EnvelopeCipher(store.tenant, provider, store.keys()), store.keys())
 
 
+#: the row digest key of every test store that is not opened through MsmMem
+ROW_KEY = bytes(range(32))
+
+
 def with_codec(store: Store) -> Store:
-    """``store`` given :func:`envelope_codec`, ready to hold PHI."""
+    """``store`` given :func:`envelope_codec` and :data:`ROW_KEY`, ready to hold PHI."""
     store.use_codec(envelope_codec(store))
+    store.use_row_key(ROW_KEY)
     return store
 
 

@@ -124,12 +124,14 @@ class MsmMem(_Care, _Reads, _Admin, _Scope):
         self._store = store
         self._cipher = EnvelopeCipher(store.tenant, provider, store.keys(), self._clock.now)
         store.use_codec(EnvelopeCodec(self._cipher, store.keys()))
+        signer = load_signer(directory, checkpoint_key)
+        store.use_row_key(signer.row_key(store.tenant))
         self._audit = AuditLog(
             store,
             self._cipher,
             directory,
             self._clock,
-            signer=load_signer(directory, checkpoint_key),
+            signer=signer,
             place=CheckpointPlace.of(directory, checkpoints, witness),
         )
         self._gm = GovernedMemory(Memory(store, settings, self._clock), self._audit)

@@ -21,7 +21,9 @@ from . import tier_rows as g
 from .base import AuditChainer, VectorKind
 from .batch import StateChange, WriteBatch
 from .guard import check_batch
-from .sql_core import ID_CHUNK, SqlCore
+from .row_digest import RowDigest
+from .sql_core import ID_CHUNK
+from .sql_rows import SqlRowDigests
 
 __all__ = ["Moved", "SqlWriter"]
 
@@ -45,7 +47,7 @@ def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-class SqlWriter(SqlCore):
+class SqlWriter(SqlRowDigests):
     """:meth:`write`, with the hooks a backend fills: positions, vector values, after commit."""
 
     def _positions(self) -> dict[VectorKind, int]:
@@ -87,6 +89,7 @@ class SqlWriter(SqlCore):
         self._check_rewrapped(batch)
         if chain is not None:
             batch.audit = chain(*self.audit_head())
+        d = self._digest_begin()
         codec = self._codec
         pos = self._positions()
         vectors: tuple[tuple[VectorKind, list[tuple[Any, ...]]], ...] = (
@@ -97,26 +100,30 @@ class SqlWriter(SqlCore):
             if rows:
                 self._many(f"INSERT INTO {kind} VALUES ({_marks(len(rows[0]))})", self._vector_rows(kind, rows))
                 self._vectors_added(kind, pos[kind], rows)
-        moved = [m for c in batch.changes if (m := self._apply_change(c)) is not None]
-        self._apply_stm(batch.stm, batch.stm_changes)
-        self._insert_versions("claims", "key", batch.claims, lambda c: g.claim_to_row(c, codec), batch.restore)
-        if batch.entities:
-            self._many("INSERT INTO entities VALUES (?,?,?,?,?,?)", [g.entity_to_row(e, codec) for e in batch.entities])
-        if batch.relationships:
-            rels = [g.relationship_to_row(x) for x in batch.relationships]
-            self._many("INSERT INTO relationships VALUES (?,?,?,?,?,?,?)", rels)
-        if batch.consents:
-            self._many(
-                "INSERT INTO consents VALUES (?,?,?,?,?,?,?,?,?,?)", [g.consent_to_row(c) for c in batch.consents]
-            )
+                d.add_full(kind, rows)
+        moved = [m for c in batch.changes if (m := self._apply_change(c, d)) is not None]
+        self._apply_stm(batch.stm, batch.stm_changes, d)
+        self._insert_versions("claims", "key", batch.claims, lambda c: g.claim_to_row(c, codec), batch.restore, d)
+        inserts = (
+            ("entities", [g.entity_to_row(e, codec) for e in batch.entities]),
+            ("relationships", [g.relationship_to_row(x) for x in batch.relationships]),
+            ("consents", [g.consent_to_row(c) for c in batch.consents]),
+        )
+        for table, rows in inserts:
+            if rows:
+                self._many(f"INSERT INTO {table} VALUES ({_marks(len(rows[0]))})", rows)
+                d.add_full(table, rows)
         for consent_id, when in batch.revocations:
+            done = self._track(d, "consents", [consent_id])
             cur = self._q("UPDATE consents SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (when, consent_id))
             if cur.rowcount != 1:
                 raise NotFound(f"no unrevoked consent {consent_id!r}")
+            done()
         self._append_audit(batch.audit)
         self._insert_versions(
-            "semantic", "category", batch.semantic, lambda s: r.semantic_to_row(s, codec), batch.restore
+            "semantic", "category", batch.semantic, lambda s: r.semantic_to_row(s, codec), batch.restore, d
         )
+        self._digest_save(d)
         for key in batch.rewrapped:  # the key table joins this transaction
             self.keys().put(key)
         for patient_ref in batch.shred_keys:
@@ -130,7 +137,7 @@ class SqlWriter(SqlCore):
             if stored is None or stored.shredded or key.shredded or stored.patient_ref != key.patient_ref:
                 raise IllegalTransition(f"data key {key.key_id!r} can only be rewrapped, not created or revived")
 
-    def _apply_change(self, c: StateChange) -> Moved | None:
+    def _apply_change(self, c: StateChange, d: RowDigest) -> Moved | None:
         table = c.table
         vector = table in ("episodic", "visual")
         row = self._q(
@@ -142,13 +149,15 @@ class SqlWriter(SqlCore):
             raise IllegalTransition(f"{table} record {c.record_id!r} is {row[1]}, expected {c.expect.value}")
         sets = r.change_sets(c, row[0], self._codec)
         assignments = ", ".join(f"{k} = ?" for k in sets)
+        done = self._track(d, table, [c.record_id], [str(sets["id"])])
         self._q(f"UPDATE {table} SET {assignments} WHERE id = ?", (*sets.values(), c.record_id))
+        done()
         if not vector:
             return None
         kind: VectorKind = "episodic" if table == "episodic" else "visual"
         return Moved(kind, int(row[2]), row[0], c.expect, str(sets["patient_id"]), c.to, str(sets["id"]))
 
-    def _apply_stm(self, items: list[StmItem], stm_changes: Sequence[Any]) -> None:
+    def _apply_stm(self, items: list[StmItem], stm_changes: Sequence[Any], d: RowDigest) -> None:
         changes = {c.item_id: c for c in stm_changes}
         rows = []
         for item in items:
@@ -168,6 +177,8 @@ class SqlWriter(SqlCore):
             rows.append(g.stm_to_row(item, self._codec))
         if rows:
             self._many("INSERT INTO stm VALUES (?,?,?,?,?,?,?,?,?)", rows)
+            d.add_full("stm", rows)
+        done = self._track(d, "stm", list(changes))
         for c in changes.values():
             sets: list[str] = ["state = ?"]
             args: list[object] = [c.to.value]
@@ -190,6 +201,7 @@ class SqlWriter(SqlCore):
                 if row is None:
                     raise NotFound(f"no short-term item {c.item_id!r}")
                 raise IllegalTransition(f"short-term item {c.item_id!r} is {row[0]}, expected {c.expect.value}")
+        done()
 
     def _append_audit(self, audit: list[AuditRow]) -> None:
         """Append rows that continue the stored chain; a stored row is never written again."""
@@ -204,7 +216,13 @@ class SqlWriter(SqlCore):
         self._many("INSERT INTO audit VALUES (?, ?, ?)", [(x.seq, x.payload, x.event_hash) for x in audit])
 
     def _insert_versions(
-        self, table: str, key_column: str, versions: list[V], to_row: Callable[[V], tuple[Any, ...]], restore: bool
+        self,
+        table: str,
+        key_column: str,
+        versions: list[V],
+        to_row: Callable[[V], tuple[Any, ...]],
+        restore: bool,
+        d: RowDigest,
     ) -> None:
         """Insert new versions of keyed records (semantic states, claims): each one's ``supersedes``
         must be the active version of the same patient and key, which flips to SUPERSEDED.
@@ -253,7 +271,9 @@ class SqlWriter(SqlCore):
                 if found.get(old) != (v.patient_id, key(v)):
                     raise IllegalTransition(f"{table} version {old!r} is not the active version of this key")
             if stored:
+                done = self._track(d, table, stored)
                 self._many(f"UPDATE {table} SET state = 'superseded' WHERE id = ?", [(old,) for old in stored])
+                done()
             versions = [replace(v, state=State.SUPERSEDED) if ident(v) in wanted else v for v in versions]
         new_rows = [to_row(v) for v in versions]
         try:
@@ -262,3 +282,4 @@ class SqlWriter(SqlCore):
             raise IllegalTransition(
                 f"a {table} key already has an active version; a new version must supersede it ({exc})"
             ) from exc
+        d.add_full(table, new_rows)

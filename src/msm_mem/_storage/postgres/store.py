@@ -55,6 +55,7 @@ from ..base import VectorKind
 from ..codec import FieldCodec
 from ..rows import EPISODIC_COLUMNS, VISUAL_COLUMNS, check_vector
 from ..sql_core import Rows
+from ..sql_rows import initial_meta
 from ..sql_store import SqlStore
 from .keys import PgKeyTable
 from .pgvector import Vec, connect, use_schema, vector_schema
@@ -161,6 +162,7 @@ class PostgresStore(SqlStore):
                     ("dim", str(dim)),
                     ("encoder", encoder),
                     ("tenant", uuid.uuid4().hex),
+                    *initial_meta(),
                 ]
                 conn.cursor().executemany("INSERT INTO meta VALUES (%s, %s)", rows)
             store = cls(conn, schema, codec, population_search)

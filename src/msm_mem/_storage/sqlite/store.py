@@ -34,6 +34,7 @@ from ..base import VectorKind
 from ..batch import WriteBatch
 from ..codec import FieldCodec
 from ..sql_core import Rows
+from ..sql_rows import initial_meta
 from ..sql_store import SqlStore
 from ..sql_write import Moved
 from .keys import SqliteKeyTable, data_version
@@ -175,6 +176,7 @@ class SqliteStore(FaissVectors, SqlStore):
                 ("dim", str(dim)),
                 ("encoder", encoder),
                 ("tenant", uuid.uuid4().hex),
+                *initial_meta(),
             ],
         )
         conn.execute("COMMIT")
