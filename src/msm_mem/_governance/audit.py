@@ -29,14 +29,14 @@ import itertools
 import logging
 import secrets
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from .. import _transitions as tr
 from .._clock import Clock
 from .._errors import AccessDenied, AuditChainBroken, CanonicalJSONError, InvalidInput, NotFound
 from .._principal import as_role
-from .._storage.base import Store, WriteBatch
+from .._storage.base import AuditChainer, Store, WriteBatch
 from .._tier_records import AuditRow
 from .audit_chain import ChainBuilder, VerifyResult, verify_chain, verify_hashes_in_batches
 from .audit_event import GENESIS, AuditEvent, AuditSpec
@@ -166,6 +166,19 @@ class AuditLog:
         write lock, so concurrent writers (threads, handles or processes) never fork the chain
         nor collide on a sequence number; a failed write leaves the head where the store has it.
         """
+        self.commit(lambda chain, sign: self.store.write(batch, chain, before_commit=sign), specs)
+
+    def commit(
+        self,
+        apply: Callable[[AuditChainer, Callable[[], None]], object],
+        specs: Sequence[AuditSpec],
+        *,
+        adopt: bool = False,
+    ) -> None:
+        """:meth:`write` for any write of the store: ``apply(chain, sign)`` runs one transaction
+        that calls ``chain(seq, prev)`` for the audit rows and ``sign()`` just before it commits.
+        ``adopt`` signs the new head even if no checkpoint signed the one it continues (a store
+        upgrade, once its chain was checked: :mod:`.upgrade`)."""
         with self._lock:
             heads: list[tuple[int, str]] = []
             started: list[tuple[int, str]] = []
@@ -184,10 +197,10 @@ class AuditLog:
 
             def sign() -> None:
                 if builders:
-                    self._sign_commit(started[0], builders[0], signed)
+                    self._sign_commit(started[0], builders[0], signed, adopt)
 
             try:
-                self.store.write(batch, chain, before_commit=sign)
+                apply(chain, sign)
             except BaseException:
                 self._head = None  # re-read from the store next time
                 raise
@@ -197,10 +210,13 @@ class AuditLog:
 
     # signing the head at every commit (kept apart from the chaining above) -----------------
 
-    def _sign_commit(self, head: tuple[int, str], builder: ChainBuilder, out: list[Checkpoint]) -> None:
+    def _sign_commit(
+        self, head: tuple[int, str], builder: ChainBuilder, out: list[Checkpoint], adopt: bool = False
+    ) -> None:
         """Inside the write transaction, before it commits: the chain continued from ``head``
-        must be signed; sign the new head and make it durable in the head file."""
-        self._require_signed(head)
+        must be signed (unless adopted); sign the new head and make it durable in the head file."""
+        if not adopt:
+            self._require_signed(head)
         base = self.store.audit_base()
         cp = self.signer.sign_head(
             self.origin, builder.head_seq, builder.head_hash, self.clock.now(), base, signed_rows(self.store)

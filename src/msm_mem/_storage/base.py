@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from typing import Literal, Protocol
+from typing import ClassVar, Literal, Protocol
 
 from .._records import EpisodicRecord, SemanticState, Vector, VisualRecord
 from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
@@ -286,6 +286,21 @@ class Store(Records, Vectors, Tiers, Audit, Keys, Consents, ABC):
     @abstractmethod
     def computed_row_digests(self) -> dict[str, TableDigest]:
         """The digest of each governed table recomputed from its rows (reads every row)."""
+
+    #: the store's schema as opened (an older one only for :meth:`upgrade`), and the current one
+    schema_version: str
+    CURRENT_SCHEMA: ClassVar[str]
+
+    @abstractmethod
+    def upgrade(
+        self,
+        chain: AuditChainer,
+        reencode: Callable[[str, str, str], str | None],
+        *,
+        before_commit: Callable[[], None],
+    ) -> int:
+        """Bring a store opened ``upgrading`` to the current schema in one transaction (see
+        :meth:`~msm_mem._storage.sql_write.SqlWriter.upgrade`); returns the tags re-encoded."""
 
     @abstractmethod
     def write(

@@ -10,9 +10,23 @@ from .._errors import InvalidInput, StoreError
 from .row_digest import DIGEST_TABLES, RowDigest, TableDigest, empty, select_columns
 from .sql_core import ID_CHUNK, PAGE, SqlCore
 
-__all__ = ["SqlRowDigests", "initial_meta"]
+__all__ = ["UPGRADABLE", "SqlRowDigests", "initial_meta", "schema_problem"]
 
 _PREFIX = "rows:"
+#: store schemas :meth:`SqlRowDigests.upgrade_rows` brings to the current one
+UPGRADABLE = frozenset({"1"})
+
+
+def schema_problem(found: str | None, current: str, upgrading: bool) -> str:
+    """Why a store of schema ``found`` cannot be opened ("" when it can)."""
+    if found == current or (upgrading and found in UPGRADABLE):
+        return ""
+    if found in UPGRADABLE:
+        return (
+            f"store schema {found} was made by an older msm-mem (before row digests); upgrade it once, as an"
+            f" admin (audited): msm-mem store upgrade DIR (MsmMem.upgrade)"
+        )
+    return f"store schema {found!r} is not one this msm-mem reads (expected {current})"
 
 
 def initial_meta() -> list[tuple[str, str]]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from .._errors import IllegalTransition, InvalidInput, NotFound
+from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError
 from .._records import SemanticState, State
 from .._tier_records import AuditRow, Claim, StmItem
 from . import rows as r
@@ -22,7 +22,7 @@ from .base import AuditChainer, VectorKind
 from .batch import StateChange, WriteBatch
 from .guard import check_batch
 from .row_digest import RowDigest
-from .sql_core import ID_CHUNK
+from .sql_core import ID_CHUNK, CommitLost
 from .sql_rows import SqlRowDigests
 
 __all__ = ["Moved", "SqlWriter"]
@@ -64,6 +64,31 @@ class SqlWriter(SqlRowDigests):
     def _committed(self, batch: WriteBatch, moved: list[Moved]) -> None:
         """Follow a batch this store has just committed (default: nothing to follow)."""
 
+    def _after_lost_commit(self, batch: WriteBatch, lost: CommitLost) -> None:
+        """Whether a write whose commit reply was lost is stored: returns when its last audit
+        row is (the server committed it), raises :class:`StoreError` saying what is known
+        otherwise. A write is never reported done unless it was committed."""
+        last = batch.audit[-1] if batch.audit else None
+        unreachable: tuple[type[Exception], ...] = (StoreError, *self.DISCONNECTED)
+        try:
+            self._reconnect_after_loss()
+            found = None if last is None else self._q("SELECT event_hash FROM audit WHERE seq = ?", (last.seq,))
+            row = None if found is None else found.fetchone()
+        except unreachable as exc:
+            where = f" (its audit event would be seq {last.seq})" if last is not None else ""
+            raise StoreError(
+                f"the connection was lost while this write was committed and the server cannot be asked yet: it may"
+                f" or may not be stored{where}; read it back once the server is up ({lost}; {exc})"
+            ) from exc
+        if last is None or row is None or row[0] != last.event_hash:
+            raise StoreError(
+                f"the connection was lost at the commit and the write is not stored, nothing was written: {lost}"
+            )
+
+    def _reconnect_after_loss(self) -> None:
+        """Open a new connection after a lost one (a backend that can lose one overrides this)."""
+        raise StoreError("this store has no connection to lose")
+
     def write(
         self,
         batch: WriteBatch,
@@ -71,17 +96,54 @@ class SqlWriter(SqlRowDigests):
         *,
         before_commit: Callable[[], None] | None = None,
     ) -> None:
+        if self.schema_version != self.CURRENT_SCHEMA:
+            raise StoreError(f"store schema {self.schema_version} is opened for its upgrade only: nothing is written")
         check_batch(batch)
         for e in batch.episodes:
             r.check_vector(e.z, self.dim, f"episode {e.episode_id}")
         for v in batch.visuals:
             r.check_vector(v.z, self.dim, f"visual {v.visual_id}")
         with self._db():
-            with self._transaction():
-                moved = self._apply(batch, chain)
-                if before_commit is not None:
-                    before_commit()
+            try:
+                with self._transaction():
+                    moved = self._apply(batch, chain)
+                    if before_commit is not None:
+                        before_commit()
+            except CommitLost as exc:
+                self._after_lost_commit(batch, exc)  # returns only when the write is stored
             self._committed(batch, moved)
+
+    def upgrade(
+        self,
+        chain: AuditChainer,
+        reencode: Callable[[str, str, str], str | None],
+        *,
+        before_commit: Callable[[], None],
+    ) -> int:
+        """Bring a store of an older schema to the current one in one transaction: each visual
+        tag ``reencode(visual_id, patient_id, stored)`` returns a new stored form for is
+        replaced (clear text encrypted), the row digests are computed from the rows, the
+        schema is recorded, the audit rows of ``chain`` appended and ``before_commit`` run.
+        Any error rolls all of it back. Returns the number of tags replaced."""
+        if self.schema_version == self.CURRENT_SCHEMA:
+            raise StoreError(f"the store is at schema {self.CURRENT_SCHEMA} already: nothing to upgrade")
+        with self._db():
+            with self._transaction():
+                found = self._q("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+                if found is None or found[0] == self.CURRENT_SCHEMA:
+                    raise StoreError("the store was upgraded meanwhile (by another process): nothing to do")
+                tags = self._q("SELECT id, patient_id, visual_tag FROM visual").fetchall()
+                new = [(value, rid) for rid, pid, tag in tags if (value := reencode(rid, pid, tag)) is not None]
+                if new:
+                    self._many("UPDATE visual SET visual_tag = ? WHERE id = ?", new)
+                meta = [(f"rows:{t}", d.meta_value()) for t, d in self.computed_row_digests().items()]
+                meta.append(("schema", self.CURRENT_SCHEMA))
+                upsert = "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+                self._many(upsert, meta)
+                self._append_audit(chain(*self.audit_head()))
+                before_commit()
+            self.schema_version = self.CURRENT_SCHEMA
+        return len(new)
 
     def _apply(self, batch: WriteBatch, chain: AuditChainer | None = None) -> list[Moved]:
         # read under the write lock: the key table, the positions and the audit head are what

@@ -54,8 +54,8 @@ from ..._records import Vector
 from ..base import VectorKind
 from ..codec import FieldCodec
 from ..rows import EPISODIC_COLUMNS, VISUAL_COLUMNS, check_vector
-from ..sql_core import Rows
-from ..sql_rows import initial_meta
+from ..sql_core import CommitLost, Rows
+from ..sql_rows import initial_meta, schema_problem
 from ..sql_store import SqlStore
 from .keys import PgKeyTable
 from .pgvector import Vec, connect, use_schema, vector_schema
@@ -86,7 +86,9 @@ class PostgresStore(SqlStore):
         "relationships": "id",
     }
     HOLDS_NUL: ClassVar[bool] = False
+    CURRENT_SCHEMA: ClassVar[str] = SCHEMA_VERSION
     INTEGRITY_ERROR: ClassVar[type[Exception]] = psycopg.IntegrityError
+    DISCONNECTED: ClassVar[tuple[type[Exception], ...]] = (psycopg.OperationalError,)
 
     def __init__(
         self,
@@ -116,6 +118,7 @@ class PostgresStore(SqlStore):
         self.dim = int(meta["dim"])
         self.encoder_name = meta["encoder"]
         self.tenant = meta["tenant"]
+        self.schema_version = meta.get("schema", "")
         self._approximate = self._approximate and self.dim <= HNSW_MAX_DIM
         if self._approximate:
             for kind in _KINDS:
@@ -183,8 +186,10 @@ class PostgresStore(SqlStore):
         codec: FieldCodec | None = None,
         schema: str = "msm_mem",
         population_search: PopulationSearch = "exact",
+        upgrading: bool = False,
     ) -> PostgresStore:
-        """Open an existing store; a schema that is not one raises :class:`StoreError`."""
+        """Open an existing store; a schema that is not one raises :class:`StoreError`, and so
+        does a store of an older schema unless ``upgrading`` (for :meth:`upgrade` only)."""
         conn = connect(dsn)
         try:
             meta_table = f"{sql.Identifier(schema).as_string(conn)}.meta"
@@ -196,10 +201,9 @@ class PostgresStore(SqlStore):
                 raise StoreError(f"schema {schema!r} is not a readable msm-mem store: {exc}") from exc
             if meta.get("format") != FORMAT:
                 raise StoreError(f"schema {schema!r} is not an msm-mem store (format {meta.get('format')!r})")
-            if meta.get("schema") != SCHEMA_VERSION:
-                raise StoreError(
-                    f"schema {schema!r} has store schema {meta.get('schema')!r}, expected {SCHEMA_VERSION}"
-                )
+            problem = schema_problem(meta.get("schema"), SCHEMA_VERSION, upgrading)
+            if problem:
+                raise StoreError(f"schema {schema!r}: {problem}")
             store = cls(conn, schema, codec, population_search)
             store._dsn = dsn
             return store
@@ -283,13 +287,24 @@ class PostgresStore(SqlStore):
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         """Writers queue on ``EXCLUSIVE`` table locks (readers go on), as with SQLite's ``BEGIN
-        IMMEDIATE``, so positions stay dense and supersession cannot race."""
+        IMMEDIATE``, so positions stay dense and supersession cannot race. A connection lost
+        while the commit is sent is :class:`CommitLost` (the server may have committed)."""
+        committing = False
         try:
             with self._conn.transaction():
                 self._conn.execute("LOCK TABLE episodic, visual, semantic IN EXCLUSIVE MODE")
                 yield
+                committing = True
         except psycopg.IntegrityError as exc:
             raise InvalidInput(f"write refused by the store: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            if committing:
+                raise CommitLost(str(exc).strip()) from exc
+            raise
+
+    def _reconnect_after_loss(self) -> None:
+        if self._conn.closed or self._conn.broken:
+            self._reconnect()
 
     def _positions(self) -> dict[VectorKind, int]:
         return {
