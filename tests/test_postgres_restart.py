@@ -120,6 +120,20 @@ def test_a_restart_inside_a_write_fails_it_and_the_next_call_works(tmp_path: Pat
         assert mem.verify_audit(AUDITOR).ok
 
 
+def test_a_restart_between_calls_is_not_noticed_by_the_next_one(tmp_path: Path, server: Server) -> None:
+    """The server stopped and started again while the client is idle: the next write, read and
+    ask all work at the first try (the dropped connection is replaced before it is used)."""
+    with MsmMem.init(tmp_path / "s", ADMIN, database_url=server.dsn, schema="restart") as mem:
+        mem.ask(AGENT, "P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
+        for turn in range(3):
+            server.stop()
+            server.start()
+            mem.grant(ADMIN, [_consent(f"between-{turn}")])
+            assert f"C-between-{turn}" in _stored(mem)
+            mem.ask(AGENT, "P1", png(tmp_path, 2 + turn), "What is the impression?", study_id=f"S{2 + turn}")
+        assert mem.verify_audit(AUDITOR).ok
+
+
 def test_a_restart_at_the_commit_is_never_reported_done_unless_stored(tmp_path: Path, server: Server) -> None:
     """The server stopped just as the commit is sent: the call fails, and it says whether the
     write may have been stored; after the restart it is not, and the store verifies."""

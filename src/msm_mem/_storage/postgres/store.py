@@ -39,6 +39,8 @@ What assumes one node here: the table locks and ``max(pos) + 1`` positions (per 
 
 from __future__ import annotations
 
+import contextlib
+import select
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -66,6 +68,16 @@ __all__ = ["PostgresStore"]
 HNSW_MAX_DIM = 2000
 _KINDS = ("episodic", "visual")
 PopulationSearch = Literal["exact", "hnsw"]
+
+
+def _dropped(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the server closed this idle connection: its socket is readable (end of file, or
+    the server's last words) although no query is running. No round trip."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
 
 
 @lru_cache(maxsize=512)
@@ -248,13 +260,14 @@ class PostgresStore(SqlStore):
     def _db(self) -> Iterator[psycopg.Connection[Any]]:
         """The connection, under the lock, with database errors mapped to the library's.
 
-        A connection the server dropped (a restart, a failover) fails the call that finds it
-        with :class:`StoreError` (its transaction rolled back, nothing written) and is opened
-        again by the next call."""
+        A connection the server dropped (a restart, a failover) fails the call in flight with
+        :class:`StoreError` (its transaction rolled back, nothing written) and is opened again
+        by the next call; one the server closed while idle (between calls) is noticed before
+        it is used (its socket reads end of file) and opened again at once."""
         with self._lock:
             if self._closed:
                 raise StoreError("the store is closed")
-            if self._depth == 0 and (self._conn.closed or self._conn.broken):
+            if self._depth == 0 and (self._conn.closed or self._conn.broken or _dropped(self._conn)):
                 self._reconnect()
             self._depth += 1
             try:
@@ -275,7 +288,9 @@ class PostgresStore(SqlStore):
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
+        old, self._conn = self._conn, conn
+        with contextlib.suppress(psycopg.Error, OSError):
+            old.close()  # dropped by the server already; closing frees what is left of it here
         self._keys.sync()  # other connections may have written meanwhile
 
     def _q(self, query: str, args: Sequence[Any] = ()) -> Rows:
