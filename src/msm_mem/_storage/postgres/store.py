@@ -72,7 +72,8 @@ PopulationSearch = Literal["exact", "hnsw"]
 
 def _dropped(conn: psycopg.Connection[Any]) -> bool:
     """Whether the server closed this idle connection: its socket is readable (end of file, or
-    the server's last words) although no query is running. No round trip."""
+    the server's last words) although no query is running. No round trip. Readable for another
+    reason (a parameter report after a configuration reload) costs one needless reconnect."""
     try:
         readable, _, _ = select.select([conn.fileno()], [], [], 0)
     except (OSError, ValueError, psycopg.Error):
