@@ -127,3 +127,38 @@ def test_a_kill_before_the_commit_leaves_the_old_store(tmp_path: Path, new_mem: 
     MsmMem.upgrade(directory, ADMIN)
     with MsmMem.open(directory) as mem:
         assert mem.verify_audit(AUDITOR).ok
+
+
+def test_a_schema_1_store_with_per_commit_checkpoints_is_upgraded_too(tmp_path: Path, new_mem: MemFactory) -> None:
+    """A store of the version just before row digests (tags encrypted, every commit signed,
+    schema 1): its checkpoints are all checked against the chain and kept; no tag changes."""
+    mem = new_mem("mid", clock=FixedClock(T0), backbone=FixedBackbone("Stable opacity", "follow up"))
+    mem.ingest(SYSTEM, [ManifestRow("P-MID", "S1", T0, str(png(tmp_path, 1)), QUESTION, "effusion", view="PA")])
+    directory = mem.directory
+    mem.close()
+    log = (directory / "audit" / "checkpoints.jsonl").read_bytes()
+    raw_sql(directory, "DELETE FROM meta WHERE key LIKE 'rows:%'")
+    raw_sql(directory, "UPDATE meta SET value = '1' WHERE key = 'schema'")
+    result = MsmMem.upgrade(directory, ADMIN)
+    assert result["visual_tags_encrypted"] == 0
+    assert (directory / "audit" / "checkpoints.jsonl").read_bytes().startswith(log)
+    with MsmMem.open(directory) as again:
+        assert again.verify_audit(AUDITOR).ok
+        assert [v.visual_tag for v in again.visuals(CLINICIAN, "P-MID")] == ["PA"]
+
+
+def test_a_checkpoint_contradicting_the_old_chain_is_not_adopted(tmp_path: Path, new_mem: MemFactory) -> None:
+    """The old chain's tail deleted while its checkpoint log remembers it: refused, nothing changes."""
+    mem = new_mem("cut", clock=FixedClock(T0), backbone=FixedBackbone("Stable opacity", "follow up"))
+    mem.ask(AGENT, "P-CUT", png(tmp_path, 1), QUESTION, study_id="ACC-1")
+    directory = mem.directory
+    mem.close()
+    head = int(raw_sql(directory, "SELECT max(seq) FROM audit")[0][0])
+    raw_sql(directory, "DELETE FROM audit WHERE seq = ?", (head,))
+    raw_sql(directory, "DELETE FROM meta WHERE key LIKE 'rows:%'")
+    raw_sql(directory, "UPDATE meta SET value = '1' WHERE key = 'schema'")
+    with pytest.raises(AuditChainBroken, match="contradicts the chain") as caught:
+        MsmMem.upgrade(directory, ADMIN)
+    assert caught.value.seq == head
+    with pytest.raises(StoreError, match="msm-mem store upgrade"):
+        MsmMem.open(directory)
