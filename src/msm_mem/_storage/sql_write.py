@@ -3,7 +3,9 @@
 :meth:`SqlWriter.write` checks the batch against the transition table (:mod:`.guard`) and the
 vectors, then inside one transaction inserts the records, applies the state changes (the row
 must be in the expected state), the short-term changes, the supersession of claims and
-semantic states, consent, and appends the audit rows; any error rolls all of it back. The
+semantic states, consent, appends the audit rows and keeps the row digests (:mod:`.sql_rows`)
+in step; any error rolls all of it back. A connection lost while the commit was sent is
+resolved from the write's last audit row (:meth:`SqlWriter._after_lost_commit`). The
 backend then follows the commit (:meth:`SqlWriter._committed`: the FAISS index, read caches).
 """
 
@@ -121,7 +123,7 @@ class SqlWriter(SqlRowDigests):
         before_commit: Callable[[], None],
     ) -> int:
         """Bring a store of an older schema to the current one in one transaction: each visual
-        tag ``reencode(visual_id, patient_id, stored)`` returns a new stored form for is
+        tag for which ``reencode(visual_id, patient_id, stored)`` returns a new stored form is
         replaced (clear text encrypted), the row digests are computed from the rows, the
         schema is recorded, the audit rows of ``chain`` appended and ``before_commit`` run.
         Any error rolls all of it back. Returns the number of tags replaced."""
