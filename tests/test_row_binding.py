@@ -19,6 +19,7 @@ from msm_mem._governance.audit_event import GENESIS
 from msm_mem._governance.checkpoint import Checkpoint
 from msm_mem._governance.checkpoint_signer import CheckpointSigner
 from msm_mem._storage.row_digest import COLUMNS, RowDigest, row_bytes
+from msm_mem._tier_records import ConsentRecord
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, AUDITOR, CRITIC, SYSTEM, png, raw_sql
@@ -143,7 +144,9 @@ def test_honest_writes_keep_verifying(tmp_path: Path, new_mem: MemFactory) -> No
     item = mem.observe(AGENT, PATIENT, png(tmp_path, 7), QUESTION)
     mem.consolidate(AGENT, PATIENT, item.item_id, "Right lower lobe consolidation with effusion, new since prior.")
     assert mem.verify_audit(AUDITOR).ok
-    mem.revoke(ADMIN, mem.consents(ADMIN)[0].consent_id)
+    extra = ConsentRecord("C-bind-extra", PATIENT, "role:agent", "research", "permit", ("episodic",), T0)
+    mem.grant(ADMIN, [extra])
+    mem.revoke(ADMIN, extra.consent_id)
     mem.maintain(SYSTEM, at=T0 + 10 * 365 * 86400.0)  # everything expires, ages and decays
     assert mem.verify_audit(AUDITOR).ok
     mem.rotate_keys(ADMIN, "yearly rotation")
