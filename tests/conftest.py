@@ -197,7 +197,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store
 @pytest.fixture
 def reopen() -> Iterator[Callable[..., Store]]:
     """Open another handle on a store made by ``make_store`` (with the envelope codec unless
-    ``codec=False``); every handle opened is closed afterwards."""
+    ``codec=False``; with the row digest key either way); every handle opened is closed afterwards."""
     opened: list[Store] = []
 
     def again(store: Store, *, codec: bool = True) -> Store:
@@ -209,7 +209,10 @@ def reopen() -> Iterator[Callable[..., Store]]:
             assert isinstance(store, PostgresStore)
             other = PostgresStore.open(postgres_dsn(), schema=store.schema)
         opened.append(other)
-        return with_codec(other) if codec else other
+        if not codec:
+            other.use_row_key(ROW_KEY)
+            return other
+        return with_codec(other)
 
     yield again
     for other in opened:
