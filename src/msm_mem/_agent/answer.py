@@ -21,8 +21,12 @@ class Evidence:
     """One line of the evidence trail.
 
     ``score`` is the ranking score ``cosine x composite_k`` (1.0 x composite for semantic
-    state); the factors are kept: ``cosine`` in [-1, 1], ``confidence``, ``freshness`` and
-    ``tier_weight`` in [0, 1].
+    state; for a claim the cosine of its study's image), lowered for an unverified record to the
+    lowest score of a verified record about the same study (a verified record never ranks below
+    an unverified one); the factors are kept: ``cosine`` in [-1, 1], ``confidence``,
+    ``freshness`` (in the evidence's clinical time relative to the query's) and ``tier_weight``
+    in [0, 1]. ``kind`` is semantic, episodic, visual, claim, or population-episodic /
+    population-visual for other patients' de-identified experience.
     """
 
     id: str
@@ -62,8 +66,10 @@ class AgentAnswer:
     """The answer, its evidence trail, the gate decision (None when write-back is off).
 
     Not part of the JSON: ``steps`` (the policy's steps and what each returned), ``weights``
-    (the expert weights applied), ``features`` (what the router saw) and ``candidates`` (the
-    patient's candidates before the router, to label router training examples).
+    (the expert weights applied), ``features`` (what the router saw), ``candidates`` (the
+    patient's candidates before the router, to label router training examples) and ``studies``
+    (aligned with ``evidence``: the patient's own study each line is about, "" for the semantic
+    state and population experience; for evidence recall).
     """
 
     answer: str
@@ -77,6 +83,7 @@ class AgentAnswer:
     weights: ExpertWeights | None = None
     features: RouterFeatures | None = None
     candidates: tuple[Candidate, ...] = ()
+    studies: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         """The documented JSON shape: ``answer``, ``evidence`` [{id, kind, score, factors...}],
