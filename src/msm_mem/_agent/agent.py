@@ -313,14 +313,6 @@ class MemoryAgent:
                 raise InvalidInput(f"the router returned {type(routed).__name__}, not ExpertWeights")
             weights = ExpertWeights(**{m: routed.of(m) if flags[m] else 0.0 for m in MEMORIES})
             on = {m for m in MEMORIES if weights.of(m) > 0.0}
-            prompt = fuse(
-                [s for s in got.semantic if "semantic" in on],
-                got.episodic if "episodic" in on else [],
-                got.visual if "visual" in on else [],
-                query.question,
-                budget_chars=self.memory.settings.prompt_budget_chars,
-                claims=got.claims if "semantic" in on else [],
-            )
             raw = self._candidates(got.own)
             candidates = tuple(
                 replace(c, weight=c.weight * weights.of(_expert(c.kind))) for c in raw if _expert(c.kind) in on
@@ -329,6 +321,14 @@ class MemoryAgent:
                 replace(c, weight=c.weight * weights.of(c.kind))
                 for c in self._candidates(got.prior, population=True)
                 if c.kind in on
+            )
+            prompt = fuse(
+                [s for s in got.semantic if "semantic" in on],
+                got.episodic if "episodic" in on else [],
+                got.visual if "visual" in on else [],
+                query.question,
+                budget_chars=self.memory.settings.prompt_budget_chars,
+                claims=got.claims if "semantic" in on else [],
             )
             request = BackboneRequest(
                 prompt.text, query.question, candidates, prior, img, options={"expert_weights": weights.to_json()}

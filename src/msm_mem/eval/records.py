@@ -106,7 +106,9 @@ class ProtocolSettings:
 @dataclass(frozen=True, slots=True)
 class Answered:
     """One scored answer. ``gate`` is ``written``, ``discarded:<failed codes joined by +>``
-    (the agent's own answer at the write-back gate) or ``""`` for baselines."""
+    (the agent's own answer at the write-back gate) or ``""`` for baselines. ``prior`` is the
+    patient's study answered just before in the same probe ("" for a first study), ``retrieved``
+    the distinct studies of the answer's study-linked evidence in rank order (:mod:`msm_mem.eval.recall`)."""
 
     mode: str
     phase: str
@@ -116,6 +118,8 @@ class Answered:
     prediction: str
     reference: str
     gate: str = ""
+    prior: str = ""
+    retrieved: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ import numpy as np
 
 from .._memory.labeler import finding_f1, label
 from .metrics import bootstrap_ci, corpus_bleu4, exact_match, rouge_l, token_f1
+from .recall import evidence_recall
 from .records import CONFIGS, MODES, Answered, ProtocolRun
 from .split import PHASES
 
@@ -121,15 +122,16 @@ def summarise(run: ProtocolRun, *, n_boot: int = 1000) -> list[dict[str, Any]]:
             for arm in run.arms:
                 if answers := groups.get((mode, phase, arm)):
                     kind = "memory" if arm in CONFIGS else "baseline"
-                    out.append(
-                        {
-                            "mode": mode,
-                            "phase": phase,
-                            "arm": arm,
-                            "kind": kind,
-                            **_score(answers, n_boot, run.settings.seed),
-                        }
-                    )
+                    record = {
+                        "mode": mode,
+                        "phase": phase,
+                        "arm": arm,
+                        "kind": kind,
+                        **_score(answers, n_boot, run.settings.seed),
+                    }
+                    if kind == "memory":
+                        record["evidence_recall"] = evidence_recall(answers)
+                    out.append(record)
     return out
 
 
