@@ -28,7 +28,7 @@ from tests.cli_support import (
     without_msm_env,
 )
 
-KINDS = {"episodic", "visual", "semantic"}
+KINDS = {"episodic", "visual", "semantic", "claim"}  # claims are read with semantic memory
 ANSWER = "Small left pleural effusion, new since the prior study"
 
 
