@@ -21,6 +21,7 @@ from msm_mem.eval.protocol import (
     parse_configs,
     run_protocol,
 )
+from msm_mem.eval.report import summarise
 from msm_mem.eval.split import PHASES
 from msm_mem.plugins.backbones.nonparametric import EMPTY_ANSWER
 
@@ -237,3 +238,20 @@ def test_too_few_patients_is_a_clear_error(data: list[ManifestRow]) -> None:
     two = [r for r in data if r.patient_id in sorted({r.patient_id for r in data})[:2]]
     with pytest.raises(InvalidInput, match="at least 3 labelled patients, got 2"):
         run_protocol(two)
+
+
+def test_evidence_recall_is_recorded_for_memory_configurations(truth: ProtocolRun) -> None:
+    """Each answer knows its patient's prior study in the probe and the studies its evidence is
+    about; the full memory's evidence reaches the prior, no memory reaches nothing, and every
+    memory configuration's record carries recall@k (baselines none)."""
+    sev = [a for a in truth.answers if a.arm == "SEV" and a.prior]
+    assert sev and all(a.prior in a.retrieved for a in sev)
+    assert all(a.retrieved == () for a in truth.answers if a.arm == "none")
+    assert {a.prior for a in truth.answers if a.arm not in CONFIGS} == {""}
+    for rec in summarise(truth, n_boot=10):
+        if rec["kind"] == "memory":
+            assert rec["evidence_recall"]["n"] > 0
+            if rec["arm"] == "none":
+                assert rec["evidence_recall"]["at_5"] == 0.0
+        else:
+            assert "evidence_recall" not in rec

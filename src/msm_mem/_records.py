@@ -28,6 +28,7 @@ from ._errors import InvalidInput, InvalidVector
 from ._limits import MAX_QUESTION_CHARS, MAX_TAG_CHARS, MAX_TEXT_CHARS, check_id, check_path, check_text
 
 __all__ = [
+    "Claim",
     "EpisodicRecord",
     "Hit",
     "Impression",
@@ -45,7 +46,7 @@ __all__ = [
 ]
 
 Vector = npt.NDArray[np.float32]
-Kind = Literal["episodic", "visual", "semantic"]
+Kind = Literal["episodic", "visual", "semantic", "claim"]
 
 
 class State(StrEnum):
@@ -250,13 +251,40 @@ class SemanticState:
 
 
 @dataclass(frozen=True, slots=True)
+class Claim:
+    """A long-term finding: content about a subject patient, from a source, with confidence
+    in [0, 1] and an evidence tier; versioned by supersession (one ACTIVE per ``key``)."""
+
+    claim_id: str
+    patient_id: str
+    key: str
+    content: str
+    source: str
+    confidence: float
+    evidence_tier: str
+    created_at: float
+    decay_at: float | None = None
+    state: State = State.ACTIVE
+    supersedes: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.confidence <= 1.0:
+            raise InvalidInput(f"claim confidence must be in [0, 1], got {self.confidence!r}")
+        if not self.key:
+            raise InvalidInput("a claim needs a key")
+
+
+@dataclass(frozen=True, slots=True)
 class Hit:
-    """One retrieved item: ``score`` is the cosine similarity in [-1, 1] (1.0 for semantic state)."""
+    """One retrieved item: ``score`` is the cosine similarity in [-1, 1] (1.0 for semantic state;
+    for a claim, the cosine with its study's image). ``time`` is the evidence's clinical time
+    (UTC seconds) where the record does not carry it itself (a claim: its study's time)."""
 
     id: str
     kind: Kind
     score: float
-    record: EpisodicRecord | VisualRecord | SemanticState
+    record: EpisodicRecord | VisualRecord | SemanticState | Claim
+    time: float | None = None
 
 
 #: How a question's answers are scored: ``label`` (a short finding label: label F1 and exact

@@ -12,6 +12,7 @@ from .._errors import InvalidInput
 from .._records import EpisodicRecord, Impression, SemanticState, Vector, VisualRecord, new_id, unit_vector
 from .._settings import Settings
 from .._storage.base import Store, VectorKind, WriteBatch
+from .claim_evidence import claim_hits
 from .gate import GateDecision, WriteBackGate
 from .lexicon import Lexicon
 from .ranking import decay_at
@@ -97,8 +98,10 @@ class Memory:
         k_epi: int | None = None,
         k_vis: int | None = None,
         scope: Scope = "patient",
+        use_claims: bool = False,
     ) -> Retrieval:
-        """Semantic state, episodic and visual top-k for a patient and a query vector."""
+        """Semantic state, episodic and visual top-k for a patient and a query vector; with
+        ``use_claims`` (patient scope only) also the patient's ``k_epi`` most similar study claims."""
         if not isinstance(patient_id, str) or not patient_id:
             raise InvalidInput("patient_id must be a non-empty string")
         zq = self.vector(z)
@@ -113,7 +116,8 @@ class Memory:
         hits = iter(query(self.store, zq, requests, patient_id, scope)) if requests else iter(())
         epi = tuple(next(hits)) if use_epi else ()
         vis = tuple(next(hits)) if use_vis else ()
-        return Retrieval(sem, epi, vis)
+        claims = claim_hits(self.store, patient_id, zq, k_e) if use_claims and scope == "patient" else ()
+        return Retrieval(sem, epi, vis, claims)
 
     def max_cosine(self, patient_id: str, z: Vector) -> float | None:
         """Maximum cosine of ``z`` against the patient's stored embeddings (None if none)."""
@@ -153,7 +157,7 @@ class Memory:
         epi_id = vis_id = None
         if decision.written:
             epi_id, vis_id = new_id("E"), new_id("V") if it.visual else None
-            created, decays = now, decay_at(now, it.confidence, it.evidence_tier, "episodic")
+            created, decays = now, decay_at(it.timestamp, it.confidence, it.evidence_tier, "episodic")
             batch.episodes.append(
                 EpisodicRecord(
                     episode_id=epi_id,

@@ -238,10 +238,14 @@ class GovernedMemory:
         use_epi: bool = True,
         use_vis: bool = True,
         scope: Scope = "patient",
+        use_claims: bool = False,
     ) -> Ranked:
-        """Read S, E, V for the turn's patient; rerank by cosine x composite_k; audit the ids."""
+        """Read S, E, V (and with ``use_claims`` the study claims) for the turn's patient; rerank
+        by cosine x composite_k at the query's clinical time ``at`` (default now); audit the ids."""
         self._check(turn, tr.LTM_ACTIVE, tr.LTM_ACTIVE, tr.Trigger.READ)
-        r = self.memory.retrieve(turn.patient_id, z, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, scope=scope)
+        r = self.memory.retrieve(
+            turn.patient_id, z, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, scope=scope, use_claims=use_claims
+        )
         if scope != "patient":  # other patients' and anonymised records: consented, de-identified
             r = self._consented(turn, r)
         ranked = rerank(r.evidence(), self.clock.now() if at is None else at)

@@ -101,7 +101,7 @@ class _AgentArm:
         self.mem = self.run.open(self.directory)
         return _AgentArm(self.name, directory, self.run)
 
-    def answer(self, row: ManifestRow) -> tuple[str, str]:
+    def answer(self, row: ManifestRow) -> tuple[str, str, tuple[str, ...]]:
         a = self.mem.ask(
             AGENT,
             row.patient_id,
@@ -112,9 +112,10 @@ class _AgentArm:
             visual_tag=row.view,
             **self.flags,
         )
+        studies = tuple(dict.fromkeys(s for s in a.studies if s))  # distinct studies of the evidence, in rank order
         if a.gate is None:
-            return a.answer, ""
-        return a.answer, "written" if a.gate.written else "discarded:" + "+".join(a.gate.reasons)
+            return a.answer, "", studies
+        return a.answer, "written" if a.gate.written else "discarded:" + "+".join(a.gate.reasons), studies
 
     def learn(self, row: ManifestRow, prediction: str) -> None:
         if self.run.plan.settings.feedback == "truth" and row.answer.strip():
@@ -139,8 +140,8 @@ class _BaselineArm:
     def fork(self, directory: Path) -> _BaselineArm:
         return _BaselineArm(self.name, self.known.copy(), self.run)
 
-    def answer(self, row: ManifestRow) -> tuple[str, str]:
-        return baseline_answer(self.name, self.known, row.patient_id, self.run.plan.z[_key(row)]), ""
+    def answer(self, row: ManifestRow) -> tuple[str, str, tuple[str, ...]]:
+        return baseline_answer(self.name, self.known, row.patient_id, self.run.plan.z[_key(row)]), "", ()
 
     def learn(self, row: ManifestRow, prediction: str) -> None:
         text = row.answer if self.run.plan.settings.feedback == "truth" else prediction
@@ -186,12 +187,26 @@ class _Runner:
         return MsmMem.open(directory, settings=p.memory, clock=FixedClock(p.t0), backbone=p.settings.backbone)
 
     def probe(self, arm: _Arm, mode: str, phase: str, rows: Sequence[ManifestRow]) -> None:
+        last: dict[str, str] = {}  # each patient's study answered before, in this probe
         for row in rows:
-            prediction, gate = arm.answer(row)
+            prediction, gate, retrieved = arm.answer(row)
+            prior = last.get(row.patient_id, "") if isinstance(arm, _AgentArm) else ""
+            last[row.patient_id] = row.study_id
             kind, question = self.plan.group
             self.answers.append(
                 Answered(
-                    mode, phase, arm.name, row.patient_id, row.study_id, prediction, row.answer, gate, kind, question
+                    mode,
+                    phase,
+                    arm.name,
+                    row.patient_id,
+                    row.study_id,
+                    prediction,
+                    row.answer,
+                    gate,
+                    kind,
+                    question,
+                    prior,
+                    retrieved,
                 )
             )
             arm.learn(row, prediction)

@@ -109,7 +109,9 @@ class ProtocolSettings:
 class Answered:
     """One scored answer. ``gate`` is ``written``, ``discarded:<failed codes joined by +>``
     (the agent's own answer at the write-back gate) or ``""`` for baselines;
-    ``question_type`` and ``question`` name the question group it belongs to."""
+    ``question_type`` and ``question`` name the question group it belongs to. ``prior`` is the
+    patient's study answered just before in the same probe ("" for a first study), ``retrieved``
+    the distinct studies of the answer's study-linked evidence in rank order (:mod:`msm_mem.eval.recall`)."""
 
     mode: str
     phase: str
@@ -121,6 +123,8 @@ class Answered:
     gate: str = ""
     question_type: str = "text"
     question: str = ""
+    prior: str = ""
+    retrieved: tuple[str, ...] = ()
 
 
 def question_groups(rows: Sequence[ManifestRow]) -> list[tuple[str, str]]:

@@ -36,6 +36,7 @@ import numpy as np
 from .._memory.labeler import finding_f1, label
 from .cider import cider_d
 from .metrics import bootstrap_ci, class_f1, corpus_bleu, exact_match, rouge_l, token_f1, yes_no
+from .recall import evidence_recall
 from .records import CONFIGS, MODES, Answered, ProtocolRun
 from .split import PHASES
 
@@ -175,15 +176,16 @@ def summarise(run: ProtocolRun, *, n_boot: int = 1000) -> list[dict[str, Any]]:
             for phase in PHASES:
                 for arm in run.arms:
                     if answers := groups.get((kind, question, mode, phase, arm)):
-                        out.append(
-                            {
-                                "question_type": kind,
-                                "question": question,
-                                "mode": mode,
-                                "phase": phase,
-                                "arm": arm,
-                                "kind": "memory" if arm in CONFIGS else "baseline",
-                                **_score(kind, answers, n_boot, run.settings.seed),
-                            }
-                        )
+                        record = {
+                            "question_type": kind,
+                            "question": question,
+                            "mode": mode,
+                            "phase": phase,
+                            "arm": arm,
+                            "kind": "memory" if arm in CONFIGS else "baseline",
+                            **_score(kind, answers, n_boot, run.settings.seed),
+                        }
+                        if arm in CONFIGS:
+                            record["evidence_recall"] = evidence_recall(answers)
+                        out.append(record)
     return out
