@@ -5,6 +5,7 @@ Layout of a store directory::
     DIR/msm-mem.sqlite         the store of record: records, vectors (float32 blobs), meta
     DIR/index/episodic.faiss   rebuildable IndexFlatIP caches, with a .json sidecar saying
     DIR/index/visual.faiss     how many rows they cover and the fingerprint of the last one
+                               (HNSW graphs with their vectors when population_search="hnsw")
 
 A write is one SQLite transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``, ``synchronous=FULL`` by
 default) and the in-memory index changes only after it commits, so a crash loses at most the
@@ -29,6 +30,7 @@ from typing import Any, ClassVar
 from ..._errors import InvalidInput, StoreError
 from ..._private import private_dir, private_file
 from ..._records import SemanticState
+from ..._settings import DEFAULT_EF_SEARCH, PopulationSearch, check_population_search
 from ..._tier_records import ConsentRecord, Entity
 from ..base import VectorKind
 from ..batch import WriteBatch
@@ -119,7 +121,16 @@ class SqliteStore(FaissVectors, SqlStore):
     HOLDS_NUL: ClassVar[bool] = True
     INTEGRITY_ERROR: ClassVar[type[Exception]] = sqlite3.IntegrityError
 
-    def __init__(self, directory: Path, conn: sqlite3.Connection, codec: FieldCodec | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        conn: sqlite3.Connection,
+        codec: FieldCodec | None = None,
+        population_search: PopulationSearch = "exact",
+        ef_search: int = DEFAULT_EF_SEARCH,
+    ) -> None:
+        self.population_search = check_population_search(population_search, ef_search)
+        self._ef_search = ef_search if population_search == "hnsw" else None
         self.directory = directory
         self._conn = conn
         self._lock = threading.RLock()
@@ -152,10 +163,15 @@ class SqliteStore(FaissVectors, SqlStore):
         encoder: str,
         codec: FieldCodec | None = None,
         durable: bool = True,
+        population_search: PopulationSearch = "exact",
+        ef_search: int = DEFAULT_EF_SEARCH,
     ) -> SqliteStore:
         """Create a new store in ``directory`` (created if needed; must not hold a store).
 
-        PHI fields are refused until an encrypting ``codec`` is given here or to :meth:`use_codec`."""
+        PHI fields are refused until an encrypting ``codec`` is given here or to :meth:`use_codec`.
+        ``population_search``: ``"exact"`` (default) or ``"hnsw"`` with search depth ``ef_search``
+        (``vectors.py``); patient-scoped search is exact either way."""
+        check_population_search(population_search, ef_search)
         directory = Path(directory)
         if not isinstance(dim, int) or dim < 1:
             raise InvalidInput(f"dim must be a positive integer, got {dim!r}")
@@ -178,13 +194,24 @@ class SqliteStore(FaissVectors, SqlStore):
             ],
         )
         conn.execute("COMMIT")
-        return cls(directory, conn, codec)
+        return cls(directory, conn, codec, population_search, ef_search)
 
     @classmethod
-    def open(cls, directory: str | Path, *, codec: FieldCodec | None = None, durable: bool = True) -> SqliteStore:
+    def open(
+        cls,
+        directory: str | Path,
+        *,
+        codec: FieldCodec | None = None,
+        durable: bool = True,
+        population_search: PopulationSearch = "exact",
+        ef_search: int = DEFAULT_EF_SEARCH,
+    ) -> SqliteStore:
         """Open an existing store; a directory that is not one raises :class:`StoreError`.
 
-        PHI fields are refused until an encrypting ``codec`` is given here or to :meth:`use_codec`."""
+        PHI fields are refused until an encrypting ``codec`` is given here or to :meth:`use_codec`.
+        ``population_search`` and ``ef_search`` as for :meth:`create` (a cache of the other mode
+        is converted on open)."""
+        check_population_search(population_search, ef_search)
         directory = Path(directory)
         db = directory / DB_NAME
         if not db.is_file():
@@ -202,7 +229,11 @@ class SqliteStore(FaissVectors, SqlStore):
         if meta.get("schema") != SCHEMA_VERSION:
             conn.close()
             raise StoreError(f"{db} has schema {meta.get('schema')!r}, expected {SCHEMA_VERSION}")
-        store = cls(directory, conn, codec)
+        try:
+            store = cls(directory, conn, codec, population_search, ef_search)
+        except BaseException:
+            conn.close()
+            raise
         store.read_only = read_only
         return store
 
