@@ -75,7 +75,11 @@ def print_tables(report: dict[str, Any]) -> None:
     versions: dict[str, str] = {}
     for r in report["runs"]:
         versions.update(r.get("versions", {}))
-    print(f"\nmachine: {report['machine']}; " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
+    threads = report.get("threads") or "each library's default"
+    print(
+        f"\nmachine: {report['machine']}; threads: {threads}; "
+        + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
+    )
     for name, (limit, why) in report["caps"].items():
         print(f"capped: {name} at N <= {limit:,}: {why}")
     for kind in kinds:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import statistics
@@ -277,11 +278,26 @@ def child_main(args: argparse.Namespace) -> None:
 # the run ---------------------------------------------------------------------------------
 
 
-def run_child(phase: str, name: str, data: Path, d: Path, warmup: int, population: bool) -> dict[str, Any]:
+#: the variables that set the thread pools of BLAS, OpenMP (FAISS) and the Rust runtimes
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "RAYON_NUM_THREADS",
+    "TOKIO_WORKER_THREADS",
+)
+
+
+def run_child(
+    phase: str, name: str, data: Path, d: Path, warmup: int, population: bool, threads: int | None = None
+) -> dict[str, Any]:
     result = d.parent / f"{name}-{phase}.json"
     cmd = [sys.executable, __file__, "--child", phase, "--system", name, "--data-dir", str(data), "--dir", str(d)]
     cmd += ["--result", str(result), "--warmup", str(warmup)] + ([] if population else ["--no-population"])
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ)
+    if threads is not None:
+        env.update({v: str(threads) for v in THREAD_VARIABLES})
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{name} {phase} failed:\n{proc.stderr[-3000:]}")
     return json.loads(result.read_text())
@@ -308,6 +324,12 @@ def main() -> None:
     ap.add_argument("--systems", nargs="+", choices=sorted(SYSTEMS), default=list(SYSTEMS))
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads of BLAS, OpenMP and the Rust runtimes in every system (default: each library's own)",
+    )
     ap.add_argument("--patient-only", action="store_true", help="skip population search (and its indexes)")
     ap.add_argument("--cap", action="append", default=[], metavar="SYSTEM=N", help="cap a system at N rows (0: no cap)")
     ap.add_argument(
@@ -331,6 +353,7 @@ def main() -> None:
     names = [s for s in order if s in args.systems]
     real = cxr_embeddings() if "cxr" in args.data else None
     report: dict[str, Any] = {
+        "threads": args.threads,
         "machine": f"{platform.processor() or platform.machine()}, python {platform.python_version()}",
         "runs": [],
         "caps": {},
@@ -357,8 +380,8 @@ def main() -> None:
                         print(f"  {name}: population index not built at N={n:,} ({pop_cap[1]})", flush=True)
                     d = base / name
                     try:
-                        built = run_child("build", name, base / "data", d, args.warmup, population)
-                        queried = run_child("query", name, base / "data", d, args.warmup, population)
+                        built = run_child("build", name, base / "data", d, args.warmup, population, args.threads)
+                        queried = run_child("query", name, base / "data", d, args.warmup, population, args.threads)
                     except RuntimeError as exc:
                         print(f"  {name}: FAILED: {exc}", flush=True)
                         continue
