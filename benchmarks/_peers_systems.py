@@ -255,9 +255,11 @@ class Chroma(System):
     name = "chroma"
     notes = (
         "PersistentClient, one collection, hnsw space ip (M=16, construction_ef=100); the patient "
-        "as metadata; patient scope `where={'patient': p}`"
+        "as metadata; patient scope `where={'patient': p}`; population at its default ef_search "
+        "(100), untuned: Chroma 1.5.9 applies ef_search only when a collection is created "
+        "(`modify` leaves the loaded index's depth as it was: measured), and a rebuild per value "
+        "takes too long"
     )
-    knob, knob_values = "ef_search", EF_VALUES
 
     def _client(self, d: Path) -> Any:
         import chromadb
@@ -288,9 +290,6 @@ class Chroma(System):
             return [int(i) for i in r["ids"][0]]
 
         yield "Chroma `where` filter", query, {}
-
-    def set_knob(self, value: int) -> None:
-        self.col.modify(configuration={"hnsw": {"ef_search": value}})
 
     def population(self) -> Query:
         col = self.col

@@ -9,7 +9,8 @@ queries and the same k:
 - patient-scoped exact top-5 (a random patient per query, the query a new sample of that
   patient): numpy over the patient's rows is the limit and the truth for recall@5;
 - population top-10 (every row): FAISS flat is the exact limit and the truth for recall@10;
-  every approximate system's search knob is raised, on 200 separate tuning queries, until
+  (the truths are computed once per data set, before any system runs, by ``faiss.knn`` and
+  numpy); every approximate system's search knob is raised, on 200 separate tuning queries, until
   recall@10 >= 0.95 (the first value that reaches it is kept; "not reached" otherwise);
 - build (insert) throughput, rows/s, and index builds apart; bytes on disk per row; resident
   memory per row (growth of the query process's RSS from before open to after the queries;
@@ -147,6 +148,33 @@ def make_data(kind: str, n: int, queries: int, out: Path, real: np.ndarray | Non
     np.save(out / "pp.npy", qp)
     np.save(out / "popq.npy", popq)
     return {"kind": kind, "n": n, "patients": npat, "description": desc}
+
+
+def make_truth(data: Path) -> None:
+    """The exact answers every recall is measured against, written beside the data: population
+    top-10 by FAISS flat (``faiss.knn``, inner product, all queries at once), patient top-5 by
+    numpy over the patient's rows (the order of the numpy limit)."""
+    import faiss
+
+    x = np.load(data / "x.npy", mmap_mode="r")
+    patients = np.load(data / "patients.npy")
+    popq, pq, pp = np.load(data / "popq.npy"), np.load(data / "pq.npy"), np.load(data / "pp.npy")
+    best_s = np.full((len(popq), POPULATION_K), -np.inf, dtype=np.float32)
+    best_i = np.zeros((len(popq), POPULATION_K), dtype=np.int64)
+    for a in range(0, len(x), 100_000):  # in blocks: the rows need not fit in memory twice
+        block = np.ascontiguousarray(x[a : a + 100_000])
+        s, i = faiss.knn(popq, block, POPULATION_K, metric=faiss.METRIC_INNER_PRODUCT)
+        all_s, all_i = np.hstack([best_s, s]), np.hstack([best_i, i + a])
+        order = np.lexsort((all_i, -all_s), axis=1)[:, :POPULATION_K]
+        best_s, best_i = np.take_along_axis(all_s, order, 1), np.take_along_axis(all_i, order, 1)
+    np.save(data / "truth_pop.npy", best_i)
+    order = np.argsort(patients, kind="stable")
+    bounds = np.searchsorted(patients[order], np.arange(patients.max() + 2))
+    truth = []
+    for q, p in zip(pq, pp, strict=True):
+        rows = order[bounds[p] : bounds[p + 1]]
+        truth.append(rows[np.argsort(-(np.asarray(x[rows]) @ q), kind="stable")[:PATIENT_K]])
+    np.save(data / "truth_patient.npy", np.array(truth))
 
 
 # children --------------------------------------------------------------------------------
@@ -366,6 +394,7 @@ def main() -> None:
             for n in args.sizes:
                 base = work / f"{kind}-{n}"
                 info = make_data(kind, n, args.queries, base / "data", real)
+                make_truth(base / "data")
                 print(f"# {kind} N={n:,}: {info['description']}", flush=True)
                 for name in names:
                     cap = limits.get(name)
