@@ -191,5 +191,18 @@ class MsmMemHnsw(MsmMemSystem):
     def patient_variants(self, d: Path) -> Iterator[tuple[str, PatientQuery, dict[str, float]]]:
         return iter(())  # patient scope is exact either way: measured once, on msm-mem
 
-    def population_limit(self) -> None:
-        return None  # approximate: compared with the exact limit of msm-mem's run
+    def population_limit(self) -> Query:
+        """The store's own FAISS HNSW graph of episodic vectors searched directly at the same
+        depth (no lock, validation, retired-row filter, tail or id mapping): msm-mem's overhead."""
+        import faiss
+
+        graph = self.store._index["episodic"].graph
+        assert graph is not None
+
+        def query(q: np.ndarray, k: int) -> list[int]:
+            params = faiss.SearchParametersHNSW()
+            params.efSearch = max(graph.ef_search, k)
+            _, ids = graph.hnsw.search(q[None, :], k, params=params)
+            return ids[0].tolist()
+
+        return query

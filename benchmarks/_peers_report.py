@@ -35,7 +35,7 @@ def _cell(row: dict[str, Any] | None, limit: dict[str, Any] | None) -> str:
     if row.get("value") is not None:
         text += f" {row['knob']}={row['value']}"
     if "paired" in row:
-        text += f" [{row['paired']['ratio']:.2f}x numpy, paired]"
+        text += f" [{row['paired']['ratio']:.2f}x {row['paired'].get('limit', 'numpy')}, paired]"
     return text
 
 

@@ -247,6 +247,7 @@ def child_query(system: System, data: Path, d: Path, warmup: int, population: bo
         pair = None
         if limit is not None and label.endswith("` E"):  # the limit reads one memory, as this does
             times, got, pair = paired(query, limit, args, warmup)
+            pair["limit"] = "numpy"
         else:
             times, got = timed(query, args, warmup)
         row = {"label": label, **stats(times), **extra, **({"paired": pair} if pair else {})}
@@ -272,6 +273,7 @@ def child_query(system: System, data: Path, d: Path, warmup: int, population: bo
         pair = None
         if limit is not None:
             times, got, pair = paired(main, limit, args_pop, warmup)
+            pair["limit"] = "its FAISS graph" if system.knob else "numpy"
         else:
             times, got = timed(main, args_pop, warmup)
         row = {"label": system.name, "knob": system.knob, "value": chosen, **stats(times)}
