@@ -188,8 +188,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temp dir)")
+    ap.add_argument(
+        "--workdir", type=Path, default=None, help="scratch folder, created if missing (default: a temp dir)"
+    )
     args = ap.parse_args()
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)  # a scratch folder that does not exist yet is made
     if args.one:
         work = Path(tempfile.mkdtemp(dir=args.workdir))
         try:

@@ -26,6 +26,7 @@ def test_other_defaults() -> None:
     assert s.min_answer_words == 3
     assert s.prompt_budget_chars == 6000
     assert s.stm_ttl_s == 86400.0
+    assert (s.population_search, s.population_ef_search) == ("exact", 128)
 
 
 def test_settings_are_frozen() -> None:
@@ -60,6 +61,12 @@ def test_settings_are_frozen() -> None:
         {"encoder": ""},
         {"encoder": "  "},
         {"encoder": None},
+        {"population_search": "fast"},
+        {"population_search": None},
+        {"population_ef_search": 0},
+        {"population_ef_search": 100_001},
+        {"population_ef_search": 64.0},
+        {"population_ef_search": True},
     ],
 )
 def test_invalid_values_raise_invalid_input(changes: dict[str, Any]) -> None:
@@ -97,6 +104,8 @@ def test_from_env_reads_every_field() -> None:
         "MSM_MEM_PROMPT_BUDGET_CHARS": "500",
         "MSM_MEM_ENCODER": "efficientnet-lite0",
         "MSM_MEM_STM_TTL_S": "12.5",
+        "MSM_MEM_POPULATION_SEARCH": "hnsw",
+        "MSM_MEM_POPULATION_EF_SEARCH": "256",
         "UNRELATED": "x",
     }
     s = Settings.from_env(env)
@@ -111,6 +120,8 @@ def test_from_env_reads_every_field() -> None:
         prompt_budget_chars=500,
         encoder="efficientnet-lite0",
         stm_ttl_s=12.5,
+        population_search="hnsw",
+        population_ef_search=256,
     )
 
 
@@ -155,3 +166,12 @@ def test_from_env_parse_error_names_the_variable() -> None:
     """A parse error message names the offending variable and its value."""
     with pytest.raises(InvalidInput, match="MSM_MEM_K_VIS='lots'"):
         Settings.from_env({"MSM_MEM_K_VIS": "lots"})
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"), [("MSM_MEM_POPULATION_SEARCH", "approximate"), ("MSM_MEM_POPULATION_EF_SEARCH", "many")]
+)
+def test_from_env_refuses_a_bad_population_search(name: str, raw: str) -> None:
+    """An unknown population search mode or a non-integer search depth is InvalidInput naming it."""
+    with pytest.raises(InvalidInput, match="(?i)population_"):
+        Settings.from_env({name: raw})

@@ -7,11 +7,28 @@ import numbers
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from ._errors import InvalidInput
 
-__all__ = ["Settings"]
+__all__ = ["DEFAULT_EF_SEARCH", "MAX_EF_SEARCH", "PopulationSearch", "Settings", "check_population_search"]
+
+#: how population (cross-patient) search runs: exact, or an approximate HNSW graph
+PopulationSearch = Literal["exact", "hnsw"]
+#: HNSW candidate depth of the embedded store's population search (recall in docs/benchmarks.md)
+DEFAULT_EF_SEARCH = 128
+MAX_EF_SEARCH = 100_000
+
+
+def check_population_search(mode: object, ef_search: object) -> PopulationSearch:
+    """``mode`` as a :data:`PopulationSearch`, or :class:`InvalidInput` naming what is wrong."""
+    if mode not in get_args(PopulationSearch):
+        raise InvalidInput(f"setting population_search must be 'exact' or 'hnsw', got {mode!r}")
+    if not isinstance(ef_search, int) or isinstance(ef_search, bool) or not 1 <= ef_search <= MAX_EF_SEARCH:
+        raise InvalidInput(
+            f"setting population_ef_search must be an integer in [1, {MAX_EF_SEARCH}], got {ef_search!r}"
+        )
+    return mode  # type: ignore[return-value]  # checked against the literal's values above
 
 
 def _is_number(value: object) -> bool:
@@ -34,6 +51,13 @@ class Settings:
     - ``stm_ttl_s``: lifetime of a short-term item in seconds (default one day).
     - ``consolidate_after_s``: age after which ``maintain`` retries the gate on a held STM item
       once (consolidate or discard); until then a critic may promote it.
+    - ``population_search``: how population (cross-patient) retrieval searches, in the policy's
+      population step and ``retrieve(scope="population")``: ``"exact"`` (default; one
+      matrix-vector product over every stored vector) or ``"hnsw"`` (an approximate HNSW
+      graph: sub-linear, may miss some of the true top-k; recall in ``docs/benchmarks.md``).
+      Patient-scoped retrieval is exact either way. On PostgreSQL ``"hnsw"`` is pgvector's.
+    - ``population_ef_search``: the embedded store's HNSW search depth (candidates kept while
+      searching, at least k): larger is slower and finds more of the true top-k.
     """
 
     k_epi: int = 5
@@ -47,8 +71,11 @@ class Settings:
     encoder: str = "pixels"
     stm_ttl_s: float = 86400.0
     consolidate_after_s: float = 3600.0
+    population_search: PopulationSearch = "exact"
+    population_ef_search: int = DEFAULT_EF_SEARCH
 
     def __post_init__(self) -> None:
+        check_population_search(self.population_search, self.population_ef_search)
         for name in ("k_epi", "k_vis", "top_k", "semantic_history", "prompt_budget_chars"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -82,7 +109,7 @@ class Settings:
                     values[f.name] = Path(raw) if raw.strip() else None  # empty: the packaged one
                 elif f.name in ("tau", "stm_ttl_s", "consolidate_after_s"):
                     values[f.name] = float(raw)
-                elif f.name == "encoder":
+                elif f.name in ("encoder", "population_search"):
                     values[f.name] = raw
                 else:
                     values[f.name] = int(raw)

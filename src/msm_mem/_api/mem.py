@@ -179,7 +179,14 @@ class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
         server = None if database_url is None else ServerLocation(database_url, schema)
         encoder = get_encoder(settings.encoder, **dict(encoder_options or {}))
         existed = directory.exists()
-        store = create_store(directory, dim=encoder.dim, encoder=encoder.name, server=server)
+        store = create_store(
+            directory,
+            dim=encoder.dim,
+            encoder=encoder.name,
+            server=server,
+            population_search=settings.population_search,
+            ef_search=settings.population_ef_search,
+        )
         try:
             (directory / "keys").mkdir(mode=0o700, exist_ok=True)
             provider = LocalKeyFileProvider.create(directory / "keys" / "kek.json")
@@ -232,10 +239,16 @@ class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
         :meth:`init` (a missing key is :class:`~msm_mem.CheckpointKeyMissing`). Opening reads
         no patient data, so it takes no principal; every operation on the opened store does."""
         directory = Path(directory)
-        store = open_store(directory, dsn=database_url)
+        settings = settings or Settings()
+        store = open_store(
+            directory,
+            dsn=database_url,
+            population_search=settings.population_search,
+            ef_search=settings.population_ef_search,
+        )
         try:
             provider = LocalKeyFileProvider.open(directory / "keys" / "kek.json")
-            settings = (settings or Settings()).with_(encoder=store.encoder_name)
+            settings = settings.with_(encoder=store.encoder_name)
             return cls(
                 directory,
                 store,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from .._errors import InvalidInput, MissingExtra, StoreError
 from .._private import private_dir, private_file
+from .._settings import DEFAULT_EF_SEARCH, PopulationSearch
 from .base import Store
 
 if TYPE_CHECKING:
@@ -133,12 +134,21 @@ def _write_location(directory: Path, location: ServerLocation) -> None:
     os.replace(tmp, path)
 
 
-def create_store(directory: Path, *, dim: int, encoder: str, server: ServerLocation | None = None) -> Store:
+def create_store(
+    directory: Path,
+    *,
+    dim: int,
+    encoder: str,
+    server: ServerLocation | None = None,
+    population_search: PopulationSearch = "exact",
+    ef_search: int = DEFAULT_EF_SEARCH,
+) -> Store:
     """Create the store of record of a new memory directory (made if missing).
 
     Embedded by default; with ``server``, a new store in that PostgreSQL schema, and
     ``store.json`` pointing at it (the password left out of the file). Refuses a directory
-    that holds a store already."""
+    that holds a store already. ``population_search`` (and, embedded, ``ef_search``): how the
+    store searches the whole population (see :class:`msm_mem.Settings`)."""
     if directory.exists() and not directory.is_dir():
         raise StoreError(f"{directory} exists and is not a directory")
     if is_store(directory):
@@ -146,10 +156,14 @@ def create_store(directory: Path, *, dim: int, encoder: str, server: ServerLocat
     if server is None:
         from .sqlite import SqliteStore
 
-        return SqliteStore.create(directory, dim=dim, encoder=encoder)
+        return SqliteStore.create(
+            directory, dim=dim, encoder=encoder, population_search=population_search, ef_search=ef_search
+        )
     postgres = _postgres_store()
     stored = ServerLocation(without_password(server.dsn), server.schema)
-    store = postgres.create(server.dsn, dim=dim, encoder=encoder, schema=server.schema)
+    store = postgres.create(
+        server.dsn, dim=dim, encoder=encoder, schema=server.schema, population_search=population_search
+    )
     try:  # the directory only once the server has the store: a refused init leaves nothing
         private_dir(directory)
         _write_location(directory, stored)
@@ -176,22 +190,34 @@ def remove_new_store(directory: Path, store: Store) -> None:
         (directory / name).unlink(missing_ok=True)
 
 
-def open_store(directory: Path, *, dsn: str | None = None, upgrading: bool = False) -> Store:
+def open_store(
+    directory: Path,
+    *,
+    dsn: str | None = None,
+    upgrading: bool = False,
+    population_search: PopulationSearch = "exact",
+    ef_search: int = DEFAULT_EF_SEARCH,
+) -> Store:
     """Open the store of record of a memory directory (see the module docstring).
 
     ``dsn`` replaces the connection string of ``store.json`` for this opening (for example
     one with a password); an embedded store refuses it (InvalidInput). ``upgrading`` opens a
-    store of an older schema too, for :meth:`~msm_mem._storage.base.Store.upgrade` only."""
+    store of an older schema too, for :meth:`~msm_mem._storage.base.Store.upgrade` only.
+    ``population_search`` and ``ef_search`` as for :func:`create_store`."""
     server = read_location(directory)
     if server is None:
         if dsn is not None:
             raise InvalidInput(f"{directory} is an embedded store: a database URL does not apply to it")
         from .sqlite import SqliteStore
 
-        return SqliteStore.open(directory, upgrading=upgrading)
+        return SqliteStore.open(
+            directory, upgrading=upgrading, population_search=population_search, ef_search=ef_search
+        )
     postgres = _postgres_store()
     try:
-        return postgres.open(dsn or server.dsn, schema=server.schema, upgrading=upgrading)
+        return postgres.open(
+            dsn or server.dsn, schema=server.schema, upgrading=upgrading, population_search=population_search
+        )
     except StoreError as exc:
         if dsn is None and "password" in str(exc):
             raise StoreError(

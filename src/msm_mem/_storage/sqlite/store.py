@@ -5,6 +5,7 @@ Layout of a store directory::
     DIR/msm-mem.sqlite         the store of record: records, vectors (float32 blobs), meta
     DIR/index/episodic.faiss   rebuildable IndexFlatIP caches, with a .json sidecar saying
     DIR/index/visual.faiss     how many rows they cover and the fingerprint of the last one
+                               (HNSW graphs with their vectors when population_search="hnsw")
 
 A write is one SQLite transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``, ``synchronous=FULL`` by
 default) and the in-memory index changes only after it commits, so a crash loses at most the
@@ -29,6 +30,7 @@ from typing import Any, ClassVar
 from ..._errors import InvalidInput, StoreError
 from ..._private import private_dir, private_file
 from ..._records import SemanticState
+from ..._settings import DEFAULT_EF_SEARCH, PopulationSearch, check_population_search
 from ..._tier_records import ConsentRecord, Entity
 from ..base import VectorKind
 from ..batch import WriteBatch
@@ -121,7 +123,16 @@ class SqliteStore(FaissVectors, SqlStore):
     CURRENT_SCHEMA: ClassVar[str] = SCHEMA_VERSION
     INTEGRITY_ERROR: ClassVar[type[Exception]] = sqlite3.IntegrityError
 
-    def __init__(self, directory: Path, conn: sqlite3.Connection, codec: FieldCodec | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        conn: sqlite3.Connection,
+        codec: FieldCodec | None = None,
+        population_search: PopulationSearch = "exact",
+        ef_search: int = DEFAULT_EF_SEARCH,
+    ) -> None:
+        self.population_search = check_population_search(population_search, ef_search)
+        self._ef_search = ef_search if population_search == "hnsw" else None
         self.directory = directory
         self._conn = conn
         self._lock = threading.RLock()
@@ -155,10 +166,15 @@ class SqliteStore(FaissVectors, SqlStore):
         encoder: str,
         codec: FieldCodec | None = None,
         durable: bool = True,
+        population_search: PopulationSearch = "exact",
+        ef_search: int = DEFAULT_EF_SEARCH,
     ) -> SqliteStore:
         """Create a new store in ``directory`` (created if needed; must not hold a store).
 
-        PHI fields are refused until an encrypting ``codec`` is given here or to :meth:`use_codec`."""
+        PHI fields are refused until an encrypting ``codec`` is given here or to :meth:`use_codec`.
+        ``population_search``: ``"exact"`` (default) or ``"hnsw"`` with search depth ``ef_search``
+        (``vectors.py``); patient-scoped search is exact either way."""
+        check_population_search(population_search, ef_search)
         directory = Path(directory)
         if not isinstance(dim, int) or dim < 1:
             raise InvalidInput(f"dim must be a positive integer, got {dim!r}")
@@ -182,7 +198,7 @@ class SqliteStore(FaissVectors, SqlStore):
             ],
         )
         conn.execute("COMMIT")
-        return cls(directory, conn, codec)
+        return cls(directory, conn, codec, population_search, ef_search)
 
     @classmethod
     def open(
@@ -192,11 +208,16 @@ class SqliteStore(FaissVectors, SqlStore):
         codec: FieldCodec | None = None,
         durable: bool = True,
         upgrading: bool = False,
+        population_search: PopulationSearch = "exact",
+        ef_search: int = DEFAULT_EF_SEARCH,
     ) -> SqliteStore:
         """Open an existing store; a directory that is not one raises :class:`StoreError`, and
         so does a store of an older schema unless ``upgrading`` (for :meth:`upgrade` only).
 
-        PHI fields are refused until an encrypting ``codec`` is given here or to :meth:`use_codec`."""
+        PHI fields are refused until an encrypting ``codec`` is given here or to :meth:`use_codec`.
+        ``population_search`` and ``ef_search`` as for :meth:`create` (a cache of the other mode
+        is converted on open)."""
+        check_population_search(population_search, ef_search)
         directory = Path(directory)
         db = directory / DB_NAME
         if not db.is_file():
@@ -215,7 +236,11 @@ class SqliteStore(FaissVectors, SqlStore):
         if problem:
             conn.close()
             raise StoreError(f"{db}: {problem}".replace("DIR", str(directory)))
-        store = cls(directory, conn, codec)
+        try:
+            store = cls(directory, conn, codec, population_search, ef_search)
+        except BaseException:
+            conn.close()
+            raise
         store.read_only = read_only
         return store
 

@@ -1,9 +1,13 @@
 """An exact in-memory cosine index over unit vectors, with per-patient position lists.
 
-Vectors live once, inside a FAISS ``IndexFlatIP`` (inner product on unit vectors = cosine).
-Patient-scoped queries gather that patient's rows from the FAISS storage (through a zero-copy
-numpy view) and score them with one matrix-vector product, so they cost O(rows of the patient)
-instead of a scan of the whole index; population queries use FAISS's own scan.
+Vectors live once, inside a FAISS ``IndexFlatIP`` (inner product on unit vectors = cosine), or
+inside the flat storage of an HNSW graph (``graph.py``) when approximate population search is
+on. Patient-scoped queries gather that patient's rows from the FAISS storage (through a
+zero-copy numpy view) and score them with one matrix-vector product, so they cost O(rows of the
+patient) instead of a scan of the whole index; they are exact in both modes. Population
+queries are one BLAS matrix-vector product over every row (exact; FAISS's own flat scan runs a
+single query on one thread) or, with a graph, an HNSW search plus the exact scores of the
+vectors not yet linked into it.
 
 The index is a cache: the store of record rebuilds it (or catches it up) from its rows, and
 :func:`save` / :func:`load` persist it with a sidecar that says which rows it covers.
@@ -25,6 +29,7 @@ import numpy.typing as npt
 
 from ..._private import PRIVATE_FILE, private_file
 from ..._records import Vector
+from .graph import TAIL, Graph, file_sha256
 
 __all__ = ["VectorIndex"]
 
@@ -32,17 +37,20 @@ _L = TypeVar("_L")
 
 
 class VectorIndex:
-    """Exact top-k search by cosine; position i is the i-th vector added.
+    """Top-k search by cosine; position i is the i-th vector added. Exact, except population
+    search with ``ef_search`` given: an HNSW graph searched with that candidate depth.
 
     Not thread-safe: the store calls it under its lock (an add may move the FAISS storage).
     """
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, ef_search: int | None = None) -> None:
         self.dim = dim
-        self._index = faiss.IndexFlatIP(dim)
+        self.graph = None if ef_search is None else Graph(dim, ef_search)
+        self._index: faiss.IndexFlat = faiss.IndexFlatIP(dim) if self.graph is None else self.graph.storage
         self._by_scope: dict[str, array[int]] = {}
         self._view: npt.NDArray[np.float32] | None = None
         self._n = 0  # mirrors self._index.ntotal (a SWIG attribute, slow to read on the hot path)
+        self._version = 0  # changes whenever a position changes scope
 
     @property
     def ntotal(self) -> int:
@@ -56,15 +64,25 @@ class VectorIndex:
         self._view = None
         for offset, scope in enumerate(scopes):
             self._by_scope.setdefault(scope, array("q")).append(start + offset)
+        if self.graph is not None and self._n - self.graph.covered >= TAIL:
+            self.link()
+
+    def link(self) -> None:
+        """Link every vector not yet in the graph into it (no-op without a graph)."""
+        if self.graph is not None and self.graph.covered < self._n:
+            self.graph.extend(self.vectors())
+            self._view = None
 
     def set_scopes(self, scopes: list[str]) -> None:
         """Replace the scopes of positions ``0 .. len(scopes) - 1`` (vectors already stored)."""
         self._by_scope = {}
+        self._version += 1
         for position, scope in enumerate(scopes):
             self._by_scope.setdefault(scope, array("q")).append(position)
 
     def move(self, position: int, old_scope: str, new_scope: str) -> None:
         """Move one position to another scope (anonymisation moves records to ``""``)."""
+        self._version += 1
         positions = self._by_scope.get(old_scope)
         if positions is not None and position in positions:
             positions.remove(position)
@@ -99,11 +117,44 @@ class VectorIndex:
 
     def search(self, z: Vector, k: int, scope: str | None) -> list[tuple[int, float]]:
         """Top-k ``(position, cosine)``: descending cosine, ties by ascending position."""
+        if scope is None:
+            return self.population(z, k, None)
         if k <= 0 or self._n == 0:
             return []
-        if scope is None:
-            return self._search_all(z, k)
         return self.top_k(-z, k, scope, range(self._n))
+
+    def population(self, z: Vector, k: int, excluded: str | None) -> list[tuple[int, float]]:
+        """Top-k ``(position, cosine)`` over every position outside the scope ``excluded``:
+        descending cosine, ties by ascending position. Exact without a graph; with one, the
+        graph's approximate hits merged with the exact hits of the vectors not linked yet."""
+        if k <= 0 or self._n == 0:
+            return []
+        skip = np.zeros(0, dtype=np.int64) if excluded is None else self.positions(excluded)
+        if self.graph is None:
+            return self._exact(-z, k, 0, skip)
+        hits = self.graph.search(z, k, skip, self._version)
+        if self.graph.covered < self._n:
+            hits += self._exact(-z, k, self.graph.covered, skip)
+        hits.sort(key=lambda p: (-p[1], p[0]))
+        return hits[:k]
+
+    def _exact(self, neg_z: Vector, k: int, start: int, skip: npt.NDArray[np.int64]) -> list[tuple[int, float]]:
+        """Exact top-k over positions ``start ..`` not in ``skip`` (ascending), in the order of
+        :meth:`top_k`: one BLAS matrix-vector product, skipped rows scored +inf."""
+        view = self._view if self._view is not None else self.vectors()
+        neg = view[start:] @ neg_z
+        skip = skip[skip >= start] - start
+        neg[skip] = np.inf
+        k = min(k, neg.size - skip.size)
+        if k <= 0:
+            return []
+        if neg.size > 4 * k:
+            kth = np.partition(neg, k - 1)[k - 1]
+            keep = np.flatnonzero(neg <= kth)
+            top = keep[neg[keep].argsort(kind="stable")[:k]]
+        else:
+            top = neg.argsort(kind="stable")[:k]
+        return [(start + i, -s) for i, s in zip(top.tolist(), neg[top].tolist(), strict=True)]
 
     def top_k(self, neg_z: Vector, k: int, scope: str, labels: Sequence[_L]) -> list[tuple[_L, float]]:
         """Top-k ``(labels[position], cosine)`` of one scope, given the negated query ``-z``.
@@ -136,46 +187,63 @@ class VectorIndex:
         view = self._view if self._view is not None else self.vectors()
         return -float((view.take(bucket, 0) @ -z).min())
 
-    def _search_all(self, z: Vector, k: int) -> list[tuple[int, float]]:
-        n = self.ntotal
-        # ask for a few extra so that ties at the k-th score can be ordered by position
-        want = min(n, k + 8)
-        scores, ids = self._index.search(z.reshape(1, -1), want)
-        pairs = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
-        pairs.sort(key=lambda p: (-p[1], p[0]))
-        return pairs[:k]
-
     # persistence -------------------------------------------------------------------------
 
     def save(self, path: Path, last_vector_sha: str) -> None:
-        """Write the FAISS file and its sidecar atomically (tmp + rename)."""
+        """Write the FAISS file (the graph with its storage, every vector linked first, or the
+        flat index) and its sidecar atomically (tmp + rename)."""
         tmp = path.with_suffix(path.suffix + ".tmp")
-        faiss.write_index(self._index, str(tmp))
+        self.link()
+        faiss.write_index(self._index if self.graph is None else self.graph.hnsw, str(tmp))
         os.chmod(tmp, PRIVATE_FILE)
+        side: dict[str, object] = {"count": self.ntotal, "dim": self.dim, "last_sha": last_vector_sha}
+        if self.graph is not None:
+            side["graph_sha256"] = file_sha256(tmp)
         os.replace(tmp, path)
-        side = {"count": self.ntotal, "dim": self.dim, "last_sha": last_vector_sha}
         side_tmp = path.with_suffix(".json.tmp")
         private_file(side_tmp).write_text(json.dumps(side))
         os.replace(side_tmp, path.with_suffix(".json"))
 
     @classmethod
-    def load(cls, path: Path, dim: int) -> tuple[VectorIndex, dict[str, object]] | None:
-        """Load a saved index and its sidecar, or ``None`` when absent or unreadable."""
+    def load(cls, path: Path, dim: int, ef_search: int | None = None) -> tuple[VectorIndex, dict[str, object]] | None:
+        """Load a saved index and its sidecar, or ``None`` when absent, unreadable or (a graph)
+        not the file its sidecar fingerprints or not well-formed. A file of the other mode is
+        converted: a graph's vectors copied into a flat index, or a flat index's linked into a
+        new graph (the time of an HNSW build)."""
         side_path = path.with_suffix(".json")
         if not path.is_file() or not side_path.is_file():
             return None
         try:
             side = json.loads(side_path.read_text())
+            if not isinstance(side, dict):
+                return None
+            graph_sha = side.get("graph_sha256")
+            if graph_sha is not None and graph_sha != file_sha256(path):
+                return None
             index = faiss.read_index(str(path))
         except (OSError, ValueError, RuntimeError):
             return None
-        if not isinstance(side, dict) or index.d != dim or not isinstance(index, faiss.IndexFlatIP):
+        if index.d != dim or side.get("count") != index.ntotal:
             return None
-        if side.get("count") != index.ntotal:
+        if graph_sha is not None:
+            graph = Graph.of(index, dim, ef_search or 1)
+            if graph is None:
+                return None
+            flat: faiss.IndexFlat = graph.storage
+        elif isinstance(index, faiss.IndexFlatIP):
+            graph, flat = None, index
+        else:
             return None
         vi = cls(dim)
-        vi._index = index
-        vi._n = int(index.ntotal)
+        vi._index, vi._n = flat, int(index.ntotal)
+        if graph is not None and ef_search is not None:
+            vi.graph = graph
+        elif graph is not None or ef_search is not None:  # the other mode's file
+            converted = cls(dim, ef_search)
+            converted._index.add(vi.vectors())
+            converted._n = vi._n
+            converted.link()
+            vi = converted
         return vi, side
 
 

@@ -4,6 +4,8 @@ The i-th episodic (visual) row has vector position i in its index. Each position
 scope: the patient id of a live (ACTIVE or ANONYMIZED) record, or :data:`RETIRED` for one that
 is superseded or retracted, which no search returns. The indexes are caches: they are saved
 beside the database by :meth:`FaissVectors.flush` and caught up or rebuilt from the rows on open.
+Population search is exact by default; with ``population_search="hnsw"`` it is an HNSW graph
+(``graph.py``) built and kept in step the same way (its file fingerprinted in the sidecar).
 
 The store of record vouches for its caches: every write that adds vectors also advances, in
 its transaction, a running digest of them (``meta``: ``vectors_<kind>`` = ``count:sha256``,
@@ -68,6 +70,7 @@ class FaissVectors:
     _ids: dict[VectorKind, list[str]]  # position -> record id
     _next: dict[VectorKind, int]
     _seen_version: int
+    _ef_search: int | None  # None: exact population search; else the HNSW graph's search depth
 
     def _open_indexes(self) -> None:
         self._index, self._ids, self._next = {}, {}, {}
@@ -103,7 +106,7 @@ class FaissVectors:
 
     def _open_index(self, kind: VectorKind) -> tuple[VectorIndex, list[str]]:
         recorded = self._recorded_digest(kind)
-        loaded = VectorIndex.load(self._index_path(kind), self.dim) if recorded is not None else None
+        loaded = VectorIndex.load(self._index_path(kind), self.dim, self._ef_search) if recorded is not None else None
         if loaded is not None:
             cached = loaded[0]
             view = cached.vectors()
@@ -112,7 +115,9 @@ class FaissVectors:
             if built is not None:
                 return built
             _log.warning("the %s vector cache does not match the store; rebuilding it from the rows", kind)
-        built = self._load_rows(kind, VectorIndex(self.dim), 0, _GENESIS)
+        elif recorded is not None and self._index_path(kind).is_file():
+            _log.warning("the %s vector cache is unreadable or damaged; rebuilding it from the rows", kind)
+        built = self._load_rows(kind, VectorIndex(self.dim, self._ef_search), 0, _GENESIS)
         if built is None:
             raise StoreError(
                 f"{kind}: the stored vectors do not match the digest recorded with them; the store is damaged"
@@ -161,7 +166,7 @@ class FaissVectors:
             index = self._index[kind]
             built = self._load_rows(kind, index, index.ntotal, None)
             if built is None:  # fewer rows than vectors: only a restore from a backup does that
-                built = self._load_rows(kind, VectorIndex(self.dim), 0, None)
+                built = self._load_rows(kind, VectorIndex(self.dim, self._ef_search), 0, None)
                 assert built is not None
             self._index[kind], self._ids[kind] = built
             self._next[kind] = built[0].ntotal
@@ -237,9 +242,5 @@ class FaissVectors:
         return max(scores) if scores else None
 
     def _search_population(self, kind: VectorKind, z: Vector, k: int) -> list[tuple[str, float]]:
-        index = self._index[kind]
-        retired = index.positions(RETIRED)
-        hits = index.search(z, k + int(retired.size), None)
-        skip = set(retired.tolist())
         ids = self._ids[kind]
-        return [(ids[p], s) for p, s in hits if p not in skip][:k]
+        return [(ids[p], s) for p, s in self._index[kind].population(z, k, RETIRED)]

@@ -1,0 +1,232 @@
+"""Population search of the embedded store: exact by default, or the HNSW graph of ``graph.py``
+(the setting ``population_search="hnsw"``) kept in step with the rows and rebuilt from them."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from msm_mem import EpisodicRecord, Settings, State
+from msm_mem._api.mem import MsmMem
+from msm_mem._storage.base import StateChange, WriteBatch
+from msm_mem._storage.sqlite import SqliteStore
+from msm_mem._storage.sqlite import vector_index as vector_index_module
+from msm_mem._storage.sqlite.graph import file_sha256
+from msm_mem._storage.sqlite.vector_index import VectorIndex
+from msm_mem.testing import FixedBackbone
+from tests.conftest import random_unit, with_codec
+from tests.helpers import ADMIN, AGENT, png
+
+DIM = 32
+#: the recall@10 against exact search the default search depth reaches on clustered vectors
+DOCUMENTED_RECALL = 0.95
+
+
+def clustered(rng: np.random.Generator, n: int, clusters: int, spread: float = 0.35) -> np.ndarray:
+    """``n`` unit vectors around ``clusters`` random unit centres (embeddings are clustered)."""
+    centres = rng.standard_normal((clusters, DIM))
+    x = centres[rng.integers(clusters, size=n)] + spread * rng.standard_normal((n, DIM))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture
+def small_tail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Link vectors into the graph every 4 (the default waits for 1,024), so small stores use it."""
+    monkeypatch.setattr(vector_index_module, "TAIL", 4)
+
+
+def hnsw_store(path: Path, **options: object) -> SqliteStore:
+    return with_codec(SqliteStore.open(path, population_search="hnsw", **options))  # type: ignore[arg-type]
+
+
+def write(store: SqliteStore, x: np.ndarray, start: int = 0, patients: int = 10) -> list[str]:
+    ids = [f"E-{start + i}" for i in range(len(x))]
+    episodes = [
+        EpisodicRecord(rid, f"p{(start + i) % patients}", 1e9, z, "q", "a")
+        for i, (rid, z) in enumerate(zip(ids, x, strict=True))
+    ]
+    store.write(WriteBatch(episodes=episodes))
+    return ids
+
+
+def recall_at(got: list[list[int]], want: list[list[int]]) -> float:
+    return float(np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got, want, strict=True)]))
+
+
+@settings(max_examples=40)
+@given(n=st.integers(1, 60), k=st.integers(1, 20), dropped=st.integers(0, 30), seed=st.integers(0, 10**6))
+def test_exact_population_search_is_brute_force_without_the_excluded(n: int, k: int, dropped: int, seed: int) -> None:
+    """Exact population top-k is numpy's over every position outside the excluded scope, ties
+    (copied vectors) by ascending position."""
+    rng = np.random.default_rng(seed)
+    rows = np.stack([random_unit(rng, DIM) for _ in range(n)])
+    for _ in range(n // 3):
+        rows[rng.integers(n)] = rows[rng.integers(n)]
+    scopes = ["gone" if rng.random() < dropped / 60 else f"p{i % 3}" for i in range(n)]
+    index = VectorIndex(DIM)
+    index.add(rows, scopes)
+    z = rows[rng.integers(n)]
+    scores = (rows @ z).tolist()  # one product over every row, as the index computes it
+    ranked = sorted(zip(range(n), scores, strict=True), key=lambda h: (-h[1], h[0]))
+    assert index.population(z, k, "gone") == [h for h in ranked if scopes[h[0]] != "gone"][:k]
+    assert index.search(z, k, None) == ranked[:k]
+
+
+def test_hnsw_agrees_with_exact_search_on_a_clustered_set() -> None:
+    """On 3,000 clustered vectors the graph's top-10 holds at least the documented share of the
+    exact top-10 (recall@10 >= 0.95 at the default depth), part of it from the unlinked tail."""
+    rng = np.random.default_rng(7)
+    x = clustered(rng, 3000, 40)
+    exact, approx = VectorIndex(DIM), VectorIndex(DIM, Settings().population_ef_search)
+    exact.add(x, ["p"] * len(x))
+    approx.add(x[:2500], ["p"] * 2500)  # linked in one batch
+    approx.add(x[2500:], ["p"] * 500)  # fewer than TAIL: left in the tail
+    assert approx.graph is not None and 0 < approx.graph.covered < len(x)  # graph plus an exact tail
+    queries = clustered(rng, 300, 40)
+    want = [[p for p, _ in exact.population(q, 10, None)] for q in queries]
+    got = [[p for p, _ in approx.population(q, 10, None)] for q in queries]
+    assert recall_at(got, want) >= DOCUMENTED_RECALL
+    approx.link()
+    assert approx.graph.covered == len(x)
+    got = [[p for p, _ in approx.population(q, 10, None)] for q in queries]
+    assert recall_at(got, want) >= DOCUMENTED_RECALL
+
+
+def test_the_graph_follows_writes_and_never_returns_retired_records(tmp_path: Path, small_tail: None) -> None:
+    """New records are found at once (tail or graph); superseded and retracted ones never, in
+    the running store, after a reopen of the graph and after a reopen in exact mode."""
+    store = with_codec(SqliteStore.create(tmp_path / "s", dim=DIM, encoder="t", population_search="hnsw"))
+    rng = np.random.default_rng(1)
+    x = clustered(rng, 60, 6)
+    ids = write(store, x[:40])
+    index = store._index["episodic"]
+    assert index.graph is not None and index.graph.covered == 40
+    ids += write(store, x[40:42], start=40)  # in the tail, not linked yet
+    assert index.graph.covered == 40
+    for i, z in enumerate(x[:42]):
+        assert store.search("episodic", z, 1, None)[0][0] == ids[i]
+    gone = ids[:10] + ids[40:41]
+    store.write(WriteBatch(changes=[StateChange("episodic", rid, State.ACTIVE, State.RETRACTED) for rid in gone]))
+
+    def check(s: SqliteStore) -> None:
+        for z in x[:42]:
+            hits = [rid for rid, _ in s.search("episodic", z, 42, None)]
+            assert not set(hits) & set(gone) and len(hits) >= 25
+        for i in range(10, 40):
+            assert s.search("episodic", x[i], 1, None)[0][0] == ids[i]
+
+    check(store)
+    store.close()
+    reopened = hnsw_store(tmp_path / "s")
+    assert reopened._index["episodic"].graph.covered == 42  # linked before the save
+    check(reopened)
+    reopened.close()
+    exact = with_codec(SqliteStore.open(tmp_path / "s"))
+    assert exact._index["episodic"].graph is None
+    check(exact)
+    exact.close()
+
+
+def test_a_shredded_patients_vectors_are_never_returned(tmp_path: Path, small_tail: None) -> None:
+    """Through the governed API with the graph on: before the shred another patient's population
+    retrieval finds P1's records; after it, none of them."""
+    answer = FixedBackbone("Bilateral lower lobe opacities consistent with pneumonia", "treat")
+    mem = MsmMem.init(tmp_path / "m", ADMIN, settings=Settings(population_search="hnsw"), backbone=answer)
+    try:
+        for i in range(6):
+            for patient in ("P1", "P2", "P3"):
+                mem.ask(AGENT, patient, png(tmp_path, 10 * i + int(patient[1])), "Any consolidation?", study_id=f"S{i}")
+        p1 = set(mem._store.record_ids("episodic", "P1")) | set(mem._store.record_ids("visual", "P1"))
+        assert mem._store._index["episodic"].graph.covered > 0
+        images = [png(tmp_path, 10 * i + 1) for i in range(6)]
+        before = [
+            {item.evidence.id for item in mem.retrieve(AGENT, "P2", im, scope="population").items} for im in images
+        ]
+        assert all(found & p1 for found in before)
+        assert mem.shred(ADMIN, "P1", "erasure request") > 0
+        for im in images:
+            found = {item.evidence.id for item in mem.retrieve(AGENT, "P2", im, scope="population").items}
+            assert found and not found & p1
+    finally:
+        mem.close()
+
+
+def _results(store: SqliteStore, x: np.ndarray) -> list[list[tuple[str, float]]]:
+    return [store.search("episodic", z, 5, None) for z in x[:20]]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "bad-neighbour", "foreign-sidecar"])
+def test_a_corrupt_graph_file_is_rebuilt_from_the_rows(
+    tmp_path: Path, small_tail: None, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A graph file that is not the one its sidecar fingerprints, or is not well-formed (a
+    neighbour id past the end, fingerprint updated to match), is rebuilt from the rows: the same
+    answers, and a warning."""
+    store = with_codec(SqliteStore.create(tmp_path / "s", dim=DIM, encoder="t", population_search="hnsw"))
+    x = clustered(np.random.default_rng(2), 80, 8)
+    write(store, x)
+    want = _results(store, x)
+    store.close()
+    path = tmp_path / "s" / "index" / "episodic.faiss"
+    side_path = path.with_suffix(".json")
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[len(data) // 3] ^= 0xFF
+        path.write_bytes(bytes(data))
+    elif damage == "truncate":
+        path.write_bytes(bytes(data[: len(data) // 2]))
+    elif damage == "bad-neighbour":
+        hnsw = faiss.read_index(str(path))
+        neighbours = faiss.vector_to_array(hnsw.hnsw.neighbors)
+        neighbours[neighbours >= 0][:1] = 0
+        neighbours[np.flatnonzero(neighbours >= 0)[0]] = 10_000
+        faiss.copy_array_to_vector(neighbours, hnsw.hnsw.neighbors)
+        faiss.write_index(hnsw, str(path))
+        side = json.loads(side_path.read_text())
+        side["graph_sha256"] = file_sha256(path)
+        side_path.write_text(json.dumps(side))
+    else:
+        side = json.loads(side_path.read_text())
+        side["graph_sha256"] = "0" * 64
+        side_path.write_text(json.dumps(side))
+    with caplog.at_level(logging.WARNING, logger="msm_mem"):
+        reopened = hnsw_store(tmp_path / "s")
+    assert "rebuilding" in caplog.text
+    assert reopened._index["episodic"].graph is not None
+    got = _results(reopened, x)
+    assert [[rid for rid, _ in hits] for hits in got] == [[rid for rid, _ in hits] for hits in want]
+    reopened.close()
+
+
+def test_switching_modes_converts_the_cache(tmp_path: Path) -> None:
+    """A store made exact and reopened with the graph answers from a graph; reopened exact
+    again it answers exactly what it answered first."""
+    store = with_codec(SqliteStore.create(tmp_path / "s", dim=DIM, encoder="t"))
+    x = clustered(np.random.default_rng(3), 200, 10)
+    write(store, x)
+    exact = _results(store, x)
+    store.close()
+    approx = hnsw_store(tmp_path / "s", ef_search=200)
+    assert approx._index["episodic"].graph is not None
+    assert [[rid for rid, _ in h] for h in _results(approx, x)] == [[rid for rid, _ in h] for h in exact]
+    approx.close()
+    again = with_codec(SqliteStore.open(tmp_path / "s"))
+    assert again._index["episodic"].graph is None and _results(again, x) == exact
+    again.close()
+
+
+@pytest.mark.parametrize("options", [{"population_search": "ivf"}, {"ef_search": 0}])
+def test_a_bad_population_search_is_refused(tmp_path: Path, options: dict[str, object]) -> None:
+    """An unknown mode or a search depth out of range is InvalidInput, and no store is made."""
+    from msm_mem import InvalidInput
+
+    with pytest.raises(InvalidInput, match="population"):
+        SqliteStore.create(tmp_path / "s", dim=DIM, encoder="t", **options)  # type: ignore[arg-type]
+    assert not (tmp_path / "s").exists()
