@@ -56,6 +56,7 @@ PUBLIC = [
     "Principal",
     "Purpose",
     "Query",
+    "RecordPage",
     "Retrieved",
     "RetrievedItem",
     "Role",

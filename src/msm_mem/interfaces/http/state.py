@@ -1,8 +1,12 @@
 """What the endpoints share: the open store and its lock, the caller of a request, the patient
 scope check, uploaded images and pages.
 
-Every call into :class:`~msm_mem.MsmMem` runs under one lock per process (the store's
-operations are not meant to interleave); several worker processes scale a PostgreSQL store.
+Every call into :class:`~msm_mem.MsmMem` that writes memory (ask, observe, consolidate, ...)
+runs under one lock per process: a turn is staged against the store as it is, so two turns of
+one process never interleave. Governed reads (retrieve, the patient reads) write nothing but
+their audit events and run outside it: the store serialises its own connection, and the audit
+events of reads finishing together share one transaction (group commit). Several worker
+processes scale either store.
 """
 
 from __future__ import annotations
@@ -55,6 +59,11 @@ class ServerState:
         """``fn(*args, **kwargs)`` (an MsmMem operation) under the store's lock."""
         with self.lock:
             return fn(*args, **kwargs)
+
+    def read(self, fn: Callable[..., R], *args: object, **kwargs: object) -> R:
+        """``fn(*args, **kwargs)`` (a governed MsmMem read, which writes only its audit events)
+        outside the lock, so reads of several threads overlap and share their audit commits."""
+        return fn(*args, **kwargs)
 
 
 def server(request: Request) -> ServerState:

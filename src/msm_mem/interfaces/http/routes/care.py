@@ -45,7 +45,7 @@ def _image(request: Request, who: Caller, patient_id: str, image: UploadFile | N
         if len(data) > state.config.max_upload_bytes:
             raise HttpProblem("payload-too-large", f"the image is over {state.config.max_upload_bytes} bytes")
         return decode_upload(data, state.config)
-    episodes = state.call(state.mem.episodes, who.principal, patient_id)
+    episodes = state.read(state.mem.episodes, who.principal, patient_id)
     found = sorted((e for e in episodes if e.study_id == study and e.media_path), key=lambda e: e.state != "active")
     if not found:
         raise NotFound("no stored image for that study of this patient")
@@ -123,7 +123,7 @@ def retrieve(
     img = _image(request, who, patient_id, image, image_study)
     found = _stored(
         img,
-        lambda: state.call(
+        lambda: state.read(
             state.mem.retrieve,
             who.principal,
             patient_id,
