@@ -10,6 +10,7 @@ backend then follows the commit (:meth:`SqlWriter._committed`: the FAISS index, 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -62,6 +63,11 @@ class SqlWriter(SqlCore):
     def _committed(self, batch: WriteBatch, moved: list[Moved]) -> None:
         """Follow a batch this store has just committed (default: nothing to follow)."""
 
+    def _writer_turn(self) -> AbstractContextManager[object]:
+        """Held around a write, before the connection's lock is taken: where writers of several
+        processes queue for their turn without holding that lock (default: nothing)."""
+        return nullcontext()
+
     def write(
         self,
         batch: WriteBatch,
@@ -74,7 +80,7 @@ class SqlWriter(SqlCore):
             r.check_vector(e.z, self.dim, f"episode {e.episode_id}")
         for v in batch.visuals:
             r.check_vector(v.z, self.dim, f"visual {v.visual_id}")
-        with self._db():
+        with self._writer_turn(), self._db():
             with self._transaction():
                 moved = self._apply(batch, chain)
                 if before_commit is not None:

@@ -94,6 +94,7 @@ class ApiKeyStore:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.path = Path(directory) / KEY_FILE
         self._lock = threading.Lock()
+        self._hashing = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
         self._keys: dict[str, ApiKey] = {}
         self._verified: dict[str, str] = {}  # sha256 of a verified token -> key id
@@ -212,10 +213,15 @@ class ApiKeyStore:
         hasher = _hasher()
         from argon2.exceptions import InvalidHashError, VerificationError
 
-        try:
-            hasher.verify(key.hash, match.group(2))  # type: ignore[attr-defined]
-        except (VerificationError, InvalidHashError):
-            return None
-        with self._lock:
-            self._verified[digest] = key.key_id
+        # one hash at a time: a burst of first requests with one key hashes it once (the others
+        # find it verified), and a flood of wrong secrets costs one hash's memory at a time
+        with self._hashing:
+            if self._verified.get(digest) == key.key_id:
+                return key
+            try:
+                hasher.verify(key.hash, match.group(2))  # type: ignore[attr-defined]
+            except (VerificationError, InvalidHashError):
+                return None
+            with self._lock:
+                self._verified[digest] = key.key_id
         return key
