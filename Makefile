@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test test-main test-vision lint clean
+.PHONY: demo test test-main test-vision lint screenshots clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,15 @@ demo: $(VENV)/.installed
 # a missing extra fails instead.
 test: lint test-main test-vision
 
-test-main: $(VENV)/.installed-test
+test-main: $(VENV)/.installed-test browser
 	MSM_MEM_REQUIRE_ALL=1 $(PY) -m pytest -q -m "not vision"
+
+# the memory explorer's browser tests drive headless Chromium from Debian (Playwright cannot
+# download a browser of its own offline); installed here when it is missing and we are root
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { test "$$(id -u)" = 0 || { echo "the browser tests need chromium: apt-get install chromium (as root)"; exit 1; }; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 
 # torchvision cannot be installed beside the pinned CPU torch 2.13.0 of .venv (its wheels link
 # the CUDA build of torch), so the adapters that need it get a second environment with the
@@ -55,6 +62,11 @@ lint: $(VENV)/.installed-test
 	$(PY) -m ruff format --check src tests benchmarks
 	$(PY) -m mypy --strict src
 	$(VENV)/bin/lint-imports
+
+# the memory explorer's screenshots in docs/screenshots/ (1280x800 and 390x844), taken by its
+# browser tests in headless Chromium; run by hand after a change to the page, not in CI
+screenshots: $(VENV)/.installed-test
+	MSM_MEM_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/test_ui_browser.py
 
 clean:
 	rm -rf $(VENV) $(VISION) demo-out bench-out

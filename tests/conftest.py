@@ -298,3 +298,26 @@ def init_options() -> Callable[..., dict[str, Any]]:
     """:func:`mem_options` of this conftest (a test module importing ``tests.conftest`` gets a
     second copy of the module, with its own server cache: take this fixture instead)."""
     return mem_options
+
+
+# the MCP server tests' servers (built by tests/mcp_support.py) ---------------------------------
+
+
+@pytest.fixture(scope="module", params=[pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)])
+def mcp_http(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A streamable HTTP ``msm-mem mcp`` server per backend for the module, with its keys."""
+    from tests.mcp_support import http_server
+
+    root = tmp_path_factory.mktemp(f"mcp-{request.param}")
+    if request.param == "postgres":
+        yield from http_server(root, postgres_dsn(), f"t{_SESSION}_{uuid.uuid4().hex[:12]}")
+    else:
+        yield from http_server(root)
+
+
+@pytest.fixture(scope="module")
+def mcp_stdio_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
+    """A store with keys of its own for the stdio ``msm-mem mcp`` servers: (root, directory, keys)."""
+    from tests.mcp_support import stdio_store
+
+    return stdio_store(tmp_path_factory.mktemp("mcp-stdio"))

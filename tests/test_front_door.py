@@ -134,6 +134,7 @@ def _operations(tmp: Path) -> dict[str, tuple[Callable[[Any, Principal], object]
         "shred": (lambda m, p: m.shred(p, "P1", "erasure request"), ADMIN, AGENT),
         "verify_audit": (lambda m, p: m.verify_audit(p), AUDITOR, AGENT),
         "checkpoint": (lambda m, p: m.checkpoint(p), AUDITOR, AGENT),
+        "audit_trail": (lambda m, p: m.audit_trail(p), AUDITOR, SYSTEM),
         "export_fhir": (lambda m, p: m.export_fhir(p, tmp / f"fhir-{p.id}.ndjson"), AUDITOR, AGENT),
         "maintain": (lambda m, p: m.maintain(p), SYSTEM, AGENT),
         "export_paper": (lambda m, p: m.export_paper(p, tmp / f"paper-{p.id}"), EXPORTER, AGENT),

@@ -17,6 +17,7 @@ from ._api import MsmMem
 from ._api.access import OPERATIONS, Operation
 from ._api.care import Retrieved, RetrievedItem
 from ._api.reads import RecordPage
+from ._api.trail import AuditTrail
 from ._client import AsyncMemoryClient, MemoryClient
 from ._clock import Clock, FixedClock, SystemClock
 from ._errors import (
@@ -40,6 +41,8 @@ from ._errors import (
     StoreError,
 )
 from ._governance.audit_chain import VerifyResult
+from ._governance.audit_event import AuditEvent
+from ._governance.checkpoint import Checkpoint
 from ._memory.gate import GateDecision
 from ._memory.maintenance import MaintenanceReport
 from ._memory.msm import WriteResult
@@ -70,11 +73,14 @@ __all__ = [
     "AgentAnswer",
     "AsyncMemoryClient",
     "AuditChainBroken",
+    "AuditEvent",
+    "AuditTrail",
     "Backbone",
     "BackboneReply",
     "BackboneRequest",
     "BackendError",
     "CanonicalJSONError",
+    "Checkpoint",
     "CheckpointKeyMissing",
     "Claim",
     "Clock",

@@ -71,6 +71,11 @@ def _owner(hit: Hit) -> str:
     return r.patient_id if isinstance(r, (EpisodicRecord, VisualRecord, SemanticState)) else ""
 
 
+def _tier(hit: Hit) -> str:
+    """The evidence tier of a hit's record ("" when it has none)."""
+    return str(getattr(hit.record, "evidence_tier", ""))
+
+
 def _checked(reply: object, name: str) -> BackboneReply:
     if not isinstance(reply, BackboneReply):
         raise BackendError(f"backbone {name!r} returned {type(reply).__name__}, not a BackboneReply")
@@ -317,11 +322,13 @@ class MemoryAgent:
             raise
         offered = {c.id for c in prior}
         evidence = tuple(
-            Evidence(h.id, h.kind, sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight)
+            Evidence(h.id, h.kind, sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight, _tier(h))
             for h, sc in got.own
             if h.kind in on
         ) + tuple(
-            Evidence(h.id, f"population-{h.kind}", sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight)
+            Evidence(
+                h.id, f"population-{h.kind}", sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight, _tier(h)
+            )
             for h, sc in got.prior
             if h.id in offered
         )
@@ -337,6 +344,7 @@ class MemoryAgent:
             weights,
             features,
             raw,
+            tuple(i for i in reply.cited if i in {e.id for e in evidence}),
         )
 
     def ask_many(

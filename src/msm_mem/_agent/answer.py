@@ -22,7 +22,8 @@ class Evidence:
 
     ``score`` is the ranking score ``cosine x composite_k`` (1.0 x composite for semantic
     state); the factors are kept: ``cosine`` in [-1, 1], ``confidence``, ``freshness`` and
-    ``tier_weight`` in [0, 1].
+    ``tier_weight`` in [0, 1]; ``evidence_tier`` names the tier the weight is for (``agent``,
+    ``ground_truth``, ...; empty when unknown).
     """
 
     id: str
@@ -32,6 +33,7 @@ class Evidence:
     confidence: float = 1.0
     freshness: float = 1.0
     tier_weight: float = 1.0
+    evidence_tier: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -63,7 +65,9 @@ class AgentAnswer:
 
     Not part of the JSON: ``steps`` (the policy's steps and what each returned), ``weights``
     (the expert weights applied), ``features`` (what the router saw) and ``candidates`` (the
-    patient's candidates before the router, to label router training examples).
+    patient's candidates before the router, to label router training examples). ``cited``
+    are the ids of the evidence the backbone says the answer rests on (a subset of the
+    evidence trail's ids; empty when it names none).
     """
 
     answer: str
@@ -77,6 +81,7 @@ class AgentAnswer:
     weights: ExpertWeights | None = None
     features: RouterFeatures | None = None
     candidates: tuple[Candidate, ...] = ()
+    cited: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         """The documented JSON shape: ``answer``, ``evidence`` [{id, kind, score, factors...}],

@@ -35,6 +35,7 @@ class Operation(StrEnum):
     AUDIT_VERIFY = "audit_verify"
     AUDIT_CHECKPOINT = "audit_checkpoint"
     AUDIT_EXPORT = "audit_export"
+    AUDIT_READ = "audit_read"
     MAINTAIN = "maintain"
     EXPORT = "export"
     IMPORT = "import"
@@ -63,6 +64,8 @@ OPERATIONS: dict[Operation, frozenset[Role]] = {
     Operation.AUDIT_VERIFY: _AUDIT,
     Operation.AUDIT_CHECKPOINT: _AUDIT | {Role.SYSTEM},
     Operation.AUDIT_EXPORT: _AUDIT,
+    # a care role reads only the events of a patient it may read (see _api/trail.py)
+    Operation.AUDIT_READ: _AUDIT | {Role.AGENT, Role.CLINICIAN, Role.CRITIC},
     Operation.MAINTAIN: frozenset({Role.SYSTEM}),
     Operation.EXPORT: frozenset({Role.CLINICIAN, Role.ADMIN}),
     Operation.IMPORT: frozenset({Role.ADMIN, Role.SYSTEM}),

@@ -127,7 +127,8 @@ class _Care(_Base):
         for hit, sc in ranked.ranked:
             owner = getattr(hit.record, "patient_id", "")
             own = owner in (patient_id, "")
-            evidence = Evidence(hit.id, hit.kind, sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight)
+            tier = str(getattr(hit.record, "evidence_tier", ""))
+            evidence = Evidence(hit.id, hit.kind, sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight, tier)
             items.append(RetrievedItem(evidence, hit.record if own else None))
         items.sort(key=lambda i: (-i.evidence.score, i.evidence.id))
         return Retrieved(patient_id, scope, tuple(items))

@@ -52,6 +52,7 @@ from .admin import _Admin
 from .care import _Care
 from .reads import _Reads
 from .scope import _Scope
+from .trail import _Trail
 
 __all__ = ["MsmMem"]
 
@@ -85,7 +86,7 @@ def _encoder(encoder: str | Encoder, options: Mapping[str, Any] | None) -> Encod
     return encoder
 
 
-class MsmMem(_Care, _Reads, _Admin, _Scope):
+class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
     """One governed memory store: ingest, ask, retrieve, observe, consolidate, feedback, reads,
     consent, keys, audit, maintenance, export and import, each called with a principal.
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 from .._agent.agent import AgentAnswer
 from .._api.care import Retrieved
 from .._api.reads import RecordPage
+from .._api.trail import AuditTrail
 from .._errors import MissingExtra
 from .._governance.audit_chain import VerifyResult
 from .._memory.maintenance import MaintenanceReport
@@ -299,6 +300,12 @@ class AsyncMemoryClient:
         content, count = await self._run(calls.export_fhir())
         Path(out).write_bytes(content)
         return count
+
+    async def audit_trail(
+        self, patient_id: str | None = None, *, after_seq: int = 0, limit: int = 200, tail: bool = False
+    ) -> AuditTrail:
+        """:meth:`MsmMem.audit_trail` (the service pages at most 1000 events a call)."""
+        return await self._run(calls.audit_trail(patient_id, after_seq, limit, tail))
 
     async def maintain(self) -> MaintenanceReport:
         """:meth:`MsmMem.maintain`."""

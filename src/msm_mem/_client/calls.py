@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 from .._agent.agent import AgentAnswer
 from .._api.care import Retrieved
+from .._api.trail import AuditTrail
 from .._errors import BackendError, InvalidInput
 from .._governance.audit_chain import VerifyResult
 from .._memory.maintenance import MaintenanceReport
@@ -318,6 +319,11 @@ def export_fhir() -> Call[tuple[bytes, int]]:
     return Call(
         "GET", "/v1/audit/fhir", lambda r: (r.content, int(r.headers.get("X-Resource-Count", "0"))), idempotent=True
     )
+
+
+def audit_trail(patient_id: str | None, after_seq: int, limit: int, tail: bool) -> Call[AuditTrail]:
+    params = _params(patient_id=patient_id, after_seq=after_seq, limit=limit, tail=tail)
+    return Call("GET", "/v1/audit/events", lambda r: decode.audit_trail(r.json()), idempotent=True, params=params)
 
 
 def maintain() -> Call[MaintenanceReport]:

@@ -9,8 +9,11 @@ import numpy as np
 
 from .._agent.agent import AgentAnswer, Evidence
 from .._api.care import Retrieved, RetrievedItem
+from .._api.trail import AuditTrail
 from .._errors import AuditChainBroken, ManifestError, MissingExtra, MsmMemError
 from .._governance.audit_chain import VerifyResult
+from .._governance.audit_event import AuditEvent
+from .._governance.checkpoint import Checkpoint
 from .._memory.gate import GateDecision
 from .._memory.maintenance import MaintenanceReport
 from .._memory.msm import WriteResult
@@ -38,7 +41,16 @@ _NO_VECTOR.flags.writeable = False
 
 
 def evidence(d: dict[str, Any]) -> Evidence:
-    return Evidence(d["id"], d["kind"], d["score"], d["cosine"], d["confidence"], d["freshness"], d["tier_weight"])
+    return Evidence(
+        d["id"],
+        d["kind"],
+        d["score"],
+        d["cosine"],
+        d["confidence"],
+        d["freshness"],
+        d["tier_weight"],
+        d.get("evidence_tier", ""),
+    )
 
 
 def gate(d: dict[str, Any] | None) -> GateDecision | None:
@@ -56,6 +68,7 @@ def answer(d: dict[str, Any]) -> AgentAnswer:
         backbone=d["backbone"],
         source=d["source"],
         decision=d["decision"],
+        cited=tuple(d.get("cited", ())),
     )
 
 
@@ -152,3 +165,14 @@ def error(status: int, body: object) -> MsmMemError:
     if cls is MissingExtra:
         return MissingExtra(str(doc.get("package", "?")), str(doc.get("extra", "?")))
     return cls(detail)
+
+
+def audit_trail(d: dict[str, Any]) -> AuditTrail:
+    """The service's audit trail page; each event's fields are checked as it is rebuilt."""
+    return AuditTrail(
+        events=tuple(AuditEvent(**{**e, "record_ids": tuple(e["record_ids"])}) for e in d["events"]),
+        head_seq=int(d["head_seq"]),
+        next_after=d["next_after"],
+        unreadable_seq=d["unreadable_seq"],
+        checkpoints=tuple(Checkpoint(**c) for c in d["checkpoints"]),
+    )

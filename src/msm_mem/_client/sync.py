@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 from .._agent.agent import AgentAnswer
 from .._api.care import Retrieved
 from .._api.reads import RecordPage
+from .._api.trail import AuditTrail
 from .._errors import MissingExtra
 from .._governance.audit_chain import VerifyResult
 from .._memory.maintenance import MaintenanceReport
@@ -293,6 +294,12 @@ class MemoryClient:
         content, count = self._run(calls.export_fhir())
         Path(out).write_bytes(content)
         return count
+
+    def audit_trail(
+        self, patient_id: str | None = None, *, after_seq: int = 0, limit: int = 200, tail: bool = False
+    ) -> AuditTrail:
+        """:meth:`MsmMem.audit_trail` (the service pages at most 1000 events a call)."""
+        return self._run(calls.audit_trail(patient_id, after_seq, limit, tail))
 
     def maintain(self) -> MaintenanceReport:
         """:meth:`MsmMem.maintain`."""

@@ -11,7 +11,7 @@ from .registry import COMMANDS, build_parser, main
 
 # the modules register their commands when imported, in this order: the order of the command list
 # isort: off
-from . import store, ask, reads, consent, keys, audit, maintain, serve, evaluate  # noqa: F401
+from . import store, ask, reads, consent, keys, audit, maintain, serve, mcp, evaluate  # noqa: F401
 # isort: on
 
 __all__ = ["COMMANDS", "build_parser", "main"]

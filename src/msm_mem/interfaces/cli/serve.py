@@ -37,7 +37,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     Every request carries a bearer credential (an API key from `msm-mem keys api-key create`,
     or a JWT verified against --jwt-key); its principal and patient scope are the caller's,
-    whatever the request says. The OpenAPI schema is at /openapi.json, the docs at /docs.
+    whatever the request says. The OpenAPI schema is at /openapi.json, the docs at /docs, and
+    the memory explorer (a web page signing in with the same keys) at /ui.
     Loopback only by default; for other hosts put TLS in front (see docs/deploy.md)."""
     try:
         from ..http.config import ServeConfig

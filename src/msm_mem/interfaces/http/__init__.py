@@ -8,6 +8,7 @@ operation as the principal of the verified credential, and renders the result.
 - :mod:`.auth`: the credential of a request (API key or JWT) -> principal and patient scope.
 - :mod:`.problems`: every error as an RFC 9457 problem, in one place.
 - :mod:`.models`: the validated request and response bodies.
+- :mod:`.uploads`: an uploaded image's format and size checked before decoding (no web framework).
 - :mod:`.state`: what the endpoints share (the open store, its lock, the scope check, uploads).
 - :mod:`.routes`: one module per group of endpoints.
 - :mod:`.app`: the app factory; :mod:`.serve`: uvicorn.

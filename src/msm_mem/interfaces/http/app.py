@@ -28,6 +28,7 @@ from .config import ServeConfig
 from .problems import MEDIA_TYPE, install
 from .routes import admin, care, consent, health, reads
 from .state import ServerState
+from .ui import mount as mount_explorer
 
 __all__ = ["configure_logging", "create_app", "create_app_from_env", "openapi_document", "openapi_schema"]
 
@@ -180,6 +181,7 @@ def _app(lifespan: Callable[[FastAPI], Any] | None = None) -> FastAPI:
     install(app)
     for module in (health, care, reads, consent, admin):
         app.include_router(module.router)
+    mount_explorer(app)
     app.openapi = lambda: openapi_schema(app)  # type: ignore[method-assign]
     return app
 

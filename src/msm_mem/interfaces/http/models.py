@@ -1,5 +1,6 @@
 """The service's response bodies, validated (pydantic), converted from the library's frozen
-records; the governance ones and the request bodies are in :mod:`.bodies` (re-exported here).
+records; an answer's are in :mod:`.answers`, the governance ones and the request bodies in
+:mod:`.bodies` (both re-exported here).
 Embeddings are never sent; times are UTC seconds."""
 
 from __future__ import annotations
@@ -11,17 +12,15 @@ from typing import Annotated, Generic, Literal, TypeVar
 from pydantic import BaseModel, Field
 
 from ... import (
-    AgentAnswer,
     Claim,
     EpisodicRecord,
-    Evidence,
-    GateDecision,
     Retrieved,
     SemanticState,
     StmItem,
     VisualRecord,
     WriteResult,
 )
+from .answers import AnswerOut, EvidenceOut, GateOut, StepOut
 from .bodies import (
     CheckpointOut,
     ConsentIn,
@@ -55,6 +54,7 @@ __all__ = [
     "RetrievedOut",
     "SemanticOut",
     "StatusOut",
+    "StepOut",
     "StmItemOut",
     "StmPayloadOut",
     "VerifyOut",
@@ -111,41 +111,6 @@ def page(items: Sequence[T], offset: int, limit: int) -> Page[T]:
 
 
 # records ---------------------------------------------------------------------------------------
-
-
-class EvidenceOut(BaseModel):
-    """One line of the evidence trail: ``score = cosine x confidence x freshness x tier_weight``."""
-
-    id: str
-    kind: str
-    score: float
-    cosine: float
-    confidence: float
-    freshness: float
-    tier_weight: float
-
-    @classmethod
-    def of(cls, e: Evidence) -> EvidenceOut:
-        return cls(
-            id=e.id,
-            kind=e.kind,
-            score=e.score,
-            cosine=e.cosine,
-            confidence=e.confidence,
-            freshness=e.freshness,
-            tier_weight=e.tier_weight,
-        )
-
-
-class GateOut(BaseModel):
-    written: bool
-    reasons: list[str]
-    max_cosine: float | None
-    keywords: list[str]
-
-    @classmethod
-    def of(cls, g: GateDecision) -> GateOut:
-        return cls(written=g.written, reasons=list(g.reasons), max_cosine=g.max_cosine, keywords=list(g.keywords))
 
 
 class EpisodeOut(BaseModel):
@@ -323,30 +288,6 @@ class StmItemOut(BaseModel):
 
 
 # results of operations -------------------------------------------------------------------------
-
-
-class AnswerOut(BaseModel):
-    """An answer with its evidence trail and the gate's decision (None without write-back)."""
-
-    answer: str
-    evidence: list[EvidenceOut]
-    gate: GateOut | None
-    prompt: str
-    backbone: str
-    source: str
-    decision: str
-
-    @classmethod
-    def of(cls, a: AgentAnswer) -> AnswerOut:
-        return cls(
-            answer=a.answer,
-            evidence=[EvidenceOut.of(e) for e in a.evidence],
-            gate=None if a.gate is None else GateOut.of(a.gate),
-            prompt=a.prompt,
-            backbone=a.backbone,
-            source=a.source,
-            decision=a.decision,
-        )
 
 
 RecordOut = Annotated[EpisodeOut | VisualOut | SemanticOut, Field(discriminator="kind")]

@@ -11,7 +11,6 @@ processes scale either store.
 
 from __future__ import annotations
 
-import io
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,12 +19,12 @@ from typing import Annotated, TypeVar
 from fastapi import Depends, Header, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from ... import ImageError, InvalidInput, MsmMem
-from ...plugins.images import detect_format, load_image_bytes
+from ... import MsmMem
 from .apikeys import ALL_PATIENTS
 from .auth import Caller, Verifier
 from .config import ServeConfig
 from .problems import HttpProblem
+from .uploads import check_text, decode_upload
 
 __all__ = [
     "BREAK_GLASS_HEADER",
@@ -34,6 +33,7 @@ __all__ = [
     "ServerState",
     "authorize",
     "caller",
+    "check_text",
     "decode_upload",
     "paging",
     "require_json",
@@ -135,45 +135,3 @@ async def require_form(request: Request, _: CallerDep) -> None:
     application/x-www-form-urlencoded (a stored study's reference with its fields)."""
     if _content_type(request) not in ("multipart/form-data", "application/x-www-form-urlencoded"):
         raise HttpProblem("unsupported-media-type", "send the image and its fields as multipart/form-data")
-
-
-def decode_upload(data: bytes, config: ServeConfig) -> object:
-    """An uploaded PNG, JPEG or DICOM as the grayscale array the encoder takes; its size is
-    checked from the header before the pixels are decoded. ImageError (422) for anything
-    empty, truncated, oversized or of another format; the message names no file."""
-    kind = detect_format(data[:132], "upload")
-    if kind not in ("png", "jpeg", "dicom"):
-        raise ImageError("upload: not a PNG, JPEG or DICOM image")
-    width, height = _dimensions(data, kind)
-    if width < 1 or height < 1:
-        raise ImageError("upload: the image has no pixels")
-    if max(width, height) > config.max_image_side or width * height > config.max_image_pixels:
-        raise ImageError(
-            f"upload: {width}x{height} pixels is over the limit "
-            f"({config.max_image_side} a side, {config.max_image_pixels} in all)"
-        )
-    return load_image_bytes(data, "upload")
-
-
-def _dimensions(data: bytes, kind: str | None) -> tuple[int, int]:
-    try:
-        if kind == "dicom":
-            import pydicom
-
-            ds = pydicom.dcmread(io.BytesIO(data), stop_before_pixels=True)
-            return int(ds.Columns), int(ds.Rows)
-        from PIL import Image
-
-        with Image.open(io.BytesIO(data)) as img:
-            return int(img.size[0]), int(img.size[1])
-    except Exception as exc:  # any decoder failure is a bad upload, not a server error
-        raise ImageError(f"upload: the image header cannot be read ({type(exc).__name__})") from None
-
-
-def check_text(name: str, value: str, limit: int) -> str:
-    """``value`` when it has 1..limit characters; InvalidInput otherwise."""
-    if not value.strip():
-        raise InvalidInput(f"{name} must not be empty")
-    if len(value) > limit:
-        raise InvalidInput(f"{name} is longer than {limit} characters")
-    return value

@@ -1,0 +1,100 @@
+"""A tool's image, given one of three ways, each bounded and checked before anything is stored:
+
+- ``image_base64``: the bytes of a PNG, JPEG or DICOM file (a ``data:...;base64,`` prefix is
+  allowed), at most the server's upload size once decoded;
+- ``image_path``: a file inside one of the server's ``--image-root`` folders (absolute, or
+  relative to the first), resolved with its links and ``..`` and read once, as a regular file of
+  at most the upload size (the path is not recorded: the store keeps what was read, as for an
+  upload);
+- ``image_study``: a stored study of the patient that has an image file (ingested), found by an
+  audited read of the patient's episodes.
+
+The first two are decoded here the way the HTTP service decodes an upload (format and pixel
+count from the header first); a stored study's image is read by the store.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from ... import ImageError, InvalidInput, NotFound
+from ..._files import inside, read_regular
+from ..http.auth import Caller
+from ..http.uploads import decode_upload
+from .state import McpState
+
+__all__ = ["image_of", "stored"]
+
+R = TypeVar("R")
+_DATA_URL = re.compile(r"\Adata:[\w.+/-]*;base64,", re.ASCII)
+_B64 = re.compile(r"\A[A-Za-z0-9+/]*={0,2}\Z", re.ASCII)
+
+
+def _from_base64(state: McpState, text: str) -> bytes:
+    text = _DATA_URL.sub("", text.strip(), count=1)
+    text = "".join(text.split())
+    if len(text) > state.config.max_image_base64:
+        raise InvalidInput(f"image_base64 is over {state.config.server.max_upload_bytes} bytes once decoded")
+    if not text or not _B64.match(text) or len(text) % 4:
+        raise InvalidInput("image_base64 is not base64 (A-Z, a-z, 0-9, + and /, padded with =)")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidInput("image_base64 is not base64") from None
+
+
+def _from_path(state: McpState, text: str) -> bytes:
+    roots = state.config.image_roots
+    if not roots:
+        raise InvalidInput("image_path is off on this server (start it with --image-root DIR); send image_base64")
+    path = Path(text)
+    if not path.is_absolute():
+        path = roots[0] / path
+    root = next((r for r in roots if inside(path, r)), None)
+    if root is None:
+        raise InvalidInput("image_path lies outside the server's image folders (after resolving links and '..')")
+    try:
+        return read_regular(path, max_bytes=state.config.server.max_upload_bytes, root=root, error=ImageError)
+    except ImageError as exc:  # name the file as the caller did, not by the server's folder
+        raise ImageError(str(exc).replace(str(path), text)) from None
+
+
+def image_of(
+    state: McpState,
+    who: Caller,
+    patient_id: str,
+    image_base64: str | None,
+    image_path: str | None,
+    image_study: str | None,
+) -> object:
+    """The image of a call: a decoded array (base64 or a file), or the stored image path of
+    one of the patient's studies. InvalidInput unless exactly one way is given."""
+    given = [v for v in (image_base64, image_path, image_study) if v is not None]
+    if len(given) != 1:
+        raise InvalidInput("give exactly one of image_base64, image_path and image_study")
+    if image_base64 is not None:
+        return decode_upload(_from_base64(state, image_base64), state.config.server)
+    if image_path is not None:
+        return decode_upload(_from_path(state, image_path), state.config.server)
+    episodes = state.call(state.mem.episodes, who.principal, patient_id)
+    found = sorted(
+        (e for e in episodes if e.study_id == image_study and e.media_path), key=lambda e: e.state != "active"
+    )
+    if not found:
+        raise NotFound("no stored image for that study of this patient")
+    return found[0].media_path
+
+
+def stored(image: object, fn: Callable[[], R]) -> R:
+    """Run ``fn``; an unreadable stored image is reported without its path."""
+    try:
+        return fn()
+    except ImageError:
+        if isinstance(image, str):
+            raise ImageError("the stored study's image cannot be read") from None
+        raise
