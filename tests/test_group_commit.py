@@ -42,7 +42,9 @@ class _HeldLog:
         if self.first:
             self.first = False
             self.entered.set()
-            while len(self.group[0]._waiting) < self.others:  # the others queue behind this write
+            for _ in range(60_000):  # the others queue behind this write (bounded: about a minute)
+                if len(self.group[0]._waiting) >= self.others:
+                    break
                 threading.Event().wait(0.001)
         actors = [s.actor for s in specs]
         if self.bad in actors:
