@@ -68,9 +68,14 @@ def envelope_codec(store: Store, provider: InMemoryKeyProvider = KEKS) -> Envelo
     return EnvelopeCodec(EnvelopeCipher(store.tenant, provider, store.keys()), store.keys())
 
 
+#: the row digest key of every test store that is not opened through MsmMem
+ROW_KEY = bytes(range(32))
+
+
 def with_codec(store: Store) -> Store:
-    """``store`` given :func:`envelope_codec`, ready to hold PHI."""
+    """``store`` given :func:`envelope_codec` and :data:`ROW_KEY`, ready to hold PHI."""
     store.use_codec(envelope_codec(store))
+    store.use_row_key(ROW_KEY)
     return store
 
 
@@ -192,7 +197,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store
 @pytest.fixture
 def reopen() -> Iterator[Callable[..., Store]]:
     """Open another handle on a store made by ``make_store`` (with the envelope codec unless
-    ``codec=False``); every handle opened is closed afterwards."""
+    ``codec=False``; with the row digest key either way); every handle opened is closed afterwards."""
     opened: list[Store] = []
 
     def again(store: Store, *, codec: bool = True) -> Store:
@@ -204,7 +209,10 @@ def reopen() -> Iterator[Callable[..., Store]]:
             assert isinstance(store, PostgresStore)
             other = PostgresStore.open(postgres_dsn(), schema=store.schema)
         opened.append(other)
-        return with_codec(other) if codec else other
+        if not codec:
+            other.use_row_key(ROW_KEY)
+            return other
+        return with_codec(other)
 
     yield again
     for other in opened:

@@ -135,7 +135,18 @@ json_values: st.SearchStrategy[Any] = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30), _json_containers, max_leaves=12
 )
 
-COLUMNS = ("patient_id", "study_id", "timestamp", "image", "question", "answer", "report", "decision", "view")
+COLUMNS = (
+    "patient_id",
+    "study_id",
+    "timestamp",
+    "image",
+    "question",
+    "answer",
+    "report",
+    "decision",
+    "view",
+    "question_type",
+)
 
 #: manifest objects: the real columns (and some others) holding any JSON value
 manifest_objects = st.dictionaries(

@@ -135,7 +135,7 @@ def test_semantic_memory_recovers_the_patients_earlier_finding(mem: MsmMem, synt
         a = mem._agent.ask(AGENT, query(row), use_epi=False, use_vis=False, write_back=False)
         assert a.answer == firsts[row.patient_id].answer, row.patient_id
         assert a.source == "memory"
-        assert [e.kind for e in a.evidence] == ["semantic"]
+        assert {e.kind for e in a.evidence} == {"semantic", "claim"}  # claims are read with semantic memory
         assert [s.step for s in a.steps] == [Step("semantic")]
 
 
@@ -165,8 +165,10 @@ def test_full_memory_reads_s_e_v_and_cites_only_the_patients_records(mem: MsmMem
     for row in later(synthetic)[:3]:
         a = mem._agent.ask(AGENT, query(row), write_back=False)
         assert [s.step for s in a.steps] == [Step("semantic"), Step("episodic"), Step("visual")]
-        assert {e.kind for e in a.evidence} == {"semantic", "episodic", "visual"}
+        assert {e.kind for e in a.evidence} == {"semantic", "episodic", "visual", "claim"}
         ids = [e.id for e in a.evidence if e.kind == "episodic"]
+        claims = [e.id for e in a.evidence if e.kind == "claim"]
+        assert {c.patient_id for c in mem._store.get_claims(claims)} == {row.patient_id}
         assert {r.patient_id for r in mem._store.get_episodes(ids)} == {row.patient_id}
         assert [e.score for e in a.evidence] == sorted((e.score for e in a.evidence), reverse=True)
 
@@ -266,7 +268,7 @@ def test_router_weights_scale_candidates_and_zero_switches_an_expert_off(
         AGENT, query(row), write_back=False
     )
     sent = bb.requests[-1].candidates
-    assert {c.kind for c in sent} == {"semantic", "episodic"}
+    assert {c.kind for c in sent} == {"semantic", "episodic", "claim"}  # claims go with the semantic expert
     raw = {c.id: c.weight for c in a.candidates}
     for c in sent:
         assert c.weight == pytest.approx(raw[c.id] * (0.5 if c.kind == "episodic" else 1.0))
@@ -413,6 +415,7 @@ def test_covid_cxr_end_to_end(new_mem: MemFactory) -> None:
     if not (folder / "metadata.csv").is_file():
         pytest.skip("../shared/data/covid-cxr absent")
     rows, _ = load_dataset("covid-cxr", folder, check_images=False)
+    rows = [r for r in rows if r.question_type == "label"]  # one question per study: the finding
     chosen: dict[str, list[ManifestRow]] = {}
     for patient, rs in by_patient(rows).items():
         if len(rs) > 1 and rs[0].answer not in {c[0].answer for c in chosen.values()}:

@@ -57,19 +57,25 @@ def test_negative_weights_do_not_subtract() -> None:
     assert reply.confidence == pytest.approx(0.3 / 0.5)
 
 
-def test_semantic_bonus_goes_to_the_latest_semantic_impression_only() -> None:
-    """Only the most recent semantic candidate gets semantic_weight extra, flipping the vote."""
+def test_semantic_weight_scales_the_latest_semantic_impression_only() -> None:
+    """The most recent semantic candidate votes with its weight times semantic_weight, never a fixed bonus."""
     cands = (
         c("E-1", "effusion", 0.8, time=3),
-        c("S-old", "consolidation", 0.1, time=1, kind="semantic"),
-        c("S-new", "improving consolidation", 0.1, time=2, kind="semantic", decision="follow-up"),
+        c("S-old", "consolidation", 0.5, time=1, kind="semantic"),
+        c("S-new", "improving consolidation", 0.5, time=2, kind="semantic", decision="follow-up"),
     )
-    reply = ask(*cands, semantic_weight=1.0)
+    reply = ask(*cands, semantic_weight=2.0)
     assert reply.answer == "improving consolidation" and reply.cited == ("S-new",)
     assert reply.decision == "follow-up"
-    assert reply.confidence == pytest.approx(1.1 / 2.0)
-    assert ask(*cands, semantic_weight=0.0).answer == "effusion"  # no bonus: weight decides
-    assert ask(*cands, semantic_weight=0.5).answer == "effusion"  # 0.6 < 0.8
+    assert reply.confidence == pytest.approx(1.0 / 2.3)
+    assert ask(*cands, semantic_weight=1.0).answer == "effusion"  # its own weight: 0.5 < 0.8
+    assert ask(*cands, semantic_weight=0.0).answer == "effusion"
+
+
+def test_an_unranked_semantic_impression_has_no_vote() -> None:
+    """A semantic candidate of weight 0 (an impression its rank gives nothing) cannot outvote ranked evidence."""
+    cands = (c("E-1", "effusion", 0.01, time=1), c("S-1", "pneumothorax", 0.0, time=2, kind="semantic"))
+    assert ask(*cands, semantic_weight=5.0).answer == "effusion"
 
 
 def test_population_prior_used_only_without_patient_evidence() -> None:

@@ -28,7 +28,7 @@ from tests.cli_support import (
     without_msm_env,
 )
 
-KINDS = {"episodic", "visual", "semantic"}
+KINDS = {"episodic", "visual", "semantic", "claim"}  # claims are read with semantic memory
 ANSWER = "Small left pleural effusion, new since the prior study"
 
 
@@ -230,15 +230,17 @@ def test_ask_with_an_empty_question_fails(capsys: pytest.CaptureFixture[str], st
 def test_retrieve_ranks_like_ask_and_writes_no_memory(
     capsys: pytest.CaptureFixture[str], store: Path, data: Path
 ) -> None:
-    """retrieve --json gives the evidence ask would cite (same ids, same scores) with the
-    patient's own records, and writes no memory; the text form lists every id."""
+    """retrieve --json gives the evidence ask would cite from S, E and V (same ids, same scores;
+    retrieve lists no claims) with the patient's own records, and writes no memory; the text
+    form lists every id."""
     before = counts(store)
     asked = _obj(capsys, "ask", store, *_ask_args(data), "--no-write-back")
     found = _obj(capsys, "retrieve", store, "--patient", "p1", "--image", data / "img1.png", *CLINICIAN)
     assert found["patient"] == "p1" and found["scope"] == "patient"
     ids = {e["id"]: e["score"] for e in found["evidence"]}
     for e in asked["evidence"]:
-        assert ids[e["id"]] == pytest.approx(e["score"], abs=1e-4)
+        if e["kind"] != "claim":
+            assert ids[e["id"]] == pytest.approx(e["score"], abs=1e-4)
     for e in found["evidence"]:
         assert e["record"] is not None and e["record"]["patient_id"] == "p1" and "z" not in e["record"]
     assert counts(store) == before

@@ -67,3 +67,56 @@ def test_eval_bad_arguments_are_one_line_errors(
 def test_eval_unknown_feedback_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """--feedback accepts only truth or none (usage error, status 2)."""
     assert main(["eval", "--dataset", "synthetic", str(tmp_path), "--out", str(tmp_path), "--feedback", "x"]) == 2
+
+
+def _manifest(tmp_path: Path, patients: int) -> Path:
+    """A JSONL manifest of two questions per synthetic study (text and yes/no), relative
+    images, and two bad rows (lines 2 and 4 of the file)."""
+    from dataclasses import replace
+
+    from msm_mem.datasets.synthetic import generate
+
+    rows, _ = generate(tmp_path / "data", patients=patients, studies_per_patient=(2, 2), seed=1, size=64)
+    lines = []
+    for r in rows:
+        rel = str(Path(r.image).relative_to(tmp_path / "data"))
+        lines.append(json.dumps(replace(r, image=rel).to_dict()))
+        yes = "yes" if "effusion" in r.answer else "no"
+        lines.append(
+            json.dumps(replace(r, image=rel, question="Effusion?", answer=yes, question_type="yes_no").to_dict())
+        )
+    lines.insert(1, "{not json")
+    lines.insert(3, json.dumps({**json.loads(lines[0]), "question_type": "essay"}))
+    path = tmp_path / "data" / "mine.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_eval_on_a_manifest_reports_bad_rows_and_scores_each_question_type(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`msm-mem eval --dataset manifest FILE` prints every bad row with its line, reads the
+    question types from the rows and writes tables per type and overall."""
+    path = _manifest(tmp_path, 15)
+    out = tmp_path / "out"
+    argv = ["eval", "--dataset", "manifest", str(path), "--out", str(out), "--configs", "sev", "--no-baselines"]
+    code = main([*argv, "--bootstrap", "10", "--no-progress", "--no-plots", "--jobs", "1"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "skipped 2 rows of manifest:" in captured.err
+    assert "  line 2: invalid JSON" in captured.err and "  line 4: question_type must be one of" in captured.err
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert [q["question_type"] for q in doc["data"]["questions"]] == ["yes_no", "text"]
+    assert {m["question_type"] for m in doc["metrics"]} == {"all", "yes_no", "text"}
+    assert "## yes/no questions." in captured.out and "## free-text questions." in captured.out
+
+
+def test_eval_on_a_manifest_with_too_few_patients_is_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Two patients cannot be split: exit 1 with one error line saying so."""
+    path = _manifest(tmp_path, 2)
+    code = main(["eval", "--dataset", "manifest", str(path), "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "needs at least 3 labelled patients, got 2" in err

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import date
 from pathlib import Path
 
@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from msm_mem._errors import InvalidInput
-from msm_mem.datasets.covid_cxr import QUESTION, attribution, load, parse_date
+from msm_mem.datasets.covid_cxr import NOTES_QUESTION, QUESTION, YES_NO_QUESTIONS, attribution, load, parse_date
 from tests.strategies import png_declaring
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -71,7 +71,7 @@ def fake(tmp_path: Path) -> Path:
             "1", "", "COVID-19,  ARDS", "images/0002.jpg", clinical_notes="multi\nline\nnotes"
         ),  # empty offset: 3, from the row above
         _row("2", "?", "Pneumonia", "images/0003.jpg"),
-        _row("3", "0", "todo", "images/0004.jpg", view="?"),
+        _row("3", "0", "todo", "images/0004.jpg", view="?", clinical_notes=""),
         _row("4", "2", "Pneumonia", "images/missing.jpg"),
         _row("5", "1", "Pneumonia", "images/0006.jpg"),
         _row("6", "1", "Pneumonia", "../escape.jpg"),
@@ -87,10 +87,32 @@ def fake(tmp_path: Path) -> Path:
 
 
 def test_every_csv_row_is_a_row_or_a_problem(fake: Path) -> None:
-    """Nothing is dropped silently: rows plus problems cover every CSV line exactly once."""
+    """Nothing is dropped silently: every CSV line is either rows (its questions) or one problem."""
     rows, problems = load(fake)
-    lines = sorted([r.line for r in rows] + [p.line for p in problems])
-    assert lines == [2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14]  # row 3 spans lines 4-6
+    kept, skipped = {r.line for r in rows}, [p.line for p in problems]
+    assert not kept & set(skipped) and len(set(skipped)) == len(skipped)
+    assert sorted([*kept, *skipped]) == [2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14]  # row 3 spans lines 4-6
+
+
+def test_each_study_asks_the_questions_it_answers(fake: Path) -> None:
+    """The finding is a label question; recorded Y/N outcomes are yes/no questions (unknown ones
+    give none); non-empty clinical notes are a free-text question; all share the study's image."""
+    rows, _ = load(fake)
+    one = sorted((r.question_type, r.question, r.answer) for r in rows if r.study_id == "0001")
+    assert one == sorted(
+        [
+            ("label", QUESTION, "COVID-19"),
+            ("yes_no", YES_NO_QUESTIONS["survival"], "yes"),
+            ("yes_no", YES_NO_QUESTIONS["went_icu"], "yes"),
+            ("yes_no", YES_NO_QUESTIONS["intubated"], "no"),
+            ("text", NOTES_QUESTION, "notes of 1"),
+        ]
+    )
+    assert len({(r.image, r.timestamp, r.decision) for r in rows if r.study_id == "0001"}) == 1
+    multi = [r for r in rows if r.study_id == "0002"]
+    assert {(r.question_type, r.answer) for r in multi} == {("label", "COVID-19, ARDS"), ("text", "multi line notes")}
+    five = {r.question for r in rows if r.study_id == "0005"}
+    assert five == {QUESTION, YES_NO_QUESTIONS["survival"], NOTES_QUESTION}  # intubated etc. unknown: no row
 
 
 def test_problem_reasons(fake: Path) -> None:
@@ -98,7 +120,7 @@ def test_problem_reasons(fake: Path) -> None:
     _, problems = load(fake)
     reasons = {p.line: p.reason for p in problems}
     assert reasons[7] == "offset '?' is not a whole number of days"
-    assert reasons[8] == "unlabelled finding 'todo'"
+    assert reasons[8] == "no question answered (unlabelled finding 'todo', no outcome, no clinical notes)"
     assert reasons[9] == "image file missing: images/missing.jpg"
     assert reasons[10].startswith("unreadable image images/0006.jpg")
     assert reasons[11] == "image path '../escape.jpg' leaves the data set folder"
@@ -116,12 +138,12 @@ def test_unlabelled_rows_can_be_kept(fake: Path) -> None:
 def test_fields_of_a_row(fake: Path) -> None:
     """Ids, question, normalised label, outcome decision, notes and absolute image path."""
     rows, _ = load(fake)
-    row = next(r for r in rows if r.study_id == "0001")
+    row = next(r for r in rows if r.study_id == "0001" and r.question_type == "label")
     assert (row.patient_id, row.question, row.answer) == ("covid-1", QUESTION, "COVID-19")
     assert row.decision == "icu; not intubated; survived"
     assert row.report == "notes of 1" and row.view == "PA"
     assert row.image == str((fake / "images" / "0001.jpg").resolve())
-    multi = next(r for r in rows if r.study_id == "0002")
+    multi = next(r for r in rows if r.study_id == "0002" and r.question == QUESTION)
     assert multi.answer == "COVID-19, ARDS" and multi.report == "multi\nline\nnotes"
     assert next(r for r in rows if r.study_id == "0000").decision == ""
 
@@ -129,17 +151,17 @@ def test_fields_of_a_row(fake: Path) -> None:
 def test_times_follow_offsets_from_the_most_precise_date(fake: Path) -> None:
     """The day-precision date anchors patient 1; empty offsets carry forward; order by time."""
     rows, _ = load(fake)
-    p1 = [r for r in rows if r.patient_id == "covid-1"]
+    p1 = [r for r in rows if r.patient_id == "covid-1" and r.question == QUESTION]
     assert [r.study_id for r in p1] == ["0000", "0002", "0001"]
     days = [r.to_dict()["timestamp"][:10] for r in p1]
     assert days == ["2020-01-25", "2020-01-25", "2020-01-31"]
-    p7 = [r for r in rows if r.patient_id == "covid-7"]
+    p7 = [r for r in rows if r.patient_id == "covid-7" and r.question == QUESTION]
     # anchor = 1 March 2019 - 5 days; the empty offset on the first row is day 0
     assert [(r.study_id, r.to_dict()["timestamp"][:10]) for r in p7] == [
         ("0007", "2019-02-24"),
         ("0005", "2019-03-01"),
     ]
-    assert rows == sorted(rows, key=lambda r: (r.patient_id, r.timestamp, r.study_id))
+    assert rows == sorted(rows, key=lambda r: (r.patient_id, r.timestamp, r.study_id, r.question))
 
 
 def test_parse_date_formats() -> None:
@@ -187,19 +209,25 @@ class TestSharedData:
             pytest.skip("../shared/data/covid-cxr absent")
 
     def test_counts_with_unlabelled_rows(self) -> None:
-        """All 299 rows are accounted for: 295 rows of 145 patients, 4 '?' offsets skipped."""
+        """All 299 CSV rows are accounted for: 295 studies of 145 patients, 4 '?' offsets
+        skipped; keep_unlabelled adds the 52 unlabelled findings as empty label rows."""
         rows, problems = load(COVID, keep_unlabelled=True)
-        assert len(rows) + len(problems) == 299
-        assert (len(rows), len(problems)) == (295, 4)
+        assert len({r.study_id for r in rows}) + len(problems) == 299
+        assert (len({r.study_id for r in rows}), len(problems)) == (295, 4)
         assert all("offset '?'" in p.reason for p in problems)
         assert len({r.patient_id for r in rows}) == 145
+        assert sum(r.question_type == "label" and not r.answer for r in rows) == 52
 
     def test_counts_by_default(self) -> None:
-        """By default the 56 'todo' rows are problems; 243 rows of 119 patients remain."""
+        """243 labelled findings, 381 recorded yes/no outcomes and 220 clinical notes: 844
+        questions about 295 studies of 145 patients; unknown outcomes give no row."""
         rows, problems = load(COVID)
-        assert (len(rows), len(problems)) == (243, 56)
-        assert all("unlabelled finding 'todo'" in p.reason for p in problems)
-        assert len({r.patient_id for r in rows}) == 119
+        assert len(problems) == 4
+        kinds = Counter(r.question_type for r in rows)
+        assert (kinds["label"], kinds["yes_no"], kinds["text"]) == (243, 381, 220)
+        assert all(r.answer for r in rows)
+        assert {r.answer for r in rows if r.question_type == "yes_no"} == {"yes", "no"}
+        assert len({r.patient_id for r in rows}) == 145
 
     def test_longitudinal_patients_and_images(self) -> None:
         """48 patients have two or more times; time gaps equal offset gaps; images exist."""
@@ -250,7 +278,7 @@ def test_links_fifos_huge_headers_and_bad_ids_are_problems(tmp_path: Path) -> No
         _row("6\nx", "0", "Pneumonia", "images/0006.png"),
     ]
     got, problems = load(_folder(data, rows))
-    assert [r.study_id for r in got] == ["0001"]
+    assert {r.study_id for r in got} == {"0001"}
     reasons = {p.line: p.reason for p in problems}
     assert "leaves the data set folder" in reasons[3]
     assert "not a regular file" in reasons[4]

@@ -10,7 +10,7 @@ from msm_mem.datasets.registry import DATASETS, load_dataset, options_of
 
 def test_known_names() -> None:
     """The registry serves exactly the four documented data sets."""
-    assert sorted(DATASETS) == ["covid-cxr", "iu-xray", "mimic-cxr", "synthetic"]
+    assert sorted(DATASETS) == ["covid-cxr", "iu-xray", "manifest", "mimic-cxr", "synthetic"]
 
 
 def test_unknown_name_lists_known_names() -> None:
@@ -23,7 +23,7 @@ def test_unknown_name_lists_known_names() -> None:
 
 def test_options_come_from_the_loaders() -> None:
     """Each data set's options are its loader's keyword-only parameters."""
-    assert options_of("synthetic") == ("patients", "seed", "size", "studies_per_patient")
+    assert options_of("synthetic") == ("patients", "questions", "seed", "size", "studies_per_patient")
     assert options_of("covid-cxr") == ("check_images", "keep_unlabelled")
     assert options_of("iu-xray") == ("images_dir", "views_csv")
     assert options_of("mimic-cxr") == ("reports_dir", "split")
@@ -31,7 +31,7 @@ def test_options_come_from_the_loaders() -> None:
 
 def test_unknown_option_and_missing_path_are_refused(tmp_path: Path) -> None:
     """A misspelt option or a None path raises InvalidInput before anything is written."""
-    with pytest.raises(InvalidInput, match="accepted: patients, seed"):
+    with pytest.raises(InvalidInput, match="accepted: patients, questions, seed"):
         load_dataset("synthetic", tmp_path / "s", patient=3)
     with pytest.raises(InvalidInput, match="needs a path"):
         load_dataset("mimic-cxr", None)

@@ -162,6 +162,7 @@ def _prepare(mem: Any, tmp: Path, name: str) -> None:
 NOT_OPERATIONS = {
     "init",
     "open",
+    "upgrade",  # a classmethod like init: admin only, audited (tests/test_upgrade.py)
     "exists",
     "close",
     "directory",

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from PIL import Image
 
 from msm_mem import ManifestError, ManifestRow, RowProblem, read_manifest, write_manifest
 from msm_mem.datasets.manifest import COLUMNS, parse_timestamp
@@ -111,7 +112,7 @@ def test_csv_every_bad_row_kind_is_reported_with_its_line(tmp_path: Path) -> Non
             "p1,s2,2020-01-03,a.png,,answer,,",  # 3 empty question
             "p1,s3,yesterday,a.png,Q?,answer,,",  # 4 bad timestamp
             "p1,s4,2020-01-04,a.png,Q?,answer,,,extra",  # 5 extra field
-            "p1,s1,2020-01-05,a.png,Q?,dup,,",  # 6 duplicate of line 2
+            "p1,s1,2020-01-02,img/a.png,What is seen?,dup,,",  # 6 duplicate question of line 2
             ",s5,2020-01-06,a.png,Q?,answer,,",  # 7 empty patient id
             "p1,s6",  # 8 missing columns
             "p1,s7,2020-01-07,b.png,Q?,fine,,",  # 9 good
@@ -366,7 +367,7 @@ def test_to_dict_uses_iso_utc_and_omits_line(tmp_path: Path) -> None:
     d = _rows(tmp_path)[0].to_dict()
     assert d["timestamp"] == "2020-01-02T03:04:05+00:00"
     assert "line" not in d
-    assert set(d) == set(COLUMNS) | {"view"}
+    assert set(d) == set(COLUMNS) | {"view", "question_type"}
 
 
 # bounded input --------------------------------------------------------------------------------
@@ -509,3 +510,42 @@ def test_fuzzed_csv_records_give_rows_or_problems_only(records: list[list[str]])
         path = Path(folder) / "m.csv"
         path.write_text(buf.getvalue(), encoding="utf-8", errors="surrogatepass")
         _fuzz_read(path)
+
+
+def test_question_type_column_and_several_questions_per_study(tmp_path: Path) -> None:
+    """question_type defaults to text; a study may carry several questions; a repeated question,
+    an unknown type, or a second row of a study with another image are problems on their lines."""
+    Image.new("L", (8, 8)).save(tmp_path / "a.png")
+    Image.new("L", (8, 8)).save(tmp_path / "b.png")
+    (tmp_path / "m.csv").write_text(
+        "\n".join(
+            [
+                HEADER + ",question_type",
+                "p1,s1,2020-01-05,a.png,What is it?,COVID-19,,,label",  # 2
+                "p1,s1,2020-01-05,a.png,Intubated?,yes,,,yes_no",  # 3
+                "p1,s1,2020-01-05,a.png,Notes?,free text,,,",  # 4: empty type -> text
+                "p1,s1,2020-01-05,a.png,Intubated?,no,,,yes_no",  # 5 duplicate question
+                "p1,s1,2020-01-05,b.png,Survived?,yes,,,yes_no",  # 6 another image
+                "p1,s2,2020-01-06,b.png,What is it?,x,,,choice",  # 7 unknown type
+                "p1,s2,2020-01-06,b.png,Survived?,unknown,,,yes_no",  # 8 neither yes nor no
+                "p1,s2,2020-01-06,b.png,Intubated?,No.,,,yes_no",  # 9 good
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    rows, problems = read_manifest(tmp_path / "m.csv")
+    assert [(r.question, r.question_type) for r in rows] == [
+        ("What is it?", "label"),
+        ("Intubated?", "yes_no"),
+        ("Notes?", "text"),
+        ("Intubated?", "yes_no"),
+    ]
+    reasons = {p.line: p.reason for p in problems}
+    assert sorted(reasons) == [5, 6, 7, 8]
+    assert "answer must be yes, no or empty" in reasons[8]
+    assert "duplicate question" in reasons[5] and "first on line 3" in reasons[5]
+    assert "another image" in reasons[6] and "line 2" in reasons[6]
+    assert "question_type must be one of label, yes_no, text" in reasons[7]
+    (tmp_path / "n.csv").write_text(HEADER + "\np1,s1,2020-01-05,a.png,Q?,A,,\n", encoding="utf-8")
+    assert read_manifest(tmp_path / "n.csv")[0][0].question_type == "text"  # no column: text

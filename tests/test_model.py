@@ -7,9 +7,12 @@ The model predicts from the documented rules and never calls the implementation:
 (novel when the image is not among the patient's live records; the answer's length and keyword
 are stated in ``tests/strategies.py``), supersession (one active claim per study and one active
 semantic version, a bounded impression history ordered by study time), the short-term
-lifecycle (TTL, held items retried once at the age threshold), decay (``decay_at`` from the
-ranking's half-lives and tier weights; active records anonymised, superseded ones and semantic
-versions retracted, both leaving the patient), consent (a revoked permit refuses the next call
+lifecycle (TTL, held items retried once at the age threshold), critic verdicts superseding every
+record of the judged study (the episode and its visual record by critic copies, the study's
+other unverified episodes and visual records, its other held items discarded), decay
+(``decay_at`` from the ranking's half-lives and tier weights, counted from the study's clinical
+time; active records anonymised, superseded ones and semantic versions retracted, both leaving
+the patient), consent (a revoked permit refuses the next call
 and the refusal is audited) and shredding (everything refused afterwards). Record ids are
 random, so the model names records by the interaction that made them: every question carries
 its number (``Q7: ...``).
@@ -70,7 +73,8 @@ CHECKER = Principal("model-checker", Role.SYSTEM, Purpose.OPERATIONS)
 READERS = {"agent": AGENT, "clinician": CLINICIAN, "critic": CRITIC}
 
 # the documented decay rule (docs/design.md, "Ranking and decay"): a record decays when
-# confidence x tier weight x 0.5 ** (age / half-life) falls below 0.05, aged from its creation
+# confidence x tier weight x 0.5 ** (age / half-life) falls below 0.05, aged from its clinical
+# time (the study's time; a semantic version's newest impression)
 HALF_LIFE_DAYS = {"episodic": 365.0, "visual": 365.0, "claims": 365.0, "semantic": 180.0}
 TIER_WEIGHT = {"ground_truth": 1.0, "critic": 0.95, "agent": 0.6}
 THRESHOLD = 0.05
@@ -80,8 +84,8 @@ HISTORY = 5
 K = 5  # hits per episodic / visual read
 
 
-def decays(created: float, confidence: float, tier: str, kind: str) -> float:
-    return created + HALF_LIFE_DAYS[kind] * DAY * math.log2(confidence * TIER_WEIGHT[tier] / THRESHOLD)
+def decays(observed: float, confidence: float, tier: str, kind: str) -> float:
+    return observed + HALF_LIFE_DAYS[kind] * DAY * math.log2(confidence * TIER_WEIGHT[tier] / THRESHOLD)
 
 
 # the model ----------------------------------------------------------------------------------
@@ -103,6 +107,7 @@ class Vis:
     image: int
     tier: str
     decay: float
+    episode: Epi | None = None
     state: str = "active"
 
 
@@ -114,6 +119,7 @@ class Clm:
     decay: float
     qid: int
     episode: Epi | None
+    time: float | None = None  # the study's clinical time, when the claim knows it
     state: str = "active"
 
 
@@ -127,7 +133,7 @@ class Sem:
 
     @property
     def decay(self) -> float:
-        return decays(self.created, 1.0, self.tier, "semantic")
+        return decays(self.impressions[-1][0] if self.impressions else self.created, 1.0, self.tier, "semantic")
 
 
 @dataclass(eq=False)
@@ -185,11 +191,15 @@ class Model:
     def passes(self, p: str, image: int, answer: str) -> bool:
         return self.novel(p, image) and s.ANSWERS[answer]
 
-    def write_records(self, p: str, item: Stm, answer: str, tier: str, confidence: float) -> Epi:
+    def write_records(
+        self, p: str, item: Stm, answer: str, tier: str, confidence: float, *, visual: bool = True
+    ) -> Epi:
         pt = self.patients[p]
-        epi = Epi(item.qid, item.image, item.study, answer, tier, decays(self.now, confidence, tier, "episodic"))
+        when = STUDY_TIME[item.study]
+        epi = Epi(item.qid, item.image, item.study, answer, tier, decays(when, confidence, tier, "episodic"))
         pt.episodes.append(epi)
-        pt.visuals.append(Vis(item.image, tier, decays(self.now, confidence, tier, "episodic")))
+        if visual:  # another question about a study whose image has a visual record shares it
+            pt.visuals.append(Vis(item.image, tier, decays(when, confidence, tier, "episodic"), epi))
         item.state, item.answer = "consolidated", None
         return epi
 
@@ -205,12 +215,25 @@ class Model:
             current.state = "superseded"
         pt.semantic.append(Sem(current.version + 1 if current else 1, merged, tier, self.now))
 
-    def supersede_claim(self, p: str, key: str, content: str, tier: str, confidence: float, qid: int, epi: Epi | None):
+    def supersede_claim(
+        self,
+        p: str,
+        key: str,
+        content: str,
+        tier: str,
+        confidence: float,
+        qid: int,
+        epi: Epi | None,
+        when: float | None,
+    ):
         pt = self.patients[p]
         old = pt.active_claim(key)
         if old:
             old.state = "superseded"
-        claim = Clm(key, content, tier, decays(self.now, confidence, tier, "claims"), qid, epi)
+        claim = Clm(
+            key, content, tier, decays(self.now if when is None else when, confidence, tier, "claims"), qid, epi
+        )
+        claim.time = when
         pt.claims.append(claim)
         return claim
 
@@ -221,11 +244,19 @@ class Model:
         if not written:
             item.answer = answer  # a held item keeps its answer for the critic or the age sweep
         self.supersede_semantic(p, (STUDY_TIME[item.study], answer), "agent")
-        self.supersede_claim(p, f"study:{item.study}", answer, "agent", 0.6, item.qid, epi)
+        self.supersede_claim(p, f"study:{item.study}", answer, "agent", 0.6, item.qid, epi, STUDY_TIME[item.study])
         return written
 
     def studies_stored(self, p: str) -> set[str]:
         return {e.study for e in self.patients[p].episodes}
+
+    def questions_stored(self, p: str) -> set[tuple[str, int]]:
+        """(study, question) of the patient's readable (active or superseded) episodes."""
+        return {(e.study, e.qid) for e in self.patients[p].episodes if e.state in ("active", "superseded")}
+
+    def study_qid(self, study: str) -> int:
+        """The one question a manifest asks about ``study`` here (so re-ingesting it is skipped)."""
+        return 10_000 + s.STUDIES.index(study)
 
     def maintain(self) -> dict[str, int]:
         counts = dict.fromkeys(("expired", "consolidated", "discarded", "anonymized", "retracted"), 0)
@@ -477,27 +508,46 @@ def make_machine(backend: str, options: Callable[..., dict[str, Any]]) -> type[R
                 return
             assert old is not None
             text = old.content if accept else correction
-            # where the study's time is known (a live short-term payload or an episode of it), its
-            # impression is replaced; otherwise the verdict is dated now
+            # the study's time: the claim's, else where it is known (a live short-term payload or
+            # an episode of it); without one the verdict is dated now
             known = any(i.payload and i.study == study for i in pt.stm) or any(e.study == study for e in pt.episodes)
+            when = old.time if old.time is not None else STUDY_TIME[study] if known else None
+            # every record of the judged study is superseded at the critic's tier (propagation.py)
             epi = old.episode
-            if epi is not None and not accept and epi.state == "active" and epi in pt.episodes:
-                epi.state = "superseded"
-                event("feedback: episode corrected")
-                fixed = Epi(
-                    epi.qid, epi.image, epi.study, text, "critic", decays(self.model.now, 1.0, "critic", "episodic")
-                )
-                pt.episodes.append(fixed)
+            primary = epi if epi is not None and epi.state == "active" and epi in pt.episodes else None
+            judged = [
+                e
+                for e in pt.episodes
+                if e.state == "active" and (e is primary or (e.study == study and e.tier == "agent"))
+            ]
+            fixed = None
+            for e in judged:
+                e.state = "superseded"
+                if e is primary:
+                    event("feedback: episode superseded by the critic's copy")
+                    fixed = Epi(
+                        e.qid, e.image, e.study, text, "critic", decays(STUDY_TIME[e.study], 1.0, "critic", "episodic")
+                    )
+                    pt.episodes.append(fixed)
+            for v in list(pt.visuals):
+                if v.state == "active" and v.episode in judged:
+                    v.state = "superseded"
+                    if fixed is not None and v.episode is primary:
+                        pt.visuals.append(Vis(v.image, "critic", fixed.decay, fixed))
+            if fixed is not None:
                 epi = fixed
             elif epi is None:
                 held = next((i for i in pt.stm if i.qid == old.qid and i.state == "active"), None)
                 if held is not None:  # the verdict promotes the held item past the gate
                     event("feedback: held item promoted")
                     epi = self.model.write_records(p, held, text, "critic", 1.0)
-            self.model.supersede_claim(p, key, text, "critic", 1.0, old.qid, epi)
+            for i in pt.stm:  # the study's other held answers: the verdict is their outcome
+                if i.state == "active" and i.study == study and i.answer is not None and i.qid != old.qid:
+                    event("feedback: held item discarded")
+                    i.state, i.answer = "discarded", None
+            self.model.supersede_claim(p, key, text, "critic", 1.0, old.qid, epi, when)
             if pt.active_semantic() is not None:
-                when = STUDY_TIME[study] if known else self.model.now
-                self.model.supersede_semantic(p, (when, text), "critic", drop=STUDY_TIME[study] if known else None)
+                self.model.supersede_semantic(p, (self.model.now if when is None else when, text), "critic", drop=when)
             assert (got.key, got.content, got.evidence_tier) == (key, text, "critic")
 
         @initialize(rows=s.ingest_rows)
@@ -510,14 +560,19 @@ def make_machine(backend: str, options: Callable[..., dict[str, Any]]) -> type[R
             self.tick()
             manifest = []
             for p, study, image, answer in rows:
-                qid = self.model.qid()
+                qid = self.model.study_qid(study)
                 manifest.append(ManifestRow(p, study, STUDY_TIME[study], self.image(image), f"Q{qid}: report", answer))
-            todo, skipped, seen = [], 0, {p: self.model.studies_stored(p) for p in s.PATIENTS}
-            for row in sorted(manifest, key=lambda r: (r.timestamp, r.patient_id, r.study_id)):
-                if row.study_id in seen[row.patient_id]:
+            # a row is stored when its (study, question) is readable, or its study is stored but
+            # none of it is readable (retracted); a study already stored keeps its one visual record
+            todo, skipped, imaged = [], 0, {p: self.model.studies_stored(p) for p in s.PATIENTS}
+            asked = {p: self.model.questions_stored(p) for p in s.PATIENTS}
+            for row in sorted(manifest, key=lambda r: (r.timestamp, r.patient_id, r.study_id, r.question)):
+                p, key = row.patient_id, (row.study_id, _qid(row.question))
+                unreadable = row.study_id in imaged[p] and row.study_id not in {st for st, _ in asked[p]}
+                if key in asked[p] or unreadable:
                     skipped += 1
                     continue
-                seen[row.patient_id].add(row.study_id)
+                asked[p].add(key)
                 todo.append(row)
             if any(self.model.patients[r.patient_id].shredded for r in todo):
                 with pytest.raises(AccessDenied):
@@ -531,9 +586,12 @@ def make_machine(backend: str, options: Callable[..., dict[str, Any]]) -> type[R
                 p = row.patient_id
                 item = Stm(_qid(row.question), _image(row.image), row.study_id, self.model.now)
                 self.model.patients[p].stm.append(item)
-                epi = self.model.write_records(p, item, row.answer, "ground_truth", 1.0)
+                visual = row.study_id not in self.model.studies_stored(p)
+                epi = self.model.write_records(p, item, row.answer, "ground_truth", 1.0, visual=visual)
                 self.model.supersede_semantic(p, (row.timestamp, row.answer), "ground_truth")
-                self.model.supersede_claim(p, f"study:{row.study_id}", row.answer, "ground_truth", 1.0, item.qid, epi)
+                self.model.supersede_claim(
+                    p, f"study:{row.study_id}", row.answer, "ground_truth", 1.0, item.qid, epi, row.timestamp
+                )
 
         # rules: time and maintenance --------------------------------------------------------
 

@@ -61,3 +61,23 @@ def test_batch_size_must_be_positive(tmp_path: Path) -> None:
     rows, _ = read_manifest(tmp_path / "syn" / "manifest.jsonl")
     with MsmMem.init(tmp_path / "s", ADMIN) as mem, pytest.raises(InvalidInput, match="batch_size"):
         offline.ingest_rows(INGEST, mem._gm, mem._encoder, rows, batch_size=0)
+
+
+def test_several_questions_of_one_study_share_its_visual_record(tmp_path: Path) -> None:
+    """Each question of a study is an episode; the study's image is one visual record, and
+    re-ingesting (with a question added) stores only the new question, still without a visual."""
+    rows, _ = generate(tmp_path / "syn", patients=1, studies_per_patient=(2, 2), seed=4, size=64)
+    asked = [replace(rows[0], question="Is there an effusion?", answer="no", question_type="yes_no", line=11)]
+    with MsmMem.init(tmp_path / "store", ADMIN) as mem:
+        first = mem.ingest(INGEST, [*rows, *asked])
+        assert (first.ingested, first.already_stored) == (3, 0)
+        assert mem._store.count("episodic") == 3 and mem._store.count("visual") == 2
+        more = [replace(rows[0], question="Is the heart enlarged?", answer="yes", question_type="yes_no", line=12)]
+        again = mem.ingest(INGEST, [*rows, *asked, *more])
+        assert (again.ingested, again.already_stored) == (1, 3)
+        assert mem._store.count("episodic") == 4 and mem._store.count("visual") == 2
+        episodes = mem.episodes(CLINICIAN, rows[0].patient_id)
+        by_study = sorted((e.study_id, e.question, e.answer) for e in episodes if e.study_id == rows[0].study_id)
+        assert [q for _, q, _ in by_study] == sorted(
+            [rows[0].question, "Is there an effusion?", "Is the heart enlarged?"]
+        )

@@ -21,6 +21,7 @@ from msm_mem.eval.protocol import (
     parse_configs,
     run_protocol,
 )
+from msm_mem.eval.report import summarise
 from msm_mem.eval.split import PHASES
 from msm_mem.plugins.backbones.nonparametric import EMPTY_ANSWER
 
@@ -192,3 +193,65 @@ def test_unlabelled_rows_are_left_out(data: list[ManifestRow]) -> None:
     assert run.data["rows"] == len(data) and run.data["labelled"] == len(data) - 1
     with pytest.raises(InvalidInput):
         run_protocol([replace(r, answer="") for r in data])
+
+
+# ---------------------------------------------------------------- question groups
+
+EFFUSION = "Is there a pleural effusion?"
+
+
+def _two_questions(data: list[ManifestRow]) -> list[ManifestRow]:
+    """The impression (text) and a yes/no question about each study, answered from it."""
+    asked = [
+        replace(r, question=EFFUSION, answer="yes" if "effusion" in r.answer else "no", question_type="yes_no")
+        for r in data
+    ]
+    return [*data, *asked]
+
+
+def test_each_question_group_has_its_own_memory_and_one_split(data: list[ManifestRow], tmp_path: Path) -> None:
+    """Two questions per study: every answer names its group, the groups share the patient split
+    and probe the same studies, and a yes/no answer comes only from yes/no memories (never an
+    impression of the other question)."""
+    rows = _two_questions(data)
+    run = run_protocol(
+        rows, ProtocolSettings(configs=("SEV",), baselines=("copy-prior",)), dataset="two", keep_stores=tmp_path
+    )
+    groups = {(a.question_type, a.question) for a in run.answers}
+    assert groups == {("yes_no", EFFUSION), ("text", data[0].question)}
+    probed = {
+        g: {(a.mode, a.phase, a.arm, a.study_id) for a in run.answers if (a.question_type, a.question) == g}
+        for g in groups
+    }
+    assert probed[("yes_no", EFFUSION)] == probed[("text", data[0].question)]
+    yes_no = {a.prediction for a in run.answers if a.question_type == "yes_no"}
+    assert yes_no <= {"yes", "no", EMPTY_ANSWER} and {"yes", "no"} <= yes_no
+    assert [q["question_type"] for q in run.data["questions"]] == ["yes_no", "text"]  # type: ignore[index,union-attr]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q0-yes_no", "q1-text"]
+    assert (tmp_path / "q0-yes_no" / "SEV").is_dir()
+    single = run_protocol(data, ProtocolSettings(configs=(), baselines=("copy-prior",)))
+    assert single.split == run.split  # the split is by patient, whatever the questions
+
+
+def test_too_few_patients_is_a_clear_error(data: list[ManifestRow]) -> None:
+    """Two labelled patients cannot be split into memory, fine-tune and validation."""
+    two = [r for r in data if r.patient_id in sorted({r.patient_id for r in data})[:2]]
+    with pytest.raises(InvalidInput, match="at least 3 labelled patients, got 2"):
+        run_protocol(two)
+
+
+def test_evidence_recall_is_recorded_for_memory_configurations(truth: ProtocolRun) -> None:
+    """Each answer knows its patient's prior study in the probe and the studies its evidence is
+    about; the full memory's evidence reaches the prior, no memory reaches nothing, and every
+    memory configuration's record carries recall@k (baselines none)."""
+    sev = [a for a in truth.answers if a.arm == "SEV" and a.prior]
+    assert sev and all(a.prior in a.retrieved for a in sev)
+    assert all(a.retrieved == () for a in truth.answers if a.arm == "none")
+    assert {a.prior for a in truth.answers if a.arm not in CONFIGS} == {""}
+    for rec in summarise(truth, n_boot=10):
+        if rec["kind"] == "memory":
+            assert rec["evidence_recall"]["n"] > 0
+            if rec["arm"] == "none":
+                assert rec["evidence_recall"]["at_5"] == 0.0
+        else:
+            assert "evidence_recall" not in rec

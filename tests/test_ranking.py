@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from msm_mem import Principal
+from msm_mem import ManifestRow, Principal
 from msm_mem._api.mem import MsmMem
 from msm_mem._memory import ranking
 from msm_mem._memory.ranking import (
@@ -28,9 +28,13 @@ from msm_mem._memory.ranking import (
     rerank,
 )
 from msm_mem._records import EpisodicRecord, Hit, Impression, SemanticState
+from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
+from msm_mem.plugins.backbones.nonparametric import NonparametricBackbone
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.conftest import MemFactory
-from tests.helpers import AGENT
+from tests.helpers import AGENT, CRITIC, INGEST, SYSTEM
+
+CHECK = CRITIC  # reads memory in the tests below
 
 T0 = 1_700_000_000.0
 ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
@@ -168,7 +172,7 @@ def test_agent_evidence_trail_carries_every_factor(mem: MsmMem, clock: FixedCloc
     clock.advance(200 * DAY)
     answer = mem.ask(AGENT, "P1", _png(tmp_path, 2), "Any change?", study_id="S2")
     kinds = {e.kind for e in answer.evidence}
-    assert kinds == {"semantic", "episodic", "visual"}
+    assert kinds == {"semantic", "episodic", "visual", "claim"}
     for e in answer.evidence:
         assert e.score == pytest.approx(e.cosine * e.confidence * e.freshness * e.tier_weight)
         assert -1.0 <= e.cosine <= 1.0 and 0.0 < e.freshness <= 1.0
@@ -194,3 +198,176 @@ def test_critic_verdict_raises_the_rank_of_corrected_evidence(mem: MsmMem, tmp_p
     episodic = [e for e in answer.evidence if e.kind == "episodic"]
     assert len(episodic) == 1
     assert (episodic[0].confidence, episodic[0].tier_weight) == (1.0, TIER_WEIGHTS["critic"])
+
+
+# one notion of time, claims as evidence, verified first ------------------------------------------
+
+Y2020 = 1_590_000_000.0  # May 2020: a study of a retrospective data set, asked about years later
+GT = "Left lower lobe consolidation, pneumonia"
+WRONG = "Large right pneumothorax with mediastinal shift"
+
+
+class Switch:
+    """Answers ``answer`` while it is set, else votes like the nonparametric backbone."""
+
+    name = "switch"
+
+    def __init__(self, answer: str | None = None) -> None:
+        self.answer = answer
+
+    def generate(self, request: BackboneRequest) -> BackboneReply:
+        if self.answer is not None:
+            return BackboneReply(self.answer, source="memory")
+        return NonparametricBackbone().generate(request)
+
+
+def _ingest(mem: MsmMem, tmp_path: Path, seed: int, study: str, when: float, answer: str = GT) -> None:
+    row = ManifestRow("P1", study, when, str(_png(tmp_path, seed)), "Findings?", answer)
+    assert mem.ingest(INGEST, [row]).ingested == 1
+
+
+@pytest.fixture
+def late(new_mem: MemFactory) -> Iterator[tuple[MsmMem, FixedClock, Switch]]:
+    """A store whose clock reads 2026 (data ingested years after it was acquired)."""
+    clock, bb = FixedClock(T0 + 3 * 365 * DAY), Switch()
+    m = new_mem("late", clock=clock, backbone=bb)
+    yield m, clock, bb
+    m.close()
+
+
+def test_freshness_is_measured_in_clinical_time(late: tuple[MsmMem, FixedClock, Switch], tmp_path: Path) -> None:
+    """2020 evidence asked about from a 2020 study a month later is a month old, whenever it was ingested."""
+    mem, _, _ = late
+    _ingest(mem, tmp_path, 1, "S1", Y2020)
+    a = mem.ask(AGENT, "P1", _png(tmp_path, 2), "Findings?", timestamp=Y2020 + 30 * DAY, write_back=False)
+    episodic = [e for e in a.evidence if e.kind == "episodic"]
+    assert episodic and episodic[0].freshness == pytest.approx(0.5 ** (30 / HALF_LIFE_DAYS["episodic"]))
+    assert a.answer == GT
+
+
+def test_the_query_time_defaults_to_the_asked_studys_time(
+    late: tuple[MsmMem, FixedClock, Switch], tmp_path: Path
+) -> None:
+    """Asking about a known study without a timestamp dates the query at the study, not at the clock."""
+    mem, _, _ = late
+    _ingest(mem, tmp_path, 1, "S1", Y2020)
+    a = mem.ask(AGENT, "P1", _png(tmp_path, 1), "Findings?", study_id="S1", write_back=False)
+    assert {e.freshness for e in a.evidence} == {1.0}
+
+
+def test_decay_counts_from_clinical_time(late: tuple[MsmMem, FixedClock, Switch], tmp_path: Path) -> None:
+    """decay_at is the study time plus the horizon, not the ingest time: 2020 data ingested in 2026 is due."""
+    mem, clock, _ = late
+    _ingest(mem, tmp_path, 1, "S1", Y2020)
+    (e,) = mem.episodes(CHECK, "P1")
+    (c,) = mem.claims(CHECK, "P1")
+    assert e.decay_at == pytest.approx(decay_at(Y2020, 1.0, "ground_truth", "episodic"))
+    assert c.decay_at == pytest.approx(decay_at(Y2020, 1.0, "ground_truth", "claims"))
+    assert e.created_at == clock.now() > e.decay_at
+    report = mem.maintain(SYSTEM)
+    assert report.anonymized >= 3 and mem.episodes(CHECK, "P1") == []  # episode, visual, claim
+
+
+def test_decay_at_does_not_depend_on_when_a_study_is_ingested(new_mem: MemFactory, tmp_path: Path) -> None:
+    """The same study ingested on two different days decays at the same time."""
+    times = []
+    for name, now in (("a", Y2020 + DAY), ("b", Y2020 + 300 * DAY)):
+        mem = new_mem(name, clock=FixedClock(now))
+        _ingest(mem, tmp_path, 1, "S1", Y2020)
+        times.append(mem.episodes(CHECK, "P1")[0].decay_at)
+    assert times[0] == times[1]
+
+
+def _hit(hid: str, kind: str, tier: str, when: float, cosine: float, patient: str = "P1") -> Hit:
+    z = np.zeros(4, dtype=np.float32)
+    z[0] = 1.0
+    if kind == "semantic":
+        return Hit(
+            hid,
+            "semantic",
+            1.0,
+            SemanticState(hid, patient, "impression", (Impression(when, "x"),), evidence_tier=tier),
+        )
+    record = EpisodicRecord(
+        hid, patient, when, z, "q?", "a", confidence=1.0 if tier != "agent" else 0.6, evidence_tier=tier
+    )
+    return Hit(hid, "episodic", cosine, record)
+
+
+def test_a_verified_record_outranks_the_agents_semantic_state_about_its_study() -> None:
+    """The agent's own impression of a study ranks no higher than that study's ground truth."""
+    truth = _hit("E-gt", "episodic", "ground_truth", T0 - DAY, 0.4)
+    own = _hit("S-agent", "semantic", "agent", T0 - DAY, 1.0)
+    other = _hit("S-other", "semantic", "agent", T0 - 2 * DAY, 1.0, patient="P2")
+    ranked = rerank([own, truth, other], T0)
+    order = [h.id for h, _ in ranked]
+    assert order.index("E-gt") < order.index("S-agent")
+    scores = {h.id: sc for h, sc in ranked}
+    assert scores["S-agent"].rank == pytest.approx(scores["E-gt"].rank)  # capped at the verified rank
+    assert scores["S-other"].cap == math.inf  # another study (and patient): no cap
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["episodic", "semantic"]),
+            st.sampled_from(sorted(TIER_WEIGHTS)),
+            st.integers(0, 3),
+            st.floats(-1.0, 1.0),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_verified_never_ranks_below_unverified_about_the_same_study(
+    specs: list[tuple[str, str, int, float]],
+) -> None:
+    """Property: within every study, the lowest verified rank is at least the highest unverified one."""
+    hits = [_hit(f"H{i}", kind, tier, T0 - 40 * DAY * t, cos) for i, (kind, tier, t, cos) in enumerate(specs)]
+    ranked = rerank(hits, T0)
+    for t in range(4):
+        when = T0 - 40 * DAY * t
+        mine = [(h, sc) for h, sc in ranked if ranking.clinical_time(h) == when]
+        good = [sc.rank for h, sc in mine if ranking.verified(h.record.evidence_tier)]
+        bad = [sc.rank for h, sc in mine if not ranking.verified(h.record.evidence_tier)]
+        if good and bad:
+            assert min(good) >= max(bad)
+            pos = [i for i, (h, _) in enumerate(ranked) if ranking.clinical_time(h) == when]
+            first_bad = min(i for i in pos if not ranking.verified(ranked[i][0].record.evidence_tier))
+            assert all(i < first_bad for i in pos if ranking.verified(ranked[i][0].record.evidence_tier)) or min(
+                good
+            ) == max(bad)
+
+
+def test_ground_truth_wins_over_the_agents_unverified_answer_about_its_study(
+    late: tuple[MsmMem, FixedClock, Switch], tmp_path: Path
+) -> None:
+    """The agent's held answer about an ingested study lands in the semantic state and the claim, and
+    still loses to the study's ground truth at the next ask."""
+    mem, _, bb = late
+    _ingest(mem, tmp_path, 1, "S1", Y2020)
+    bb.answer = WRONG
+    mem.ask(AGENT, "P1", _png(tmp_path, 1), "Findings?", study_id="S1")  # the same image: held
+    (state,) = mem.semantic_state(CHECK, "P1")
+    assert state.last is not None and state.last.text == WRONG and state.evidence_tier == "agent"
+    bb.answer = None
+    a = mem.ask(AGENT, "P1", _png(tmp_path, 2), "Findings?", timestamp=Y2020 + 10 * DAY, write_back=False)
+    assert a.answer == GT
+    by_kind = {e.kind: e for e in a.evidence}
+    assert by_kind["semantic"].score <= by_kind["episodic"].score
+
+
+def test_claims_are_ranked_evidence_with_their_studys_cosine(
+    late: tuple[MsmMem, FixedClock, Switch], tmp_path: Path
+) -> None:
+    """A study claim is evidence of kind claim: the cosine of its study's image, cosine x composite, in the prompt."""
+    mem, _, _ = late
+    _ingest(mem, tmp_path, 1, "S1", Y2020)
+    a = mem.ask(AGENT, "P1", _png(tmp_path, 2), "Findings?", timestamp=Y2020 + 10 * DAY, write_back=False)
+    (claim,) = [e for e in a.evidence if e.kind == "claim"]
+    (episode,) = [e for e in a.evidence if e.kind == "episodic"]
+    assert claim.cosine == pytest.approx(episode.cosine)
+    assert claim.score == pytest.approx(claim.cosine * claim.confidence * claim.freshness * claim.tier_weight)
+    assert claim.freshness == pytest.approx(0.5 ** (10 / HALF_LIFE_DAYS["claims"]))
+    assert f"[{claim.id}]" in a.prompt and "## Study claims" in a.prompt
+    assert dict(zip((e.id for e in a.evidence), a.studies, strict=True))[claim.id] == "S1"

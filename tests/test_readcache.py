@@ -14,7 +14,7 @@ from msm_mem._storage.base import StateChange, WriteBatch
 from msm_mem._storage.sqlite import SqliteStore
 from msm_mem._tier_records import Entity
 from msm_mem.testing import InMemoryKeyProvider
-from tests.conftest import with_codec
+from tests.conftest import ROW_KEY, with_codec
 
 
 def state(
@@ -35,6 +35,7 @@ def encrypted(path: Path) -> SqliteStore:
     store = SqliteStore.create(path, dim=4, encoder="t")
     cipher = EnvelopeCipher(store.tenant, InMemoryKeyProvider(), store.keys())
     store.use_codec(EnvelopeCodec(cipher, store.keys()))
+    store.use_row_key(ROW_KEY)
     return store
 
 

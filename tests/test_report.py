@@ -62,7 +62,56 @@ def test_summary_metrics_by_hand() -> None:
     assert sev["gate"] == {"written": 1, "discarded": 2, "reasons": {"not_novel": 2, "too_short": 1}}
     prior = next(r for r in records if r["arm"] == "prior")
     assert prior["kind"] == "baseline" and prior["gate"]["written"] == prior["gate"]["discarded"] == 0
-    assert [r["arm"] for r in records] == ["SEV", "prior"]
+    assert [(r["question_type"], r["arm"]) for r in records] == [
+        ("all", "SEV"),
+        ("all", "prior"),
+        ("text", "SEV"),
+        ("text", "prior"),
+    ]
+
+
+YES_NO = "Was the patient intubated?"
+TYPED = [
+    Answered("online", "WB4", "SEV", "a", "1", "COVID-19", "COVID-19", "", "label", "What is it?"),
+    Answered("online", "WB4", "SEV", "b", "3", "Pneumonia", "COVID-19", "", "label", "What is it?"),
+    Answered("online", "WB4", "SEV", "a", "1", "Yes.", "yes", "", "yes_no", YES_NO),
+    Answered("online", "WB4", "SEV", "b", "3", "no", "yes", "", "yes_no", YES_NO),
+    Answered("online", "WB4", "SEV", "c", "4", "No prior evidence in memory.", "no", "", "yes_no", YES_NO),
+    Answered("online", "WB4", "SEV", "c", "4", "yes", "yes", "", "yes_no", "Did the patient survive?"),
+    Answered("online", "WB4", "SEV", "a", "1", "severe ards intubated", "Severe ARDS, intubated.", "", "text", "N?"),
+]
+
+
+def test_each_question_type_is_scored_by_its_own_metrics() -> None:
+    """label: exact match and label F1; yes/no: accuracy and yes/no F1 (an answer that is not
+    yes or no is wrong); text: BLEU-1..4, ROUGE-L and CIDEr-D; all: the Table 1 columns; a type
+    with several questions is also scored per question."""
+    run = _run(TYPED)
+    records = {(r["question_type"], r["question"]): r for r in summarise(run, n_boot=50)}
+    assert list(records) == [
+        ("all", ""),
+        ("label", ""),
+        ("yes_no", ""),
+        ("yes_no", "Did the patient survive?"),
+        ("yes_no", YES_NO),
+        ("text", ""),
+    ]
+    label = records[("label", "")]
+    assert label["exact_match"]["mean"] == pytest.approx(0.5) and "accuracy" not in label
+    assert label["label_f1"]["mean"] == pytest.approx(2 / 3)  # one class, covid-19: TP 1, FN 1
+    yn = records[("yes_no", "")]
+    assert yn["n"] == 4 and yn["accuracy"]["mean"] == pytest.approx(2 / 4)
+    # yes: TP 2, FP 0, FN 1 -> 4/5; no: TP 0, FP 1, FN 1 -> 0
+    assert yn["yes_no_f1"]["mean"] == pytest.approx((4 / 5 + 0) / 2)
+    assert records[("yes_no", YES_NO)]["accuracy"]["mean"] == pytest.approx(1 / 3)
+    text = records[("text", "")]
+    assert {"bleu1", "bleu4", "rouge_l", "cider", "finding_f1"} <= set(text) and "accuracy" not in text
+    assert text["rouge_l"]["mean"] == pytest.approx(1.0) and text["bleu1"]["mean"] == pytest.approx(1.0)
+    overall = records[("all", "")]
+    assert overall["n"] == len(TYPED) and {"token_f1", "bleu4", "finding_f1"} <= set(overall)
+    table = table1_markdown(list(records.values()), run)
+    assert table.index("## all questions.") < table.index("## label questions") < table.index("## yes/no questions")
+    assert "| SEV | ✓ | ✓ | ✓ | 50.00 [" in table.split("## yes/no questions.")[1]  # accuracy first
 
 
 def test_table1_has_one_row_per_arm_with_marks() -> None:
@@ -92,10 +141,13 @@ def test_reports_are_written_with_the_paper_shapes(reports: tuple[Path, Protocol
     """table1.csv: one row per arm and mode at WB4; phases.csv: every mode, phase and arm."""
     out, run = reports
     table = list(csv.DictReader((out / "table1.csv").read_text(encoding="utf-8").splitlines()))
-    assert {(r["mode"], r["arm"]) for r in table} == {(m, a) for m in ("online", "frozen") for a in run.arms}
+    scopes = {("all", ""), ("text", "")}
+    assert {(r["question_type"], r["question"], r["mode"], r["arm"]) for r in table} == {
+        (*s, m, a) for s in scopes for m in ("online", "frozen") for a in run.arms
+    }
     assert {r["phase"] for r in table} == {"WB4"}
     phases = list(csv.DictReader((out / "phases.csv").read_text(encoding="utf-8").splitlines()))
-    assert len(phases) == len(run.arms) * (4 + 5)
+    assert len(phases) == len(scopes) * len(run.arms) * (4 + 5)
     for name in ("table1.md", "phases.md", "answers.jsonl"):
         assert (out / name).stat().st_size > 0
     assert len((out / "answers.jsonl").read_text(encoding="utf-8").splitlines()) == len(run.answers)

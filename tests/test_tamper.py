@@ -210,6 +210,7 @@ def test_key_and_checkpoints_outside_the_store_with_a_witness(tmp_path: Path, ne
     assert (tmp_path / "witness" / "published.jsonl").read_bytes() == (
         elsewhere / "cps" / "checkpoints.jsonl"
     ).read_bytes()
+    mem.consents(ADMIN)  # a commit of audit rows only: cutting it leaves every governed row as signed
     mem.close()
     with pytest.raises(CheckpointKeyMissing):
         MsmMem.open(directory)
@@ -222,7 +223,7 @@ def test_key_and_checkpoints_outside_the_store_with_a_witness(tmp_path: Path, ne
     )
     (elsewhere / "cps" / "checkpoints.head").unlink()
     with MsmMem.open(directory, checkpoint_key=options["checkpoint_key"], checkpoints=options["checkpoints"]) as blind:
-        assert blind.verify_audit(AUDITOR).ok  # without the witness the cut is invisible
+        assert blind.verify_audit(AUDITOR).ok  # without the witness this cut is invisible
     with MsmMem.open(directory, **options) as mem:
         _broken(mem, cut + 1, "witness signed")
 

@@ -28,10 +28,12 @@ from ._errors import InvalidInput, InvalidVector
 from ._limits import MAX_QUESTION_CHARS, MAX_TAG_CHARS, MAX_TEXT_CHARS, check_id, check_path, check_text
 
 __all__ = [
+    "Claim",
     "EpisodicRecord",
     "Hit",
     "Impression",
     "Kind",
+    "QUESTION_TYPES",
     "ManifestRow",
     "RowProblem",
     "SemanticState",
@@ -44,7 +46,7 @@ __all__ = [
 ]
 
 Vector = npt.NDArray[np.float32]
-Kind = Literal["episodic", "visual", "semantic"]
+Kind = Literal["episodic", "visual", "semantic", "claim"]
 
 
 class State(StrEnum):
@@ -249,18 +251,53 @@ class SemanticState:
 
 
 @dataclass(frozen=True, slots=True)
+class Claim:
+    """A long-term finding: content about a subject patient, from a source, with confidence
+    in [0, 1] and an evidence tier; versioned by supersession (one ACTIVE per ``key``)."""
+
+    claim_id: str
+    patient_id: str
+    key: str
+    content: str
+    source: str
+    confidence: float
+    evidence_tier: str
+    created_at: float
+    decay_at: float | None = None
+    state: State = State.ACTIVE
+    supersedes: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.confidence <= 1.0:
+            raise InvalidInput(f"claim confidence must be in [0, 1], got {self.confidence!r}")
+        if not self.key:
+            raise InvalidInput("a claim needs a key")
+
+
+@dataclass(frozen=True, slots=True)
 class Hit:
-    """One retrieved item: ``score`` is the cosine similarity in [-1, 1] (1.0 for semantic state)."""
+    """One retrieved item: ``score`` is the cosine similarity in [-1, 1] (1.0 for semantic state;
+    for a claim, the cosine with its study's image). ``time`` is the evidence's clinical time
+    (UTC seconds) where the record does not carry it itself (a claim: its study's time)."""
 
     id: str
     kind: Kind
     score: float
-    record: EpisodicRecord | VisualRecord | SemanticState
+    record: EpisodicRecord | VisualRecord | SemanticState | Claim
+    time: float | None = None
+
+
+#: How a question's answers are scored: ``label`` (a short finding label: label F1 and exact
+#: match), ``yes_no`` (accuracy and F1 on yes vs no), ``text`` (free text: BLEU, ROUGE-L, CIDEr,
+#: token F1 and the labeler's finding F1). A manifest without the column means ``text``.
+QUESTION_TYPES: tuple[str, ...] = ("label", "yes_no", "text")
 
 
 @dataclass(frozen=True, slots=True)
 class ManifestRow:
-    """One validated study. ``timestamp`` is UTC seconds; ``image`` is an absolute path string.
+    """One validated question about one study. ``timestamp`` is UTC seconds; ``image`` is an
+    absolute path string. A study may carry several questions (rows sharing ``patient_id`` and
+    ``study_id``, one image); ``question_type`` is one of :data:`QUESTION_TYPES`.
 
     Construction checks every field against :mod:`msm_mem._limits` (ids without wildcard or
     control characters, bounded text) and raises :class:`InvalidInput` naming the field."""
@@ -275,6 +312,7 @@ class ManifestRow:
     decision: str = ""
     view: str = ""
     line: int = 0
+    question_type: str = "text"
 
     def __post_init__(self) -> None:
         # every loader and every caller of ingest builds rows through here: bounded ids and text
@@ -288,6 +326,13 @@ class ManifestRow:
         for name in ("answer", "report", "decision"):
             check_text(name, getattr(self, name), MAX_TEXT_CHARS)
         check_text("view", self.view, MAX_TAG_CHARS)
+        if self.question_type not in QUESTION_TYPES:
+            raise InvalidInput(
+                f"question_type must be one of {', '.join(QUESTION_TYPES)}, got {str(self.question_type)[:40]!r}"
+            )
+        if self.question_type == "yes_no" and self.answer.strip().lower().rstrip(".") not in ("yes", "no", ""):
+            # an unknown outcome has no row (or an empty answer): it is never scored as a guess
+            raise InvalidInput(f"a yes_no question's answer must be yes, no or empty, got {self.answer[:40]!r}")
         if not isinstance(self.line, int) or isinstance(self.line, bool) or self.line < 0:
             raise InvalidInput(f"line must be an integer >= 0, got {self.line!r}")
 

@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from ._errors import InvalidInput
-from ._records import State, Vector, readonly
+from ._records import Claim, State, Vector, readonly
 
 __all__ = [
     "AuditRow",
@@ -135,30 +135,6 @@ class StmChange:
     expires_at: float | None = None
     purge: bool = False
     payload: StmPayload | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """A long-term finding: content about a subject patient, from a source, with confidence
-    in [0, 1] and an evidence tier; versioned by supersession (one ACTIVE per ``key``)."""
-
-    claim_id: str
-    patient_id: str
-    key: str
-    content: str
-    source: str
-    confidence: float
-    evidence_tier: str
-    created_at: float
-    decay_at: float | None = None
-    state: State = State.ACTIVE
-    supersedes: str | None = None
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.confidence <= 1.0:
-            raise InvalidInput(f"claim confidence must be in [0, 1], got {self.confidence!r}")
-        if not self.key:
-            raise InvalidInput("a claim needs a key")
 
 
 @dataclass(frozen=True, slots=True)

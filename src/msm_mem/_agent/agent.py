@@ -30,20 +30,24 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from .._errors import BackendError, ImageError, InvalidInput, MsmMemError, NotFound
+from .._errors import BackendError, ImageError, InvalidInput, MsmMemError
 from .._limits import MAX_IMAGE_PIXELS, check_observation
+from .._memory.claim_evidence import study_of
 from .._memory.fusion import fuse
 from .._memory.population import deidentified_text, derived_source
-from .._memory.ranking import Score
+from .._memory.ranking import Score, rank_key, verified_first
+from .._memory.studies import study_time
 from .._memory.tiers import GovernedMemory, Turn
 from .._principal import Principal
-from .._records import EpisodicRecord, Hit, SemanticState, VisualRecord
-from ..plugins.backbones.base import Backbone, BackboneReply, BackboneRequest, Candidate
+from .._records import Claim, EpisodicRecord, Hit, SemanticState, State, VisualRecord
+from ..plugins.backbones.base import Backbone, BackboneRequest, Candidate
 from ..plugins.backbones.nonparametric import NonparametricBackbone
 from ..plugins.encoders.base import Encoder
 from ..plugins.images import load_image
 from .answer import AgentAnswer, Evidence, Query
 from .policy import MEMORIES, HeuristicPolicy, MemoryName, PolicyQuery, RetrievalPolicy, RetrievalStep, Step
+from .replies import checked as _checked
+from .replies import scrubbed as _scrubbed
 from .router import ROUTER_FILE, ExpertWeights, FixedRouter, LearnedRouter, Router, features_from
 
 __all__ = ["AgentAnswer", "Evidence", "MemoryAgent", "Query"]
@@ -60,37 +64,21 @@ class _Gathered:
     semantic: list[SemanticState] = field(default_factory=list)
     episodic: list[Hit] = field(default_factory=list)
     visual: list[Hit] = field(default_factory=list)
-
-
-def _rank_key(pair: tuple[Hit, Score]) -> tuple[float, float, str]:
-    return (-pair[1].rank, -pair[1].cosine, pair[0].id)  # the order of memory.ranking.rerank
+    claims: list[Hit] = field(default_factory=list)
 
 
 def _owner(hit: Hit) -> str:
-    r = hit.record
-    return r.patient_id if isinstance(r, (EpisodicRecord, VisualRecord, SemanticState)) else ""
+    return hit.record.patient_id
+
+
+def _expert(kind: str) -> MemoryName:
+    """The memory expert a kind of evidence belongs to: claims are read with semantic memory."""
+    return "semantic" if kind == "claim" else kind  # type: ignore[return-value]  # episodic or visual
 
 
 def _tier(hit: Hit) -> str:
     """The evidence tier of a hit's record ("" when it has none)."""
     return str(getattr(hit.record, "evidence_tier", ""))
-
-
-def _checked(reply: object, name: str) -> BackboneReply:
-    if not isinstance(reply, BackboneReply):
-        raise BackendError(f"backbone {name!r} returned {type(reply).__name__}, not a BackboneReply")
-    if not isinstance(reply.answer, str) or not reply.answer.strip():
-        raise BackendError(f"backbone {name!r} returned a malformed reply: the answer must be non-empty text")
-    if not isinstance(reply.decision, str) or not isinstance(reply.source, str):
-        raise BackendError(f"backbone {name!r} returned a malformed reply: decision and source must be text")
-    return reply
-
-
-def _scrubbed(reply: BackboneReply) -> BackboneReply:
-    answer, decision = deidentified_text(reply.answer), deidentified_text(reply.decision)
-    if answer is None or decision is None or not answer.strip():
-        raise BackendError("the answer derived from population experience could not be de-identified")
-    return replace(reply, answer=answer, decision=decision)
 
 
 class MemoryAgent:
@@ -178,24 +166,50 @@ class MemoryAgent:
         visuals = [h for h, _ in ranked if isinstance(h.record, VisualRecord) and h.record.source_episode_id]
         sources = self._episodes([h.record.source_episode_id for h in visuals])  # type: ignore[union-attr]
         for h, sc in ranked:
-            r = h.record
+            r, weight = h.record, max(sc.rank, 0.0)
             if isinstance(r, SemanticState):
                 if r.last is not None:
-                    out.append(Candidate(h.id, "semantic", r.last.text, r.last.decision, 0.0, r.last.timestamp))
+                    out.append(Candidate(h.id, "semantic", r.last.text, r.last.decision, weight, r.last.timestamp))
             elif isinstance(r, EpisodicRecord):
-                out.append(Candidate(h.id, "episodic", r.answer, r.decision, max(sc.rank, 0.0), r.timestamp))
+                out.append(Candidate(h.id, "episodic", r.answer, r.decision, weight, r.timestamp))
             elif isinstance(r, VisualRecord) and (src := sources.get(r.source_episode_id)) is not None:
-                out.append(Candidate(h.id, "visual", src.answer, src.decision, max(sc.rank, 0.0), src.timestamp))
+                out.append(Candidate(h.id, "visual", src.answer, src.decision, weight, src.timestamp))
+            elif isinstance(r, Claim):
+                out.append(Candidate(h.id, "claim", r.content, "", weight, h.time or r.created_at))
         return tuple(out)
 
     def _episodes(self, ids: Sequence[str]) -> dict[str, EpisodicRecord]:
-        found: dict[str, EpisodicRecord] = {}
-        for i in dict.fromkeys(ids):
-            try:
-                found[i] = self.memory.store.get_episodes([i])[0]
-            except NotFound:  # a source episode may have been anonymised under a new id
-                continue
-        return found
+        """The live source episodes of visual records: a superseded (corrected) or retracted
+        episode is never a visual record's answer."""
+        found = self.memory.store.find_episodes(list(dict.fromkeys(ids)))
+        return {i: e for i, e in found.items() if e.state in (State.ACTIVE, State.ANONYMIZED)}
+
+    def _clinical_time(self, query: Query) -> float:
+        """The query's clinical time: its ``timestamp``, else the time of its study when memory
+        already knows the study (an ingested or earlier study), else now."""
+        if query.timestamp is not None:
+            return query.timestamp
+        known = study_time(self.memory.store, query.patient_id, query.study_id) if query.study_id else None
+        return self.gm.clock.now() if known is None else known
+
+    def _studies(self, hits: Sequence[Hit]) -> tuple[str, ...]:
+        """The study each of the patient's own hits is about ("" for the semantic state, which
+        spans the history): an episode's, a visual record's source episode's, a claim's."""
+        visuals = [h.record.source_episode_id for h in hits if isinstance(h.record, VisualRecord)]
+        sources = self.memory.store.find_episodes(visuals) if visuals else {}
+        out = []
+        for h in hits:
+            r = h.record
+            if isinstance(r, EpisodicRecord):
+                out.append(r.study_id)
+            elif isinstance(r, VisualRecord):
+                src = sources.get(r.source_episode_id)
+                out.append(src.study_id if src is not None else "")
+            elif isinstance(r, Claim):
+                out.append(study_of(r))
+            else:
+                out.append("")
+        return tuple(out)
 
     def _gather(self, turn: Turn, z: object, at: float, pq: PolicyQuery) -> _Gathered:
         """Run the policy until STOP or ``max_steps``; every executed step is one audited read."""
@@ -219,12 +233,14 @@ class MemoryAgent:
                 use_epi=m == "episodic",
                 use_vis=m == "visual",
                 scope=step.scope,
+                use_claims=m == "semantic",
             )
             r = ranked.retrieval
             k = len(r.episodic) + len(r.visual) if step.k is None else step.k
             # k keeps the step's best hits (store order is by descending cosine); the store's
             # k_epi / k_vis setting bounds how many one read returns
             kept = {s.state_id for s in r.semantic} | {h.id for h in (r.episodic if m == "episodic" else r.visual)[:k]}
+            kept |= {h.id for h in r.claims}
             pairs = tuple(p for p in ranked.ranked if p[0].id in kept)
             new = [p for p in pairs if p[0].id not in seen]
             seen.update(p[0].id for p in new)
@@ -234,14 +250,16 @@ class MemoryAgent:
                 own = isinstance(pair[0].record, SemanticState) or _owner(pair[0]) == turn.patient_id
                 (got.own if own else got.prior).append(pair)
             got.semantic += [s for s in r.semantic if s.state_id in new_ids]
+            got.claims += [h for h in r.claims if h.id in new_ids]
             for h in r.episodic if m == "episodic" else r.visual:
                 if h.id in new_ids and _owner(h) == turn.patient_id:
                     (got.episodic if m == "episodic" else got.visual).append(h)
-        got.own.sort(key=_rank_key)
-        got.prior.sort(key=_rank_key)
+        got.own = verified_first(got.own)  # capped over every step's hits, in rank order
+        got.prior.sort(key=rank_key)
         # prompt lists are by descending cosine within each memory (stable: store order on ties)
         got.episodic.sort(key=lambda h: -h.score)
         got.visual.sort(key=lambda h: -h.score)
+        got.claims.sort(key=lambda h: -h.score)
         return got
 
     def ask(
@@ -267,7 +285,7 @@ class MemoryAgent:
         try:
             img = self._image(query.image)
             z = self.encoder.encode([img])[0]
-            at = self.gm.clock.now() if query.timestamp is None else query.timestamp
+            at = self._clinical_time(query)
             media = "" if isinstance(query.image, np.ndarray) else str(query.image)
             item = self.gm.observe(
                 turn,
@@ -285,19 +303,22 @@ class MemoryAgent:
                 raise InvalidInput(f"the router returned {type(routed).__name__}, not ExpertWeights")
             weights = ExpertWeights(**{m: routed.of(m) if flags[m] else 0.0 for m in MEMORIES})
             on = {m for m in MEMORIES if weights.of(m) > 0.0}
+            raw = self._candidates(got.own)
+            candidates = tuple(
+                replace(c, weight=c.weight * weights.of(_expert(c.kind))) for c in raw if _expert(c.kind) in on
+            )
+            prior = tuple(
+                replace(c, weight=c.weight * weights.of(c.kind))
+                for c in self._candidates(got.prior, population=True)
+                if c.kind in on
+            )
             prompt = fuse(
                 [s for s in got.semantic if "semantic" in on],
                 got.episodic if "episodic" in on else [],
                 got.visual if "visual" in on else [],
                 query.question,
                 budget_chars=self.memory.settings.prompt_budget_chars,
-            )
-            raw = self._candidates(got.own)
-            candidates = tuple(replace(c, weight=c.weight * weights.of(c.kind)) for c in raw if c.kind in on)
-            prior = tuple(
-                replace(c, weight=c.weight * weights.of(c.kind))
-                for c in self._candidates(got.prior, population=True)
-                if c.kind in on
+                claims=got.claims if "semantic" in on else [],
             )
             request = BackboneRequest(
                 prompt.text, query.question, candidates, prior, img, options={"expert_weights": weights.to_json()}
@@ -321,10 +342,10 @@ class MemoryAgent:
                 self.gm.fail(turn, exc)
             raise
         offered = {c.id for c in prior}
+        own = [(h, sc) for h, sc in got.own if _expert(h.kind) in on]
         evidence = tuple(
             Evidence(h.id, h.kind, sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight, _tier(h))
-            for h, sc in got.own
-            if h.kind in on
+            for h, sc in own
         ) + tuple(
             Evidence(
                 h.id, f"population-{h.kind}", sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight, _tier(h)
@@ -332,6 +353,7 @@ class MemoryAgent:
             for h, sc in got.prior
             if h.id in offered
         )
+        studies = self._studies([h for h, _ in own]) + ("",) * (len(evidence) - len(own))
         return AgentAnswer(
             reply.answer,
             evidence,
@@ -345,6 +367,7 @@ class MemoryAgent:
             features,
             raw,
             tuple(i for i in reply.cited if i in {e.id for e in evidence}),
+            studies,
         )
 
     def ask_many(

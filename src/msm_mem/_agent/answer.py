@@ -21,9 +21,13 @@ class Evidence:
     """One line of the evidence trail.
 
     ``score`` is the ranking score ``cosine x composite_k`` (1.0 x composite for semantic
-    state); the factors are kept: ``cosine`` in [-1, 1], ``confidence``, ``freshness`` and
-    ``tier_weight`` in [0, 1]; ``evidence_tier`` names the tier the weight is for (``agent``,
-    ``ground_truth``, ...; empty when unknown).
+    state; for a claim the cosine of its study's image), lowered for an unverified record to the
+    lowest score of a verified record about the same study (a verified record never ranks below
+    an unverified one); the factors are kept: ``cosine`` in [-1, 1], ``confidence``,
+    ``freshness`` (in the evidence's clinical time relative to the query's) and ``tier_weight``
+    in [0, 1]; ``evidence_tier`` names the tier the weight is for (``agent``, ``ground_truth``,
+    ...; empty when unknown). ``kind`` is semantic, episodic, visual, claim, or
+    population-episodic / population-visual for other patients' de-identified experience.
     """
 
     id: str
@@ -64,10 +68,12 @@ class AgentAnswer:
     """The answer, its evidence trail, the gate decision (None when write-back is off).
 
     Not part of the JSON: ``steps`` (the policy's steps and what each returned), ``weights``
-    (the expert weights applied), ``features`` (what the router saw) and ``candidates`` (the
-    patient's candidates before the router, to label router training examples). ``cited``
-    are the ids of the evidence the backbone says the answer rests on (a subset of the
-    evidence trail's ids; empty when it names none).
+    (the expert weights applied), ``features`` (what the router saw), ``candidates`` (the
+    patient's candidates before the router, to label router training examples) and ``studies``
+    (aligned with ``evidence``: the patient's own study each line is about, "" for the semantic
+    state and population experience; for evidence recall). ``cited`` are the ids of the
+    evidence the backbone says the answer rests on (a subset of the evidence trail's ids; empty
+    when it names none).
     """
 
     answer: str
@@ -82,6 +88,7 @@ class AgentAnswer:
     features: RouterFeatures | None = None
     candidates: tuple[Candidate, ...] = ()
     cited: tuple[str, ...] = ()
+    studies: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         """The documented JSON shape: ``answer``, ``evidence`` [{id, kind, score, factors...}],

@@ -2,8 +2,10 @@
 
 Rows whose image cannot be read (missing, not a regular file, over the byte or pixel limit,
 corrupt) are skipped with their line number and reason; rows whose
-``(patient_id, study_id)`` is already stored are skipped too, so ingesting the same manifest
-twice stores nothing new. Every study lands in short-term memory and is consolidated into
+``(patient_id, study_id, question)`` is already stored are skipped too, so ingesting the same
+manifest twice stores nothing new. A study may carry several questions: each question is an
+episode of its own, and the study's image one visual record (written with the study's first
+stored question, shared by the others). Every study lands in short-term memory and is consolidated into
 long-term memory in the same transaction (no write skips its originating tier). Base memory is
 built from ground truth: every valid row is consolidated (the gate's verdict is recorded as
 ``forced``) and the report's impression becomes a semantic history entry.
@@ -41,6 +43,33 @@ class IngestReport:
         )
 
 
+def _new_rows(gm: GovernedMemory, rows: Sequence[ManifestRow]) -> tuple[list[ManifestRow], set[tuple[str, str]]]:
+    """The rows not yet stored, in time order, and the ``(patient, study)`` pairs whose image
+    already has a visual record. A row is stored when its ``(study, question)`` is one of the
+    patient's readable (active or superseded) episodes, or when its study is stored but none of
+    it is readable any more (retracted: nothing is written again for it). A patient's stored
+    questions are read (decrypted) only when one of the rows names a study of theirs that is
+    stored."""
+    store = gm.store
+    studies: dict[str, set[str]] = {}
+    questions: dict[str, set[tuple[str, str]]] = {}
+    readable: dict[str, set[str]] = {}
+    todo: list[ManifestRow] = []
+    for row in sorted(rows, key=lambda r: (r.timestamp, r.patient_id, r.study_id, r.question)):
+        pid = row.patient_id
+        stored = studies.setdefault(pid, store.studies(pid))
+        asked = questions.setdefault(pid, set())
+        if row.study_id in stored and pid not in readable:
+            asked.update((e.study_id, e.question) for e in store.get_episodes(store.record_ids("episodic", pid)))
+            readable[pid] = {study for study, _ in asked}
+        if (row.study_id, row.question) in asked or (row.study_id in stored and row.study_id not in readable[pid]):
+            continue
+        asked.add((row.study_id, row.question))
+        todo.append(row)
+    imaged = {(pid, sid) for pid, ids in studies.items() for sid in ids}
+    return todo, imaged
+
+
 def ingest_rows(
     principal: Principal,
     gm: GovernedMemory,
@@ -59,17 +88,10 @@ def ingest_rows(
         raise InvalidInput(
             f"encoder {encoder.name} ({encoder.dim}-d) does not match the store's {store.encoder_name} ({store.dim}-d)"
         )
-    ingested, already_stored = 0, 0
+    ingested = 0
     problems: list[RowProblem] = []
-    seen: dict[str, set[str]] = {}
-    todo: list[ManifestRow] = []
-    for row in sorted(rows, key=lambda r: (r.timestamp, r.patient_id, r.study_id)):
-        stored = seen.setdefault(row.patient_id, store.studies(row.patient_id))
-        if row.study_id in stored:
-            already_stored += 1
-            continue
-        stored.add(row.study_id)
-        todo.append(row)
+    todo, imaged = _new_rows(gm, rows)
+    already_stored = len(rows) - len(todo)
     with tqdm(total=len(todo), desc="ingest", unit="study", disable=not progress) as bar:
         start = 0
         while start < len(todo):
@@ -114,7 +136,9 @@ def ingest_rows(
                         confidence=1.0,
                         source="manifest",
                         force=True,
+                        visual=(row.patient_id, row.study_id) not in imaged,
                     )
+                    imaged.add((row.patient_id, row.study_id))
                 gm.commit_many(list(turns.values()))
                 ingested += len(good)
             bar.update(taken)

@@ -40,6 +40,7 @@ class Operation(StrEnum):
     EXPORT = "export"
     IMPORT = "import"
     BREAK_GLASS = "break_glass"
+    STORE_UPGRADE = "store_upgrade"
 
 
 _CARE = frozenset({Role.AGENT, Role.CLINICIAN})
@@ -71,6 +72,7 @@ OPERATIONS: dict[Operation, frozenset[Role]] = {
     Operation.IMPORT: frozenset({Role.ADMIN, Role.SYSTEM}),
     # an interface's record that an admin overrides its credential's patient scope
     Operation.BREAK_GLASS: frozenset({Role.ADMIN}),
+    Operation.STORE_UPGRADE: frozenset({Role.ADMIN}),
 }
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 from .._errors import AccessDenied, AuditChainBroken, InvalidInput, NotFound
 from .._governance.audit_chain import VerifyResult
 from .._governance.consent import check_record, evaluate
+from .._governance.upgrade import upgrade_store
 from .._limits import check_id
 from .._memory.maintenance import MaintenanceReport
-from .._principal import Purpose, Role
+from .._principal import Principal, Purpose, Role
 from .._storage.base import WriteBatch
 from .._storage.paper_layout import export_paper, read_paper
 from .._tier_records import ConsentRecord
@@ -145,6 +146,26 @@ class _Admin(_Base):
         count = export_fhir(self._store, out)
         self._event(p, "export", "audit", "source", reason=f"fhir audit events: {count}")
         return count
+
+    def _upgrade(self, p: Principal) -> dict[str, int]:
+        """The upgrade of :meth:`MsmMem.upgrade`, on a store opened for it."""
+        spec = self._audit.spec(
+            actor=p.id,
+            role=p.role.value,
+            action="store_upgrade",
+            source_tier="ltm",
+            target_tier="ltm",
+            purpose=p.purpose.value,
+            reason=f"store schema {self._store.schema_version} to {self._store.CURRENT_SCHEMA}",
+        )
+        before = self._store.schema_version
+        tags, signed = upgrade_store(self._audit, self._cipher, spec)
+        return {
+            "from_schema": int(before),
+            "to_schema": int(self._store.schema_version),
+            "visual_tags_encrypted": tags,
+            "events_signed": signed,
+        }
 
     # maintenance ---------------------------------------------------------------------------
 

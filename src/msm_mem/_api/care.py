@@ -125,6 +125,8 @@ class _Care(_Base):
         self._gm.commit(turn)
         items = []
         for hit, sc in ranked.ranked:
+            if isinstance(hit.record, Claim):  # not read here (use_claims is off): claims are evidence of ask
+                continue
             owner = getattr(hit.record, "patient_id", "")
             own = owner in (patient_id, "")
             tier = str(getattr(hit.record, "evidence_tier", ""))

@@ -125,12 +125,14 @@ class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
         self._store = store
         self._cipher = EnvelopeCipher(store.tenant, provider, store.keys(), self._clock.now)
         store.use_codec(EnvelopeCodec(self._cipher, store.keys()))
+        signer = load_signer(directory, checkpoint_key)
+        store.use_row_key(signer.row_key(store.tenant))
         self._audit = AuditLog(
             store,
             self._cipher,
             directory,
             self._clock,
-            signer=load_signer(directory, checkpoint_key),
+            signer=signer,
             place=CheckpointPlace.of(directory, checkpoints, witness),
         )
         self._gm = GovernedMemory(Memory(store, settings, self._clock), self._audit)
@@ -251,6 +253,43 @@ class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
         except BaseException:
             store.close()
             raise
+
+    @classmethod
+    def upgrade(
+        cls,
+        directory: str | Path,
+        principal: Principal,
+        *,
+        database_url: str | None = None,
+        checkpoint_key: str | Path | SigningKey | None = None,
+        checkpoints: str | Path | None = None,
+        witness: str | Path | None = None,
+    ) -> dict[str, int]:
+        """Upgrade a store written by an older msm-mem (store schema 1), as an admin, audited:
+        its audit chain is checked and its unsigned head adopted, clear visual tags encrypted,
+        row digests computed, in one transaction (a crash leaves the old store as it was; see
+        :mod:`msm_mem._governance.upgrade`). :meth:`open` refuses such a store, naming this.
+        Returns ``from_schema``, ``to_schema``, ``visual_tags_encrypted``, ``events_signed``."""
+        p = require(principal, Operation.STORE_UPGRADE)
+        directory = Path(directory)
+        store = open_store(directory, dsn=database_url, upgrading=True)
+        try:
+            provider = LocalKeyFileProvider.open(directory / "keys" / "kek.json")
+            settings = Settings().with_(encoder=store.encoder_name)
+            mem = cls(
+                directory,
+                store,
+                provider,
+                settings,
+                checkpoint_key=checkpoint_key,
+                checkpoints=checkpoints,
+                witness=witness,
+            )
+        except BaseException:
+            store.close()
+            raise
+        with mem:
+            return mem._upgrade(p)
 
     @staticmethod
     def exists(directory: str | Path) -> bool:

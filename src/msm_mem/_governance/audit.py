@@ -29,26 +29,26 @@ import itertools
 import logging
 import secrets
 import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from .. import _transitions as tr
 from .._clock import Clock
 from .._errors import AccessDenied, AuditChainBroken, CanonicalJSONError, InvalidInput, NotFound
 from .._principal import as_role
-from .._storage.base import Store, WriteBatch
+from .._storage.base import AuditChainer, Store, WriteBatch
 from .._tier_records import AuditRow
 from .audit_chain import ChainBuilder, VerifyResult, verify_chain, verify_hashes_in_batches
 from .audit_event import GENESIS, AuditEvent, AuditSpec
 from .checkpoint import Checkpoint, CheckpointLog
-from .checkpoint_files import publish, read_head, read_tail, write_head
-from .checkpoint_signer import CheckpointSigner, SigningKey
+from .checkpoint_files import CheckpointPlace, load_signer, publish, read_head, read_tail, write_head
+from .checkpoint_signer import CheckpointSigner
 from .coverage import check_coverage
 from .crypto import EnvelopeCipher
 from .deid import find_identifiers
+from .row_check import check_rows, covering, signed_rows
 
-__all__ = ["RETENTION_S", "AuditLog", "CheckpointPlace"]
+__all__ = ["RETENTION_S", "AuditLog", "CheckpointPlace", "load_signer"]
 
 #: audit events are kept at least six years (the HIPAA documentation floor)
 RETENTION_S = 6 * 365.25 * 86400
@@ -59,43 +59,6 @@ _log = logging.getLogger("msm_mem")
 def _plain_reason(reason: str) -> bool:
     """Whether a reason is short and free of identifiers (reasons repeat: cached)."""
     return len(reason) <= 120 and not find_identifiers(reason)
-
-
-def _log_file(path: Path) -> Path:
-    """A checkpoint log named directly (``*.jsonl``) or the ``checkpoints.jsonl`` of a folder."""
-    path = Path(path)
-    return path if path.suffix == ".jsonl" else path / "checkpoints.jsonl"
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointPlace:
-    """Where a store's checkpoints live: the log, its signed head file beside it, a witness.
-
-    ``log`` and ``witness`` are files (``*.jsonl``) or folders holding ``checkpoints.jsonl``;
-    the head file is the log's name with the suffix ``.head``.
-    """
-
-    log: Path
-    witness: Path | None = None
-
-    @classmethod
-    def of(cls, directory: Path, checkpoints: str | Path | None, witness: str | Path | None) -> CheckpointPlace:
-        """The place for a store ``directory``: ``DIR/audit/`` unless ``checkpoints`` names one."""
-        log = _log_file(Path(checkpoints) if checkpoints is not None else Path(directory) / "audit")
-        return cls(log, None if witness is None else _log_file(Path(witness)))
-
-    @property
-    def head(self) -> Path:
-        """The signed head file: the checkpoint of the latest commit, written before it commits."""
-        return self.log.with_suffix(".head")
-
-
-def load_signer(directory: Path, key: str | Path | SigningKey | None) -> CheckpointSigner:
-    """The checkpoint signer: ``key`` as a path (default ``DIR/keys/checkpoint.key``) or a
-    signing key object. Reads only; :class:`CheckpointKeyMissing` when the file is gone."""
-    if key is None or isinstance(key, str | Path):
-        return CheckpointSigner.load(Path(directory) / "keys" / "checkpoint.key" if key is None else Path(key))
-    return CheckpointSigner(key)
 
 
 class AuditLog:
@@ -204,6 +167,19 @@ class AuditLog:
         write lock, so concurrent writers (threads, handles or processes) never fork the chain
         nor collide on a sequence number; a failed write leaves the head where the store has it.
         """
+        self.commit(lambda chain, sign: self.store.write(batch, chain, before_commit=sign), specs)
+
+    def commit(
+        self,
+        apply: Callable[[AuditChainer, Callable[[], None]], object],
+        specs: Sequence[AuditSpec],
+        *,
+        adopt: bool = False,
+    ) -> None:
+        """:meth:`write` for any write of the store: ``apply(chain, sign)`` runs one transaction
+        that calls ``chain(seq, prev)`` for the audit rows and ``sign()`` just before it commits.
+        ``adopt`` signs the new head even if no checkpoint signed the one it continues (a store
+        upgrade, once its chain was checked: :mod:`.upgrade`)."""
         with self._lock:
             heads: list[tuple[int, str]] = []
             started: list[tuple[int, str]] = []
@@ -222,10 +198,10 @@ class AuditLog:
 
             def sign() -> None:
                 if builders:
-                    self._sign_commit(started[0], builders[0], signed)
+                    self._sign_commit(started[0], builders[0], signed, adopt)
 
             try:
-                self.store.write(batch, chain, before_commit=sign)
+                apply(chain, sign)
             except BaseException:
                 self._head = None  # re-read from the store next time
                 raise
@@ -235,12 +211,17 @@ class AuditLog:
 
     # signing the head at every commit (kept apart from the chaining above) -----------------
 
-    def _sign_commit(self, head: tuple[int, str], builder: ChainBuilder, out: list[Checkpoint]) -> None:
+    def _sign_commit(
+        self, head: tuple[int, str], builder: ChainBuilder, out: list[Checkpoint], adopt: bool = False
+    ) -> None:
         """Inside the write transaction, before it commits: the chain continued from ``head``
-        must be signed; sign the new head and make it durable in the head file."""
-        self._require_signed(head)
+        must be signed (unless adopted); sign the new head and make it durable in the head file."""
+        if not adopt:
+            self._require_signed(head)
         base = self.store.audit_base()
-        cp = self.signer.sign_head(self.origin, builder.head_seq, builder.head_hash, self.clock.now(), base)
+        cp = self.signer.sign_head(
+            self.origin, builder.head_seq, builder.head_hash, self.clock.now(), base, signed_rows(self.store)
+        )
         write_head(self.place.head, cp)
         out.append(cp)
 
@@ -295,7 +276,8 @@ class AuditLog:
         that of a store made before per-commit checkpoints (audited by the caller)."""
         with self._lock:
             size, head = self.store.audit_head()
-            cp = self.signer.sign_head(self.origin, size, head, self.clock.now(), self.store.audit_base())
+            rows = signed_rows(self.store)
+            cp = self.signer.sign_head(self.origin, size, head, self.clock.now(), self.store.audit_base(), rows)
             publish(self.place.log, cp)
             if self.place.witness is not None:
                 publish(self.place.witness, cp)
@@ -327,7 +309,9 @@ class AuditLog:
 
     def verify(self, *, full: bool = True) -> VerifyResult:
         """Verify the stored chain (fully, or hashes and links only) against the signed
-        checkpoints of the log, the witness and the head file. Reads only: no file, folder or
+        checkpoints of the log, the witness and the head file; a full verification also
+        recomputes the row digests from every governed row and compares them with those the
+        checkpoint of the head signed (:mod:`.row_check`). Reads only: no file, folder or
         lock is created, so a store on read-only media verifies."""
         base_seq, base_hash = self.store.audit_base()
         stored_head = self.store.audit_head()
@@ -360,15 +344,12 @@ class AuditLog:
         if not result.ok:
             return result
         size = base_seq + result.count
-        return check_coverage(
-            lines,
-            head_file,
-            self.signer.public_key,
-            seen,
-            (size, result.head_hash),
-            (base_seq, base_hash),
-            origin=self.origin,
-        )
+        chain = (size, result.head_hash)
+        key = self.signer.public_key
+        result = check_coverage(lines, head_file, key, seen, chain, (base_seq, base_hash), origin=self.origin)
+        if not result.ok or not full:
+            return result
+        return check_rows(self.store, covering(lines, head_file, key, chain, self.origin), result)
 
     def purge(self, through_seq: int, *, actor: str, role: str, reason: str) -> int:
         """Delete events up to ``through_seq``: admin only, with a reason, refused while any of

@@ -5,7 +5,9 @@ A checkpoint says "the chain of ``origin`` had ``size`` events and its last ``ev
 signature: ``{"head_hash", "origin", "size", "time"}`` (the first format, still read), and since
 per-commit checkpoints also ``"base_hash", "base_size"``: the ``(seq, hash)`` the stored chain
 continues from (``(0, GENESIS)`` until a retention purge), so a deleted head with a forged base
-no longer matches. Someone who can rewrite the
+no longer matches; and since row digests also ``"rows"``: ``{table: {"count", "digest"}}``, the
+keyed multiset hash of every governed row at that commit (:mod:`msm_mem._storage.row_digest`),
+so a row changed, deleted or added in the database no longer matches. Someone who can rewrite the
 database can recompute a whole hash chain, or cut off its tail, and the chain alone still
 verifies; a checkpoint written elsewhere (an append-only JSONL file here, ideally on other
 storage) exposes both, because its signing key is not in the database.
@@ -42,21 +44,61 @@ from .audit_chain import VerifyResult
 from .audit_event import GENESIS
 from .jcs import MAX_SAFE_INTEGER, canonicalize, loads_strict
 
-__all__ = ["Checkpoint", "CheckpointLog", "ed25519_verify", "verify_against_checkpoints"]
+__all__ = ["Checkpoint", "CheckpointLog", "TableRows", "ed25519_verify", "verify_against_checkpoints"]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX_SIG = re.compile(r"[0-9a-f]{128}")
 _FIELDS = frozenset({"origin", "size", "head_hash", "time", "signature"})
 _FIELDS_BASE = _FIELDS | {"base_size", "base_hash"}
+_FIELDS_ROWS = _FIELDS_BASE | {"rows"}
+_TABLE = re.compile(r"[a-z_]{1,32}")
+
+#: one governed table's signed digest: (table, row count, 64 hex digits)
+TableRows = tuple[str, int, str]
 
 PublicKeyLike = Ed25519PublicKey | bytes
 _log = logging.getLogger("msm_mem")
 
 
-def _message(origin: str, size: int, head_hash: str, time: float, base: tuple[int, str] | None = None) -> bytes:
+def _rows_json(rows: tuple[TableRows, ...]) -> dict[str, Any]:
+    return {table: {"count": count, "digest": digest} for table, count, digest in rows}
+
+
+def _rows_from_json(value: object) -> tuple[TableRows, ...]:
+    if type(value) is not dict:
+        raise InvalidInput("checkpoint rows must be an object of tables")
+    rows = []
+    for table, entry in sorted(value.items()):
+        if _TABLE.fullmatch(table) is None or type(entry) is not dict or entry.keys() != {"count", "digest"}:
+            raise InvalidInput(f"checkpoint rows: {table!r} needs exactly count and digest")
+        rows.append((table, entry["count"], entry["digest"]))
+    return _check_rows(tuple(rows))
+
+
+def _check_rows(rows: tuple[TableRows, ...]) -> tuple[TableRows, ...]:
+    for table, count, digest in rows:
+        if type(count) is not int or not 0 <= count <= MAX_SAFE_INTEGER:
+            raise InvalidInput(f"checkpoint rows: {table} count {count!r} is not an integer >= 0")
+        if not isinstance(digest, str) or _HEX64.fullmatch(digest) is None:
+            raise InvalidInput(f"checkpoint rows: {table} digest is not 64 lowercase hex digits")
+    if [r[0] for r in rows] != sorted({r[0] for r in rows}):
+        raise InvalidInput("checkpoint rows: tables must be unique and sorted")
+    return rows
+
+
+def _message(
+    origin: str,
+    size: int,
+    head_hash: str,
+    time: float,
+    base: tuple[int, str] | None = None,
+    rows: tuple[TableRows, ...] | None = None,
+) -> bytes:
     d: dict[str, Any] = {"origin": origin, "size": size, "head_hash": head_hash, "time": time}
     if base is not None:
         d["base_size"], d["base_hash"] = base
+    if rows is not None:
+        d["rows"] = _rows_json(rows)
     return canonicalize(d)
 
 
@@ -107,6 +149,9 @@ class Checkpoint:
     #: the stored chain's base when signed (seq, hash); None in checkpoints of the first format
     base_size: int | None = None
     base_hash: str | None = None
+    #: the row digests of the commit, ``(table, count, digest)`` sorted by table; None in
+    #: checkpoints signed before row digests (they need a base too)
+    rows: tuple[TableRows, ...] | None = None
 
     def __post_init__(self) -> None:
         if type(self.time) is int:
@@ -120,6 +165,12 @@ class Checkpoint:
             _check_fields(self.origin, self.base_size, self.base_hash, self.time)
             if self.base_size > self.size:
                 raise InvalidInput("a checkpoint's base lies beyond its head")
+        if self.rows is not None:
+            if self.base_size is None:
+                raise InvalidInput("a checkpoint with row digests has a base too")
+            if not isinstance(self.rows, tuple) or not all(isinstance(r, tuple) and len(r) == 3 for r in self.rows):
+                raise InvalidInput("checkpoint rows must be (table, count, digest) tuples")
+            _check_rows(self.rows)
 
     @property
     def base(self) -> tuple[int, str] | None:
@@ -130,14 +181,14 @@ class Checkpoint:
 
     def message(self) -> bytes:
         """The signed bytes: canonical JSON of every field but the signature."""
-        return _message(self.origin, self.size, self.head_hash, self.time, self.base)
+        return _message(self.origin, self.size, self.head_hash, self.time, self.base, self.rows)
 
     def verify(self, public_key: PublicKeyLike) -> bool:
         """True when the signature verifies under ``public_key``."""
         return ed25519_verify(public_key, self.message(), bytes.fromhex(self.signature))
 
     def to_json(self) -> bytes:
-        """Canonical JSON of all five fields (one log line, without the newline)."""
+        """Canonical JSON of every field (one log line, without the newline)."""
         d: dict[str, Any] = {
             "origin": self.origin,
             "size": self.size,
@@ -147,6 +198,8 @@ class Checkpoint:
         }
         if self.base is not None:
             d["base_size"], d["base_hash"] = self.base
+        if self.rows is not None:
+            d["rows"] = _rows_json(self.rows)
         return canonicalize(d)
 
     @classmethod
@@ -156,8 +209,12 @@ class Checkpoint:
         Raises :class:`CanonicalJSONError` for bad JSON, :class:`InvalidInput` for bad fields.
         """
         d = loads_strict(data)
-        if type(d) is not dict or d.keys() not in (_FIELDS, _FIELDS_BASE):
-            raise InvalidInput(f"a checkpoint needs exactly the fields {sorted(_FIELDS)} (and base_size, base_hash)")
+        if type(d) is not dict or d.keys() not in (_FIELDS, _FIELDS_BASE, _FIELDS_ROWS):
+            raise InvalidInput(
+                f"a checkpoint needs exactly the fields {sorted(_FIELDS)} (and base_size, base_hash; and rows)"
+            )
+        if "rows" in d:
+            d["rows"] = _rows_from_json(d["rows"])
         return cls(**d)
 
 

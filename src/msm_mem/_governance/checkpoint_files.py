@@ -1,17 +1,56 @@
-"""The files of per-commit checkpoints: the signed head written before each commit, and the
-log lines appended after it (see :mod:`.audit`). Plain file operations, one concern each;
-reading never creates anything."""
+"""The files of per-commit checkpoints: where they live (:class:`CheckpointPlace`), the signed
+head written before each commit, and the log lines appended after it (see :mod:`.audit`).
+Plain file operations, one concern each; reading never creates anything."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import InvalidInput
 from .checkpoint import Checkpoint
+from .checkpoint_signer import CheckpointSigner, SigningKey
 
-__all__ = ["publish", "read_head", "read_tail", "write_head"]
+__all__ = ["CheckpointPlace", "load_signer", "publish", "read_head", "read_tail", "write_head"]
+
+
+def _log_file(path: Path) -> Path:
+    """A checkpoint log named directly (``*.jsonl``) or the ``checkpoints.jsonl`` of a folder."""
+    path = Path(path)
+    return path if path.suffix == ".jsonl" else path / "checkpoints.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointPlace:
+    """Where a store's checkpoints live: the log, its signed head file beside it, a witness.
+
+    ``log`` and ``witness`` are files (``*.jsonl``) or folders holding ``checkpoints.jsonl``;
+    the head file is the log's name with the suffix ``.head``.
+    """
+
+    log: Path
+    witness: Path | None = None
+
+    @classmethod
+    def of(cls, directory: Path, checkpoints: str | Path | None, witness: str | Path | None) -> CheckpointPlace:
+        """The place for a store ``directory``: ``DIR/audit/`` unless ``checkpoints`` names one."""
+        log = _log_file(Path(checkpoints) if checkpoints is not None else Path(directory) / "audit")
+        return cls(log, None if witness is None else _log_file(Path(witness)))
+
+    @property
+    def head(self) -> Path:
+        """The signed head file: the checkpoint of the latest commit, written before it commits."""
+        return self.log.with_suffix(".head")
+
+
+def load_signer(directory: Path, key: str | Path | SigningKey | None) -> CheckpointSigner:
+    """The checkpoint signer: ``key`` as a path (default ``DIR/keys/checkpoint.key``) or a
+    signing key object. Reads only; :class:`CheckpointKeyMissing` when the file is gone."""
+    if key is None or isinstance(key, str | Path):
+        return CheckpointSigner.load(Path(directory) / "keys" / "checkpoint.key" if key is None else Path(key))
+    return CheckpointSigner(key)
 
 
 def publish(path: Path, checkpoint: Checkpoint) -> None:

@@ -12,11 +12,12 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .._errors import CheckpointKeyMissing, InvalidInput, StoreError
-from .checkpoint import Checkpoint, _check_fields, _fsync_dir, _message
+from .checkpoint import Checkpoint, TableRows, _check_fields, _fsync_dir, _message, ed25519_verify
 
 __all__ = ["CheckpointSigner", "SigningKey"]
 
@@ -135,13 +136,39 @@ class CheckpointSigner:
         return self.sign_head(origin, size, head_hash, time)
 
     def sign_head(
-        self, origin: str, size: int, head_hash: str, time: float, base: tuple[int, str] | None = None
+        self,
+        origin: str,
+        size: int,
+        head_hash: str,
+        time: float,
+        base: tuple[int, str] | None = None,
+        rows: tuple[TableRows, ...] | None = None,
     ) -> Checkpoint:
-        """:meth:`sign`, also signing the chain's ``base`` ``(seq, hash)`` when given."""
+        """:meth:`sign`, also signing the chain's ``base`` ``(seq, hash)`` and the row digests
+        ``rows`` (``(table, count, digest)`` sorted by table; they need a base) when given."""
         _check_fields(origin, size, head_hash, time)
         if base is not None:
             _check_fields(origin, base[0], base[1], time)
-        signature = self._key.sign(_message(origin, size, head_hash, float(time), base))
+        if rows is not None and base is None:
+            raise InvalidInput("row digests are signed with the chain's base")
+        signature = self._key.sign(_message(origin, size, head_hash, float(time), base, rows))
         if base is None:
             return Checkpoint(origin, size, head_hash, float(time), signature.hex())
-        return Checkpoint(origin, size, head_hash, float(time), signature.hex(), base[0], base[1])
+        return Checkpoint(origin, size, head_hash, float(time), signature.hex(), base[0], base[1], rows)
+
+    def row_key(self, tenant: str) -> bytes:
+        """The key of the store's row digests: HKDF-SHA256 (salt ``msm-mem rows v1``, info the
+        store's ``tenant``) of this key's Ed25519 signature of ``msm-mem row digest key v1``
+        and the tenant. Ed25519 signatures are deterministic (RFC 8032), so only a holder of
+        the signing key (a file, or a hardware key behind :class:`SigningKey`) can derive it,
+        and it never needs storing. Raises :class:`StoreError` for a key whose signatures
+        differ from one call to the next or do not verify."""
+        message = b"msm-mem row digest key v1\x00" + tenant.encode("utf-8")
+        first, second = self._key.sign(message), self._key.sign(message)
+        if first != second or not ed25519_verify(self._public, message, first):
+            raise StoreError(
+                "the checkpoint key does not sign deterministically (RFC 8032 Ed25519 does):"
+                " the row digest key cannot be derived from it"
+            )
+        hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"msm-mem rows v1", info=tenant.encode("utf-8"))
+        return hkdf.derive(first)

@@ -1,18 +1,22 @@
 """Claims and the knowledge graph derived from them: one claim per study, superseded by each
-new impression or verdict, and the finding entities and relationships the labeler reads in it."""
+new impression or verdict, and the finding entities and relationships the labeler reads in it.
+
+A superseded claim takes its derivations with it: its relationships are superseded, and a
+finding entity that no active claim refers to any more is superseded too (a corrected finding
+leaves no active trace in the graph)."""
 
 from __future__ import annotations
 
 import json
 
-from .._records import new_id
-from .._storage.base import Store, WriteBatch
+from .._records import State, new_id
+from .._storage.base import StateChange, Store, WriteBatch
 from .._tier_records import Claim, Entity, Relationship
 from .labeler import label
 from .msm import Interaction
 from .ranking import decay_at
 
-__all__ = ["link_findings", "stage_study_claim"]
+__all__ = ["link_findings", "retire_findings", "stage_study_claim"]
 
 
 _LINKS = {1: "asserts", -1: "suggests", 0: "negates"}
@@ -38,6 +42,26 @@ def link_findings(store: Store, batch: WriteBatch, claim: Claim) -> None:
         )
 
 
+def retire_findings(store: Store, batch: WriteBatch, patient_id: str, superseded: str) -> list[str]:
+    """Stage the supersession of the relationships of the claim ``superseded`` and of the
+    patient's finding entities no remaining relationship (stored and active, or new in
+    ``batch``) points at; call it after the new claim's :func:`link_findings`. Returns the ids."""
+    rels = store.relationships(patient_id)
+    gone = [r for r in rels if r.source_id == superseded]
+    ids = []
+    for r in gone:
+        batch.changes.append(StateChange("relationships", r.relationship_id, State.ACTIVE, State.SUPERSEDED))
+        ids.append(r.relationship_id)
+    retired = {r.relationship_id for r in gone} | {c.record_id for c in batch.changes if c.table == "relationships"}
+    alive = {r.target_id for r in rels if r.relationship_id not in retired}
+    alive |= {r.target_id for r in batch.relationships if r.patient_id == patient_id}
+    for e in store.entities(patient_id):
+        if e.entity_id not in alive and any(r.target_id == e.entity_id for r in gone):
+            batch.changes.append(StateChange("entities", e.entity_id, State.ACTIVE, State.SUPERSEDED))
+            ids.append(e.entity_id)
+    return ids
+
+
 def stage_study_claim(
     store: Store, batch: WriteBatch, it: Interaction, item_id: str, episode_id: str | None, now: float
 ) -> Claim:
@@ -57,7 +81,7 @@ def stage_study_claim(
     if current is None:
         active = store.claims_active(it.patient_id, key)
         current = active[0] if active else None
-    provenance = {"by": it.source, "stm": item_id, "episode": episode_id or ""}
+    provenance = {"by": it.source, "stm": item_id, "episode": episode_id or "", "time": it.timestamp}
     claim = Claim(
         new_id("C"),
         it.patient_id,
@@ -67,9 +91,11 @@ def stage_study_claim(
         it.confidence,
         it.evidence_tier,
         now,
-        decay_at(now, it.confidence, it.evidence_tier, "claims"),
+        decay_at(it.timestamp, it.confidence, it.evidence_tier, "claims"),
         supersedes=current.claim_id if current else None,
     )
     batch.claims.append(claim)
     link_findings(store, batch, claim)
+    if current is not None:
+        retire_findings(store, batch, it.patient_id, current.claim_id)
     return claim

@@ -1,6 +1,7 @@
 """Corrections: a critic's verdict (for example the signed radiology report arriving later)
-supersedes the agent's claim, semantic state and consolidated episode at the critic's evidence
-tier, in one audited transaction: the self-improvement loop."""
+supersedes the agent's claim, semantic state, episodes and visual records of the study (and
+the claim's findings) at the critic's evidence tier, in one audited transaction: the
+self-improvement loop. What is superseded with the claim is :mod:`msm_mem._memory.propagation`."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from .. import _transitions as tr
 from .._errors import InvalidInput, NotFound
 from .._limits import MAX_TEXT_CHARS, check_id, check_text
 from .._principal import Principal
-from .._records import EpisodicRecord, Impression, SemanticState, State, new_id
-from .._storage.base import StateChange, WriteBatch
+from .._records import Impression, SemanticState, new_id
+from .._storage.base import WriteBatch
 from .._tier_records import Claim, StmState
-from .claims import link_findings
-from .population import derived_from
+from .claim_evidence import provenance
+from .claims import link_findings, retire_findings
+from .propagation import discard_held, supersede_study
 from .ranking import decay_at
+from .studies import study_time
 from .tiers import GovernedMemory
 
 __all__ = ["Corrections"]
@@ -40,9 +43,12 @@ class Corrections:
     ) -> Claim:
         """A critic's verdict on the agent's impression of one study (for example the signed
         report): accept, or reject with a correction. The claim and the semantic state are
-        superseded at the critic's evidence tier; a consolidated episode is superseded by a
-        corrected copy; a held STM item is promoted with the correction (forced past the gate).
-        Only the critic and clinician roles may give a verdict, accepting or rejecting."""
+        superseded at the critic's evidence tier, and so is every record derived from the
+        judged answer (:mod:`msm_mem._memory.propagation`): the episode by the critic's copy,
+        its visual record by a copy pointing at it, the study's other unverified episodes and
+        visual records, the claim's relationships and orphaned finding entities; a held STM
+        item is promoted with the verdict's text (forced past the gate) and the study's other
+        held items are discarded. Only the critic and clinician roles may give a verdict."""
         check_id("study_id", study_id)
         check_text("correction", correction, MAX_TEXT_CHARS)
         check_text("decision", decision, MAX_TEXT_CHARS)
@@ -60,16 +66,20 @@ class Corrections:
         old = active[0]
         text = old.content if accept else correction
         now = self.gm.clock.now()
-        provenance = {**json.loads(old.source), "by": actor.id}
-        ids: list[str] = []
-        episode_id = provenance.get("episode") or ""
-        if episode_id and not accept:
-            fixed = self._supersede_episode(turn.batch, episode_id, text, decision, now, actor.id)
-            if fixed:  # a later verdict on this study corrects the corrected copy
-                provenance["episode"] = fixed[0]
-            ids += fixed
-        item_id = provenance.get("stm") or ""
-        if item_id and not episode_id:
+        known = provenance(old)
+        when = known.time if known.time is not None else study_time(self.store, patient_id, study_id)
+        prov: dict[str, object] = {**json.loads(old.source), "by": actor.id}
+        if when is not None:
+            prov["time"] = when
+        # every record holding the judged answer is superseded at the critic's tier (propagation.py)
+        done = supersede_study(
+            self.store, turn.batch, patient_id, study_id, known.episode, text, decision, now, actor.id
+        )
+        ids = list(done.ids)
+        if done.episode_id:  # a later verdict on this study judges the critic's copy
+            prov["episode"] = done.episode_id
+        item_id = known.stm
+        if item_id and done.episode_id is None:
             items = [
                 i for i in self.store.stm_list(patient_id=patient_id, state=StmState.ACTIVE) if i.item_id == item_id
             ]
@@ -89,62 +99,42 @@ class Corrections:
                     derive=False,
                 )
                 if result.episode_id:
-                    provenance["episode"] = result.episode_id
+                    prov["episode"] = result.episode_id
                 ids += [x for x in (result.episode_id, result.visual_id) if x]
+        held = discard_held(self.store, turn.batch, patient_id, study_id, keep=item_id)
+        if held:
+            self.gm._check(turn, tr.STM_ACTIVE, tr.STM_DISCARDED, tr.Trigger.DISCARD)
+            ids += held
         claim = Claim(
             new_id("C"),
             patient_id,
             old.key,
             text,
-            json.dumps(provenance),
+            json.dumps(prov),
             1.0,
             "critic",
             now,
-            decay_at(now, 1.0, "critic", "claims"),
+            decay_at(now if when is None else when, 1.0, "critic", "claims"),
             supersedes=old.claim_id,
         )
         turn.batch.claims.append(claim)
         link_findings(self.store, turn.batch, claim)
         ids = [claim.claim_id, old.claim_id, *ids]
-        ids += self._semantic_correction(turn.batch, patient_id, study_id, text, decision, now)
+        ids += retire_findings(self.store, turn.batch, patient_id, old.claim_id)
+        ids += self._semantic_correction(turn.batch, patient_id, study_id, text, decision, now, when)
         self.gm._event(turn, trigger.value, "ltm", "ltm", ids)
         self.gm.commit(turn)
         return claim
 
-    def _supersede_episode(
-        self, batch: WriteBatch, episode_id: str, text: str, decision: str, now: float, critic: str
-    ) -> list[str]:
-        try:
-            e = self.store.get_episodes([episode_id])[0]
-        except NotFound:
-            return []
-        if e.state != State.ACTIVE:
-            return []
-        fixed = EpisodicRecord(
-            episode_id=new_id("E"),
-            patient_id=e.patient_id,
-            timestamp=e.timestamp,
-            z=e.z,
-            question=e.question,
-            answer=text,
-            decision=decision or e.decision,
-            media_path=e.media_path,
-            media_description=e.media_description,
-            study_id=e.study_id,
-            confidence=1.0,
-            evidence_tier="critic",
-            # the critic's text is no copy of population experience: the corrected copy is the critic's
-            source=critic if derived_from(e.source) else e.source,
-            created_at=now,
-            decay_at=decay_at(now, 1.0, "critic", "episodic"),
-            supersedes=e.episode_id,
-        )
-        batch.changes.append(StateChange("episodic", e.episode_id, State.ACTIVE, State.SUPERSEDED))
-        batch.episodes.append(fixed)
-        return [fixed.episode_id, e.episode_id]
-
     def _semantic_correction(
-        self, batch: WriteBatch, patient_id: str, study_id: str, text: str, decision: str, now: float
+        self,
+        batch: WriteBatch,
+        patient_id: str,
+        study_id: str,
+        text: str,
+        decision: str,
+        now: float,
+        at: float | None,
     ) -> list[str]:
         pending = [s for s in batch.semantic if s.patient_id == patient_id]
         current: SemanticState | None = (
@@ -152,9 +142,8 @@ class Corrections:
         )
         if current is None:
             return []
-        study_time = self._study_time(patient_id, study_id)
-        impressions = [i for i in current.impressions if study_time is None or i.timestamp != study_time]
-        when = study_time if study_time is not None else now
+        impressions = [i for i in current.impressions if at is None or i.timestamp != at]
+        when = at if at is not None else now
         impressions.append(Impression(when, text, decision))
         impressions.sort(key=lambda i: i.timestamp)
         new = SemanticState(
@@ -169,12 +158,3 @@ class Corrections:
         )
         batch.semantic.append(new)
         return [new.state_id, current.state_id]
-
-    def _study_time(self, patient_id: str, study_id: str) -> float | None:
-        for item in self.store.stm_list(patient_id=patient_id):
-            if item.payload is not None and item.payload.study_id == study_id:
-                return float(item.payload.timestamp)
-        for e in self.store.get_episodes(self.store.record_ids("episodic", patient_id)):
-            if e.study_id == study_id:
-                return e.timestamp
-        return None

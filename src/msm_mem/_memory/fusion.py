@@ -1,10 +1,10 @@
 """Prompt fusion: ``Fuse(M_S, R_E, R_V, Q)`` into a structured, citable prompt (paper 2.3).
 
-The prompt has four labelled sections (patient history, similar prior encounters, similar
-prior images, current question). Every evidence line starts with its memory id in brackets,
-so an answer can cite it. When the text exceeds the budget (characters), the lowest-ranked
-episodic or visual line is dropped first, then the oldest semantic impressions; the question
-is never dropped.
+The prompt has labelled sections (patient history, study claims when there are any, similar
+prior encounters, similar prior images, current question). Every evidence line starts with its
+memory id in brackets, so an answer can cite it. When the text exceeds the budget
+(characters), the lowest-ranked episodic, visual or claim line is dropped first, then the
+oldest semantic impressions; the question is never dropped.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from .._records import EpisodicRecord, Hit, SemanticState, VisualRecord
+from .._records import Claim, EpisodicRecord, Hit, SemanticState, VisualRecord
 
 __all__ = ["FusedPrompt", "fuse"]
 
@@ -52,7 +52,19 @@ def _visual_line(hit: Hit) -> str:
     return f"[{hit.id}] cos={hit.score:.3f} | {_day(r.timestamp)}{tag}{src}"
 
 
-def _render(semantic: list[tuple[SemanticState, int]], epi: list[Hit], vis: list[Hit], question: str) -> str:
+def _claim_line(hit: Hit) -> str:
+    r = hit.record
+    assert isinstance(r, Claim)
+    day = f" | {_day(hit.time)}" if hit.time is not None else ""
+    return (
+        f"[{hit.id}] cos={hit.score:.3f}{day} | {r.evidence_tier}, confidence {r.confidence:.2f}"
+        f" | {_one_line(r.content)}"
+    )
+
+
+def _render(
+    semantic: list[tuple[SemanticState, int]], epi: list[Hit], vis: list[Hit], question: str, claims: list[Hit]
+) -> str:
     parts = ["## Patient history (semantic memory)"]
     shown = [(s, skip) for s, skip in semantic if len(s.impressions) > skip]
     if not shown:
@@ -62,6 +74,9 @@ def _render(semantic: list[tuple[SemanticState, int]], epi: list[Hit], vis: list
         for imp in state.impressions[skip:]:
             tail = f" (decision: {_one_line(imp.decision)})" if imp.decision else ""
             parts.append(f"  [{_day(imp.timestamp)}] {_one_line(imp.text)}{tail}")
+    if claims:
+        parts.append("## Study claims (one finding per study, with its evidence tier)")
+        parts.extend(_claim_line(h) for h in claims)
     parts.append("## Similar prior encounters (episodic memory)")
     parts.extend([_episode_line(h) for h in epi] or ["(none)"])
     parts.append("## Similar prior images (visual memory)")
@@ -78,19 +93,19 @@ def fuse(
     question: str,
     *,
     budget_chars: int = 6000,
+    claims: list[Hit] | None = None,
 ) -> FusedPrompt:
     """Build the prompt; hits must be sorted by descending score within each list."""
-    epi, vis = list(episodic), list(visual)
+    epi, vis, cla = list(episodic), list(visual), list(claims or ())
     sem = [(s, 0) for s in semantic]
     dropped: list[str] = []
-    text = _render(sem, epi, vis, question)
+    text = _render(sem, epi, vis, question, cla)
     while len(text) > budget_chars:
-        if epi or vis:
-            # drop the lowest-ranked evidence line, visual first on ties (it carries less text)
-            if vis and (not epi or vis[-1].score <= epi[-1].score):
-                dropped.append(vis.pop().id)
-            else:
-                dropped.append(epi.pop().id)
+        if epi or vis or cla:
+            # drop the lowest-ranked evidence line: visual first on ties (it carries less text),
+            # then claims (their text repeats the study's episode)
+            lists = [x for x in (vis, cla, epi) if x]
+            dropped.append(min(lists, key=lambda x: x[-1].score).pop().id)
         else:
             # the oldest impression left over all categories (each history is oldest first)
             left = [i for i, (s, skip) in enumerate(sem) if len(s.impressions) > skip]
@@ -101,7 +116,7 @@ def fuse(
             sem[oldest] = (state, skip + 1)
             if skip + 1 == len(state.impressions):
                 dropped.append(state.state_id)
-        text = _render(sem, epi, vis, question)
+        text = _render(sem, epi, vis, question, cla)
     included = [s.state_id for s, skip in sem if len(s.impressions) > skip]
-    included += [h.id for h in epi] + [h.id for h in vis]
+    included += [h.id for h in cla] + [h.id for h in epi] + [h.id for h in vis]
     return FusedPrompt(text, tuple(included), tuple(dropped))

@@ -15,19 +15,23 @@ from .._errors import InvalidInput
 from .._governance import deid
 from .._governance.crypto import EnvelopeCipher
 from .._principal import Principal, Purpose, Role
-from .._records import EpisodicRecord, State, VisualRecord, new_id
+from .._records import EpisodicRecord, SemanticState, State, VisualRecord, new_id
 from .._storage.base import PII_FIELDS, StateChange, WriteBatch
 from .._tier_records import Claim, StmChange, StmState
 from .corrections import Corrections
 from .derived import derived_copies
-from .ranking import TIER_WEIGHTS, decay_at
+from .ranking import decay_at
 from .tiers import GovernedMemory
 
 __all__ = ["MaintenanceReport", "Maintainer"]
 
 SYSTEM = Principal("msm-mem", Role.SYSTEM, Purpose.OPERATIONS)
-#: no semantic version decays younger than this (the shortest retention any tier gets)
-_SEMANTIC_MIN_AGE = min(decay_at(0.0, 1.0, tier, "semantic") for tier in (*TIER_WEIGHTS, "unknown-tier"))
+
+
+def _semantic_decay_at(s: SemanticState) -> float:
+    """When a semantic version decays: counted, like every record's, from its clinical time (its
+    newest impression; an empty history from its creation)."""
+    return decay_at(s.last.timestamp if s.last else s.created_at, 1.0, s.evidence_tier, "semantic")
 
 
 def _year(t: float) -> str:
@@ -126,7 +130,7 @@ class Maintainer:
 
     def decay(self) -> tuple[int, int]:
         """Decay every long-term record past ``decay_at`` (semantic versions: past the same
-        scorer's time, aged from ``created_at``).
+        scorer's time, counted from their newest impression's clinical time).
 
         ACTIVE episodic, visual and claim records are anonymised in place: a random new id,
         patient, source, study and supersession links removed, times coarsened to the year,
@@ -139,8 +143,8 @@ class Maintainer:
         due: list[tuple[str, str, State | None]] = [(t, i, None) for t, i in self.store.decay_due(now)]
         due += [
             ("semantic", s.state_id, s.state)
-            for s in self.store.semantic_created_before(now - _SEMANTIC_MIN_AGE)
-            if decay_at(s.created_at, 1.0, s.evidence_tier, "semantic") <= now
+            for s in self.store.semantic_created_before(now)
+            if _semantic_decay_at(s) <= now
         ]
         counts = {State.ANONYMIZED: 0, State.RETRACTED: 0}
         for table, record_id, known in due:

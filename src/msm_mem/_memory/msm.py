@@ -12,6 +12,7 @@ from .._errors import InvalidInput
 from .._records import EpisodicRecord, Impression, SemanticState, Vector, VisualRecord, new_id, unit_vector
 from .._settings import Settings
 from .._storage.base import Store, VectorKind, WriteBatch
+from .claim_evidence import claim_hits
 from .gate import GateDecision, WriteBackGate
 from .lexicon import Lexicon
 from .ranking import decay_at
@@ -39,6 +40,9 @@ class Interaction:
     evidence_tier: str = "agent"
     confidence: float = 1.0
     source: str = ""
+    #: write a visual record with the episode; False for another question about a study whose
+    #: image already has one (one image per study, its visual record shared)
+    visual: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +98,10 @@ class Memory:
         k_epi: int | None = None,
         k_vis: int | None = None,
         scope: Scope = "patient",
+        use_claims: bool = False,
     ) -> Retrieval:
-        """Semantic state, episodic and visual top-k for a patient and a query vector."""
+        """Semantic state, episodic and visual top-k for a patient and a query vector; with
+        ``use_claims`` (patient scope only) also the patient's ``k_epi`` most similar study claims."""
         if not isinstance(patient_id, str) or not patient_id:
             raise InvalidInput("patient_id must be a non-empty string")
         zq = self.vector(z)
@@ -110,7 +116,8 @@ class Memory:
         hits = iter(query(self.store, zq, requests, patient_id, scope)) if requests else iter(())
         epi = tuple(next(hits)) if use_epi else ()
         vis = tuple(next(hits)) if use_vis else ()
-        return Retrieval(sem, epi, vis)
+        claims = claim_hits(self.store, patient_id, zq, k_e) if use_claims and scope == "patient" else ()
+        return Retrieval(sem, epi, vis, claims)
 
     def max_cosine(self, patient_id: str, z: Vector) -> float | None:
         """Maximum cosine of ``z`` against the patient's stored embeddings (None if none)."""
@@ -149,8 +156,8 @@ class Memory:
         now = self.clock.now()
         epi_id = vis_id = None
         if decision.written:
-            epi_id, vis_id = new_id("E"), new_id("V")
-            created, decays = now, decay_at(now, it.confidence, it.evidence_tier, "episodic")
+            epi_id, vis_id = new_id("E"), new_id("V") if it.visual else None
+            created, decays = now, decay_at(it.timestamp, it.confidence, it.evidence_tier, "episodic")
             batch.episodes.append(
                 EpisodicRecord(
                     episode_id=epi_id,
@@ -170,22 +177,8 @@ class Memory:
                     decay_at=decays,
                 )
             )
-            batch.visuals.append(
-                VisualRecord(
-                    visual_id=vis_id,
-                    patient_id=it.patient_id,
-                    timestamp=it.timestamp,
-                    z=z,
-                    media_path=it.media_path,
-                    visual_tag=it.visual_tag,
-                    source_episode_id=epi_id,
-                    confidence=it.confidence,
-                    evidence_tier=it.evidence_tier,
-                    source=it.source,
-                    created_at=created,
-                    decay_at=decays,
-                )
-            )
+            if vis_id is not None:
+                batch.visuals.append(self._visual(it, z, vis_id, epi_id, created, decays))
             pending.vectors.setdefault(it.patient_id, []).append(z)
         if not semantic:
             return WriteResult(decision, epi_id, vis_id, None)
@@ -205,6 +198,23 @@ class Memory:
         pending.semantic[key] = new_state
         batch.semantic.append(new_state)
         return WriteResult(decision, epi_id, vis_id, new_state)
+
+    @staticmethod
+    def _visual(it: Interaction, z: Vector, vis_id: str, epi_id: str, created: float, decays: float) -> VisualRecord:
+        return VisualRecord(
+            visual_id=vis_id,
+            patient_id=it.patient_id,
+            timestamp=it.timestamp,
+            z=z,
+            media_path=it.media_path,
+            visual_tag=it.visual_tag,
+            source_episode_id=epi_id,
+            confidence=it.confidence,
+            evidence_tier=it.evidence_tier,
+            source=it.source,
+            created_at=created,
+            decay_at=decays,
+        )
 
     def write_back(self, interaction: Interaction, *, force: bool = False) -> WriteResult:
         """Gate one interaction, consolidate it if it passes, update semantic state: one write."""

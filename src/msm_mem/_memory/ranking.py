@@ -2,25 +2,49 @@
 
 - ``confidence`` in [0, 1] is stored with each record;
 - ``freshness = 0.5 ** (age / half_life(kind))``, exponential decay with a half-life per kind of
-  memory (:data:`HALF_LIFE_DAYS`); ``age`` is the time between the evidence's observation
-  (its ``timestamp``) and the query, clamped at 0, in seconds;
+  memory (:data:`HALF_LIFE_DAYS`);
 - ``evidence_tier_weight`` from :data:`TIER_WEIGHTS` (a signed report outranks the agent's
   own impression).
 
-Retrieval reranks by ``cosine x composite_k``. The same scorer sets ``decay_at``: the time
-after ``created_at`` when ``confidence x tier_weight x freshness`` falls below
-:data:`DECAY_THRESHOLD`, i.e. ``created_at + half_life x log2(confidence x weight / threshold)``
-(immediately when ``confidence x weight`` is already below the threshold).
+**One notion of time.** Every age is clinical: from the evidence's clinical time (the time of
+the study it is about: an episodic or visual record's ``timestamp``, a semantic state's newest
+impression, a claim's study) to the query's clinical time (the asked study's time), clamped at
+0, in seconds. When and where a record was ingested never enters a score.
+
+Retrieval reranks by ``cosine x composite_k``, then applies one rule: a verified record
+(:data:`VERIFIED_TIERS`: ground truth, a signed report, a critic's or a clinician's verdict)
+never ranks below an unverified one about the same study (the same patient and clinical time);
+the unverified one's rank is capped at the lowest verified rank of its study
+(:attr:`Score.cap`).
+
+The same scorer sets ``decay_at``, counted from the same clinical time: the first query time at
+which ``confidence x tier_weight x freshness`` falls below :data:`DECAY_THRESHOLD`, i.e.
+``observed_at + half_life x log2(confidence x weight / threshold)`` (``observed_at`` itself when
+``confidence x weight`` is already below the threshold). Evidence ingested after that time is
+due for decay at the next maintenance sweep.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from .._records import EpisodicRecord, Hit, SemanticState, VisualRecord
+from .._records import Claim, EpisodicRecord, Hit, SemanticState, VisualRecord
 
-__all__ = ["DECAY_THRESHOLD", "HALF_LIFE_DAYS", "TIER_WEIGHTS", "Score", "composite", "decay_at", "rerank"]
+__all__ = [
+    "DECAY_THRESHOLD",
+    "HALF_LIFE_DAYS",
+    "TIER_WEIGHTS",
+    "VERIFIED_TIERS",
+    "Score",
+    "clinical_time",
+    "composite",
+    "decay_at",
+    "rank_key",
+    "rerank",
+    "verified",
+    "verified_first",
+]
 
 DAY = 86_400.0
 HALF_LIFE_DAYS: dict[str, float] = {"episodic": 365.0, "visual": 365.0, "claims": 365.0, "semantic": 180.0}
@@ -34,16 +58,22 @@ TIER_WEIGHTS: dict[str, float] = {
 }
 DEFAULT_TIER_WEIGHT = 0.5
 DECAY_THRESHOLD = 0.05
+#: the tiers checked by someone other than the agent (every other tier is unverified)
+VERIFIED_TIERS = frozenset({"ground_truth", "report", "critic", "clinician"})
 
 
 @dataclass(frozen=True, slots=True)
 class Score:
-    """The factors of one hit's rank; ``rank = cosine x composite``."""
+    """The factors of one hit's rank; ``rank = min(cosine x composite, cap)``.
+
+    ``cap`` is infinite unless the hit is unverified and a verified record about the same
+    study ranks lower: then it is that record's rank (see the module docstring)."""
 
     cosine: float
     confidence: float
     freshness: float
     tier_weight: float
+    cap: float = math.inf
 
     @property
     def composite(self) -> float:
@@ -51,7 +81,12 @@ class Score:
 
     @property
     def rank(self) -> float:
-        return self.cosine * self.composite
+        return min(self.cosine * self.composite, self.cap)
+
+
+def verified(tier: str) -> bool:
+    """Whether an evidence tier is verified (:data:`VERIFIED_TIERS`)."""
+    return tier in VERIFIED_TIERS
 
 
 def tier_weight(tier: str) -> float:
@@ -69,26 +104,77 @@ def composite(confidence: float, age_s: float, tier: str, kind: str) -> float:
     return confidence * freshness(age_s, kind) * tier_weight(tier)
 
 
-def decay_at(created_at: float, confidence: float, tier: str, kind: str) -> float:
-    """When the record's composite (aged from ``created_at``) falls below the threshold."""
+def decay_at(observed_at: float, confidence: float, tier: str, kind: str) -> float:
+    """When the composite of evidence observed at clinical time ``observed_at`` falls below the
+    threshold for a query asked then (see the module docstring)."""
     start = confidence * tier_weight(tier)
     if start <= DECAY_THRESHOLD:
-        return created_at
-    return created_at + HALF_LIFE_DAYS.get(kind, 365.0) * DAY * math.log2(start / DECAY_THRESHOLD)
+        return observed_at
+    return observed_at + HALF_LIFE_DAYS.get(kind, 365.0) * DAY * math.log2(start / DECAY_THRESHOLD)
+
+
+def clinical_time(hit: Hit) -> float | None:
+    """The clinical time of a hit's evidence (UTC seconds): a record's ``timestamp``, a
+    semantic state's newest impression, a claim's study time; None when unknown."""
+    r = hit.record
+    if isinstance(r, (EpisodicRecord, VisualRecord)):
+        return r.timestamp
+    if isinstance(r, SemanticState):
+        return r.last.timestamp if r.last else None
+    return hit.time
+
+
+def _factors(hit: Hit, now: float) -> Score:
+    r = hit.record
+    when = clinical_time(hit)
+    age = 0.0 if when is None else now - when
+    if isinstance(r, (EpisodicRecord, VisualRecord, Claim)):
+        kind = "claims" if isinstance(r, Claim) else hit.kind
+        return Score(hit.score, r.confidence, freshness(age, kind), tier_weight(r.evidence_tier))
+    return Score(hit.score, 1.0, freshness(age, "semantic"), tier_weight(r.evidence_tier))
 
 
 def score(hit: Hit, now: float) -> Score:
-    """The factors of one hit at query time ``now``."""
-    r = hit.record
-    if isinstance(r, (EpisodicRecord, VisualRecord)):
-        return Score(hit.score, r.confidence, freshness(now - r.timestamp, hit.kind), tier_weight(r.evidence_tier))
-    assert isinstance(r, SemanticState)
-    last = r.last.timestamp if r.last else now
-    return Score(hit.score, 1.0, freshness(now - last, "semantic"), tier_weight(r.evidence_tier))
+    """The factors of one hit at query time ``now`` (no cap: :func:`rerank` sets it)."""
+    return _factors(hit, now)
+
+
+def _study(hit: Hit) -> tuple[str, float] | None:
+    owner = getattr(hit.record, "patient_id", "")
+    when = clinical_time(hit)
+    return None if not owner or when is None else (owner, when)
+
+
+def _tier(hit: Hit) -> str:
+    return hit.record.evidence_tier
 
 
 def rerank(hits: list[Hit], now: float) -> list[tuple[Hit, Score]]:
-    """Hits with their factors, by descending ``cosine x composite_k`` (ties: cosine, id)."""
-    scored = [(h, score(h, now)) for h in hits]
-    scored.sort(key=lambda hs: (-hs[1].rank, -hs[1].cosine, hs[0].id))
-    return scored
+    """Hits with their factors, by descending rank (ties: verified first, then cosine, id),
+    each unverified hit capped by :func:`verified_first`."""
+    return verified_first([(h, score(h, now)) for h in hits])
+
+
+def verified_first(pairs: list[tuple[Hit, Score]]) -> list[tuple[Hit, Score]]:
+    """The pairs with every unverified hit's rank capped at the lowest verified rank about the
+    same study among them, in the order of :func:`rank_key`. Evidence gathered by several reads
+    is capped over all of them."""
+    floor: dict[tuple[str, float], float] = {}
+    for h, sc in pairs:
+        key = _study(h)
+        if key is not None and verified(_tier(h)):
+            floor[key] = min(floor.get(key, math.inf), sc.rank)
+    capped = []
+    for h, sc in pairs:
+        key = _study(h)
+        if key in floor and not verified(_tier(h)) and sc.rank > floor[key]:
+            sc = replace(sc, cap=floor[key])
+        capped.append((h, sc))
+    capped.sort(key=rank_key)
+    return capped
+
+
+def rank_key(pair: tuple[Hit, Score]) -> tuple[float, bool, float, str]:
+    """The order of :func:`rerank`: descending rank, verified first, descending cosine, id."""
+    hit, sc = pair
+    return (-sc.rank, not verified(_tier(hit)), -sc.cosine, hit.id)

@@ -28,11 +28,13 @@ class Retrieval:
     semantic: tuple[SemanticState, ...]
     episodic: tuple[Hit, ...]
     visual: tuple[Hit, ...]
+    #: the patient's study claims (:mod:`msm_mem._memory.claim_evidence`), read with semantic memory
+    claims: tuple[Hit, ...] = ()
 
     def evidence(self, top_k: int | None = None) -> list[Hit]:
-        """Every hit, semantic first (score 1.0), then E and V merged by descending cosine."""
+        """Every hit, semantic first (score 1.0), then E, V and claims merged by descending cosine."""
         sem = [Hit(s.state_id, "semantic", 1.0, s) for s in self.semantic]
-        ranked = sorted([*self.episodic, *self.visual], key=lambda h: (-h.score, h.kind, h.id))
+        ranked = sorted([*self.episodic, *self.visual, *self.claims], key=lambda h: (-h.score, h.kind, h.id))
         hits = sem + ranked
         return hits if top_k is None else hits[:top_k]
 

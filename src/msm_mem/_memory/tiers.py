@@ -240,10 +240,14 @@ class GovernedMemory:
         use_epi: bool = True,
         use_vis: bool = True,
         scope: Scope = "patient",
+        use_claims: bool = False,
     ) -> Ranked:
-        """Read S, E, V for the turn's patient; rerank by cosine x composite_k; audit the ids."""
+        """Read S, E, V (and with ``use_claims`` the study claims) for the turn's patient; rerank
+        by cosine x composite_k at the query's clinical time ``at`` (default now); audit the ids."""
         self._check(turn, tr.LTM_ACTIVE, tr.LTM_ACTIVE, tr.Trigger.READ)
-        r = self.memory.retrieve(turn.patient_id, z, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, scope=scope)
+        r = self.memory.retrieve(
+            turn.patient_id, z, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, scope=scope, use_claims=use_claims
+        )
         if scope != "patient":  # other patients' and anonymised records: consented, de-identified
             r = self._consented(turn, r)
         ranked = rerank(r.evidence(), self.clock.now() if at is None else at)
@@ -270,12 +274,14 @@ class GovernedMemory:
         source: str = "agent",
         force: bool = False,
         derive: bool = True,
+        visual: bool = True,
     ) -> WriteResult:
         """STM -> LTM through the write-back gate; a held item stays in STM.
 
         With ``derive`` (the default) the semantic state and the study's claim are superseded
         whatever the gate says; without it (a retried or promoted item whose impression was
-        already recorded) only the gate and the consolidation run."""
+        already recorded) only the gate and the consolidation run. ``visual=False`` writes the
+        episode without a visual record (another question about a study whose image has one)."""
         self._check(turn, tr.STM_ACTIVE, tr.LTM_ACTIVE, trigger)
         if derive:
             self._check(turn, tr.STM_ACTIVE, tr.LTM_SUPERSEDED, tr.Trigger.SEMANTIC_UPDATE)
@@ -298,6 +304,7 @@ class GovernedMemory:
             evidence_tier=evidence_tier,
             confidence=confidence,
             source=source,
+            visual=visual,
         )
         result = self.memory.stage(it, turn.staging, force=force, semantic=derive)
         if result.gate.written:

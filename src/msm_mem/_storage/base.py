@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from typing import Literal, Protocol
+from typing import ClassVar, Literal, Protocol
 
 from .._records import EpisodicRecord, SemanticState, Vector, VisualRecord
 from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
 from .batch import StateChange, WriteBatch
 from .codec import PII_FIELDS, FieldCodec
+from .row_digest import TableDigest
 
 __all__ = [
     "AuditChainer",
@@ -256,7 +257,9 @@ class Store(Records, Vectors, Tiers, Audit, Keys, Consents, ABC):
       insertion order, in descending score;
     - at most one ACTIVE semantic state per ``(patient_id, category)``;
     - a failed :meth:`write` leaves nothing behind; one the transition table forbids fails;
-    - no PHI field is written or read before :meth:`use_codec` is given an encrypting codec.
+    - no PHI field is written or read before :meth:`use_codec` is given an encrypting codec;
+    - every write keeps the row digests (:mod:`.row_digest`) equal to those of the rows, and
+      none is accepted before :meth:`use_row_key`.
     """
 
     dim: int
@@ -270,6 +273,34 @@ class Store(Records, Vectors, Tiers, Audit, Keys, Consents, ABC):
     @abstractmethod
     def use_codec(self, codec: FieldCodec) -> None:
         """Set the PHI codec (before any read or write of PHI fields); it must be encrypting."""
+
+    @abstractmethod
+    def use_row_key(self, key: bytes) -> None:
+        """Set the key of the row digests (at least 32 bytes); writes are refused until then."""
+
+    @abstractmethod
+    def row_digests(self) -> dict[str, TableDigest]:
+        """The digest of each governed table as the last commit left it (inside a write's
+        ``before_commit``: as that write leaves it); see :mod:`.row_digest`."""
+
+    @abstractmethod
+    def computed_row_digests(self) -> dict[str, TableDigest]:
+        """The digest of each governed table recomputed from its rows (reads every row)."""
+
+    #: the store's schema as opened (an older one only for :meth:`upgrade`), and the current one
+    schema_version: str
+    CURRENT_SCHEMA: ClassVar[str]
+
+    @abstractmethod
+    def upgrade(
+        self,
+        chain: AuditChainer,
+        reencode: Callable[[str, str, str], str | None],
+        *,
+        before_commit: Callable[[], None],
+    ) -> int:
+        """Bring a store opened ``upgrading`` to the current schema in one transaction (see
+        :meth:`~msm_mem._storage.sql_write.SqlWriter.upgrade`); returns the tags re-encoded."""
 
     @abstractmethod
     def write(

@@ -176,21 +176,22 @@ def remove_new_store(directory: Path, store: Store) -> None:
         (directory / name).unlink(missing_ok=True)
 
 
-def open_store(directory: Path, *, dsn: str | None = None) -> Store:
+def open_store(directory: Path, *, dsn: str | None = None, upgrading: bool = False) -> Store:
     """Open the store of record of a memory directory (see the module docstring).
 
     ``dsn`` replaces the connection string of ``store.json`` for this opening (for example
-    one with a password); an embedded store refuses it (InvalidInput)."""
+    one with a password); an embedded store refuses it (InvalidInput). ``upgrading`` opens a
+    store of an older schema too, for :meth:`~msm_mem._storage.base.Store.upgrade` only."""
     server = read_location(directory)
     if server is None:
         if dsn is not None:
             raise InvalidInput(f"{directory} is an embedded store: a database URL does not apply to it")
         from .sqlite import SqliteStore
 
-        return SqliteStore.open(directory)
+        return SqliteStore.open(directory, upgrading=upgrading)
     postgres = _postgres_store()
     try:
-        return postgres.open(dsn or server.dsn, schema=server.schema)
+        return postgres.open(dsn or server.dsn, schema=server.schema, upgrading=upgrading)
     except StoreError as exc:
         if dsn is None and "password" in str(exc):
             raise StoreError(

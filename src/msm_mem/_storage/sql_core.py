@@ -19,13 +19,19 @@ from .._errors import NotFound
 from .base import Store
 from .codec import FieldCodec, NoCodec, encrypting_codec
 
-__all__ = ["Rows", "SqlCore"]
+__all__ = ["CommitLost", "Rows", "SqlCore"]
 
 T = TypeVar("T")
 #: ids per ``IN (...)`` list: well under every backend's limit on bound parameters
 ID_CHUNK = 500
 #: rows per page of an iteration (the lock is held for one page at a time)
 PAGE = 1000
+
+
+class CommitLost(Exception):
+    """The connection was lost while the commit was sent: the server may or may not have
+    committed. Raised by a backend's :meth:`SqlCore._transaction`, resolved by the write path
+    (never escapes the store)."""
 
 
 class Rows(Protocol):
@@ -50,6 +56,8 @@ class SqlCore(Store):
     HOLDS_NUL: ClassVar[bool]
     #: the driver's constraint-violation error
     INTEGRITY_ERROR: ClassVar[type[Exception]]
+    #: the driver's errors of a lost connection (none for an embedded store)
+    DISCONNECTED: ClassVar[tuple[type[Exception], ...]] = ()
 
     _lock: threading.RLock
     _closed: bool

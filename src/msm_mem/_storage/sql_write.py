@@ -3,7 +3,9 @@
 :meth:`SqlWriter.write` checks the batch against the transition table (:mod:`.guard`) and the
 vectors, then inside one transaction inserts the records, applies the state changes (the row
 must be in the expected state), the short-term changes, the supersession of claims and
-semantic states, consent, and appends the audit rows; any error rolls all of it back. The
+semantic states, consent, appends the audit rows and keeps the row digests (:mod:`.sql_rows`)
+in step; any error rolls all of it back. A connection lost while the commit was sent is
+resolved from the write's last audit row (:meth:`SqlWriter._after_lost_commit`). The
 backend then follows the commit (:meth:`SqlWriter._committed`: the FAISS index, read caches).
 """
 
@@ -14,7 +16,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from .._errors import IllegalTransition, InvalidInput, NotFound
+from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError
 from .._records import SemanticState, State
 from .._tier_records import AuditRow, Claim, StmItem
 from . import rows as r
@@ -22,7 +24,9 @@ from . import tier_rows as g
 from .base import AuditChainer, VectorKind
 from .batch import StateChange, WriteBatch
 from .guard import check_batch
-from .sql_core import ID_CHUNK, SqlCore
+from .row_digest import RowDigest
+from .sql_core import ID_CHUNK, CommitLost
+from .sql_rows import SqlRowDigests
 
 __all__ = ["Moved", "SqlWriter"]
 
@@ -46,7 +50,7 @@ def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-class SqlWriter(SqlCore):
+class SqlWriter(SqlRowDigests):
     """:meth:`write`, with the hooks a backend fills: positions, vector values, after commit."""
 
     def _positions(self) -> dict[VectorKind, int]:
@@ -68,6 +72,31 @@ class SqlWriter(SqlCore):
         processes queue for their turn without holding that lock (default: nothing)."""
         return nullcontext()
 
+    def _after_lost_commit(self, batch: WriteBatch, lost: CommitLost) -> None:
+        """Whether a write whose commit reply was lost is stored: returns when its last audit
+        row is (the server committed it), raises :class:`StoreError` saying what is known
+        otherwise. A write is never reported done unless it was committed."""
+        last = batch.audit[-1] if batch.audit else None
+        unreachable: tuple[type[Exception], ...] = (StoreError, *self.DISCONNECTED)
+        try:
+            self._reconnect_after_loss()
+            found = None if last is None else self._q("SELECT event_hash FROM audit WHERE seq = ?", (last.seq,))
+            row = None if found is None else found.fetchone()
+        except unreachable as exc:
+            where = f" (its audit event would be seq {last.seq})" if last is not None else ""
+            raise StoreError(
+                f"the connection was lost while this write was committed and the server cannot be asked yet: it may"
+                f" or may not be stored{where}; read it back once the server is up ({lost}; {exc})"
+            ) from exc
+        if last is None or row is None or row[0] != last.event_hash:
+            raise StoreError(
+                f"the connection was lost at the commit and the write is not stored, nothing was written: {lost}"
+            )
+
+    def _reconnect_after_loss(self) -> None:
+        """Open a new connection after a lost one (a backend that can lose one overrides this)."""
+        raise StoreError("this store has no connection to lose")
+
     def write(
         self,
         batch: WriteBatch,
@@ -75,17 +104,54 @@ class SqlWriter(SqlCore):
         *,
         before_commit: Callable[[], None] | None = None,
     ) -> None:
+        if self.schema_version != self.CURRENT_SCHEMA:
+            raise StoreError(f"store schema {self.schema_version} is opened for its upgrade only: nothing is written")
         check_batch(batch)
         for e in batch.episodes:
             r.check_vector(e.z, self.dim, f"episode {e.episode_id}")
         for v in batch.visuals:
             r.check_vector(v.z, self.dim, f"visual {v.visual_id}")
         with self._writer_turn(), self._db():
-            with self._transaction():
-                moved = self._apply(batch, chain)
-                if before_commit is not None:
-                    before_commit()
+            try:
+                with self._transaction():
+                    moved = self._apply(batch, chain)
+                    if before_commit is not None:
+                        before_commit()
+            except CommitLost as exc:
+                self._after_lost_commit(batch, exc)  # returns only when the write is stored
             self._committed(batch, moved)
+
+    def upgrade(
+        self,
+        chain: AuditChainer,
+        reencode: Callable[[str, str, str], str | None],
+        *,
+        before_commit: Callable[[], None],
+    ) -> int:
+        """Bring a store of an older schema to the current one in one transaction: each visual
+        tag for which ``reencode(visual_id, patient_id, stored)`` returns a new stored form is
+        replaced (clear text encrypted), the row digests are computed from the rows, the
+        schema is recorded, the audit rows of ``chain`` appended and ``before_commit`` run.
+        Any error rolls all of it back. Returns the number of tags replaced."""
+        if self.schema_version == self.CURRENT_SCHEMA:
+            raise StoreError(f"the store is at schema {self.CURRENT_SCHEMA} already: nothing to upgrade")
+        with self._db():
+            with self._transaction():
+                found = self._q("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+                if found is None or found[0] == self.CURRENT_SCHEMA:
+                    raise StoreError("the store was upgraded meanwhile (by another process): nothing to do")
+                tags = self._q("SELECT id, patient_id, visual_tag FROM visual").fetchall()
+                new = [(value, rid) for rid, pid, tag in tags if (value := reencode(rid, pid, tag)) is not None]
+                if new:
+                    self._many("UPDATE visual SET visual_tag = ? WHERE id = ?", new)
+                meta = [(f"rows:{t}", d.meta_value()) for t, d in self.computed_row_digests().items()]
+                meta.append(("schema", self.CURRENT_SCHEMA))
+                upsert = "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+                self._many(upsert, meta)
+                self._append_audit(chain(*self.audit_head()))
+                before_commit()
+            self.schema_version = self.CURRENT_SCHEMA
+        return len(new)
 
     def _apply(self, batch: WriteBatch, chain: AuditChainer | None = None) -> list[Moved]:
         # read under the write lock: the key table, the positions and the audit head are what
@@ -93,6 +159,7 @@ class SqlWriter(SqlCore):
         self._check_rewrapped(batch)
         if chain is not None:
             batch.audit = chain(*self.audit_head())
+        d = self._digest_begin()
         codec = self._codec
         pos = self._positions()
         vectors: tuple[tuple[VectorKind, list[tuple[Any, ...]]], ...] = (
@@ -103,26 +170,30 @@ class SqlWriter(SqlCore):
             if rows:
                 self._many(f"INSERT INTO {kind} VALUES ({_marks(len(rows[0]))})", self._vector_rows(kind, rows))
                 self._vectors_added(kind, pos[kind], rows)
-        moved = [m for c in batch.changes if (m := self._apply_change(c)) is not None]
-        self._apply_stm(batch.stm, batch.stm_changes)
-        self._insert_versions("claims", "key", batch.claims, lambda c: g.claim_to_row(c, codec), batch.restore)
-        if batch.entities:
-            self._many("INSERT INTO entities VALUES (?,?,?,?,?,?)", [g.entity_to_row(e, codec) for e in batch.entities])
-        if batch.relationships:
-            rels = [g.relationship_to_row(x) for x in batch.relationships]
-            self._many("INSERT INTO relationships VALUES (?,?,?,?,?,?,?)", rels)
-        if batch.consents:
-            self._many(
-                "INSERT INTO consents VALUES (?,?,?,?,?,?,?,?,?,?)", [g.consent_to_row(c) for c in batch.consents]
-            )
+                d.add_full(kind, rows)
+        moved = [m for c in batch.changes if (m := self._apply_change(c, d)) is not None]
+        self._apply_stm(batch.stm, batch.stm_changes, d)
+        self._insert_versions("claims", "key", batch.claims, lambda c: g.claim_to_row(c, codec), batch.restore, d)
+        inserts = (
+            ("entities", [g.entity_to_row(e, codec) for e in batch.entities]),
+            ("relationships", [g.relationship_to_row(x) for x in batch.relationships]),
+            ("consents", [g.consent_to_row(c) for c in batch.consents]),
+        )
+        for table, rows in inserts:
+            if rows:
+                self._many(f"INSERT INTO {table} VALUES ({_marks(len(rows[0]))})", rows)
+                d.add_full(table, rows)
         for consent_id, when in batch.revocations:
+            done = self._track(d, "consents", [consent_id])
             cur = self._q("UPDATE consents SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (when, consent_id))
             if cur.rowcount != 1:
                 raise NotFound(f"no unrevoked consent {consent_id!r}")
+            done()
         self._append_audit(batch.audit)
         self._insert_versions(
-            "semantic", "category", batch.semantic, lambda s: r.semantic_to_row(s, codec), batch.restore
+            "semantic", "category", batch.semantic, lambda s: r.semantic_to_row(s, codec), batch.restore, d
         )
+        self._digest_save(d)
         for key in batch.rewrapped:  # the key table joins this transaction
             self.keys().put(key)
         for patient_ref in batch.shred_keys:
@@ -136,7 +207,7 @@ class SqlWriter(SqlCore):
             if stored is None or stored.shredded or key.shredded or stored.patient_ref != key.patient_ref:
                 raise IllegalTransition(f"data key {key.key_id!r} can only be rewrapped, not created or revived")
 
-    def _apply_change(self, c: StateChange) -> Moved | None:
+    def _apply_change(self, c: StateChange, d: RowDigest) -> Moved | None:
         table = c.table
         vector = table in ("episodic", "visual")
         row = self._q(
@@ -148,13 +219,15 @@ class SqlWriter(SqlCore):
             raise IllegalTransition(f"{table} record {c.record_id!r} is {row[1]}, expected {c.expect.value}")
         sets = r.change_sets(c, row[0], self._codec)
         assignments = ", ".join(f"{k} = ?" for k in sets)
+        done = self._track(d, table, [c.record_id], [str(sets["id"])])
         self._q(f"UPDATE {table} SET {assignments} WHERE id = ?", (*sets.values(), c.record_id))
+        done()
         if not vector:
             return None
         kind: VectorKind = "episodic" if table == "episodic" else "visual"
         return Moved(kind, int(row[2]), row[0], c.expect, str(sets["patient_id"]), c.to, str(sets["id"]))
 
-    def _apply_stm(self, items: list[StmItem], stm_changes: Sequence[Any]) -> None:
+    def _apply_stm(self, items: list[StmItem], stm_changes: Sequence[Any], d: RowDigest) -> None:
         changes = {c.item_id: c for c in stm_changes}
         rows = []
         for item in items:
@@ -174,6 +247,8 @@ class SqlWriter(SqlCore):
             rows.append(g.stm_to_row(item, self._codec))
         if rows:
             self._many("INSERT INTO stm VALUES (?,?,?,?,?,?,?,?,?)", rows)
+            d.add_full("stm", rows)
+        done = self._track(d, "stm", list(changes))
         for c in changes.values():
             sets: list[str] = ["state = ?"]
             args: list[object] = [c.to.value]
@@ -196,6 +271,7 @@ class SqlWriter(SqlCore):
                 if row is None:
                     raise NotFound(f"no short-term item {c.item_id!r}")
                 raise IllegalTransition(f"short-term item {c.item_id!r} is {row[0]}, expected {c.expect.value}")
+        done()
 
     def _append_audit(self, audit: list[AuditRow]) -> None:
         """Append rows that continue the stored chain; a stored row is never written again."""
@@ -210,7 +286,13 @@ class SqlWriter(SqlCore):
         self._many("INSERT INTO audit VALUES (?, ?, ?)", [(x.seq, x.payload, x.event_hash) for x in audit])
 
     def _insert_versions(
-        self, table: str, key_column: str, versions: list[V], to_row: Callable[[V], tuple[Any, ...]], restore: bool
+        self,
+        table: str,
+        key_column: str,
+        versions: list[V],
+        to_row: Callable[[V], tuple[Any, ...]],
+        restore: bool,
+        d: RowDigest,
     ) -> None:
         """Insert new versions of keyed records (semantic states, claims): each one's ``supersedes``
         must be the active version of the same patient and key, which flips to SUPERSEDED.
@@ -259,7 +341,9 @@ class SqlWriter(SqlCore):
                 if found.get(old) != (v.patient_id, key(v)):
                     raise IllegalTransition(f"{table} version {old!r} is not the active version of this key")
             if stored:
+                done = self._track(d, table, stored)
                 self._many(f"UPDATE {table} SET state = 'superseded' WHERE id = ?", [(old,) for old in stored])
+                done()
             versions = [replace(v, state=State.SUPERSEDED) if ident(v) in wanted else v for v in versions]
         new_rows = [to_row(v) for v in versions]
         try:
@@ -268,3 +352,4 @@ class SqlWriter(SqlCore):
             raise IllegalTransition(
                 f"a {table} key already has an active version; a new version must supersede it ({exc})"
             ) from exc
+        d.add_full(table, new_rows)

@@ -1,13 +1,22 @@
 """Loader for the real longitudinal ``covid-cxr`` set (a snapshot of the COVID-19 image data
 collection, Cohen et al.), read in place from its folder (``metadata.csv`` + ``images/``).
 
-What one CSV row becomes (one row = one image = one study):
+What one CSV row (one image, one study) becomes: up to six manifest rows, one per question the
+row answers, sharing ``patient_id`` = ``"covid-" + patientid``, ``study_id`` = the image file
+stem (``0001``), the image, the time, ``report``, ``decision`` and ``view``:
 
-- ``patient_id`` = ``"covid-" + patientid``; ``study_id`` = the image file stem (``0001``).
-- ``question`` = :data:`QUESTION`; ``answer`` = the ``finding`` label with whitespace collapsed
-  and comma-separated parts joined by ``", "`` (``"COVID-19, ARDS"``). ``todo`` or an empty
-  finding means unlabelled: such rows are skipped with the reason ``unlabelled finding 'todo'``
-  unless ``keep_unlabelled=True``, which keeps them with an empty ``answer``.
+- the finding (``question_type`` ``label``): :data:`QUESTION`, answered by the ``finding``
+  label with whitespace collapsed and comma-separated parts joined by ``", "``
+  (``"COVID-19, ARDS"``). ``todo`` or an empty finding means unlabelled: no finding row, unless
+  ``keep_unlabelled=True``, which keeps it with an empty ``answer``.
+- yes/no questions (``yes_no``), one per outcome column recorded as ``Y`` (``yes``) or ``N``
+  (``no``): :data:`YES_NO_QUESTIONS` (``intubated``, ``went_icu``,
+  ``needed_supplemental_O2``, ``survival``). Anything else (empty, ``?``, ``Not visible``...)
+  is unknown and gives no row: never guessed.
+- a free-text question (``text``): :data:`NOTES_QUESTION`, answered by ``clinical_notes``
+  (whitespace collapsed) when it is not empty.
+
+A CSV row none of whose questions has an answer is a problem (``no question answered``).
 - ``decision`` = the outcome columns joined by ``"; "`` in this order: ``went_icu`` (Y ``icu``,
   N ``no icu``), ``intubated`` (``intubated`` / ``not intubated``), ``needed_supplemental_O2``
   (``supplemental O2`` / ``no supplemental O2``), ``survival`` (``survived`` / ``died``). Other
@@ -26,11 +35,11 @@ What one CSV row becomes (one row = one image = one study):
   so this is a documented guess. Every row with a valid offset, skipped or not, takes part in
   carrying offsets forward and in choosing the anchor.
 
-Skipped rows become :class:`RowProblem` with their CSV line number (the line where the row
+Skipped CSV rows become :class:`RowProblem` with their CSV line number (the line where the row
 starts): empty ``patientid``, an offset that is not a whole number of days, an empty or
 escaping image path (``..``, absolute, or a link out of the folder), a missing, non-regular,
 oversized or undecodable image file, a duplicate image, an id or text that fails the
-:class:`ManifestRow` checks, or an unlabelled finding. Unparseable dates are not problems;
+:class:`ManifestRow` checks, or no question answered. Unparseable dates are not problems;
 they are ignored.
 
 Attribution: the ``doi``, ``url`` and ``license`` columns are kept out of the manifest, but
@@ -53,9 +62,17 @@ from .._files import inside
 from .._limits import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS
 from .manifest import ManifestRow, RowProblem
 
-__all__ = ["QUESTION", "attribution", "load", "parse_date"]
+__all__ = ["NOTES_QUESTION", "QUESTION", "YES_NO_QUESTIONS", "attribution", "load", "parse_date"]
 
 QUESTION = "What is the diagnosis for this chest X-ray?"
+#: outcome column -> its yes/no question (answered ``yes`` for ``Y``, ``no`` for ``N``)
+YES_NO_QUESTIONS: dict[str, str] = {
+    "intubated": "Was the patient intubated?",
+    "went_icu": "Did the patient go to the intensive care unit?",
+    "needed_supplemental_O2": "Did the patient need supplemental oxygen?",
+    "survival": "Did the patient survive?",
+}
+NOTES_QUESTION = "What do the clinical notes say about this case?"
 _REQUIRED = ("patientid", "offset", "finding", "view", "date", "clinical_notes", "image")
 _DEFAULT_ANCHOR = date(2000, 1, 1)
 _MONTHS = {
@@ -210,10 +227,28 @@ def _parse(line: int, raw: dict[str, str], folder: Path, check_images: bool, kee
     except ValueError as exc:
         reasons.append(str(exc))
     reasons += _image_reasons(folder, raw.get("image", "").strip(), check_images)
-    finding = _label(raw.get("finding", ""))
-    if finding.lower() in ("", "todo") and not keep_unlabelled:
-        reasons.append(f"unlabelled finding {finding!r}")
+    if not reasons and not _questions(raw, keep_unlabelled):
+        finding = _label(raw.get("finding", ""))
+        reasons.append(f"no question answered (unlabelled finding {finding!r}, no outcome, no clinical notes)")
     return _Parsed(line, raw, offset, tuple(reasons))
+
+
+def _questions(raw: dict[str, str], keep_unlabelled: bool) -> list[tuple[str, str, str]]:
+    """``(question_type, question, answer)`` of every question the CSV row answers."""
+    out: list[tuple[str, str, str]] = []
+    label = _label(raw.get("finding", ""))
+    if label.lower() not in ("", "todo"):
+        out.append(("label", QUESTION, label))
+    elif keep_unlabelled:
+        out.append(("label", QUESTION, ""))
+    for column, question in YES_NO_QUESTIONS.items():
+        value = raw.get(column, "").strip().upper()
+        if value in ("Y", "N"):
+            out.append(("yes_no", question, "yes" if value == "Y" else "no"))
+    notes = " ".join(raw.get("clinical_notes", "").split())
+    if notes:
+        out.append(("text", NOTES_QUESTION, notes))
+    return out
 
 
 def _days(parsed: list[_Parsed]) -> dict[int, int]:
@@ -252,8 +287,9 @@ def load(
 ) -> tuple[list[ManifestRow], list[RowProblem]]:
     """Rows from the covid-cxr folder (or its ``metadata.csv``) at ``path``, read in place.
 
-    Rows are sorted by patient, time, then study; image paths are absolute. Every CSV row ends
-    up either as a row or as a problem (with its line), never both and never neither.
+    Rows are sorted by patient, time, study, then question; image paths are absolute. Every CSV
+    row ends up either as rows (one per question it answers) or as a problem (with its line),
+    never both and never neither.
     ``check_images`` also decodes each image header (Pillow ``verify``), not just its presence.
     Raises :class:`InvalidInput` when the file is missing, not UTF-8 CSV, or lacks columns.
     """
@@ -279,26 +315,29 @@ def load(
         day = anchors.get(pid, _DEFAULT_ANCHOR)
         when = datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=days[p.line])
         view = raw.get("view", "").strip()
-        label = _label(raw.get("finding", ""))
         try:
-            row = ManifestRow(
-                patient_id=f"covid-{pid}",
-                study_id=study_id,
-                timestamp=when.timestamp(),
-                image=str(folder / rel),
-                question=QUESTION,
-                answer="" if label.lower() == "todo" else label,
-                report=raw.get("clinical_notes", "").strip(),
-                decision=_decision(raw),
-                view="" if view == "?" else view,
-                line=p.line,
-            )
+            made = [
+                ManifestRow(
+                    patient_id=f"covid-{pid}",
+                    study_id=study_id,
+                    timestamp=when.timestamp(),
+                    image=str(folder / rel),
+                    question=question,
+                    answer=answer,
+                    report=raw.get("clinical_notes", "").strip(),
+                    decision=_decision(raw),
+                    view="" if view == "?" else view,
+                    line=p.line,
+                    question_type=kind,
+                )
+                for kind, question, answer in _questions(raw, keep_unlabelled)
+            ]
         except InvalidInput as exc:  # an id with a wildcard or control character, oversized text
             problems.append(RowProblem(p.line, str(exc)))
             continue
         seen[study_id] = p.line
-        rows.append(row)
-    rows.sort(key=lambda r: (r.patient_id, r.timestamp, r.study_id))
+        rows += made
+    rows.sort(key=lambda r: (r.patient_id, r.timestamp, r.study_id, r.question))
     problems.sort(key=lambda q: q.line)
     return rows, problems
 

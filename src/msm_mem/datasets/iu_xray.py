@@ -32,6 +32,7 @@ import gzip
 import importlib.util
 import tarfile
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -39,7 +40,7 @@ from .._errors import InvalidInput, MissingExtra
 from .._files import inside
 from .manifest import ManifestRow, RowProblem
 
-__all__ = ["QUESTION", "default_archive", "load"]
+__all__ = ["QUESTION", "default_archive", "load", "mesh_terms"]
 
 QUESTION = "What is the impression of this chest radiograph?"
 ARCHIVE = "NLMCXR_reports.tgz"
@@ -146,32 +147,17 @@ def _row(root: ET.Element, views: dict[str, str], images_dir: Path | None) -> Ma
     )
 
 
-def load(
-    path: str | Path | None = None,
-    *,
-    images_dir: str | Path | None = None,
-    views_csv: str | Path | None = None,
-) -> tuple[list[ManifestRow], list[RowProblem]]:
-    """Rows from the IU X-ray report archive, sorted by patient id (one study each).
-
-    ``path`` is the ``.tgz`` or a folder holding ``NLMCXR_reports.tgz``; ``None`` uses the
-    installed torchxrayvision's copy (:func:`default_archive`). Every ``.xml`` member becomes a
-    row or a problem. Raises :class:`InvalidInput` when the archive cannot be opened or
-    ``images_dir`` is not a folder, :class:`MissingExtra` when ``path`` is ``None`` and
-    torchxrayvision is not installed.
-    """
+def _archive(path: str | Path | None) -> Path:
     archive = default_archive() if path is None else Path(path)
     if archive.is_dir():
         archive = archive / ARCHIVE
     if not archive.is_file():
         raise InvalidInput(f"{archive}: no IU X-ray report archive here")
-    folder = Path(images_dir).resolve() if images_dir is not None else None
-    if folder is not None and not folder.is_dir():
-        raise InvalidInput(f"{folder}: images_dir is not a folder")
-    views = _views(Path(views_csv) if views_csv is not None else archive.parent / VIEWS)
-    rows: list[ManifestRow] = []
-    problems: list[RowProblem] = []
-    seen: dict[str, str] = {}
+    return archive
+
+
+def _documents(archive: Path) -> Iterator[tuple[str, ET.Element | ValueError]]:
+    """``(member name, parsed report or the reason it was refused)`` per ``.xml`` member."""
     try:
         with tarfile.open(archive, "r:gz") as tar:
             for member in sorted(tar.getmembers(), key=lambda m: m.name):
@@ -186,15 +172,60 @@ def load(
                     if handle is None:
                         raise ValueError("unreadable member")
                     with handle:
-                        row = _row(_parse(handle.read(_MAX_MEMBER + 1)), views, folder)
-                    if row.study_id in seen:
-                        raise ValueError(f"duplicate uId {row.study_id!r} (also {seen[row.study_id]})")
+                        yield member.name, _parse(handle.read(_MAX_MEMBER + 1))
                 except ValueError as exc:
-                    problems.append(RowProblem(0, f"{member.name}: {exc}"))
-                    continue
-                seen[row.study_id] = member.name
-                rows.append(row)
+                    yield member.name, exc
     except (OSError, tarfile.TarError, EOFError) as exc:
         raise InvalidInput(f"{archive}: unreadable archive ({exc})") from exc
+
+
+def mesh_terms(path: str | Path | None = None) -> dict[str, tuple[str, ...]]:
+    """uId -> the report's MeSH ``major`` terms as written (``Opacity/lung/base/left``), in
+    document order, for every report that parses and has a uId (archive as for :func:`load`)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for _, root in _documents(_archive(path)):
+        if isinstance(root, ValueError):
+            continue
+        uid_el = root.find("uId")
+        uid = (uid_el.get("id") or "").strip() if uid_el is not None else ""
+        if uid:
+            out[uid] = tuple(t for t in (_text(m) for m in root.iter("major")) if t)
+    return out
+
+
+def load(
+    path: str | Path | None = None,
+    *,
+    images_dir: str | Path | None = None,
+    views_csv: str | Path | None = None,
+) -> tuple[list[ManifestRow], list[RowProblem]]:
+    """Rows from the IU X-ray report archive, sorted by patient id (one study each).
+
+    ``path`` is the ``.tgz`` or a folder holding ``NLMCXR_reports.tgz``; ``None`` uses the
+    installed torchxrayvision's copy (:func:`default_archive`). Every ``.xml`` member becomes a
+    row or a problem. Raises :class:`InvalidInput` when the archive cannot be opened or
+    ``images_dir`` is not a folder, :class:`MissingExtra` when ``path`` is ``None`` and
+    torchxrayvision is not installed.
+    """
+    archive = _archive(path)
+    folder = Path(images_dir).resolve() if images_dir is not None else None
+    if folder is not None and not folder.is_dir():
+        raise InvalidInput(f"{folder}: images_dir is not a folder")
+    views = _views(Path(views_csv) if views_csv is not None else archive.parent / VIEWS)
+    rows: list[ManifestRow] = []
+    problems: list[RowProblem] = []
+    seen: dict[str, str] = {}
+    for name, root in _documents(archive):
+        try:
+            if isinstance(root, ValueError):
+                raise root
+            row = _row(root, views, folder)
+            if row.study_id in seen:
+                raise ValueError(f"duplicate uId {row.study_id!r} (also {seen[row.study_id]})")
+        except ValueError as exc:
+            problems.append(RowProblem(0, f"{name}: {exc}"))
+            continue
+        seen[row.study_id] = name
+        rows.append(row)
     rows.sort(key=lambda r: (r.patient_id, r.timestamp, r.study_id))
     return rows, problems

@@ -1,10 +1,16 @@
-"""The manifest: one row per study, the common input of every data set loader and of ingest.
+"""The manifest: one row per question about a study, the common input of every data set
+loader, of ingest and of ``msm-mem eval --dataset manifest FILE``.
 
 Columns: ``patient_id, study_id, timestamp, image, question, answer, report, decision`` and the
-optional ``view`` (stored as the visual tag). ``timestamp`` is ISO 8601 (a date or a date-time;
+optional ``view`` (stored as the visual tag) and ``question_type`` (``label``, ``yes_no`` or
+``text``; absent or empty means ``text``). ``timestamp`` is ISO 8601 (a date or a date-time;
 naive values are UTC) or a number of UTC seconds. ``image`` is a path, relative to the
 manifest's folder unless absolute. ``question`` must be non-empty; ``answer`` is the reference
-impression (it may be empty for unlabelled studies); ``report`` and ``decision`` may be empty.
+(it may be empty for unlabelled studies); ``report`` and ``decision`` may be empty.
+
+A study may carry several questions: rows sharing ``patient_id`` and ``study_id`` with
+different questions. ``(patient_id, study_id, question)`` is unique, and the rows of one study
+must name the same image and time (a later row that differs is a problem).
 
 Files are CSV (with a header) or JSONL (one object a line). Reading never stops at a bad row:
 each bad row becomes a :class:`RowProblem` with its 1-based line number and reason.
@@ -33,12 +39,20 @@ from typing import IO, Any
 from .._errors import InvalidInput, ManifestError
 from .._files import inside
 from .._limits import MAX_JSON_DEPTH, MAX_ROW_CHARS
-from .._records import ManifestRow, RowProblem
+from .._records import QUESTION_TYPES, ManifestRow, RowProblem
 
-__all__ = ["COLUMNS", "ManifestRow", "RowProblem", "parse_timestamp", "read_manifest", "write_manifest"]
+__all__ = [
+    "COLUMNS",
+    "QUESTION_TYPES",
+    "ManifestRow",
+    "RowProblem",
+    "parse_timestamp",
+    "read_manifest",
+    "write_manifest",
+]
 
 COLUMNS = ("patient_id", "study_id", "timestamp", "image", "question", "answer", "report", "decision")
-OPTIONAL = ("view",)
+OPTIONAL = ("view", "question_type")
 REQUIRED = ("patient_id", "study_id", "timestamp", "image", "question")
 
 
@@ -103,9 +117,13 @@ def _validate(raw: dict[str, Any], line: int, base: Path, root: Path) -> Manifes
             continue
         if not isinstance(value, (str, int)) or isinstance(value, bool):
             raise ManifestError(f"column {name} must be text, got {type(value).__name__}", line)
-        values[name] = str(value).strip() if name in ("patient_id", "study_id", "image", "view") else str(value)
+        stripped = name in ("patient_id", "study_id", "image", "view", "question_type")
+        values[name] = str(value).strip() if stripped else str(value)
     if not values["question"].strip():
         raise ManifestError("question must not be empty", line)
+    kind = values["question_type"] or "text"
+    if kind not in QUESTION_TYPES:
+        raise ManifestError(f"question_type must be one of {', '.join(QUESTION_TYPES)}, got {_show(kind, 40)}", line)
     try:
         ts = parse_timestamp(raw["timestamp"])
     except ValueError as exc:
@@ -125,6 +143,7 @@ def _validate(raw: dict[str, Any], line: int, base: Path, root: Path) -> Manifes
             decision=values["decision"],
             view=values["view"],
             line=line,
+            question_type=kind,
         )
     except InvalidInput as exc:  # the row's own checks: ids, sizes, the image path as text
         raise ManifestError(str(exc), line) from None
@@ -279,6 +298,24 @@ def _csv_rows(fh: IO[str], path: Path) -> Iterator[tuple[int, dict[str, Any] | M
             yield start, dict(zip(header, values, strict=True))
 
 
+def _clash(
+    row: ManifestRow, seen: dict[tuple[str, str, str], int], studies: dict[tuple[str, str], ManifestRow]
+) -> str | None:
+    """Why ``row`` cannot join the rows read so far (a repeated question, or a study whose
+    earlier row names another image or time), else ``None``."""
+    key = (row.patient_id, row.study_id, row.question)
+    if key in seen:
+        return (
+            f"duplicate question {_show(row.question, 60)} for study {row.study_id!r} of patient "
+            f"{row.patient_id!r} (first on line {seen[key]})"
+        )
+    first = studies.get((row.patient_id, row.study_id))
+    if first is not None and (first.image != row.image or first.timestamp != row.timestamp):
+        what = "image" if first.image != row.image else "timestamp"
+        return f"study {row.study_id!r} of patient {row.patient_id!r} has another {what} on line {first.line}"
+    return None
+
+
 def read_manifest(path: str | Path, *, root: str | Path | None = None) -> tuple[list[ManifestRow], list[RowProblem]]:
     """Read and validate a manifest; return the good rows and the problems of the bad ones.
 
@@ -295,7 +332,8 @@ def read_manifest(path: str | Path, *, root: str | Path | None = None) -> tuple[
     allowed = Path(os.path.realpath(path.parent if root is None else root))
     rows: list[ManifestRow] = []
     problems: list[RowProblem] = []
-    seen: dict[tuple[str, str], int] = {}
+    seen: dict[tuple[str, str, str], int] = {}
+    studies: dict[tuple[str, str], ManifestRow] = {}
     try:
         for number, raw in _raw_rows(path):
             if isinstance(raw, ManifestError):
@@ -306,16 +344,11 @@ def read_manifest(path: str | Path, *, root: str | Path | None = None) -> tuple[
             except ManifestError as exc:
                 problems.append(RowProblem(number, exc.reason))
                 continue
-            key = (row.patient_id, row.study_id)
-            if key in seen:
-                problems.append(
-                    RowProblem(
-                        number,
-                        f"duplicate study {row.study_id!r} of patient {row.patient_id!r} (first on line {seen[key]})",
-                    )
-                )
+            if (reason := _clash(row, seen, studies)) is not None:
+                problems.append(RowProblem(number, reason))
                 continue
-            seen[key] = number
+            seen[(row.patient_id, row.study_id, row.question)] = number
+            studies.setdefault((row.patient_id, row.study_id), row)
             rows.append(row)
     except UnicodeDecodeError as exc:
         raise ManifestError(f"{path}: not UTF-8 text ({exc.reason})") from exc

@@ -1,12 +1,16 @@
 """Data set loaders by name: one entry point for the CLI, ingest and evaluation.
 
 - ``synthetic``: ``path`` = the output folder (written, then returned); options ``patients``,
-  ``studies_per_patient``, ``seed``, ``size`` (:func:`msm_mem.datasets.synthetic.generate`).
+  ``studies_per_patient``, ``seed``, ``size``, ``questions`` (what each study is asked:
+  ``impression``, ``decision``, ``effusion``) (:func:`msm_mem.datasets.synthetic.generate`).
 - ``covid-cxr``: the covid-cxr folder or its ``metadata.csv``, read in place; options
   ``keep_unlabelled``, ``check_images`` (:func:`msm_mem.datasets.covid_cxr.load`).
 - ``iu-xray``: ``NLMCXR_reports.tgz`` or its folder, or ``None`` for the copy inside an
   installed torchxrayvision; options ``images_dir``, ``views_csv``.
 - ``mimic-cxr``: the MIMIC-CXR-JPG root; options ``split``, ``reports_dir``.
+- ``manifest``: any manifest file, CSV or JSONL (``docs/manifest.md``), question types read
+  from its rows; option ``root`` (the folder images must lie in; default the file's folder)
+  (:func:`msm_mem.datasets.manifest.read_manifest`). Every loader above produces such rows.
 
 Options are the loaders' keyword-only parameters (:func:`options_of`).
 """
@@ -20,7 +24,7 @@ from typing import Any
 
 from .._errors import InvalidInput
 from . import covid_cxr, iu_xray, mimic_cxr, synthetic
-from .manifest import ManifestRow, RowProblem
+from .manifest import ManifestRow, RowProblem, read_manifest
 
 __all__ = ["DATASETS", "load_dataset", "options_of"]
 
@@ -30,6 +34,7 @@ Loader = Callable[..., tuple[list[ManifestRow], list[RowProblem]]]
 DATASETS: dict[str, tuple[Loader, bool]] = {
     "covid-cxr": (covid_cxr.load, False),
     "iu-xray": (iu_xray.load, True),
+    "manifest": (read_manifest, False),
     "mimic-cxr": (mimic_cxr.load, False),
     "synthetic": (synthetic.generate, False),
 }

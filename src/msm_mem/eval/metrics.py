@@ -24,11 +24,14 @@ __all__ = [
     "BLEU_EPSILON",
     "bleu4",
     "bootstrap_ci",
+    "class_f1",
+    "corpus_bleu",
     "corpus_bleu4",
     "exact_match",
     "normalize_answer",
     "rouge_l",
     "token_f1",
+    "yes_no",
 ]
 
 #: Chen & Cherry (2014) smoothing method 1: an n-gram order with no match counts
@@ -78,17 +81,26 @@ def bleu4(prediction: str, reference: str) -> float:
     return _bleu_from_stats(_bleu_stats(pred, ref), len(pred), len(ref))
 
 
-def corpus_bleu4(predictions: Sequence[str], references: Sequence[str]) -> float:
-    """Return corpus-level BLEU-4 in [0, 1]: n-gram matches and lengths summed over all pairs.
+def corpus_bleu(predictions: Sequence[str], references: Sequence[str], *, max_order: int = 4) -> float:
+    """Return corpus-level BLEU-``max_order`` (1..4) in [0, 1]: n-gram matches and lengths
+    summed over all pairs (not the mean of sentence scores).
 
-    Same tokens, weights, brevity penalty and smoothing as :func:`bleu4`, applied once to the
-    summed counts (this is not the mean of sentence scores). Raises :class:`InvalidInput` when
-    the sequences differ in length or are empty.
+    This is sacreBLEU's corpus BLEU (``BLEU(max_ngram_order=max_order, tokenize="none",
+    smooth_method="floor", smooth_value=0.1)`` on the :func:`normalize_answer` tokens joined by
+    spaces, divided by 100; a test holds the two together): uniform weights, the brevity
+    penalty ``exp(1 - r/c)`` when the predictions (``c`` tokens) are not longer than the
+    references (``r``), and Chen & Cherry method 1 smoothing (an order with no match counts
+    :data:`BLEU_EPSILON` matches). No matching unigram gives 0, and so does an order with no
+    n-gram at all (every prediction shorter than it). All references and predictions empty
+    gives 1.0. Raises :class:`InvalidInput` when the sequences differ in length, are empty, or
+    ``max_order`` is not 1..4.
     """
     if len(predictions) != len(references):
         raise InvalidInput(f"{len(predictions)} predictions but {len(references)} references")
     if not predictions:
         raise InvalidInput("corpus BLEU of an empty corpus is undefined")
+    if max_order not in (1, 2, 3, 4):
+        raise InvalidInput(f"max_order must be 1, 2, 3 or 4, got {max_order!r}")
     totals = [[0, 0] for _ in range(4)]
     hyp_len = ref_len = 0
     for p, r in zip(predictions, references, strict=True):
@@ -100,7 +112,51 @@ def corpus_bleu4(predictions: Sequence[str], references: Sequence[str]) -> float
             acc[1] += total
     if ref_len == 0:
         return float(hyp_len == 0)
-    return _bleu_from_stats([(m, t) for m, t in totals], hyp_len, ref_len)
+    used = totals[:max_order]
+    if hyp_len == 0 or used[0][0] == 0 or any(total == 0 for _, total in used):
+        return 0.0
+    log_p = sum(math.log((m if m > 0 else BLEU_EPSILON) / t) for m, t in used)
+    brevity = 1.0 if hyp_len >= ref_len else math.exp(1.0 - ref_len / hyp_len)
+    return brevity * math.exp(log_p / max_order)
+
+
+def corpus_bleu4(predictions: Sequence[str], references: Sequence[str]) -> float:
+    """Return corpus-level BLEU-4 in [0, 1]: :func:`corpus_bleu` with ``max_order=4``."""
+    return corpus_bleu(predictions, references, max_order=4)
+
+
+#: normalised answers read as yes or no (anything else is neither: a wrong yes/no answer)
+_YES = frozenset({"yes", "y", "true"})
+_NO = frozenset({"no", "n", "false"})
+
+
+def yes_no(text: str) -> str:
+    """``"yes"``, ``"no"`` or ``""`` (neither) for an answer, after :func:`normalize_answer`:
+    ``yes``/``y``/``true`` and ``no``/``n``/``false``, alone."""
+    norm = normalize_answer(text)
+    return "yes" if norm in _YES else "no" if norm in _NO else ""
+
+
+def class_f1(predictions: Sequence[str], references: Sequence[str]) -> float:
+    """Macro F1 in [0, 1] over the classes of the references (each distinct normalised
+    reference is a class; a prediction outside them is wrong for every class).
+
+    Per class ``c``: ``F1 = 2 TP / (2 TP + FP + FN)`` with TP = prediction and reference both
+    ``c``; the mean over the reference classes. Raises :class:`InvalidInput` when the
+    sequences differ in length or are empty."""
+    if len(predictions) != len(references):
+        raise InvalidInput(f"{len(predictions)} predictions but {len(references)} references")
+    if not predictions:
+        raise InvalidInput("F1 of no answers is undefined")
+    preds = [normalize_answer(p) for p in predictions]
+    refs = [normalize_answer(r) for r in references]
+    scores = []
+    for c in sorted(set(refs)):
+        tp = sum(p == c and r == c for p, r in zip(preds, refs, strict=True))
+        fp = sum(p == c and r != c for p, r in zip(preds, refs, strict=True))
+        fn = sum(r == c and p != c for p, r in zip(preds, refs, strict=True))
+        scores.append(2 * tp / (2 * tp + fp + fn))
+    return sum(scores) / len(scores)
 
 
 def _lcs_length(a: Sequence[str], b: Sequence[str]) -> int:

@@ -1,12 +1,17 @@
 """PNG plots of an evaluation (matplotlib, Agg backend, imported lazily).
 
 - ``figure6.png``: a metric against phase, one line per arm (the paper's Figure 6); two panels,
-  the frozen probe (Base..WB4) and the online phases (WB1..WB4); baselines dashed.
-- ``configs.png``: bars by arm at WB4, token F1 and exact match, 95% patient intervals.
+  the frozen probe (Base..WB4) and the online phases (WB1..WB4); baselines dashed. Token F1
+  over all questions; ``figure6_finding_f1.png`` the finding-label F1 over all questions; and,
+  when the run has several question types, ``figure6_<type>.png`` each type's first metric
+  (``label``: exact match, ``yes_no``: accuracy, ``text``: token F1).
+- ``configs.png``: bars by arm at WB4, token F1 and exact match over all questions, 95%
+  patient intervals.
 - ``gate.png``: write-back gate per online phase and memory configuration: answers written,
   and discarded ones by the codes they failed.
 
-Plots are drawn from the metric records of :func:`msm_mem.eval.report.summarise`.
+Plots are drawn from the metric records of :func:`msm_mem.eval.scores.summarise`; records
+without a ``question_type`` (an older results.json) count as all questions.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 
 from .._errors import MissingExtra
 from .records import CONFIGS, MODES
+from .scores import ALL, METRICS, SCOPE_METRICS
 from .split import PHASES
 
 __all__ = ["write_plots"]
@@ -119,11 +125,19 @@ def write_plots(
     plt = _pyplot()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    overall = [r for r in records if r.get("question_type", ALL) == ALL]
     paths = [out / "figure6.png", out / "figure6_finding_f1.png", out / "configs.png"]
-    _figure6(plt, records, arms, "token_f1", "token F1", paths[0])
-    _figure6(plt, records, arms, "finding_f1", "finding-label F1", paths[1])
-    _bars(plt, records, arms, paths[2])
+    _figure6(plt, overall, arms, "token_f1", "token F1", paths[0])
+    _figure6(plt, overall, arms, "finding_f1", "finding-label F1", paths[1])
+    _bars(plt, overall, arms, paths[2])
     if configs:
         paths.append(out / "gate.png")
-        _gate(plt, records, configs, paths[-1])
+        _gate(plt, overall, configs, paths[-1])
+    kinds = [k for k in SCOPE_METRICS if k != ALL and any(r.get("question_type") == k for r in records)]
+    if len(kinds) > 1:
+        for kind in kinds:
+            key = SCOPE_METRICS[kind][0]
+            mine = [r for r in records if r.get("question_type") == kind and not r.get("question")]
+            paths.append(out / f"figure6_{kind}.png")
+            _figure6(plt, mine, arms, key, f"{kind}: {METRICS[key]}", paths[-1])
     return paths

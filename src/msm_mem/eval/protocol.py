@@ -13,6 +13,12 @@ in two modes, both recorded:
   scratch copy of the arm's memory (their own earlier studies answered and written back in
   time order, then the copy is thrown away), so every phase is scored on the same queries.
 
+Question groups: rows are grouped by ``(question_type, question)``
+(:func:`~msm_mem.eval.records.question_groups`). One patient split covers every group; each
+group runs the whole protocol above on memories of its own (its own base memory, arms and
+baselines), so an answer to one question is never evidence for another, and every answer
+records its group.
+
 Feedback: with ``truth`` the reference arrives after each answer as a critic verdict (the
 signed report) and supersedes the agent's impression (accepted when it matches after
 normalisation, otherwise corrected); with ``none`` only the agent's own answers are written
@@ -56,6 +62,7 @@ from .records import (
     config_flags,
     fingerprint,
     parse_configs,
+    question_groups,
 )
 from .split import PHASES, split_patients
 
@@ -94,7 +101,7 @@ class _AgentArm:
         self.mem = self.run.open(self.directory)
         return _AgentArm(self.name, directory, self.run)
 
-    def answer(self, row: ManifestRow) -> tuple[str, str]:
+    def answer(self, row: ManifestRow) -> tuple[str, str, tuple[str, ...]]:
         a = self.mem.ask(
             AGENT,
             row.patient_id,
@@ -105,9 +112,10 @@ class _AgentArm:
             visual_tag=row.view,
             **self.flags,
         )
+        studies = tuple(dict.fromkeys(s for s in a.studies if s))  # distinct studies of the evidence, in rank order
         if a.gate is None:
-            return a.answer, ""
-        return a.answer, "written" if a.gate.written else "discarded:" + "+".join(a.gate.reasons)
+            return a.answer, "", studies
+        return a.answer, "written" if a.gate.written else "discarded:" + "+".join(a.gate.reasons), studies
 
     def learn(self, row: ManifestRow, prediction: str) -> None:
         if self.run.plan.settings.feedback == "truth" and row.answer.strip():
@@ -132,8 +140,8 @@ class _BaselineArm:
     def fork(self, directory: Path) -> _BaselineArm:
         return _BaselineArm(self.name, self.known.copy(), self.run)
 
-    def answer(self, row: ManifestRow) -> tuple[str, str]:
-        return baseline_answer(self.name, self.known, row.patient_id, self.run.plan.z[_key(row)]), ""
+    def answer(self, row: ManifestRow) -> tuple[str, str, tuple[str, ...]]:
+        return baseline_answer(self.name, self.known, row.patient_id, self.run.plan.z[_key(row)]), "", ()
 
     def learn(self, row: ManifestRow, prediction: str) -> None:
         text = row.answer if self.run.plan.settings.feedback == "truth" else prediction
@@ -161,6 +169,7 @@ class _Plan:
     z: dict[tuple[str, str], Vector]
     work: Path
     keep: Path | None = None
+    group: tuple[str, str] = ("text", "")
 
     def per_arm(self) -> int:
         return sum(len(self.parts[p]) for p in PHASES[1:]) + len(PHASES) * len(self.parts["validation"])
@@ -178,10 +187,27 @@ class _Runner:
         return MsmMem.open(directory, settings=p.memory, clock=FixedClock(p.t0), backbone=p.settings.backbone)
 
     def probe(self, arm: _Arm, mode: str, phase: str, rows: Sequence[ManifestRow]) -> None:
+        last: dict[str, str] = {}  # each patient's study answered before, in this probe
         for row in rows:
-            prediction, gate = arm.answer(row)
+            prediction, gate, retrieved = arm.answer(row)
+            prior = last.get(row.patient_id, "") if isinstance(arm, _AgentArm) else ""
+            last[row.patient_id] = row.study_id
+            kind, question = self.plan.group
             self.answers.append(
-                Answered(mode, phase, arm.name, row.patient_id, row.study_id, prediction, row.answer, gate)
+                Answered(
+                    mode,
+                    phase,
+                    arm.name,
+                    row.patient_id,
+                    row.study_id,
+                    prediction,
+                    row.answer,
+                    gate,
+                    kind,
+                    question,
+                    prior,
+                    retrieved,
+                )
             )
             arm.learn(row, prediction)
             self.tick(1)
@@ -229,22 +255,22 @@ def _agent_arm(plan: _Plan, name: str, base: Path, tick: Callable[[int], object]
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _run_configs(plan: _Plan, base: Path, jobs: int, bar: tqdm[Any]) -> list[Answered]:
-    configs = plan.settings.configs
-    if jobs <= 1 or len(configs) <= 1:
+def _run_configs(tasks: Sequence[tuple[_Plan, Path]], jobs: int, bar: tqdm[Any]) -> list[Answered]:
+    """Every memory configuration of every question group (``(plan, base memory)`` pairs), in
+    that order, in up to ``jobs`` worker processes."""
+    work = [(plan, name, base) for plan, base in tasks for name in plan.settings.configs]
+    if jobs <= 1 or len(work) <= 1:
         out: list[Answered] = []
-        for name in configs:
-            bar.set_description(f"eval {name}")
+        for plan, name, base in work:
+            bar.set_description(f"eval {name}" + (f" ({plan.group[0]})" if len(tasks) > 1 else ""))
             out += _agent_arm(plan, name, base, bar.update)
         return out
     # spawn, not fork: the parent holds FAISS/OpenMP and tqdm threads that must not be forked
     ctx = multiprocessing.get_context("spawn")
     ticks = ctx.Queue()
-    bar.set_description(f"eval {len(configs)} configurations in {min(jobs, len(configs))} processes")
-    with ProcessPoolExecutor(
-        min(jobs, len(configs)), mp_context=ctx, initializer=_init_worker, initargs=(ticks,)
-    ) as pool:
-        futures = [pool.submit(_agent_arm, plan, name, base) for name in configs]
+    bar.set_description(f"eval {len(work)} arms in {min(jobs, len(work))} processes")
+    with ProcessPoolExecutor(min(jobs, len(work)), mp_context=ctx, initializer=_init_worker, initargs=(ticks,)) as pool:
+        futures = [pool.submit(_agent_arm, plan, name, base) for plan, name, base in work]
         while not all(f.done() for f in futures):
             try:
                 bar.update(ticks.get(timeout=0.2))
@@ -275,48 +301,81 @@ def run_protocol(
     afterwards). Memory configurations run in up to ``jobs`` worker processes; the answers do
     not depend on ``jobs``. With ``keep_stores`` each configuration's store after WB4 is kept
     as ``keep_stores/<configuration>`` (replaced if present). Returns every answer with its
-    mode, phase and arm; metrics are computed by :mod:`msm_mem.eval.report`. Raises
-    :class:`InvalidInput` for fewer than 3 labelled patients.
+    mode, phase, arm and question group; metrics are computed by :mod:`msm_mem.eval.report`.
+    With several question groups each group's stores live in ``work_dir/q<i>-<type>`` and are
+    kept as ``keep_stores/q<i>-<type>/<configuration>``. Raises :class:`InvalidInput` for no
+    labelled row or fewer than 3 labelled patients.
     """
     settings = settings or ProtocolSettings()
     labelled = [r for r in rows if r.answer.strip()]
     if not labelled:
-        raise InvalidInput("no labelled rows to evaluate")
+        raise InvalidInput("no labelled rows to evaluate (every row's answer is empty)")
     store_settings = (memory or Settings()).with_(encoder=settings.encoder)
-    split = split_patients({r.patient_id for r in labelled}, seed=settings.seed)
+    patients = {r.patient_id for r in labelled}
+    if len(patients) < 3:
+        raise InvalidInput(
+            f"the subject-level split (memory / fine-tune / validation) needs at least 3 labelled patients, "
+            f"got {len(patients)}"
+        )
+    split = split_patients(patients, seed=settings.seed)
     where = split.phase_of()
-    order = sorted(labelled, key=lambda r: (r.timestamp, r.patient_id, r.study_id))
-    parts = {name: [r for r in order if where[r.patient_id] == name] for name in (*PHASES, "validation")}
+    order = sorted(labelled, key=lambda r: (r.timestamp, r.patient_id, r.study_id, r.question))
+    groups = question_groups(labelled)
     z: dict[tuple[str, str], Vector] = {}
     if settings.baselines:
-        needed = [r for name in parts for r in parts[name]]
+        needed = list({_key(r): r for r in order}.values())  # one image per study
         vectors = get_encoder(settings.encoder).encode_paths([r.image for r in needed], progress=progress)
         z = {_key(r): v for r, v in zip(needed, vectors, strict=True)}
     t0 = float(np.ceil(max(r.timestamp for r in labelled))) + 86_400.0
     answers: list[Answered] = []
     with tempfile.TemporaryDirectory(prefix="msm-mem-eval-") as tmp:
         work = Path(work_dir) if work_dir is not None else Path(tmp)
-        if keep_stores is not None:
-            Path(keep_stores).mkdir(parents=True, exist_ok=True)
-        plan = _Plan(settings, store_settings, t0, parts, z, work, None if keep_stores is None else Path(keep_stores))
-        total = plan.per_arm() * (len(settings.configs) + len(settings.baselines))
+        keep = None if keep_stores is None else Path(keep_stores)
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+        plans = []
+        for i, group in enumerate(groups):
+            mine = [r for r in order if (r.question_type, r.question) == group]
+            parts = {name: [r for r in mine if where[r.patient_id] == name] for name in (*PHASES, "validation")}
+            # one group keeps the single-question layout (work/arms, keep/<configuration>)
+            sub = "" if len(groups) == 1 else f"q{i}-{group[0]}"
+            plans.append(
+                _Plan(settings, store_settings, t0, parts, z, work / sub, None if keep is None else keep / sub, group)
+            )
+        total = sum(plan.per_arm() for plan in plans) * (len(settings.configs) + len(settings.baselines))
         with tqdm(total=total, desc="eval", unit="answer", disable=not progress) as bar:
             if settings.configs:
-                base = work / "base"
-                with MsmMem.init(base, ADMIN, settings=store_settings, clock=FixedClock(t0)) as mem:
-                    mem.ingest(INGEST, parts["Base"])
-                answers += _run_configs(plan, base, jobs, bar)
-            known = [Known(r.patient_id, r.timestamp, r.study_id, r.answer, z[_key(r)]) for r in parts["Base"]]
-            for name in settings.baselines:
-                bar.set_description(f"eval {name}")
-                runner = _Runner(plan, bar.update)
-                answers += runner.run_arm(_BaselineArm(name, KnownStudies(known), runner))
+                tasks = []
+                for plan in plans:
+                    base = plan.work / "base"
+                    with MsmMem.init(base, ADMIN, settings=store_settings, clock=FixedClock(t0)) as mem:
+                        mem.ingest(INGEST, plan.parts["Base"])
+                    if plan.keep is not None:
+                        plan.keep.mkdir(parents=True, exist_ok=True)
+                    tasks.append((plan, base))
+                answers += _run_configs(tasks, jobs, bar)
+            for plan in plans if settings.baselines else ():
+                known = [Known(r.patient_id, r.timestamp, r.study_id, r.answer, z[_key(r)]) for r in plan.parts["Base"]]
+                for name in settings.baselines:
+                    bar.set_description(f"eval {name}")
+                    runner = _Runner(plan, bar.update)
+                    answers += runner.run_arm(_BaselineArm(name, KnownStudies(known), runner))
     data: dict[str, object] = {
         "name": dataset,
         "fingerprint": fingerprint(labelled),
         "rows": len(rows),
         "labelled": len(labelled),
-        "patients": len({r.patient_id for r in labelled}),
-        "studies": {name: len(part) for name, part in parts.items()},
+        "patients": len(patients),
+        "studies": {
+            name: len({_key(r) for r in labelled if where[r.patient_id] == name}) for name in (*PHASES, "validation")
+        },
+        "questions": [
+            {
+                "question_type": plan.group[0],
+                "question": plan.group[1],
+                "rows": {name: len(part) for name, part in plan.parts.items()},
+            }
+            for plan in plans
+        ],
     }
     return ProtocolRun(settings, store_settings, split, data, answers)

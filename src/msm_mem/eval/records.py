@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from .._errors import InvalidInput
-from .._records import ManifestRow
+from .._records import QUESTION_TYPES, ManifestRow
 from .._settings import Settings
 from .baselines import BASELINES
 from .split import Split
@@ -29,6 +29,7 @@ __all__ = [
     "config_flags",
     "fingerprint",
     "parse_configs",
+    "question_groups",
 ]
 
 #: The 8 memory configurations (subsets of S, E, V), in the paper's Table 1 order.
@@ -64,7 +65,7 @@ def config_flags(name: str) -> dict[str, bool]:
 def fingerprint(rows: Sequence[ManifestRow]) -> str:
     """SHA-256 (hex) of the rows' content and image bytes, independent of folder and row order."""
     digest = hashlib.sha256()
-    for r in sorted(rows, key=lambda r: (r.patient_id, r.study_id)):
+    for r in sorted(rows, key=lambda r: (r.patient_id, r.study_id, r.question)):
         image = hashlib.sha256(Path(r.image).read_bytes()).hexdigest()
         fields = [
             r.patient_id,
@@ -75,6 +76,7 @@ def fingerprint(rows: Sequence[ManifestRow]) -> str:
             r.report,
             r.decision,
             r.view,
+            r.question_type,
             image,
         ]
         digest.update(json.dumps(fields, ensure_ascii=False).encode() + b"\n")
@@ -106,7 +108,10 @@ class ProtocolSettings:
 @dataclass(frozen=True, slots=True)
 class Answered:
     """One scored answer. ``gate`` is ``written``, ``discarded:<failed codes joined by +>``
-    (the agent's own answer at the write-back gate) or ``""`` for baselines."""
+    (the agent's own answer at the write-back gate) or ``""`` for baselines;
+    ``question_type`` and ``question`` name the question group it belongs to. ``prior`` is the
+    patient's study answered just before in the same probe ("" for a first study), ``retrieved``
+    the distinct studies of the answer's study-linked evidence in rank order (:mod:`msm_mem.eval.recall`)."""
 
     mode: str
     phase: str
@@ -116,6 +121,17 @@ class Answered:
     prediction: str
     reference: str
     gate: str = ""
+    question_type: str = "text"
+    question: str = ""
+    prior: str = ""
+    retrieved: tuple[str, ...] = ()
+
+
+def question_groups(rows: Sequence[ManifestRow]) -> list[tuple[str, str]]:
+    """The ``(question_type, question)`` groups of ``rows``: types in :data:`QUESTION_TYPES`
+    order, questions sorted within a type."""
+    order = {t: i for i, t in enumerate(QUESTION_TYPES)}
+    return sorted({(r.question_type, r.question) for r in rows}, key=lambda g: (order[g[0]], g[1]))
 
 
 @dataclass(slots=True)

@@ -1,20 +1,14 @@
-"""Metrics per (mode, phase, arm) and the reports: Table 1, per-phase tables, results.json.
+"""The reports of an evaluation: Table 1, per-phase tables, results.json, answers.jsonl.
 
-Metrics (every value in [0, 1]; the Markdown tables print percent, like the paper):
+Metrics come from :mod:`msm_mem.eval.scores` (overall, per question type and per question;
+the Markdown tables print percent, like the paper, and CIDEr-D as it is, in [0, 10]).
 
-- ``token_f1`` and ``exact_match``: SQuAD-style on normalised answers, mean over answers, with a
-  95% percentile bootstrap interval that resamples *patients* (:func:`~.metrics.bootstrap_ci`).
-- ``bleu4``: corpus BLEU-4 (:func:`~.metrics.corpus_bleu4`); ``rouge_l``: mean ROUGE-L F
-  (with a patient bootstrap interval).
-- ``finding_f1``: micro F1 of the 14 CheXpert-style finding labels (:mod:`.labeler`, uncertain
-  counted positive), with a patient bootstrap interval; ``finding_f1_macro`` beside it.
-- gate counts (memory configurations only): answers written to long-term memory, answers
-  discarded, and the discard reasons (each discarded answer counted once per failed code).
-
-Files written by :func:`write_reports`: ``table1.md``/``.csv`` (phase WB4, one row per arm and
-mode), ``phases.md``/``.csv`` (every mode, phase and arm), ``results.json`` (settings, data
-fingerprint, split, every metric) and ``answers.jsonl`` (every answer). Nothing random or
-machine-specific goes in, so equal runs give byte-identical files.
+Files written by :func:`write_reports`: ``table1.md``/``.csv`` (phase WB4, one row per scope,
+arm and mode; the Markdown has the overall table first, then one per question type and per
+question), ``phases.md``/``.csv`` (every scope, mode, phase and arm), ``results.json``
+(settings, data fingerprint, question groups, split, every metric) and ``answers.jsonl`` (every
+answer with its question). Nothing random or machine-specific goes in, so equal runs give
+byte-identical files.
 """
 
 from __future__ import annotations
@@ -22,115 +16,24 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from .._memory.labeler import finding_f1, label
-from .metrics import bootstrap_ci, corpus_bleu4, exact_match, rouge_l, token_f1
-from .records import CONFIGS, MODES, Answered, ProtocolRun
+from .records import CONFIGS, MODES, ProtocolRun
+from .scores import ALL, METRICS, SCOPE_METRICS, finding_counts, scopes, summarise
 from .split import PHASES
 
 __all__ = ["METRICS", "finding_counts", "results_json", "summarise", "table1_markdown", "write_reports"]
 
-#: Metric keys in report order, with their column titles.
-METRICS: dict[str, str] = {
-    "token_f1": "F1",
-    "exact_match": "EM",
-    "bleu4": "BLEU-4",
-    "rouge_l": "ROUGE-L",
-    "finding_f1": "Finding F1",
-    "finding_f1_macro": "Finding F1 (macro)",
-}
 FINAL = PHASES[-1]
-
-
-@lru_cache(maxsize=65536)
-def _positives(text: str) -> frozenset[str]:
-    return frozenset(obs for obs, v in label(text).items() if v in (1, -1))
-
-
-def finding_counts(prediction: str, reference: str) -> tuple[int, int, int]:
-    """(TP, FP, FN) of the finding labels of one pair over the 14 observations (uncertain = positive)."""
-    p, r = _positives(prediction), _positives(reference)
-    return len(p & r), len(p - r), len(r - p)
-
-
-def _micro(counts: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    tp, fp, fn = counts[..., 0], counts[..., 1], counts[..., 2]
-    den = 2 * tp + fp + fn
-    return np.where(den == 0, 1.0, 2 * tp / np.maximum(den, 1))
-
-
-Counts = dict[str, list[tuple[int, int, int]]]
-
-
-def _finding_ci(by_patient: Counts, n_boot: int, seed: int) -> tuple[float, float, float]:
-    sums = np.array([np.sum(by_patient[p], axis=0) for p in sorted(by_patient)], dtype=np.float64)
-    point = float(_micro(sums.sum(axis=0)))
-    idx = np.random.default_rng(seed).integers(0, len(sums), size=(n_boot, len(sums)))
-    low, high = np.quantile(_micro(sums[idx].sum(axis=1)), [0.025, 0.975])
-    return point, float(low), float(high)
-
-
-def _ci(by_patient: dict[str, list[float]], n_boot: int, seed: int) -> dict[str, float]:
-    mean, low, high = bootstrap_ci(by_patient, n_resamples=n_boot, seed=seed)
-    return {"mean": mean, "low": low, "high": high}
-
-
-def _score(answers: Sequence[Answered], n_boot: int, seed: int) -> dict[str, Any]:
-    preds, refs = [a.prediction for a in answers], [a.reference for a in answers]
-    per: dict[str, dict[str, list[float]]] = {k: defaultdict(list) for k in ("token_f1", "exact_match", "rouge_l")}
-    counts: Counts = defaultdict(list)
-    for a in answers:
-        per["token_f1"][a.patient_id].append(token_f1(a.prediction, a.reference))
-        per["exact_match"][a.patient_id].append(exact_match(a.prediction, a.reference))
-        per["rouge_l"][a.patient_id].append(rouge_l(a.prediction, a.reference))
-        counts[a.patient_id].append(finding_counts(a.prediction, a.reference))
-    mean, low, high = _finding_ci(counts, n_boot, seed)
-    gates = [a.gate for a in answers if a.gate]
-    reasons = Counter(code for g in gates if g != "written" for code in g.split(":", 1)[1].split("+"))
-    return {
-        "n": len(answers),
-        "patients": len(counts),
-        **{k: _ci(v, n_boot, seed) for k, v in per.items()},
-        "bleu4": {"mean": corpus_bleu4(preds, refs)},
-        "finding_f1": {"mean": mean, "low": low, "high": high},
-        "finding_f1_macro": {"mean": finding_f1(preds, refs)["macro"]},
-        "gate": {
-            "written": sum(g == "written" for g in gates),
-            "discarded": sum(g != "written" for g in gates),
-            "reasons": dict(sorted(reasons.items())),
-        },
-    }
-
-
-def summarise(run: ProtocolRun, *, n_boot: int = 1000) -> list[dict[str, Any]]:
-    """One metrics record per (mode, phase, arm) that has answers, in mode, phase, arm order."""
-    groups: dict[tuple[str, str, str], list[Answered]] = defaultdict(list)
-    for a in run.answers:
-        groups[(a.mode, a.phase, a.arm)].append(a)
-    out = []
-    for mode in MODES:
-        for phase in PHASES:
-            for arm in run.arms:
-                if answers := groups.get((mode, phase, arm)):
-                    kind = "memory" if arm in CONFIGS else "baseline"
-                    out.append(
-                        {
-                            "mode": mode,
-                            "phase": phase,
-                            "arm": arm,
-                            "kind": kind,
-                            **_score(answers, n_boot, run.settings.seed),
-                        }
-                    )
-    return out
+_TYPE_TITLES = {
+    ALL: "all questions",
+    "label": "label questions (a short finding label)",
+    "yes_no": "yes/no questions",
+    "text": "free-text questions",
+}
 
 
 # ---------------------------------------------------------------------------------- writing
@@ -146,10 +49,23 @@ def _round(x: Any) -> Any:
     return x
 
 
-def _flat(rec: dict[str, Any]) -> dict[str, Any]:
-    row: dict[str, Any] = {k: rec[k] for k in ("mode", "phase", "arm", "kind", "n", "patients")}
+_KEYS = ("question_type", "question", "mode", "phase", "arm", "kind", "n", "patients")
+
+
+def _columns() -> list[str]:
+    cols = list(_KEYS)
     for key in METRICS:
-        for part, value in rec[key].items():
+        cols.append(key)
+        if key not in ("yes_no_f1", "label_f1", "cider", "finding_f1_macro") and not key.startswith("bleu"):
+            cols += [f"{key}_low", f"{key}_high"]
+    return [*cols, "gate_written", "gate_discarded", "gate_reasons"]
+
+
+def _flat(rec: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(_columns(), "")
+    row.update({k: rec[k] for k in _KEYS})
+    for key in METRICS:
+        for part, value in rec.get(key, {}).items():
             row[key if part == "mean" else f"{key}_{part}"] = f"{value:.4f}"
     gate = rec["gate"]
     row.update(
@@ -161,18 +77,21 @@ def _flat(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _csv(records: Sequence[dict[str, Any]]) -> str:
-    rows = [_flat(r) for r in records]
     buf = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    writer = csv.DictWriter(buf, fieldnames=_columns(), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(_flat(r) for r in records)
     return buf.getvalue()
 
 
-def _pct(m: dict[str, float]) -> str:
-    text = f"{100 * m['mean']:.2f}"
-    return f"{text} [{100 * m['low']:.1f}, {100 * m['high']:.1f}]" if "low" in m else text
+def _pct(m: dict[str, float], key: str = "") -> str:
+    scale = 1 if key == "cider" else 100  # CIDEr-D is no percentage
+    text = f"{scale * m['mean']:.2f}"
+    return f"{text} [{scale * m['low']:.1f}, {scale * m['high']:.1f}]" if "low" in m else text
+
+
+def _scope_title(kind: str, question: str) -> str:
+    return f"{_TYPE_TITLES[kind]}: {question}" if question else _TYPE_TITLES[kind]
 
 
 _ARM_TITLES = {
@@ -194,33 +113,40 @@ def _mark(arm: str, letter: str) -> str:
 
 
 def table1_markdown(records: Sequence[dict[str, Any]], run: ProtocolRun, phase: str = FINAL) -> str:
-    """The paper's Table 1 shape: one row per arm, metric columns (percent, 95% patient CI)."""
+    """The paper's Table 1 shape: one row per arm, metric columns (percent, 95% patient CI),
+    for all questions first, then per question type and per question."""
     s, m = run.settings, run.memory_settings
     lines = [
         f"# Table 1: performance by memory configuration at {phase}",
         "",
-        f"Data: {run.data['name']} ({run.data['labelled']} labelled studies, {run.data['patients']} patients; "
+        f"Data: {run.data['name']} ({run.data['labelled']} labelled questions, {run.data['patients']} patients; "
         f"fingerprint `{str(run.data['fingerprint'])[:16]}`). Encoder `{s.encoder}`, backbone `{s.backbone}`, "
         f"feedback `{s.feedback}`, seed {s.seed}; gate tau {m.tau}, at least {m.min_answer_words} words. "
-        "Percent; brackets: 95% bootstrap interval over patients.",
+        "Percent (CIDEr-D in [0, 10]); brackets: 95% bootstrap interval over patients.",
         "",
     ]
-    for mode in MODES:
-        rows = [r for r in records if r["mode"] == mode and r["phase"] == phase]
-        if not rows:
-            continue
-        title = _MODE_TITLES[mode].format(phase=phase)
-        lines += [
-            f"## {title} ({rows[0]['n']} answers, {rows[0]['patients']} patients)",
-            "",
-            "| Configuration | S | E | V | " + " | ".join(METRICS.values()) + " |",
-            "|---|:-:|:-:|:-:|" + "---:|" * len(METRICS),
-        ]
-        for r in rows:
-            name = _ARM_TITLES.get(r["arm"], r["arm"])
-            marks = " | ".join(_mark(r["arm"], c) for c in "SEV")
-            lines.append(f"| {name} | {marks} | " + " | ".join(_pct(r[k]) for k in METRICS) + " |")
-        lines.append("")
+    for kind, question in scopes(run):
+        keys = SCOPE_METRICS[kind]
+        for mode in MODES:
+            rows = [
+                r
+                for r in records
+                if r["mode"] == mode and r["phase"] == phase and (r["question_type"], r["question"]) == (kind, question)
+            ]
+            if not rows:
+                continue
+            title = _MODE_TITLES[mode].format(phase=phase)
+            lines += [
+                f"## {_scope_title(kind, question)}. {title} ({rows[0]['n']} answers, {rows[0]['patients']} patients)",
+                "",
+                "| Configuration | S | E | V | " + " | ".join(METRICS[k] for k in keys) + " |",
+                "|---|:-:|:-:|:-:|" + "---:|" * len(keys),
+            ]
+            for r in rows:
+                name = _ARM_TITLES.get(r["arm"], r["arm"])
+                marks = " | ".join(_mark(r["arm"], c) for c in "SEV")
+                lines.append(f"| {name} | {marks} | " + " | ".join(_pct(r[k], k) for k in keys) + " |")
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -228,39 +154,43 @@ def _phases_markdown(records: Sequence[dict[str, Any]], run: ProtocolRun) -> str
     lines = [
         "# Metrics per write-back phase",
         "",
-        "Percent. Frozen: the same validation queries after each phase. Online: each phase's own "
-        "studies, answered before write-back. Gate: answers written / discarded by the write-back gate.",
+        "Percent (CIDEr-D in [0, 10]). Frozen: the same validation queries after each phase. Online: each "
+        "phase's own studies, answered before write-back. Gate: answers written / discarded by the write-back gate.",
         "",
     ]
-    for mode in MODES:
-        phases = [p for p in PHASES if any(r["mode"] == mode and r["phase"] == p for r in records)]
-        for key in ("token_f1", "exact_match", "finding_f1"):
+    for kind, question in scopes(run):
+        mine = [r for r in records if (r["question_type"], r["question"]) == (kind, question)]
+        for mode in MODES:
+            phases = [p for p in PHASES if any(r["mode"] == mode and r["phase"] == p for r in mine)]
+            for key in SCOPE_METRICS[kind][:3]:
+                lines += [
+                    f"## {_scope_title(kind, question)}. {mode}: {METRICS[key]}",
+                    "",
+                    "| Arm | " + " | ".join(phases) + " |",
+                    "|---|" + "---:|" * len(phases),
+                ]
+                for arm in run.arms:
+                    cells = {
+                        r["phase"]: _pct({"mean": r[key]["mean"]}, key)
+                        for r in mine
+                        if r["mode"] == mode and r["arm"] == arm
+                    }
+                    lines.append(f"| {arm} | " + " | ".join(cells.get(p, "") for p in phases) + " |")
+                lines.append("")
             lines += [
-                f"## {mode}: {METRICS[key]}",
+                f"## {_scope_title(kind, question)}. {mode}: write-back gate (written / discarded)",
                 "",
-                "| Arm | " + " | ".join(phases) + " |",
+                "| Configuration | " + " | ".join(phases) + " |",
                 "|---|" + "---:|" * len(phases),
             ]
-            for arm in run.arms:
+            for arm in run.settings.configs:
                 cells = {
-                    r["phase"]: f"{100 * r[key]['mean']:.2f}" for r in records if r["mode"] == mode and r["arm"] == arm
+                    r["phase"]: f"{r['gate']['written']} / {r['gate']['discarded']}"
+                    for r in mine
+                    if r["mode"] == mode and r["arm"] == arm
                 }
                 lines.append(f"| {arm} | " + " | ".join(cells.get(p, "") for p in phases) + " |")
             lines.append("")
-        lines += [
-            f"## {mode}: write-back gate (written / discarded)",
-            "",
-            "| Configuration | " + " | ".join(phases) + " |",
-            "|---|" + "---:|" * len(phases),
-        ]
-        for arm in run.settings.configs:
-            cells = {
-                r["phase"]: f"{r['gate']['written']} / {r['gate']['discarded']}"
-                for r in records
-                if r["mode"] == mode and r["arm"] == arm
-            }
-            lines.append(f"| {arm} | " + " | ".join(cells.get(p, "") for p in phases) + " |")
-        lines.append("")
     return "\n".join(lines)
 
 
@@ -270,7 +200,7 @@ def results_json(records: Sequence[dict[str, Any]], run: ProtocolRun, *, n_boot:
     split = {name: list(ids) for name, ids in zip(PHASES, run.split.phases, strict=True)}
     split.update(finetune=list(run.split.finetune), validation=list(run.split.validation))
     doc = {
-        "format": "msm-mem-eval/1",
+        "format": "msm-mem-eval/2",
         "settings": {
             **asdict(run.settings),
             "bootstrap_resamples": n_boot,

@@ -78,7 +78,11 @@ def run_demo(
     shutil.rmtree(out / "stores")
     records = write_reports(run, out)
     plots = write_plots(records, out, arms=run.arms, configs=run.settings.configs)
-    final = {r["arm"]: r["token_f1"]["mean"] for r in records if r["mode"] == "frozen" and r["phase"] == "WB4"}
+    final = {
+        r["arm"]: r["token_f1"]["mean"]
+        for r in records
+        if r["question_type"] == "all" and r["mode"] == "frozen" and r["phase"] == "WB4"
+    }
     if verbose:
         counts = run.split.counts()
         print(

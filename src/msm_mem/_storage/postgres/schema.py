@@ -9,7 +9,9 @@ import re
 __all__ = ["FORMAT", "HNSW", "LIVE", "SCHEMA", "SCHEMA_VERSION", "TABLES"]
 
 FORMAT = "msm-mem-store"
-SCHEMA_VERSION = "1"
+#: "1": before row digests (and, in stores of older versions, clear visual tags); such a store
+#: is upgraded by ``msm-mem store upgrade``. "2": row digests in meta (``rows:<table>``).
+SCHEMA_VERSION = "2"
 #: rows that searches return
 LIVE = "state IN ('active', 'anonymized')"
 

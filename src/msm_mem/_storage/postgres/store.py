@@ -39,6 +39,8 @@ What assumes one node here: the table locks and ``max(pos) + 1`` positions (per 
 
 from __future__ import annotations
 
+import contextlib
+import select
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -54,7 +56,8 @@ from ..._records import Vector
 from ..base import VectorKind
 from ..codec import FieldCodec
 from ..rows import EPISODIC_COLUMNS, VISUAL_COLUMNS, check_vector
-from ..sql_core import Rows
+from ..sql_core import CommitLost, Rows
+from ..sql_rows import initial_meta, schema_problem
 from ..sql_store import SqlStore
 from .keys import PgKeyTable
 from .pgvector import Vec, connect, use_schema, vector_schema
@@ -65,6 +68,17 @@ __all__ = ["PostgresStore"]
 HNSW_MAX_DIM = 2000
 _KINDS = ("episodic", "visual")
 PopulationSearch = Literal["exact", "hnsw"]
+
+
+def _dropped(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the server closed this idle connection: its socket is readable (end of file, or
+    the server's last words) although no query is running. No round trip. Readable for another
+    reason (a parameter report after a configuration reload) costs one needless reconnect."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
 
 
 @lru_cache(maxsize=512)
@@ -85,7 +99,9 @@ class PostgresStore(SqlStore):
         "relationships": "id",
     }
     HOLDS_NUL: ClassVar[bool] = False
+    CURRENT_SCHEMA: ClassVar[str] = SCHEMA_VERSION
     INTEGRITY_ERROR: ClassVar[type[Exception]] = psycopg.IntegrityError
+    DISCONNECTED: ClassVar[tuple[type[Exception], ...]] = (psycopg.OperationalError,)
 
     def __init__(
         self,
@@ -115,6 +131,7 @@ class PostgresStore(SqlStore):
         self.dim = int(meta["dim"])
         self.encoder_name = meta["encoder"]
         self.tenant = meta["tenant"]
+        self.schema_version = meta.get("schema", "")
         self._approximate = self._approximate and self.dim <= HNSW_MAX_DIM
         if self._approximate:
             for kind in _KINDS:
@@ -161,6 +178,7 @@ class PostgresStore(SqlStore):
                     ("dim", str(dim)),
                     ("encoder", encoder),
                     ("tenant", uuid.uuid4().hex),
+                    *initial_meta(),
                 ]
                 conn.cursor().executemany("INSERT INTO meta VALUES (%s, %s)", rows)
             store = cls(conn, schema, codec, population_search)
@@ -181,8 +199,10 @@ class PostgresStore(SqlStore):
         codec: FieldCodec | None = None,
         schema: str = "msm_mem",
         population_search: PopulationSearch = "exact",
+        upgrading: bool = False,
     ) -> PostgresStore:
-        """Open an existing store; a schema that is not one raises :class:`StoreError`."""
+        """Open an existing store; a schema that is not one raises :class:`StoreError`, and so
+        does a store of an older schema unless ``upgrading`` (for :meth:`upgrade` only)."""
         conn = connect(dsn)
         try:
             meta_table = f"{sql.Identifier(schema).as_string(conn)}.meta"
@@ -194,10 +214,9 @@ class PostgresStore(SqlStore):
                 raise StoreError(f"schema {schema!r} is not a readable msm-mem store: {exc}") from exc
             if meta.get("format") != FORMAT:
                 raise StoreError(f"schema {schema!r} is not an msm-mem store (format {meta.get('format')!r})")
-            if meta.get("schema") != SCHEMA_VERSION:
-                raise StoreError(
-                    f"schema {schema!r} has store schema {meta.get('schema')!r}, expected {SCHEMA_VERSION}"
-                )
+            problem = schema_problem(meta.get("schema"), SCHEMA_VERSION, upgrading)
+            if problem:
+                raise StoreError(f"schema {schema!r}: {problem}")
             store = cls(conn, schema, codec, population_search)
             store._dsn = dsn
             return store
@@ -242,13 +261,14 @@ class PostgresStore(SqlStore):
     def _db(self) -> Iterator[psycopg.Connection[Any]]:
         """The connection, under the lock, with database errors mapped to the library's.
 
-        A connection the server dropped (a restart, a failover) fails the call that finds it
-        with :class:`StoreError` (its transaction rolled back, nothing written) and is opened
-        again by the next call."""
+        A connection the server dropped (a restart, a failover) fails the call in flight with
+        :class:`StoreError` (its transaction rolled back, nothing written) and is opened again
+        by the next call; one the server closed while idle (between calls) is noticed before
+        it is used (its socket reads end of file) and opened again at once."""
         with self._lock:
             if self._closed:
                 raise StoreError("the store is closed")
-            if self._depth == 0 and (self._conn.closed or self._conn.broken):
+            if self._depth == 0 and (self._conn.closed or self._conn.broken or _dropped(self._conn)):
                 self._reconnect()
             self._depth += 1
             try:
@@ -269,7 +289,9 @@ class PostgresStore(SqlStore):
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
+        old, self._conn = self._conn, conn
+        with contextlib.suppress(psycopg.Error, OSError):
+            old.close()  # dropped by the server already; closing frees what is left of it here
         self._keys.sync()  # other connections may have written meanwhile
 
     def _q(self, query: str, args: Sequence[Any] = ()) -> Rows:
@@ -281,13 +303,24 @@ class PostgresStore(SqlStore):
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         """Writers queue on ``EXCLUSIVE`` table locks (readers go on), as with SQLite's ``BEGIN
-        IMMEDIATE``, so positions stay dense and supersession cannot race."""
+        IMMEDIATE``, so positions stay dense and supersession cannot race. A connection lost
+        while the commit is sent is :class:`CommitLost` (the server may have committed)."""
+        committing = False
         try:
             with self._conn.transaction():
                 self._conn.execute("LOCK TABLE episodic, visual, semantic IN EXCLUSIVE MODE")
                 yield
+                committing = True
         except psycopg.IntegrityError as exc:
             raise InvalidInput(f"write refused by the store: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            if committing:
+                raise CommitLost(str(exc).strip()) from exc
+            raise
+
+    def _reconnect_after_loss(self) -> None:
+        if self._conn.closed or self._conn.broken:
+            self._reconnect()
 
     def _positions(self) -> dict[VectorKind, int]:
         return {

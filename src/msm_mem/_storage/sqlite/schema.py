@@ -6,7 +6,9 @@ __all__ = ["DB_NAME", "FORMAT", "SCHEMA", "SCHEMA_VERSION"]
 
 DB_NAME = "msm-mem.sqlite"
 FORMAT = "msm-mem-store"
-SCHEMA_VERSION = "1"
+#: "1": before row digests (and, in stores of older versions, clear visual tags); such a store
+#: is upgraded by ``msm-mem store upgrade``. "2": row digests in meta (``rows:<table>``).
+SCHEMA_VERSION = "2"
 
 _MEMORY = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -36,6 +36,7 @@ from ..base import VectorKind
 from ..batch import WriteBatch
 from ..codec import FieldCodec
 from ..sql_core import Rows
+from ..sql_rows import initial_meta, schema_problem
 from ..sql_store import SqlStore
 from ..sql_write import Moved
 from .keys import SqliteKeyTable, data_version
@@ -119,6 +120,7 @@ class SqliteStore(FaissVectors, SqlStore):
         "relationships": "rowid",
     }
     HOLDS_NUL: ClassVar[bool] = True
+    CURRENT_SCHEMA: ClassVar[str] = SCHEMA_VERSION
     INTEGRITY_ERROR: ClassVar[type[Exception]] = sqlite3.IntegrityError
 
     def __init__(self, directory: Path, conn: sqlite3.Connection, codec: FieldCodec | None = None) -> None:
@@ -142,6 +144,7 @@ class SqliteStore(FaissVectors, SqlStore):
         self.dim = int(meta["dim"])
         self.encoder_name = meta["encoder"]
         self.tenant = meta["tenant"]
+        self.schema_version = meta.get("schema", "")
         self._seen_version = data_version(conn)  # before reading the rows: a later commit is followed
         self._open_indexes()
 
@@ -179,14 +182,23 @@ class SqliteStore(FaissVectors, SqlStore):
                 ("dim", str(dim)),
                 ("encoder", encoder),
                 ("tenant", uuid.uuid4().hex),
+                *initial_meta(),
             ],
         )
         conn.execute("COMMIT")
         return cls(directory, conn, codec)
 
     @classmethod
-    def open(cls, directory: str | Path, *, codec: FieldCodec | None = None, durable: bool = True) -> SqliteStore:
-        """Open an existing store; a directory that is not one raises :class:`StoreError`.
+    def open(
+        cls,
+        directory: str | Path,
+        *,
+        codec: FieldCodec | None = None,
+        durable: bool = True,
+        upgrading: bool = False,
+    ) -> SqliteStore:
+        """Open an existing store; a directory that is not one raises :class:`StoreError`, and
+        so does a store of an older schema unless ``upgrading`` (for :meth:`upgrade` only).
 
         PHI fields are refused until an encrypting ``codec`` is given here or to :meth:`use_codec`."""
         directory = Path(directory)
@@ -203,9 +215,10 @@ class SqliteStore(FaissVectors, SqlStore):
         if meta.get("format") != FORMAT:
             conn.close()
             raise StoreError(f"{db} is not an msm-mem store (format {meta.get('format')!r})")
-        if meta.get("schema") != SCHEMA_VERSION:
+        problem = schema_problem(meta.get("schema"), SCHEMA_VERSION, upgrading)
+        if problem:
             conn.close()
-            raise StoreError(f"{db} has schema {meta.get('schema')!r}, expected {SCHEMA_VERSION}")
+            raise StoreError(f"{db}: {problem}".replace("DIR", str(directory)))
         store = cls(directory, conn, codec)
         store.read_only = read_only
         return store

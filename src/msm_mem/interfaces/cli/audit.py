@@ -28,10 +28,11 @@ def _configure_verify(p: argparse.ArgumentParser) -> None:
 
 @command("audit verify", _configure_verify, role=Role.ADMIN, purpose=Purpose.AUDIT)
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Verify the hash chain and the signed checkpoints (read-only).
+    """Verify the hash chain, the signed checkpoints and the governed rows (read-only).
 
-    Exits 0 when the chain and its checkpoints are intact and 3 when not, naming the first
-    bad seq."""
+    Exits 0 when the chain, its checkpoints and the rows they sign are intact and 3 when not,
+    naming the first bad seq, or the table whose rows were changed outside msm-mem (a full
+    verification recomputes the row digests; --hashes-only leaves them out)."""
     with open_mem(args) as mem:
         result = mem.verify_audit(principal(args), full=not args.hashes_only)
     if args.json:
@@ -47,8 +48,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     elif result.ok:
         print(f"audit chain intact: {result.count} events, head {result.head_hash}")
     else:
-        where = f"first bad seq {result.first_bad_seq}" if result.first_bad_seq else "checkpoints"
-        print(f"audit chain BROKEN: {where}: {result.reason}")
+        where = f"first bad seq {result.first_bad_seq}: " if result.first_bad_seq else ""
+        print(f"audit chain BROKEN: {where}{result.reason}")
     return 0 if result.ok else 3
 
 

@@ -16,6 +16,8 @@ from .registry import command
 
 __all__ = ["cmd_demo", "cmd_eval"]
 
+_SHOWN = 50  # bad rows printed one by one
+
 
 def _configure_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", type=Path, help="folder for the demo's data and reports")
@@ -40,7 +42,8 @@ def _configure_eval(p: argparse.ArgumentParser) -> None:
         nargs=2,
         metavar=("NAME", "PATH"),
         required=True,
-        help="a data set loader (synthetic, covid-cxr, iu-xray, mimic-cxr) and its path",
+        help="a data set loader (synthetic, covid-cxr, iu-xray, mimic-cxr) and its path, or manifest and a "
+        "manifest file (CSV or JSONL, docs/manifest.md; question types read from its rows)",
     )
     p.add_argument("--out", type=Path, required=True, help="folder for the reports and plots")
     p.add_argument("--configs", default="all", help="all, or a comma list of none,S,E,V,SE,SV,EV,SEV")
@@ -90,13 +93,17 @@ def _options(pairs: list[str]) -> dict[str, Any]:
 def cmd_eval(args: argparse.Namespace) -> int:
     """Evaluate memory configurations over write-back phases (the paper's protocol, Table 1, Figure 6).
 
-    Patients are split 30/60/10 (memory / fine-tune / validation); the memory split's Base
-    part builds the base memory and WB1..WB4 are write-back phases. Each configuration (and
-    each baseline) is scored online (each phase's studies answered before write-back) and
-    frozen (the validation patients answered against a copy of the memory after each phase).
-    Writes OUT/table1.md and .csv, phases.md and .csv, results.json, answers.jsonl and PNG
-    plots, and prints Table 1. The same data, options and seed give identical files. The
-    stores it builds are its own (temporary), so it takes no acting principal."""
+    --dataset manifest FILE evaluates any manifest (CSV or JSONL, docs/manifest.md): every
+    bad row is printed with its line and the good ones are evaluated. Rows are grouped by
+    (question_type, question); each group runs the protocol on memories of its own. Patients
+    are split 30/60/10 (memory / fine-tune / validation; at least 3 labelled patients); the
+    memory split's Base part builds the base memory and WB1..WB4 are write-back phases. Each
+    configuration (and each baseline) is scored online (each phase's studies answered before
+    write-back) and frozen (the validation patients answered against a copy of the memory
+    after each phase), per question type and overall. Writes OUT/table1.md and .csv, phases.md
+    and .csv, results.json, answers.jsonl and PNG plots, and prints Table 1. The same data,
+    options and seed give identical files. The stores it builds are its own (temporary), so it
+    takes no acting principal."""
     from ...datasets.registry import load_dataset
     from ...eval.baselines import BASELINES
     from ...eval.protocol import ProtocolSettings, parse_configs, run_protocol
@@ -116,10 +123,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     name, path = args.dataset
     rows, problems = load_dataset(name, path, **_options(args.option))
     if problems:
-        print(
-            f"skipped {len(problems)} rows of {name} (first: line {problems[0].line}: {problems[0].reason})",
-            file=sys.stderr,
-        )
+        print(f"skipped {len(problems)} rows of {name}:", file=sys.stderr)
+        for p in problems[:_SHOWN]:
+            print(f"  line {p.line}: {p.reason}", file=sys.stderr)
+        if len(problems) > _SHOWN:
+            print(f"  ... and {len(problems) - _SHOWN} more", file=sys.stderr)
     run = run_protocol(rows, settings, memory=memory, dataset=name, jobs=args.jobs, progress=not args.no_progress)
     records = write_reports(run, args.out, n_boot=args.bootstrap)
     if not args.no_plots:

@@ -12,9 +12,9 @@ from pathlib import Path
 from ... import InvalidInput, MsmMem, Purpose, Role, RowProblem, read_manifest
 from ..._settings import Settings
 from .identity import write_identity
-from .registry import checkpoint_options, command, open_mem, principal
+from .registry import checkpoint_options, command, group, open_mem, principal
 
-__all__ = ["cmd_export", "cmd_import", "cmd_ingest", "cmd_init"]
+__all__ = ["cmd_export", "cmd_import", "cmd_ingest", "cmd_init", "cmd_upgrade"]
 
 
 def _configure_init(p: argparse.ArgumentParser) -> None:
@@ -134,4 +134,25 @@ def cmd_import(args: argparse.Namespace) -> int:
     with open_mem(args) as mem:
         counts = mem.import_paper(who, args.path)
     print(f"imported {counts} into {args.dir}")
+    return 0
+
+
+group("store", "The store itself: upgrade one written by an older msm-mem.")
+
+
+@command("store upgrade", lambda p: p.add_argument("dir", type=Path), role=Role.ADMIN)
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    """Upgrade DIR, written by an older msm-mem, to this version's store (once; as an admin).
+
+    Other commands refuse such a store and name this one. The audit chain is checked first
+    (every hash and link, and every checkpoint it has): a chain that fails is refused, naming
+    the first bad seq, and nothing changes. Then one transaction encrypts the visual tags kept
+    in clear, computes the row digests, records the new schema and writes the audited event
+    of the upgrade, whose signed checkpoint adopts the chain's head. A crash before the commit
+    leaves the old store as it was."""
+    result = MsmMem.upgrade(args.dir, principal(args), **checkpoint_options())
+    print(
+        f"upgraded {args.dir} from store schema {result['from_schema']} to {result['to_schema']}:"
+        f" {result['visual_tags_encrypted']} visual tags encrypted, {result['events_signed']} audit events signed"
+    )
     return 0

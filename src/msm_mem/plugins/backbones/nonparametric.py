@@ -2,8 +2,9 @@
 
 It does not read the image or generate text. It answers with the impression that the
 retrieved evidence supports most: every candidate votes for its (normalised) answer text with
-its ranking weight (cosine x composite_k), the most recent semantic impression gets
-``semantic_weight`` extra; the answer with the largest total wins (ties: the most recent
+its ranking weight (cosine x composite_k), the most recent semantic impression with its weight
+times ``semantic_weight`` (so an old or unverified impression weighs what its rank says, never
+a fixed amount); the answer with the largest total wins (ties: the most recent
 evidence, then the lexicographically smallest text, so the result is deterministic). With no
 patient evidence it votes over the population prior (nearest neighbours of other patients, or
 anonymised experience). With nothing at all it says so.
@@ -43,8 +44,8 @@ class NonparametricBackbone:
         last_semantic = max((c for c in usable if c.kind == "semantic"), key=lambda c: (c.time, c.id), default=None)
         for c in usable:
             k = _key(c.text)
-            bonus = self.semantic_weight if c is last_semantic else 0.0
-            score[k] += max(c.weight, 0.0) + bonus
+            scale = self.semantic_weight if c is last_semantic else 1.0
+            score[k] += max(c.weight, 0.0) * scale
             latest[k] = max(latest[k], c.time)
             cited[k].append(c.id)
             if k not in first or c.time > first[k].time:

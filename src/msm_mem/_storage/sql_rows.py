@@ -1,0 +1,112 @@
+"""The row digests of a SQL store (see :mod:`.row_digest`): kept in ``meta``, maintained by the
+write path inside its transaction, recomputed from the rows for verification."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._errors import InvalidInput, StoreError
+from .row_digest import DIGEST_TABLES, RowDigest, TableDigest, empty, select_columns
+from .sql_core import ID_CHUNK, PAGE, SqlCore
+
+__all__ = ["UPGRADABLE", "SqlRowDigests", "initial_meta", "schema_problem"]
+
+_PREFIX = "rows:"
+#: store schemas :meth:`SqlRowDigests.upgrade_rows` brings to the current one
+UPGRADABLE = frozenset({"1"})
+
+
+def schema_problem(found: str | None, current: str, upgrading: bool) -> str:
+    """Why a store of schema ``found`` cannot be opened ("" when it can)."""
+    if found == current or (upgrading and found in UPGRADABLE):
+        return ""
+    if found in UPGRADABLE:
+        return (
+            f"store schema {found} was made by an older msm-mem (before row digests); upgrade it once, as an"
+            f" admin (audited): msm-mem store upgrade DIR (MsmMem.upgrade)"
+        )
+    return f"store schema {found!r} is not one this msm-mem reads (expected {current})"
+
+
+def initial_meta() -> list[tuple[str, str]]:
+    """The ``meta`` rows of a new store's digests (no rows yet)."""
+    return [(_PREFIX + t, d.meta_value()) for t, d in empty().items()]
+
+
+class SqlRowDigests(SqlCore):
+    """The key, the stored sums and the two ways of computing them."""
+
+    _row_key: bytes | None = None
+
+    def use_row_key(self, key: bytes) -> None:
+        """The key of the row digests (at least 32 bytes; the governed API derives it from the
+        checkpoint signing key). Until it is given, every write is refused."""
+        if not isinstance(key, bytes) or len(key) < 32:
+            raise InvalidInput("a row digest key is at least 32 bytes")
+        self._row_key = key
+
+    def _digest_key(self) -> bytes:
+        if self._row_key is None:
+            raise StoreError("this store has no row digest key: call use_row_key first (MsmMem derives it)")
+        return self._row_key
+
+    def _stored_digests(self) -> dict[str, TableDigest]:
+        """The sums ``meta`` holds (call inside the write transaction to read the latest)."""
+        rows = dict(self._q("SELECT key, value FROM meta WHERE key LIKE 'rows:%'").fetchall())
+        missing = [t for t in DIGEST_TABLES if _PREFIX + t not in rows]
+        if missing:
+            raise StoreError(f"meta lacks the row digests of {missing} (a store made before them: upgrade it)")
+        return {t: TableDigest.from_meta(t, rows[_PREFIX + t]) for t in DIGEST_TABLES}
+
+    def row_digests(self) -> dict[str, TableDigest]:
+        """The stored digests of every governed table (what the last commit left)."""
+        with self._db():
+            return self._stored_digests()
+
+    def _digest_begin(self) -> RowDigest:
+        return RowDigest(self._digest_key(), self._stored_digests())
+
+    def _digest_save(self, digest: RowDigest) -> None:
+        result = digest.result()
+        for table in sorted(digest.changed):
+            self._q("UPDATE meta SET value = ? WHERE key = ?", (result[table].meta_value(), _PREFIX + table))
+
+    def _digest_rows(self, table: str, ids: Sequence[str]) -> list[Any]:
+        """The digested columns of the rows of ``ids`` that exist (inside the transaction)."""
+        found: list[Any] = []
+        unique = list(dict.fromkeys(ids))
+        for start in range(0, len(unique), ID_CHUNK):
+            part = unique[start : start + ID_CHUNK]
+            marks = ",".join("?" * len(part))
+            found += self._q(f"SELECT {select_columns(table)} FROM {table} WHERE id IN ({marks})", part).fetchall()
+        return found
+
+    def _track(
+        self, digest: RowDigest, table: str, before: Sequence[str], after: Sequence[str] | None = None
+    ) -> Callable[[], None]:
+        """Uncount the rows ``before`` now; the returned call counts the rows ``after`` (default:
+        the same ids) once the statement that changes them has run."""
+        digest.remove(table, self._digest_rows(table, before))
+        return lambda: digest.add(table, self._digest_rows(table, before if after is None else after))
+
+    def computed_row_digests(self) -> dict[str, TableDigest]:
+        """The digests recomputed from every stored row (a full read; verification)."""
+        digest = RowDigest(self._digest_key())
+        for table in DIGEST_TABLES:
+            after: tuple[str, ...] = ()  # the first page has no bound: a row with id '' counts too
+            while True:
+                where = "WHERE id > ?" if after else ""
+                with self._db():
+                    rows = self._q(
+                        f"SELECT {select_columns(table)} FROM {table} {where} ORDER BY id LIMIT {PAGE}", after
+                    ).fetchall()
+                digest.add(table, rows)
+                if len(rows) < PAGE:
+                    break
+                after = (rows[-1][self._id_at(table)],)
+        return digest.result()
+
+    @staticmethod
+    def _id_at(table: str) -> int:
+        return 1 if table in ("episodic", "visual") else 0
