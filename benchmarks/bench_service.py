@@ -1,31 +1,40 @@
-"""Benchmark of the HTTP service (issue 15): a real ``msm-mem serve`` process on a loopback
-port, loaded by a fixed number of concurrent clients. Prints a Markdown table and the library
+"""Benchmark of the HTTP service (issue 15): real ``msm-mem serve`` processes on loopback ports,
+loaded by wrk (a standard HTTP load generator in C, Debian package ``wrk``), side by side with
+an optional baseline source tree, in interleaved rounds. Prints Markdown tables and the library
 versions; every figure is measured in this run.
 
 1. a store is made and a synthetic set ingested (``datasets.synthetic.generate``: ``--patients``
-   patients, 2 to 5 studies each); with ``--postgres`` the store of record is on PostgreSQL (a
-   server this script starts with ``testing.local_server``);
-2. an API key (an agent, treatment, every patient) is created and ``msm-mem serve`` started as
-   its own process (one worker);
-3. retrieve under load: ``--concurrency`` clients (asyncio tasks sharing one ``httpx`` client,
-   a closed loop: each sends its next request when its last one is answered) POST
-   ``/v1/patients/{id}/retrieve`` with a study's PNG, until ``--requests`` requests are
-   answered or ``--seconds`` pass; requests/s and p50/p95/p99 latency;
-4. ask with write-back under the same load (``--ask-requests``), the answer written back;
-5. the service's overhead: one client, one request at a time, against ``MsmMem.retrieve``
-   called in this process on the same store (a copy of it for the embedded store), in
-   interleaved blocks; the ratio of the two medians.
+   patients, 2 to 5 studies each) with this tree's code, once per backend: the embedded store,
+   and with ``--postgres`` a PostgreSQL server this script starts (``testing.local_server``);
+   an API key (an agent, treatment, every patient) is created in it;
+2. every run gets its own copy of that store (the directory; on PostgreSQL also the database,
+   cloned with ``CREATE DATABASE ... TEMPLATE``), so runs do not see each other's writes;
+3. a run: ``msm-mem serve`` from one source tree (``PYTHONPATH=TREE/src``) with ``--workers N``,
+   a short warm-up, then wrk with ``--connections`` connections (a closed loop: each sends its
+   next request when its last is answered) for ``--seconds`` seconds, POSTing a study's PNG as
+   multipart to ``/v1/patients/{id}/retrieve``, or to ``/ask`` with the question and
+   ``write_back=true``; requests/s, p50/p99 latency from wrk, errors, and the CPU seconds the
+   server's processes used per request (from ``/proc``: a figure a busy machine inflates less
+   than latency);
+4. ``--rounds`` rounds: each round runs every (store, workers, operation) for every tree, the
+   order of the trees alternating between rounds; the tables give the median over rounds;
+5. the service's overhead: one connection, one request at a time (wrk ``-c1``), against
+   ``MsmMem.retrieve`` called in this process on the same store (one BLAS thread, as the
+   server runs), in interleaved blocks; the ratio of the two medians.
 
-The load generator runs on the same machine as the server and shares its cores.
+The load generator runs on the same machine as the server and shares its cores (wrk is light:
+one thread). A tree that refuses a setting (an older tree and ``--workers 2`` on the embedded
+store) is reported as refused.
 
-Usage: python benchmarks/bench_service.py [--patients 100] [--concurrency 16] [--requests 5000]
-       [--ask-requests 1000] [--seconds 30] [--blocks 10] [--postgres]
+Usage:
+    python benchmarks/bench_service.py [--patients 100] [--workers 1,2] [--connections 16]
+        [--seconds 10] [--rounds 3] [--postgres] [--baseline OTHER_TREE] [--ops retrieve,ask]
+Needs wrk on the PATH (``apt-get install wrk``); the table it reproduces is in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.metadata
 import os
 import platform
@@ -38,10 +47,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import numpy as np
+from _loadgen import LUA, cpu_seconds, request_list, warm_up, wrk
 
 from msm_mem import MsmMem, Principal
 from msm_mem.datasets.synthetic import generate
@@ -50,7 +60,17 @@ from msm_mem.interfaces.http.apikeys import ApiKeyStore
 ADMIN = Principal("bench-admin", "admin", "operations")
 INGEST = Principal("bench-ingest", "system", "operations")
 AGENT = Principal("bench-agent", "agent", "treatment")
-QUESTION = "What is the impression?"
+THIS_TREE = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Base:
+    """A built store of one backend: its directory, and on PostgreSQL the server and database."""
+
+    name: str
+    directory: Path
+    dsn: str | None
+    token: str
 
 
 def free_port() -> int:
@@ -59,114 +79,148 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def build(work: Path, patients: int, database_url: str | None) -> tuple[Path, list[tuple[str, bytes, str]]]:
-    """A store with the synthetic set ingested; the (patient, PNG bytes, path) of every study."""
+def build(work: Path, name: str, patients: int, dsn: str | None) -> tuple[Base, list[tuple[str, str]]]:
+    """A store with the synthetic set ingested and an API key; the (patient, image path) of every study."""
     rows, _ = generate(work / "data", patients=patients, seed=0)
-    directory = work / "store"
-    kwargs = {} if database_url is None else {"database_url": database_url}
+    directory = work / "base"
+    kwargs = {} if dsn is None else {"database_url": _with_db(dsn, "bench_base")}
+    if dsn is not None:
+        _psql(dsn, "CREATE DATABASE bench_base")
     with MsmMem.init(directory, ADMIN, **kwargs) as mem:  # type: ignore[arg-type]
         mem.ingest(INGEST, rows)
-    studies = [(r.patient_id, Path(r.image).read_bytes(), r.image) for r in rows]
-    return directory, studies
+    token, _ = ApiKeyStore(directory).create(AGENT, ["*"])
+    return Base(name, directory, dsn, token), [(r.patient_id, r.image) for r in rows]
 
 
-def serve(work: Path, directory: Path, database_url: str | None) -> tuple[str, subprocess.Popen[bytes], Path]:
+def _with_db(dsn: str, dbname: str) -> str:
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(dsn, dbname=dbname)
+
+
+def _psql(dsn: str, statement: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement)  # type: ignore[arg-type]
+
+
+def copy_store(base: Base, work: Path, run: int) -> tuple[Path, str | None]:
+    """A run's own copy of the base store (and of its database on PostgreSQL)."""
+    directory = work / f"run{run}"
+    shutil.copytree(base.directory, directory)
+    if base.dsn is None:
+        return directory, None
+    _psql(base.dsn, f"CREATE DATABASE bench_run{run} TEMPLATE bench_base")
+    return directory, _with_db(base.dsn, f"bench_run{run}")
+
+
+def drop_copy(base: Base, directory: Path, run: int) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
+    if base.dsn is not None:
+        _psql(base.dsn, f"DROP DATABASE IF EXISTS bench_run{run}")
+
+
+def serve(tree: Path, directory: Path, dsn: str | None, workers: int, log: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    """``msm-mem serve`` from ``tree``; waits (bounded) until it is ready. RuntimeError when it exits."""
     port = free_port()
-    log = work / "server.log"
-    cmd = [sys.executable, "-m", "msm_mem", "serve", str(directory), "--host", "127.0.0.1", "--port", str(port)]
-    if database_url is not None:
-        cmd += ["--database-url", database_url]
+    cmd = [sys.executable, "-m", "msm_mem", "serve", str(directory), "--port", str(port)]
+    cmd += ["--workers", str(workers), "--log-level", "warning"]
+    if dsn is not None:
+        cmd += ["--database-url", dsn]
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     with log.open("wb") as out:
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=log.parent, start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}"
-    for _ in range(300):  # at most about a minute
+    for _ in range(600):  # at most about two minutes on a busy machine
         if process.poll() is not None:
-            raise RuntimeError(f"the server exited ({process.returncode}): {log.read_text()[-2000:]}")
+            raise RuntimeError(log.read_text()[-300:].strip().splitlines()[-1])
         try:
-            if httpx.get(url + "/ready", timeout=1.0).status_code == 200:
-                return url, process, log
+            if httpx.get(url + "/ready", timeout=2.0).status_code == 200:
+                return url, process
         except httpx.TransportError:
             pass
         time.sleep(0.2)
     stop(process)
-    raise RuntimeError(f"the server did not start: {log.read_text()[-2000:]}")
+    raise RuntimeError("the server did not start")
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGINT)
         try:
-            process.wait(timeout=20)
+            process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
 
 
-async def load(
-    url: str, token: str, op: str, studies: list, concurrency: int, requests: int, seconds: float
-) -> dict[str, float]:
-    """A closed loop of ``concurrency`` clients until ``requests`` are answered or ``seconds`` pass."""
-    latencies: list[float] = []
-    errors = 0
-    sent = 0
-    deadline = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=30.0) as client:
-
-        async def worker() -> None:
-            nonlocal sent, errors
-            while sent < requests and time.perf_counter() < deadline:
-                patient, data, _ = studies[sent % len(studies)]
-                sent += 1
-                form = {"question": QUESTION, "write_back": "true"} if op == "ask" else {}
-                t0 = time.perf_counter()
-                r = await client.post(
-                    f"/v1/patients/{patient}/{op}", data=form, files={"image": ("q.png", data, "image/png")}
-                )
-                latencies.append(time.perf_counter() - t0)
-                if r.status_code != 200:
-                    errors += 1
-                    if errors == 1:
-                        print(f"{op}: {r.status_code} {r.text[:300]}", file=sys.stderr)
-
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - t0
-    ms = np.array(latencies) * 1e3
-    return {
-        "n": len(latencies),
-        "errors": errors,
-        "rps": len(latencies) / elapsed,
-        "p50": float(np.percentile(ms, 50)),
-        "p95": float(np.percentile(ms, 95)),
-        "p99": float(np.percentile(ms, 99)),
-    }
+def one_run(
+    args: argparse.Namespace, tree: Path, base: Base, workers: int, listing: Path, work: Path, run: int
+) -> dict[str, float] | str:
+    """One measured run; the reason when the tree refused to serve."""
+    directory, dsn = copy_store(base, work, run)
+    try:
+        try:
+            url, process = serve(tree, directory, dsn, workers, work / f"server{run}.log")
+        except RuntimeError as exc:
+            return f"refused ({str(exc)[:80]})"
+        try:
+            warm_up(url, base.token, listing, args.script, args.connections)
+            cpu0 = cpu_seconds(process.pid)
+            doc = wrk(url, base.token, listing, args.script, args.connections, args.seconds)
+            doc["cpu_ms"] = (cpu_seconds(process.pid) - cpu0) * 1e3 / max(doc["requests"], 1)
+            return doc
+        finally:
+            stop(process)
+    finally:
+        drop_copy(base, directory, run)
 
 
-def overhead(url: str, token: str, mem: MsmMem, studies: list, blocks: int, per_block: int = 50) -> tuple[float, float]:
-    """Median ms of one retrieve over HTTP (one client, one at a time) and of ``MsmMem.retrieve``
-    in this process, in interleaved blocks."""
-    http_ms: list[float] = []
-    direct_ms: list[float] = []
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30.0) as client:
-        for b in range(blocks):
-            for i in range(per_block):
-                patient, data, _ = studies[(b * per_block + i) % len(studies)]
-                t0 = time.perf_counter()
-                r = client.post(f"/v1/patients/{patient}/retrieve", files={"image": ("q.png", data, "image/png")})
-                http_ms.append((time.perf_counter() - t0) * 1e3)
-                assert r.status_code == 200, r.text[:300]
-            for i in range(per_block):
-                patient, _, path = studies[(b * per_block + i) % len(studies)]
+def overhead(
+    args: argparse.Namespace,
+    tree: Path,
+    base: Base,
+    studies: list[tuple[str, str]],
+    listing: Path,
+    work: Path,
+    run: int,
+) -> tuple[float, float]:
+    """Median ms of one retrieve at a time over HTTP (wrk -c1, per-block p50) and of
+    ``MsmMem.retrieve`` in this process on the same store, in interleaved blocks."""
+    directory, dsn = copy_store(base, work, run)
+    kwargs = {} if dsn is None else {"database_url": dsn}
+    mem = MsmMem.open(directory, **kwargs)  # type: ignore[arg-type]
+    url, process = serve(tree, directory, dsn, 1, work / f"server{run}.log")
+    http_ms, direct_ms = [], []
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)  # as the server does (interfaces/http/serve.py): one BLAS thread
+    try:
+        warm_up(url, base.token, listing, args.script, args.connections)
+        for b in range(args.blocks + 1):
+            block = wrk(url, base.token, listing, args.script, 1, 2.0)
+            ms, end, i = [], time.perf_counter() + 2.0, b * 997
+            while time.perf_counter() < end:
+                patient, path = studies[i % len(studies)]
                 t0 = time.perf_counter()
                 mem.retrieve(AGENT, patient, path)
-                direct_ms.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(http_ms[per_block:]), statistics.median(direct_ms[per_block:])  # first block: warm-up
+                ms.append((time.perf_counter() - t0) * 1e3)
+                i += 1
+            if b:  # the first block warms up
+                http_ms.append(block["p50"])
+                direct_ms.append(statistics.median(ms))
+    finally:
+        stop(process)
+        mem.close()
+        drop_copy(base, directory, run)
+    return statistics.median(http_ms), statistics.median(direct_ms)
 
 
 def versions() -> str:
-    names = ["msm-mem", "fastapi", "uvicorn", "starlette", "pydantic", "httpx", "numpy"]
+    names = ["msm-mem", "fastapi", "uvicorn", "uvloop", "httptools", "starlette", "pydantic", "httpx", "numpy"]
     out = [f"Python {platform.python_version()}", f"SQLite {sqlite3.sqlite_version}"]
     for name in names + ["psycopg", "pgserver"]:
         try:
@@ -174,65 +228,116 @@ def versions() -> str:
         except importlib.metadata.PackageNotFoundError:
             if name in names:
                 out.append(f"{name} (not installed)")
-    return ", ".join(out)
+    wrk_version = subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout.split("[")[0].strip()
+    return ", ".join(out + [wrk_version or "wrk"])
 
 
-def run(args: argparse.Namespace, work: Path, database_url: str | None) -> dict[str, object]:
-    directory, studies = build(work, args.patients, database_url)
-    token, _ = ApiKeyStore(directory).create(AGENT, ["*"])
-    if database_url is None:  # the direct calls use a copy: the embedded store has one process
-        shutil.copytree(directory, work / "direct")
-        mem = MsmMem.open(work / "direct")
-    else:
-        mem = MsmMem.open(directory, database_url=database_url)
-    url, process, _ = serve(work, directory, database_url)
-    try:
-        asyncio.run(load(url, token, "retrieve", studies, args.concurrency, 200, args.seconds))  # warm-up
-        retrieve = asyncio.run(load(url, token, "retrieve", studies, args.concurrency, args.requests, args.seconds))
-        ask = asyncio.run(load(url, token, "ask", studies, args.concurrency, args.ask_requests, args.seconds))
-        http_ms, direct_ms = overhead(url, token, mem, studies, args.blocks)
-    finally:
-        stop(process)
-        mem.close()
-    return {"studies": len(studies), "retrieve": retrieve, "ask": ask, "http_ms": http_ms, "direct_ms": direct_ms}
+def _median(runs: list[dict[str, float] | str], key: str) -> float | None:
+    values = [r[key] for r in runs if isinstance(r, dict)]
+    return statistics.median(values) if values else None
+
+
+def report(
+    args: argparse.Namespace,
+    trees: list[tuple[str, Path]],
+    results: dict[tuple[str, str, int, str], list[dict[str, float] | str]],
+    over: dict[tuple[str, str], tuple[float, float]],
+    loads: list[float],
+) -> None:
+    print(
+        f"\nwrk, {args.connections} connections, {args.seconds:.0f} s per run, "
+        f"median of {args.rounds} interleaved rounds; {os.cpu_count()} cores shared with the load generator; "
+        "load average during the runs "
+        f"{min(loads):.1f} to {max(loads):.1f}\n"
+    )
+    print("| store | tree | workers | operation | requests/s | p50 ms | p99 ms | server CPU ms/request | errors |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for (store, tree, workers, op), runs in results.items():
+        label = "retrieve" if op == "retrieve" else "ask + write-back"
+        refused = [r for r in runs if isinstance(r, str)]
+        if len(refused) == len(runs):
+            print(f"| {store} | {tree} | {workers} | {label} | {refused[0]} | | | | |")
+            continue
+        rps, p50, p99, cpu, err = (_median(runs, k) for k in ("rps", "p50", "p99", "cpu_ms", "errors"))
+        print(f"| {store} | {tree} | {workers} | {label} | {rps:.0f} | {p50:.1f} | {p99:.1f} | {cpu:.2f} | {err:.0f} |")
+    if len(trees) == 2:
+        a, b = trees[0][0], trees[1][0]
+        print(f"\n| store | workers | operation | requests/s, {a} / {b} | p99, {b} / {a} |")
+        print("|---|---|---|---|---|")
+        for (store, tree, workers, op), runs in results.items():
+            other = results.get((store, trees[1][0], workers, op))
+            if tree != trees[0][0] or other is None:
+                continue
+            a_rps, b_rps = _median(runs, "rps"), _median(other, "rps")
+            a_p99, b_p99 = _median(runs, "p99"), _median(other, "p99")
+            if not (a_rps and b_rps and a_p99 and b_p99):
+                continue
+            print(f"| {store} | {workers} | {op} | {a_rps / b_rps:.2f}x | {b_p99 / a_p99:.2f}x |")
+    print("\n| store | tree | one retrieve over HTTP, median ms | MsmMem.retrieve in process, median ms | ratio |")
+    print("|---|---|---|---|---|")
+    for (store, tree), (h, d) in over.items():
+        print(f"| {store} | {tree} | {h:.2f} | {d:.2f} | {h / d:.2f}x |")
+    print(f"\n{versions()}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--patients", type=int, default=100)
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--requests", type=int, default=5000)
-    ap.add_argument("--ask-requests", type=int, default=1000)
-    ap.add_argument("--seconds", type=float, default=30.0)
-    ap.add_argument("--blocks", type=int, default=10)
+    ap.add_argument("--workers", default="1,2", help="worker counts, comma-separated")
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--blocks", type=int, default=5, help="interleaved blocks of the overhead measure")
+    ap.add_argument("--ops", default="retrieve,ask")
     ap.add_argument("--postgres", action="store_true")
+    ap.add_argument(
+        "--baseline", type=Path, help="another source tree (holding src/msm_mem) to measure beside this one"
+    )
     args = ap.parse_args()
-    stores = [("embedded (SQLite)", None)]
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed (Debian: apt-get install wrk)")
+    trees = [("this tree", THIS_TREE)]
+    if args.baseline is not None:
+        trees.append(("baseline", args.baseline.resolve()))
+    workers = [int(w) for w in args.workers.split(",")]
+    ops = args.ops.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        args.script = work / "load.lua"
+        args.script.write_text(LUA)
+        stores: list[tuple[Base, list[tuple[str, str]]]] = []
+        stores.append(build(work / "embedded", "embedded (SQLite)", args.patients, None))
         if args.postgres:
             from msm_mem.testing import local_server
 
-            stores.append(("PostgreSQL", local_server(work / "pg", delete_at_exit=True)))
-        results = [(name, run(args, work / f"s{i}", url)) for i, (name, url) in enumerate(stores)]
-    print(f"\n{args.concurrency} concurrent clients over loopback, one server worker, {os.cpu_count()} cores\n")
-    print("| store | studies | operation | requests | errors | requests/s | p50 ms | p95 ms | p99 ms |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name, r in results:
-        for op in ("retrieve", "ask"):
-            m = r[op]
-            assert isinstance(m, dict)
-            label = "retrieve" if op == "retrieve" else "ask + write-back"
-            print(
-                f"| {name} | {r['studies']} | {label} | {m['n']} | {m['errors']} | {m['rps']:.0f} "
-                f"| {m['p50']:.1f} | {m['p95']:.1f} | {m['p99']:.1f} |"
-            )
-    print("\n| store | retrieve over HTTP, median ms | MsmMem.retrieve in process, median ms | ratio |")
-    print("|---|---|---|---|")
-    for name, r in results:
-        h, d = float(r["http_ms"]), float(r["direct_ms"])  # type: ignore[arg-type]
-        print(f"| {name} | {h:.2f} | {d:.2f} | {h / d:.2f}x |")
-    print(f"\n{versions()}")
+            dsn = local_server(work / "pg", delete_at_exit=True)
+            stores.append(build(work / "postgres", "PostgreSQL", args.patients, dsn))
+        listings = {(b.name, op): request_list(b.directory.parent, studies, op) for b, studies in stores for op in ops}
+        results: dict[tuple[str, str, int, str], list[dict[str, float] | str]] = {}
+        loads: list[float] = []
+        run = 0
+        for r in range(args.rounds):
+            order = trees if r % 2 == 0 else trees[::-1]
+            for base, _ in stores:
+                for w in workers:
+                    for op in ops:
+                        for name, tree in order:
+                            run += 1
+                            loads.append(os.getloadavg()[0])
+                            got = one_run(args, tree, base, w, listings[(base.name, op)], base.directory.parent, run)
+                            results.setdefault((base.name, name, w, op), []).append(got)
+                            print(f"round {r + 1} {base.name} {name} workers={w} {op}: {got}", file=sys.stderr)
+        over = {}
+        for base, studies in stores:
+            for name, tree in trees:
+                run += 1
+                over[(base.name, name)] = overhead(
+                    args, tree, base, studies, listings[(base.name, "retrieve")], base.directory.parent, run
+                )
+        for base, _ in stores:
+            if base.dsn is not None:
+                _psql(base.dsn, "DROP DATABASE IF EXISTS bench_base")
+    report(args, trees, results, over, loads)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,21 @@ import inspect
 import httpx
 import pytest
 
-from msm_mem import AccessDenied, AsyncMemoryClient, BackendError, InvalidInput, MemoryClient
+from msm_mem import AccessDenied, AsyncMemoryClient, BackendError, InvalidInput, MemoryClient, RecordPage
 
+_CLAIM = {
+    "claim_id": "C-0",
+    "patient_id": "P1",
+    "key": "study:S1",
+    "content": "c",
+    "source": "s",
+    "confidence": 0.5,
+    "evidence_tier": "agent",
+    "created_at": 1.0,
+    "decay_at": None,
+    "state": "active",
+    "supersedes": None,
+}
 PROBLEM = {"type": "urn:msm-mem:problem:access-denied", "title": "t", "status": 403, "detail": "no"}
 
 
@@ -55,19 +68,7 @@ def test_pages_are_followed_and_problems_raised() -> None:
         if "visuals" in request.url.path:
             return httpx.Response(403, json=PROBLEM, headers={"content-type": "application/problem+json"})
         offset = int(request.url.params["offset"])
-        claim = {
-            "claim_id": f"C-{offset}",
-            "patient_id": "P1",
-            "key": "study:S1",
-            "content": "c",
-            "source": "s",
-            "confidence": 0.5,
-            "evidence_tier": "agent",
-            "created_at": 1.0,
-            "decay_at": None,
-            "state": "active",
-            "supersedes": None,
-        }
+        claim = {**_CLAIM, "claim_id": f"C-{offset}"}
         return httpx.Response(
             200,
             json={
@@ -85,6 +86,31 @@ def test_pages_are_followed_and_problems_raised() -> None:
             c.visuals("P1")
         with pytest.raises(InvalidInput):
             c.episodes("..")
+
+
+def test_a_page_asked_for_is_fetched_as_a_page() -> None:
+    """offset and limit pass through as the page asked for: the items, offset and total of the
+    server's answer come back as a RecordPage; a bad page is refused before any request."""
+    asked: list[tuple[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        offset, limit = request.url.params["offset"], request.url.params["limit"]
+        asked.append((offset, limit))
+        items = [{**_CLAIM, "claim_id": f"C-{i}"} for i in range(int(offset), min(int(offset) + int(limit), 7))]
+        nxt = int(offset) + len(items)
+        return httpx.Response(
+            200,
+            json={"items": items, "total": 7, "offset": int(offset), "limit": int(limit), "next_offset": nxt},
+        )
+
+    with _client(handler) as c:
+        page = c.claims("P1", offset=2, limit=3)
+        assert isinstance(page, RecordPage) and [x.claim_id for x in page] == ["C-2", "C-3", "C-4"]
+        assert (page.offset, page.total, page.next_offset) == (2, 7, 5)
+        assert asked == [("2", "3")]
+        with pytest.raises(InvalidInput, match="limit"):
+            c.claims("P1", limit=0)
+    assert len(asked) == 1
 
 
 def _async_client(handler: object, **kwargs: object) -> AsyncMemoryClient:

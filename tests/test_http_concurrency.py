@@ -1,10 +1,10 @@
-"""Concurrent writers through the service on PostgreSQL: four client processes at once, each a
-fixed count of writes against ``msm-mem serve --workers 2``: observations of one shared patient
-into short-term memory, and observations of its own patient consolidated into long-term memory.
-Every acknowledged write is stored exactly once, the audit sequence has no gap, and the chain
-verifies. (Consolidations of one patient from two processes at once can still conflict on the
-patient's semantic state: the later one is refused, 409, nothing written; see the known limits
-in docs/design.md.)"""
+"""Concurrent writers through the service, on the embedded store and on PostgreSQL: four client
+processes at once, each a fixed count of writes against ``msm-mem serve --workers 2``:
+observations of one shared patient into short-term memory, and observations of its own
+patient consolidated into long-term memory. Every acknowledged write is stored exactly once,
+the audit sequence has no gap, and the chain verifies. (Consolidations of one patient from two
+processes at once can still conflict on the patient's semantic state: the later one is
+refused, 409, nothing written; see the known limits in docs/design.md.)"""
 
 from __future__ import annotations
 
@@ -23,8 +23,6 @@ import pytest
 from msm_mem import MemoryClient
 from tests.helpers import raw_sql
 from tests.http_support import OWN, Served, make_store, start, stop
-
-pytestmark = pytest.mark.postgres
 
 PROCESSES = 4
 #: observations per process; every other one is then consolidated
@@ -65,13 +63,16 @@ WRITER = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """A PostgreSQL store served by two worker processes."""
-    from tests.conftest import _SESSION, postgres_dsn
+@pytest.fixture(scope="module", params=[pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)])
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A store of each backend served by two worker processes."""
+    root = tmp_path_factory.mktemp(f"serve-concurrent-{request.param}")
+    if request.param == "postgres":
+        from tests.conftest import _SESSION, postgres_dsn
 
-    root = tmp_path_factory.mktemp("serve-concurrent")
-    directory = make_store(root, postgres_dsn(), f"t{_SESSION}_{uuid.uuid4().hex[:12]}")
+        directory = make_store(root, postgres_dsn(), f"t{_SESSION}_{uuid.uuid4().hex[:12]}")
+    else:
+        directory = make_store(root)
     server = start(root, directory, workers=2)
     yield server
     stop(server)

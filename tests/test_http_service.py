@@ -101,6 +101,23 @@ def test_the_client_mirrors_the_api_call_for_call(served: Served) -> None:
         assert agent.stm_items(OWN, state="active") == [] or all(i.patient_id == OWN for i in agent.stm_items(OWN))
 
 
+def test_a_list_page_is_paged_in_the_read_and_audited_as_returned(served: Served) -> None:
+    """GET a patient's episodes one at a time: each page holds one record, total counts them
+    all, and the read's audit event names the page's record only."""
+    with httpx.Client(base_url=served.url, headers=served.headers("agent"), timeout=30) as http:
+        whole = http.get(f"/v1/patients/{OWN}/episodes").json()
+        assert whole["total"] >= 2 and whole["next_offset"] is None
+        before = served.head_seq()
+        r = http.get(f"/v1/patients/{OWN}/episodes", params={"offset": 1, "limit": 1})
+        assert r.status_code == 200, r.text
+        doc = r.json()
+    assert [e["episode_id"] for e in doc["items"]] == [whole["items"][1]["episode_id"]]
+    assert (doc["total"], doc["offset"], doc["limit"]) == (whole["total"], 1, 1)
+    assert doc["next_offset"] == (2 if whole["total"] > 2 else None)
+    reads = [e for e in served.audit_events(before) if e["action"] == "read" and e["actor"] == ROLES["agent"].id]
+    assert [e["record_ids"] for e in reads] == [[whole["items"][1]["episode_id"]]]
+
+
 def test_the_client_runs_governance_as_its_credential(served: Served) -> None:
     """Consent grant, list and revoke (revoke needs every patient: break-glass), key rotation,
     audit verification, checkpoint and FHIR export, maintenance and shredding."""

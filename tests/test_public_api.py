@@ -59,6 +59,7 @@ PUBLIC = [
     "Principal",
     "Purpose",
     "Query",
+    "RecordPage",
     "Retrieved",
     "RetrievedItem",
     "Role",

@@ -16,6 +16,7 @@ from ._agent.router import ExpertWeights, FixedRouter, LearnedRouter, fit_router
 from ._api import MsmMem
 from ._api.access import OPERATIONS, Operation
 from ._api.care import Retrieved, RetrievedItem
+from ._api.reads import RecordPage
 from ._api.trail import AuditTrail
 from ._client import AsyncMemoryClient, MemoryClient
 from ._clock import Clock, FixedClock, SystemClock
@@ -116,6 +117,7 @@ __all__ = [
     "Principal",
     "Purpose",
     "Query",
+    "RecordPage",
     "Retrieved",
     "RetrievedItem",
     "Role",

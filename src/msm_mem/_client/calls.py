@@ -26,7 +26,18 @@ from . import decode
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["MAX_PAGES", "PAGE", "RETRY_STATUSES", "Call", "Image", "Paged", "answer", "headers", "retryable"]
+__all__ = [
+    "MAX_PAGES",
+    "PAGE",
+    "RETRY_STATUSES",
+    "Call",
+    "Image",
+    "Paged",
+    "answer",
+    "headers",
+    "page_size",
+    "retryable",
+]
 
 T = TypeVar("T")
 Image = str | os.PathLike[str] | bytes | None
@@ -66,19 +77,33 @@ class Call(Generic[T]):
 
 @dataclass(frozen=True)
 class Paged(Generic[T]):
-    """A list endpoint, fetched ``PAGE`` items at a time until ``next_offset`` is None."""
+    """A list endpoint, fetched at most ``PAGE`` items a request until ``next_offset`` is None."""
 
     path: str
     parse: Callable[[dict[str, Any]], T]
     params: dict[str, str] = field(default_factory=dict)
 
-    def page(self, offset: int) -> Call[tuple[list[T], int | None]]:
-        def parse(response: httpx.Response) -> tuple[list[T], int | None]:
-            doc = response.json()
-            return [self.parse(d) for d in doc["items"]], doc["next_offset"]
+    def page(self, offset: int, limit: int = PAGE) -> Call[tuple[list[T], int | None, int]]:
+        """One page: its items, where the next starts (None: the last) and the list's total."""
 
-        params = {**self.params, "offset": str(offset), "limit": str(PAGE)}
+        def parse(response: httpx.Response) -> tuple[list[T], int | None, int]:
+            doc = response.json()
+            return [self.parse(d) for d in doc["items"]], doc["next_offset"], int(doc["total"])
+
+        params = {**self.params, "offset": str(offset), "limit": str(limit)}
         return Call("GET", self.path, parse, idempotent=True, params=params)
+
+
+def page_size(offset: object, limit: object, got: int) -> int:
+    """How many items the next request of a read from ``offset`` asks for (0: done); the page
+    is checked here as the library checks it (InvalidInput)."""
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise InvalidInput(f"offset must be an integer >= 0, got {offset!r}")
+    if limit is None:
+        return PAGE
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise InvalidInput(f"limit must be an integer >= 1 or None (every record), got {limit!r}")
+    return min(PAGE, limit - got)
 
 
 def _json(response: httpx.Response) -> Any:

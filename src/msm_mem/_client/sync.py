@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 
 from .._agent.agent import AgentAnswer
 from .._api.care import Retrieved
+from .._api.reads import RecordPage
 from .._api.trail import AuditTrail
 from .._errors import MissingExtra
 from .._governance.audit_chain import VerifyResult
@@ -97,15 +98,18 @@ class MemoryClient:
             time.sleep(self._backoff * 2**attempt)
         raise AssertionError("unreachable")
 
-    def _list(self, paged: Paged[T]) -> list[T]:
+    def _list(self, paged: Paged[T], offset: int = 0, limit: int | None = None) -> RecordPage[T]:
+        """``limit`` items (None: every one) from ``offset``, a page request at a time."""
         out: list[T] = []
-        offset: int | None = 0
+        at: int | None = offset
+        total = 0
         for _ in range(MAX_PAGES):
-            if offset is None:
+            want = calls.page_size(offset, limit, len(out))
+            if at is None or want <= 0:
                 break
-            items, offset = self._run(paged.page(offset))
+            items, at, total = self._run(paged.page(at, want))
             out.extend(items)
-        return out
+        return RecordPage(out, offset, total)
 
     # what the service is ----------------------------------------------------------------------
 
@@ -216,33 +220,43 @@ class MemoryClient:
 
     # reads ------------------------------------------------------------------------------------
 
-    def semantic_state(self, patient_id: str, category: str | None = None) -> list[SemanticState]:
+    def semantic_state(
+        self, patient_id: str, category: str | None = None, *, offset: int = 0, limit: int | None = None
+    ) -> RecordPage[SemanticState]:
         """:meth:`MsmMem.semantic_state`."""
-        return self._list(calls.semantic_state(patient_id, category))
+        return self._list(calls.semantic_state(patient_id, category), offset, limit)
 
-    def semantic_history(self, patient_id: str, category: str = "impression") -> list[SemanticState]:
+    def semantic_history(
+        self, patient_id: str, category: str = "impression", *, offset: int = 0, limit: int | None = None
+    ) -> RecordPage[SemanticState]:
         """:meth:`MsmMem.semantic_history`."""
-        return self._list(calls.semantic_history(patient_id, category))
+        return self._list(calls.semantic_history(patient_id, category), offset, limit)
 
-    def episodes(self, patient_id: str) -> list[EpisodicRecord]:
+    def episodes(self, patient_id: str, *, offset: int = 0, limit: int | None = None) -> RecordPage[EpisodicRecord]:
         """:meth:`MsmMem.episodes`."""
-        return self._list(calls.episodes(patient_id))
+        return self._list(calls.episodes(patient_id), offset, limit)
 
-    def visuals(self, patient_id: str) -> list[VisualRecord]:
+    def visuals(self, patient_id: str, *, offset: int = 0, limit: int | None = None) -> RecordPage[VisualRecord]:
         """:meth:`MsmMem.visuals`."""
-        return self._list(calls.visuals(patient_id))
+        return self._list(calls.visuals(patient_id), offset, limit)
 
-    def claims(self, patient_id: str, key: str | None = None) -> list[Claim]:
+    def claims(
+        self, patient_id: str, key: str | None = None, *, offset: int = 0, limit: int | None = None
+    ) -> RecordPage[Claim]:
         """:meth:`MsmMem.claims`."""
-        return self._list(calls.claims(patient_id, key))
+        return self._list(calls.claims(patient_id, key), offset, limit)
 
-    def claim_history(self, patient_id: str, key: str) -> list[Claim]:
+    def claim_history(
+        self, patient_id: str, key: str, *, offset: int = 0, limit: int | None = None
+    ) -> RecordPage[Claim]:
         """:meth:`MsmMem.claim_history`."""
-        return self._list(calls.claim_history(patient_id, key))
+        return self._list(calls.claim_history(patient_id, key), offset, limit)
 
-    def stm_items(self, patient_id: str, state: StmState | None = None) -> list[StmItem]:
+    def stm_items(
+        self, patient_id: str, state: StmState | None = None, *, offset: int = 0, limit: int | None = None
+    ) -> RecordPage[StmItem]:
         """:meth:`MsmMem.stm_items`."""
-        return self._list(calls.stm_items(patient_id, state))
+        return self._list(calls.stm_items(patient_id, state), offset, limit)
 
     # governance -------------------------------------------------------------------------------
 

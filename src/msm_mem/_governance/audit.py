@@ -83,6 +83,7 @@ class AuditLog:
         self.place = place if place is not None else CheckpointPlace.of(directory, None, None)
         self.log = CheckpointLog(self.place.log)
         self._lock = threading.RLock()
+        self._pseudonym_lock = threading.RLock()  # apart: a read's pseudonym never waits for a write
         self._pseudonyms: dict[str, str] = {}
         self._head: tuple[int, str] | None = None  # chain head after our last write
         self._signed: tuple[int, str] | None = None  # the last head this object saw signed
@@ -93,7 +94,7 @@ class AuditLog:
         """The patient's random pseudonym ("" for none, "*" for every patient); created once."""
         if patient_id in ("", "*"):
             return patient_id
-        with self._lock:
+        with self._pseudonym_lock:
             keys = self.store.keys()
             key = keys.get(patient_id)
             if key is not None and key.shredded:  # checked first: the shred may come from another handle
@@ -117,7 +118,7 @@ class AuditLog:
 
     def forget(self, patient_id: str) -> None:
         """Drop the cached pseudonym of a shredded patient."""
-        with self._lock:
+        with self._pseudonym_lock:
             self._pseudonyms.pop(patient_id, None)
 
     # appending -----------------------------------------------------------------------------

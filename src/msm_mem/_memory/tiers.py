@@ -25,6 +25,7 @@ from .._errors import AccessDenied, ConsentDenied, IllegalTransition, InvalidInp
 from .._governance.audit import AuditLog
 from .._governance.audit_event import AuditSpec
 from .._governance.consent import DATA_CLASSES, evaluate
+from .._governance.group_commit import GroupCommit
 from .._limits import MAX_TEXT_CHARS, check_id, check_observation, check_path, check_text
 from .._principal import Principal
 from .._records import new_id
@@ -47,6 +48,7 @@ class GovernedMemory:
         self.memory = memory
         self.store = memory.store
         self.audit = audit
+        self.reads = GroupCommit(audit)  # the audit events of concurrent reads, committed together
         self.clock = memory.clock
         self.settings = memory.settings
 
@@ -340,7 +342,10 @@ class GovernedMemory:
         error are audited in a transaction of their own, and the error is raised.
         """
         try:
-            self.audit.write(turn.batch, turn.audit)
+            if turn.batch:
+                self.audit.write(turn.batch, turn.audit)
+            else:  # a read: its audit events may share a transaction with other threads' reads
+                self.reads.write(turn.audit)
         except MsmMemError as exc:
             self.fail(turn, exc)
             raise
@@ -388,4 +393,4 @@ class GovernedMemory:
         self._write_audit_only(kept)
 
     def _write_audit_only(self, specs: list[AuditSpec]) -> None:
-        self.audit.write(WriteBatch(), specs)
+        self.reads.write(specs)

@@ -12,6 +12,7 @@ backend then follows the commit (:meth:`SqlWriter._committed`: the FAISS index, 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -66,6 +67,11 @@ class SqlWriter(SqlRowDigests):
     def _committed(self, batch: WriteBatch, moved: list[Moved]) -> None:
         """Follow a batch this store has just committed (default: nothing to follow)."""
 
+    def _writer_turn(self) -> AbstractContextManager[object]:
+        """Held around a write, before the connection's lock is taken: where writers of several
+        processes queue for their turn without holding that lock (default: nothing)."""
+        return nullcontext()
+
     def _after_lost_commit(self, batch: WriteBatch, lost: CommitLost) -> None:
         """Whether a write whose commit reply was lost is stored: returns when its last audit
         row is (the server committed it), raises :class:`StoreError` saying what is known
@@ -105,7 +111,7 @@ class SqlWriter(SqlRowDigests):
             r.check_vector(e.z, self.dim, f"episode {e.episode_id}")
         for v in batch.visuals:
             r.check_vector(v.z, self.dim, f"visual {v.visual_id}")
-        with self._db():
+        with self._writer_turn(), self._db():
             try:
                 with self._transaction():
                     moved = self._apply(batch, chain)

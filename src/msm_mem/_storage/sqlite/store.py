@@ -6,6 +6,7 @@ Layout of a store directory::
     DIR/index/episodic.faiss   rebuildable IndexFlatIP caches, with a .json sidecar saying
     DIR/index/visual.faiss     how many rows they cover and the fingerprint of the last one
                                (HNSW graphs with their vectors when population_search="hnsw")
+    DIR/writer.lock            where writers of several processes queue (``flock``; empty)
 
 A write is one SQLite transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``, ``synchronous=FULL`` by
 default) and the in-memory index changes only after it commits, so a crash loses at most the
@@ -18,6 +19,7 @@ decoded rows every turn reads (``readcache.py``, consent records), kept exact wi
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import threading
@@ -138,6 +140,8 @@ class SqliteStore(FaissVectors, SqlStore):
         self._lock = threading.RLock()
         self._closed = False
         self._held = _Held(self)
+        self._turn = threading.Lock()  # one writer of this process waits for the write lock
+        self._turn_fd: int | None = None
         self._cache = ReadCache(conn)
         self._keys = SqliteKeyTable(conn, self._lock, on_shred=self._cache.clear)
         self._consent_cache: dict[str, list[ConsentRecord]] = {}
@@ -259,6 +263,9 @@ class SqliteStore(FaissVectors, SqlStore):
             self.flush()
             self._conn.close()
             self._closed = True
+            if self._turn_fd is not None:
+                os.close(self._turn_fd)
+                self._turn_fd = None
 
     def keys(self) -> SqliteKeyTable:
         return self._keys
@@ -303,6 +310,31 @@ class SqliteStore(FaissVectors, SqlStore):
         except BaseException:
             self._rollback()
             raise
+
+    @contextmanager
+    def _writer_turn(self) -> Iterator[None]:
+        """Writers queue here (a thread lock, then ``flock`` on ``DIR/writer.lock``) before they
+        take the connection's lock and SQLite's: a process waiting for another's commit keeps
+        serving reads, and the kernel hands the turn on as soon as it is free, where SQLite's
+        own busy wait sleeps and polls (a busy process could starve the others). Only an order:
+        SQLite's write lock still guards the data; no lock file (read-only media), no queue."""
+        with self._turn:
+            fd = self._turn_file()
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                if fd is not None:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _turn_file(self) -> int | None:
+        if self._turn_fd is None and not self.read_only:
+            try:
+                self._turn_fd = os.open(self.directory / "writer.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError:
+                return None
+        return self._turn_fd
 
     def _rollback(self) -> None:
         if self._conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)

@@ -16,7 +16,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=Path)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
-    p.add_argument("--workers", type=int, default=1, help="worker processes (more than 1 needs PostgreSQL)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes, on either store (default 1)")
     p.add_argument(
         "--database-url", default=os.environ.get("MSM_MEM_DATABASE_URL"), help="PostgreSQL store (default: DIR's)"
     )

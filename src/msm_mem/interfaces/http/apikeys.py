@@ -94,6 +94,7 @@ class ApiKeyStore:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.path = Path(directory) / KEY_FILE
         self._lock = threading.Lock()
+        self._hashing = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
         self._keys: dict[str, ApiKey] = {}
         self._verified: dict[str, str] = {}  # sha256 of a verified token -> key id
@@ -185,6 +186,18 @@ class ApiKeyStore:
                     return keys[i]
         raise NotFound(f"no API key {key_id!r}")
 
+    def known(self, token: str) -> ApiKey | None:
+        """The key in force that ``token`` is, when this store verified that token before and
+        the file has not changed since (no hash computed: cheap); None otherwise."""
+        match = _TOKEN.match(token)
+        if match is None:
+            return None
+        key = self._current().get(match.group(1))
+        if key is None or key.revoked_at is not None:
+            return None
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        return key if self._verified.get(digest) == key.key_id else None
+
     def verify(self, token: str) -> ApiKey | None:
         """The key in force that ``token`` is, or None (malformed, unknown, revoked or wrong)."""
         match = _TOKEN.match(token)
@@ -200,10 +213,15 @@ class ApiKeyStore:
         hasher = _hasher()
         from argon2.exceptions import InvalidHashError, VerificationError
 
-        try:
-            hasher.verify(key.hash, match.group(2))  # type: ignore[attr-defined]
-        except (VerificationError, InvalidHashError):
-            return None
-        with self._lock:
-            self._verified[digest] = key.key_id
+        # one hash at a time: a burst of first requests with one key hashes it once (the others
+        # find it verified), and a flood of wrong secrets costs one hash's memory at a time
+        with self._hashing:
+            if self._verified.get(digest) == key.key_id:
+                return key
+            try:
+                hasher.verify(key.hash, match.group(2))  # type: ignore[attr-defined]
+            except (VerificationError, InvalidHashError):
+                return None
+            with self._lock:
+                self._verified[digest] = key.key_id
         return key

@@ -98,6 +98,16 @@ class Verifier:
             return self._from_jwt(token)
         raise Unauthenticated("unknown kind of token")
 
+    def known(self, authorization: str | None) -> Caller | None:
+        """The caller of an API key this server verified before (cheap: no hash computed), or
+        None: then :meth:`caller` decides."""
+        scheme, _, token = (authorization or "").partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token.startswith("msmk_"):
+            return None
+        key = self.keys.known(token)
+        return None if key is None else Caller(key.principal, key.patients, "api-key", key.key_id)
+
     def _from_jwt(self, token: str) -> Caller:
         import jwt
 

@@ -1,5 +1,10 @@
-"""Run the service with uvicorn: one process on the embedded store, ``workers`` processes on a
-PostgreSQL store (each opens the store itself)."""
+"""Run the service with uvicorn: ``workers`` processes, each opening the store itself (the
+embedded store follows what other processes commit; PostgreSQL serialises writers itself).
+
+Numeric libraries get one thread per process: a request's image work is small, concurrency
+comes from the requests and the workers, and a BLAS pool of its own in each worker only
+makes the workers wait for each other's threads on a busy machine. ``OPENBLAS_NUM_THREADS``,
+``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` set beforehand are kept."""
 
 from __future__ import annotations
 
@@ -23,18 +28,16 @@ def run(
     ssl_keyfile: str | None = None,
     log_level: str = "info",
 ) -> None:
-    """Serve until interrupted. More than one worker needs a PostgreSQL store: the embedded
-    store's caches belong to one process."""
+    """Serve until interrupted, with ``workers`` processes on either store."""
     import uvicorn
 
     if workers < 1:
         raise InvalidInput("workers must be at least 1")
-    if workers > 1 and config.database_url is None and not (config.store / "store.json").exists():
-        raise InvalidInput("several workers need a PostgreSQL store (--database-url or a store made with it)")
     if not MsmMem.exists(config.store):
         raise InvalidInput(f"{config.store} is not a memory store (make one with `msm-mem init`)")
     config = replace(config, log_level=log_level)
     os.environ.update(config.to_env())
+    _one_numeric_thread()
     configure_logging(log_level)
     uvicorn.run(
         "msm_mem.interfaces.http.app:create_app_from_env",
@@ -49,3 +52,20 @@ def run(
         proxy_headers=True,
         forwarded_allow_ips="127.0.0.1",
     )
+
+
+_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _one_numeric_thread() -> None:
+    """One BLAS/OpenMP thread in this process and in the workers it starts (see the module)."""
+    chosen = [name for name in _THREAD_VARIABLES if name in os.environ]
+    for name in _THREAD_VARIABLES:
+        os.environ.setdefault(name, "1")  # worker processes read these when they import numpy
+    if chosen:
+        return
+    try:  # this process imported numpy already: limit its pool directly
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(1)

@@ -1,8 +1,12 @@
 """What the endpoints share: the open store and its lock, the caller of a request, the patient
 scope check, uploaded images and pages.
 
-Every call into :class:`~msm_mem.MsmMem` runs under one lock per process (the store's
-operations are not meant to interleave); several worker processes scale a PostgreSQL store.
+Every call into :class:`~msm_mem.MsmMem` that writes memory (ask, observe, consolidate, ...)
+runs under one lock per process: a turn is staged against the store as it is, so two turns of
+one process never interleave. Governed reads (retrieve, the patient reads) write nothing but
+their audit events and run outside it: the store serialises its own connection, and the audit
+events of reads finishing together share one transaction (group commit). Several worker
+processes scale either store.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, Header, Query, Request
+from starlette.concurrency import run_in_threadpool
 
 from ... import MsmMem
 from .apikeys import ALL_PATIENTS
@@ -56,6 +61,11 @@ class ServerState:
         with self.lock:
             return fn(*args, **kwargs)
 
+    def read(self, fn: Callable[..., R], *args: object, **kwargs: object) -> R:
+        """``fn(*args, **kwargs)`` (a governed MsmMem read, which writes only its audit events)
+        outside the lock, so reads of several threads overlap and share their audit commits."""
+        return fn(*args, **kwargs)
+
 
 def server(request: Request) -> ServerState:
     state = request.app.state.server
@@ -63,9 +73,15 @@ def server(request: Request) -> ServerState:
     return state
 
 
-def caller(request: Request, authorization: Annotated[str | None, Header()] = None) -> Caller:
-    """The verified caller of the request (401 otherwise); its actor id goes to the access log."""
-    who = server(request).verifier.caller(authorization)
+async def caller(request: Request, authorization: Annotated[str | None, Header()] = None) -> Caller:
+    """The verified caller of the request (401 otherwise); its actor id goes to the access log.
+
+    A key verified before is found on the event loop; a new token's hash or signature is
+    checked in a worker thread, so a flood of unknown tokens never stalls the loop."""
+    verifier = server(request).verifier
+    who = verifier.known(authorization)
+    if who is None:
+        who = await run_in_threadpool(verifier.caller, authorization)
     request.state.actor = who.principal.id
     return who
 
@@ -95,7 +111,7 @@ class Paging:
     limit: int
 
 
-def paging(
+async def paging(
     request: Request,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
@@ -108,13 +124,13 @@ def _content_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
-def require_json(request: Request, _: CallerDep) -> None:
+async def require_json(request: Request, _: CallerDep) -> None:
     """415 unless the body is declared JSON (checked after the credential)."""
     if _content_type(request) != "application/json":
         raise HttpProblem("unsupported-media-type", "send the body as application/json")
 
 
-def require_form(request: Request, _: CallerDep) -> None:
+async def require_form(request: Request, _: CallerDep) -> None:
     """415 unless the body is a form: multipart/form-data (an image upload with its fields), or
     application/x-www-form-urlencoded (a stored study's reference with its fields)."""
     if _content_type(request) not in ("multipart/form-data", "application/x-www-form-urlencoded"):

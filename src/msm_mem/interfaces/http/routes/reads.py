@@ -1,16 +1,17 @@
-"""Reads of one patient's memory, one page at a time: semantic state and its history, episodes,
-visual records, claims and a claim's history, short-term items."""
+"""Reads of one patient's memory, one page at a time (paged in the read, so its audit event
+names the page's records only): semantic state and its history, episodes, visual records,
+claims and a claim's history, short-term items."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from .... import StmState
+from .... import RecordPage, StmState
 from ..auth import Caller
-from ..models import ClaimOut, EpisodeOut, Page, SemanticOut, StmItemOut, VisualOut, page
+from ..models import ClaimOut, EpisodeOut, Page, SemanticOut, StmItemOut, VisualOut
 from ..state import CallerDep, Paging, authorize, paging, server
 from . import PROBLEM_RESPONSES, PatientId
 
@@ -30,14 +31,17 @@ def _read(
     who: Caller,
     patient_id: str,
     pg: Paging,
-    fn: Callable[..., Sequence[R]],
+    fn: Callable[..., RecordPage[R]],
     out: Callable[[R], Out],
     *args: Any,
 ) -> Page[Out]:
     state = server(request)
     authorize(request, who, "read", patient_id)
-    records = state.call(fn, who.principal, patient_id, *args)
-    return page([out(r) for r in records], pg.offset, pg.limit)
+    records = state.read(fn, who.principal, patient_id, *args, offset=pg.offset, limit=pg.limit)
+    items = [out(r) for r in records]
+    return Page[Out](
+        items=items, total=records.total, offset=records.offset, limit=pg.limit, next_offset=records.next_offset
+    )
 
 
 @router.get("/semantic", response_model=Page[SemanticOut])
