@@ -176,11 +176,19 @@ class MemoryAgent:
             r = h.record
             if isinstance(r, SemanticState):
                 if r.last is not None:
-                    out.append(Candidate(h.id, "semantic", r.last.text, r.last.decision, 0.0, r.last.timestamp))
+                    out.append(
+                        Candidate(h.id, "semantic", r.last.text, r.last.decision, 0.0, r.last.timestamp, sc.tier_weight)
+                    )
             elif isinstance(r, EpisodicRecord):
-                out.append(Candidate(h.id, "episodic", r.answer, r.decision, max(sc.rank, 0.0), r.timestamp))
+                out.append(
+                    Candidate(h.id, "episodic", r.answer, r.decision, max(sc.rank, 0.0), r.timestamp, sc.tier_weight)
+                )
             elif isinstance(r, VisualRecord) and (src := sources.get(r.source_episode_id)) is not None:
-                out.append(Candidate(h.id, "visual", src.answer, src.decision, max(sc.rank, 0.0), src.timestamp))
+                out.append(
+                    Candidate(
+                        h.id, "visual", src.answer, src.decision, max(sc.rank, 0.0), src.timestamp, sc.tier_weight
+                    )
+                )
         return tuple(out)
 
     def _episodes(self, ids: Sequence[str]) -> dict[str, EpisodicRecord]:

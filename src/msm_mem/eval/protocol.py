@@ -16,8 +16,11 @@ in two modes, both recorded:
 Feedback: with ``truth`` the reference arrives after each answer as a critic verdict (the
 signed report) and supersedes the agent's impression (accepted when it matches after
 normalisation, otherwise corrected); with ``none`` only the agent's own answers are written
-back, through the gate. The fine-tune split is unused (a nonparametric backbone trains on
-nothing); it is kept so the split has the paper's shape.
+back, through the gate. With ``fit`` the fine-tune split is used as the paper uses it
+(:mod:`msm_mem.eval.fit`): a memory-free image model and a router over the memory experts are
+fitted on the fine-tune patients only, saved in the run (``fitted.npz`` beside the reports) and
+run as two more arms through ``MsmMem`` with the ``fitted`` backbone: ``ft`` (no memory) and
+``SEV-ft``. Without ``fit`` the fine-tune split is unused.
 
 Determinism: stores run on a :class:`~msm_mem._clock.FixedClock` (one day after the last
 study), rows are processed in a fixed order and ties are broken by ids that never reach the
@@ -44,15 +47,21 @@ from .._clock import FixedClock
 from .._errors import InvalidInput
 from .._records import ManifestRow
 from .._settings import Settings
+from ..plugins.backbones.base import Backbone, BackboneRequest
+from ..plugins.backbones.fitted_format import FittedModels
+from ..plugins.backbones.fitted_format import load as load_fitted
 from ..plugins.encoders import get_encoder
 from .baselines import Known, KnownStudies, Vector, baseline_answer
+from .fit import RecordingBackbone, fit_models, group_of
 from .metrics import normalize_answer
 from .records import (
     CONFIGS,
+    FITTED_ARMS,
     MODES,
     Answered,
     ProtocolRun,
     ProtocolSettings,
+    arm_config,
     config_flags,
     fingerprint,
     parse_configs,
@@ -82,17 +91,17 @@ ADMIN = Principal("msm-mem-admin", Role.ADMIN, Purpose.OPERATIONS)
 class _AgentArm:
     """A memory configuration on its own store directory."""
 
-    def __init__(self, name: str, directory: Path, run: _Runner) -> None:
-        self.name, self.directory, self.run = name, directory, run
-        self.flags = config_flags(name)
-        self.mem = run.open(directory)
+    def __init__(self, name: str, directory: Path, run: _Runner, backbone: Backbone | None = None) -> None:
+        self.name, self.directory, self.run, self.backbone = name, directory, run, backbone
+        self.flags = config_flags(arm_config(name) or name)
+        self.mem = run.open(directory, name, backbone)
 
     def fork(self, directory: Path) -> _AgentArm:
         self.mem.close()  # a store is copied closed, so its vector caches are on disk
         shutil.rmtree(directory, ignore_errors=True)
         shutil.copytree(self.directory, directory)
-        self.mem = self.run.open(self.directory)
-        return _AgentArm(self.name, directory, self.run)
+        self.mem = self.run.open(self.directory, self.name, self.backbone)
+        return _AgentArm(self.name, directory, self.run, self.backbone)
 
     def answer(self, row: ManifestRow) -> tuple[str, str]:
         a = self.mem.ask(
@@ -161,6 +170,7 @@ class _Plan:
     z: dict[tuple[str, str], Vector]
     work: Path
     keep: Path | None = None
+    fitted: Path | None = None
 
     def per_arm(self) -> int:
         return sum(len(self.parts[p]) for p in PHASES[1:]) + len(PHASES) * len(self.parts["validation"])
@@ -173,15 +183,22 @@ class _Runner:
         self.plan, self.tick = plan, tick
         self.answers: list[Answered] = []
 
-    def open(self, directory: Path) -> MsmMem:
+    def open(self, directory: Path, arm: str, backbone: Backbone | None = None) -> MsmMem:
         p = self.plan
-        return MsmMem.open(directory, settings=p.memory, clock=FixedClock(p.t0), backbone=p.settings.backbone)
+        clock = FixedClock(p.t0)
+        if backbone is not None:
+            return MsmMem.open(directory, settings=p.memory, clock=clock, backbone=backbone)
+        if arm in CONFIGS or p.fitted is None:
+            return MsmMem.open(directory, settings=p.memory, clock=clock, backbone=p.settings.backbone)
+        options = {"path": str(p.fitted)}
+        return MsmMem.open(directory, settings=p.memory, clock=clock, backbone="fitted", backbone_options=options)
 
     def probe(self, arm: _Arm, mode: str, phase: str, rows: Sequence[ManifestRow]) -> None:
         for row in rows:
             prediction, gate = arm.answer(row)
+            qt, q = group_of(row)
             self.answers.append(
-                Answered(mode, phase, arm.name, row.patient_id, row.study_id, prediction, row.answer, gate)
+                Answered(mode, phase, arm.name, row.patient_id, row.study_id, prediction, row.answer, gate, qt, q)
             )
             arm.learn(row, prediction)
             self.tick(1)
@@ -229,8 +246,37 @@ def _agent_arm(plan: _Plan, name: str, base: Path, tick: Callable[[int], object]
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _run_configs(plan: _Plan, base: Path, jobs: int, bar: tqdm[Any]) -> list[Answered]:
-    configs = plan.settings.configs
+def _finetune_requests(plan: _Plan, base: Path) -> list[tuple[ManifestRow, BackboneRequest]]:
+    """The fine-tune studies in time order through the online loop (S+E+V, the nonparametric
+    backbone, the protocol's feedback) on a copy of the Base memory: each with the request its
+    answer was built from (the router's examples)."""
+    directory = plan.work / "finetune"
+    shutil.rmtree(directory, ignore_errors=True)
+    shutil.copytree(base, directory)
+    recorder = RecordingBackbone()
+    arm = _AgentArm("SEV", directory, _Runner(plan, lambda n: None), backbone=recorder)
+    out: list[tuple[ManifestRow, BackboneRequest]] = []
+    try:
+        for row in plan.parts["finetune"]:
+            prediction, _ = arm.answer(row)
+            out.append((row, recorder.requests[-1]))
+            arm.learn(row, prediction)
+    finally:
+        arm.close(discard=True)
+    return out
+
+
+def _fit(plan: _Plan, base: Path, encoder: str) -> FittedModels:
+    """Fit on the fine-tune split only and save the file the fitted arms read."""
+    rows = plan.parts["finetune"]
+    record = {"finetune_patients": len({r.patient_id for r in rows}), "finetune_studies": len(rows)}
+    models = fit_models(rows, plan.z, _finetune_requests(plan, base), encoder=encoder, record=record)
+    assert plan.fitted is not None
+    models.save(plan.fitted)
+    return load_fitted(plan.fitted)  # what the arms read, exactly
+
+
+def _run_configs(plan: _Plan, base: Path, jobs: int, bar: tqdm[Any], configs: tuple[str, ...]) -> list[Answered]:
     if jobs <= 1 or len(configs) <= 1:
         out: list[Answered] = []
         for name in configs:
@@ -286,27 +332,35 @@ def run_protocol(
     split = split_patients({r.patient_id for r in labelled}, seed=settings.seed)
     where = split.phase_of()
     order = sorted(labelled, key=lambda r: (r.timestamp, r.patient_id, r.study_id))
-    parts = {name: [r for r in order if where[r.patient_id] == name] for name in (*PHASES, "validation")}
+    parts = {name: [r for r in order if where[r.patient_id] == name] for name in (*PHASES, "finetune", "validation")}
     z: dict[tuple[str, str], Vector] = {}
-    if settings.baselines:
+    if settings.baselines or settings.fit:
         needed = [r for name in parts for r in parts[name]]
         vectors = get_encoder(settings.encoder).encode_paths([r.image for r in needed], progress=progress)
         z = {_key(r): v for r, v in zip(needed, vectors, strict=True)}
     t0 = float(np.ceil(max(r.timestamp for r in labelled))) + 86_400.0
     answers: list[Answered] = []
+    fitted: FittedModels | None = None
+    agents = (*settings.configs, *(FITTED_ARMS if settings.fit else ()))
     with tempfile.TemporaryDirectory(prefix="msm-mem-eval-") as tmp:
         work = Path(work_dir) if work_dir is not None else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         if keep_stores is not None:
             Path(keep_stores).mkdir(parents=True, exist_ok=True)
-        plan = _Plan(settings, store_settings, t0, parts, z, work, None if keep_stores is None else Path(keep_stores))
-        total = plan.per_arm() * (len(settings.configs) + len(settings.baselines))
+        keep = None if keep_stores is None else Path(keep_stores)
+        plan = _Plan(settings, store_settings, t0, parts, z, work, keep, work / "fitted.npz" if settings.fit else None)
+        total = plan.per_arm() * (len(agents) + len(settings.baselines))
         with tqdm(total=total, desc="eval", unit="answer", disable=not progress) as bar:
-            if settings.configs:
+            if agents:
                 base = work / "base"
                 with MsmMem.init(base, ADMIN, settings=store_settings, clock=FixedClock(t0)) as mem:
                     mem.ingest(INGEST, parts["Base"])
-                answers += _run_configs(plan, base, jobs, bar)
-            known = [Known(r.patient_id, r.timestamp, r.study_id, r.answer, z[_key(r)]) for r in parts["Base"]]
+                if settings.fit:
+                    bar.set_description("eval: fitting the fine-tune split")
+                    fitted = _fit(plan, base, settings.encoder)
+                answers += _run_configs(plan, base, jobs, bar, agents)
+            # baselines only: without them no embedding was computed
+            known = [Known(r.patient_id, r.timestamp, r.study_id, r.answer, z[_key(r)]) for r in parts["Base"] if z]
             for name in settings.baselines:
                 bar.set_description(f"eval {name}")
                 runner = _Runner(plan, bar.update)
@@ -319,4 +373,4 @@ def run_protocol(
         "patients": len({r.patient_id for r in labelled}),
         "studies": {name: len(part) for name, part in parts.items()},
     }
-    return ProtocolRun(settings, store_settings, split, data, answers)
+    return ProtocolRun(settings, store_settings, split, data, answers, fitted)
