@@ -86,3 +86,10 @@ def test_markdown_says_where_it_still_loses() -> None:
         paired_tests(answers, ["SEV"], ["copy-prior", "S"]), mode="frozen", phase="WB4", n_resamples=1000
     )
     assert "SEV still loses to: copy-prior." in text and "| SEV | S | 6 |" in text
+
+
+def test_markdown_gives_the_relative_gain_over_the_fitted_memory_free_row() -> None:
+    """Beside the paper's +140% / +198%, the gain of S+E+V over ft is reported."""
+    answers = _answers("SEV", [True] * 4 + [False] * 2) + _answers("ft", [True] * 3 + [False] * 3)
+    text = paired_markdown(paired_tests(answers, ["SEV"], ["ft"]), mode="frozen", phase="WB4", n_resamples=1000)
+    assert "(ft): SEV +33.3%" in text and "+198% MoE-FT" in text

@@ -12,8 +12,11 @@ Metrics (every value in [0, 1]; the Markdown tables print percent, like the pape
   discarded, and the discard reasons (each discarded answer counted once per failed code).
 
 Files written by :func:`write_reports`: ``table1.md``/``.csv`` (phase WB4, one row per arm and
-mode), ``phases.md``/``.csv`` (every mode, phase and arm), ``results.json`` (settings, data
-fingerprint, split, every metric) and ``answers.jsonl`` (every answer). Nothing random or
+mode, the untrained and the fitted rows together, then the frozen paired bootstrap of S+E+V),
+``phases.md``/``.csv`` (every mode, phase and arm; the gate's discard reasons per phase),
+``paired.md`` (:mod:`.bootstrap`, both modes at WB4), ``results.json`` (settings, data
+fingerprint, split, every metric, the paired tests of every phase, the fitted record),
+``fitted.npz`` (the fitted parameters, when fitted) and ``answers.jsonl`` (every answer). Nothing random or
 machine-specific goes in, so equal runs give byte-identical files.
 """
 
