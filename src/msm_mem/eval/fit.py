@@ -202,8 +202,8 @@ def _fit_group(
         scored.append((cv, c))
     cv_score, best_c = max(scored, key=lambda t: (t[0], -t[1]))
     coef, intercept = _fit_lr(x, y, len(classes), best_c)
-    held_rows = [r for r in rows if r.patient_id in {p for f in folds for p in f}]
-    oof = out_of_fold(best_c, held_rows)
+    in_folds = {p for f in folds for p in f}
+    oof = out_of_fold(best_c, [r for r in rows if r.patient_id in in_folds])
     for r in rows:  # a patient in no fold (every row of theirs unclassed) gets the final model
         if (r.patient_id, r.study_id) not in oof:
             i, p = _predict(coef, intercept, np.asarray(z[(r.patient_id, r.study_id)], dtype=np.float64))

@@ -271,7 +271,8 @@ def _fit(plan: _Plan, base: Path, encoder: str) -> FittedModels:
     rows = plan.parts["finetune"]
     record = {"finetune_patients": len({r.patient_id for r in rows}), "finetune_studies": len(rows)}
     models = fit_models(rows, plan.z, _finetune_requests(plan, base), encoder=encoder, record=record)
-    assert plan.fitted is not None
+    if plan.fitted is None:
+        raise InvalidInput("a fitted run needs a path for its fitted parameters")
     models.save(plan.fitted)
     return load_fitted(plan.fitted)  # what the arms read, exactly
 
@@ -320,7 +321,9 @@ def run_protocol(
     settings' encoder). Stores live in ``work_dir`` (a temporary folder when None, removed
     afterwards). Memory configurations run in up to ``jobs`` worker processes; the answers do
     not depend on ``jobs``. With ``keep_stores`` each configuration's store after WB4 is kept
-    as ``keep_stores/<configuration>`` (replaced if present). Returns every answer with its
+    as ``keep_stores/<configuration>`` (replaced if present). With ``settings.fit`` the fine-tune
+    split is fitted first (:mod:`msm_mem.eval.fit`) and the arms ``ft`` and ``SEV-ft`` run beside
+    the configurations; the run then carries the fitted models. Returns every answer with its
     mode, phase and arm; metrics are computed by :mod:`msm_mem.eval.report`. Raises
     :class:`InvalidInput` for fewer than 3 labelled patients.
     """

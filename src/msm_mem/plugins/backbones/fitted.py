@@ -36,6 +36,7 @@ patient has no evidence, else with the nonparametric vote.
 from __future__ import annotations
 
 import math
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -197,8 +198,8 @@ class FittedBackbone:
 
     name = "fitted"
 
-    def __init__(self, path: str) -> None:
-        if not isinstance(path, str) or not path.strip():
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
             raise InvalidInput("the fitted backbone needs path= naming a fitted-parameter file")
         self.models: FittedModels = load(path)
         from ..encoders import get_encoder  # the file names the encoder its classifiers read
