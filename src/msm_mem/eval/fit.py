@@ -24,7 +24,9 @@ group ``(question_type, question)``, and saved as one ``fitted.npz``
    scorer gives it at least ``CORRECT`` (0.5) against the reference. One logistic regression per
    group (``router_c``) maps the proposal's features to the probability that it is right.
 
-Scorers are per question type (:data:`SCORERS`) and passed in, so new types plug in.
+The question type enters as the group key: every group has its own model and router, so a
+yes/no or free-text group learns its own weights. Scorers are per question type
+(:data:`SCORERS`) and passed in, so new types plug in.
 Determinism: no randomness (grouped folds in sorted patient order, L-BFGS from zero).
 """
 
