@@ -110,3 +110,19 @@ def test_markdown_gives_the_relative_gain_over_the_fitted_memory_free_row() -> N
     answers = _answers("SEV", [True] * 4 + [False] * 2) + _answers("ft", [True] * 3 + [False] * 3)
     text = paired_markdown(_tests(answers, ["SEV"], ["ft"]), mode="frozen", phase="WB4", n_resamples=1000)
     assert "(ft): SEV +33.3%" in text and "+198% MoE-FT" in text
+
+
+def test_markdown_names_only_the_losses_of_each_scope() -> None:
+    """A loss in one scope is not reported under another."""
+    label = _tests(_answers("SEV", [False] * 6) + _answers("S", [True] * 6), ["SEV"], ["S"])
+    other = paired_tests(
+        _answers("SEV", [True] * 6, qt="text") + _answers("S", [False] * 6, qt="text"),
+        ["SEV"],
+        ["S"],
+        scope=("text", ""),
+        metric="token_f1",
+        score=PER_ANSWER["token_f1"],
+    )
+    text = paired_markdown([*label, *other], mode="frozen", phase="WB4", n_resamples=1000)
+    label_part, text_part = text.split("### text")
+    assert "SEV still loses to: S." in label_part and "SEV loses to no rival." in text_part

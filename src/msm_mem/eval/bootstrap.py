@@ -185,8 +185,8 @@ def paired_markdown(results: Sequence[Paired], *, mode: str, phase: str, n_resam
             )
         lines.append("")
         for target in dict.fromkeys(r.target for r in rows):
-            lost = [r.rival for r in rows if (r.question_type, r.question, r.target) == (qt, q, target)]
-            lost = [r for r in lost if any(x.rival == r and x.verdict == "loses" and x.target == target for x in rows)]
+            mine = [r for r in rows if (r.question_type, r.question, r.target) == (qt, q, target)]
+            lost = [r.rival for r in mine if r.verdict == "loses"]  # this scope's verdicts only
             lines.append(f"- {target} still loses to: {', '.join(lost)}." if lost else f"- {target} loses to no rival.")
         gains = [
             f"{r.target} {100 * (r.target_score / r.rival_score - 1):+.1f}%"
