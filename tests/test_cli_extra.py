@@ -120,3 +120,29 @@ def test_eval_on_a_manifest_with_too_few_patients_is_an_error(
     err = capsys.readouterr().err
     assert code == 1
     assert "needs at least 3 labelled patients, got 2" in err
+
+
+def _eval(tmp_path: Path, *extra: str) -> dict[str, object]:
+    out = tmp_path / "out"
+    args = ["--configs", "sev", "--option", "patients=16", "--option", "size=64", "--bootstrap", "20"]
+    code = main(["eval", "--dataset", "synthetic", str(tmp_path / "data"), "--out", str(out), *args, *extra])
+    assert code == 0
+    doc: dict[str, object] = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    return doc
+
+
+def test_eval_fits_by_default_and_no_fit_skips_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """By default eval adds the ft and SEV-ft rows and writes fitted.npz; --no-fit leaves them out."""
+    doc = _eval(tmp_path / "a", "--no-progress", "--no-plots", "--jobs", "1")
+    arms = {m["arm"] for m in doc["metrics"]}  # type: ignore[attr-defined]
+    assert {"SEV", "ft", "SEV-ft"} <= arms and (tmp_path / "a" / "out" / "fitted.npz").is_file()
+    assert "no memory, fitted image model (FT)" in capsys.readouterr().out
+    doc = _eval(tmp_path / "b", "--no-fit", "--no-progress", "--no-plots", "--jobs", "1")
+    assert not {"ft", "SEV-ft"} & {m["arm"] for m in doc["metrics"]}  # type: ignore[attr-defined]
+    assert not (tmp_path / "b" / "out" / "fitted.npz").exists() and "fitted" not in doc
+
+
+def test_eval_structured_gate_is_recorded(tmp_path: Path) -> None:
+    """--structured-gate sets the store setting, recorded in results.json."""
+    doc = _eval(tmp_path, "--structured-gate", "--no-fit", "--no-progress", "--no-plots", "--jobs", "1")
+    assert doc["settings"]["memory"]["structured_gate"] is True  # type: ignore[index]

@@ -58,3 +58,22 @@ def test_lower_tau_never_writes_more(cos: float, tau_low: float, tau_high: float
     low, high = sorted((tau_low, tau_high))
     if WriteBackGate(low, 2, LEX).decide(cos, answer).written:
         assert WriteBackGate(high, 2, LEX).decide(cos, answer).written
+
+
+def test_structured_gate_judges_short_answers_by_novelty_alone() -> None:
+    """With structured on, a novel one-word label is written (codes novel, structured_answer);
+    a duplicate image is still refused; the paper's gate (default) refuses the same label."""
+    gate = WriteBackGate(0.9, 3, LEX, structured=True)
+    d = gate.decide(0.2, "COVID-19")
+    assert d.written and d.reasons == ("novel", "structured_answer")
+    assert gate.decide(0.95, "COVID-19").reasons == ("not_novel",)
+    paper = WriteBackGate(0.9, 3, LEX).decide(0.2, "COVID-19")
+    assert not paper.written and paper.reasons == ("answer_too_short", "no_clinical_keyword")
+
+
+def test_structured_gate_keeps_the_keyword_rule_for_long_answers() -> None:
+    """An answer of min_answer_words or more words still needs a clinical keyword."""
+    gate = WriteBackGate(0.9, 3, LEX, structured=True)
+    assert gate.decide(0.1, "the heart looks fine").reasons == ("no_clinical_keyword",)
+    assert gate.decide(0.1, "Right lower lobe consolidation.").written
+    assert gate.decide(0.1, "").reasons == ("answer_too_short", "no_clinical_keyword")

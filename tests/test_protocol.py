@@ -255,3 +255,18 @@ def test_evidence_recall_is_recorded_for_memory_configurations(truth: ProtocolRu
                 assert rec["evidence_recall"]["at_5"] == 0.0
         else:
             assert "evidence_recall" not in rec
+
+
+def test_structured_gate_admits_short_label_answers(data: list[ManifestRow]) -> None:
+    """Label answers never pass the paper's gate (too short, often no keyword); with the
+    structured gate the novel ones are written, and the reasons say so."""
+    from msm_mem._settings import Settings
+
+    labels = [replace(r, answer="COVID-19" if int(r.patient_id[-1]) % 2 else "Pneumonia") for r in data]
+    settings = ProtocolSettings(configs=("SEV",), baselines=())
+    paper = run_protocol(labels, settings)
+    structured = run_protocol(labels, settings, memory=Settings(structured_gate=True))
+    online = [a.gate for a in paper.answers if a.mode == "online"]
+    assert online and all(g.startswith("discarded:") and "answer_too_short" in g for g in online)
+    written = [a.gate for a in structured.answers if a.mode == "online" and a.gate == "written"]
+    assert written and structured.memory_settings.structured_gate

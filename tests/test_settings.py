@@ -27,6 +27,21 @@ def test_other_defaults() -> None:
     assert s.prompt_budget_chars == 6000
     assert s.stm_ttl_s == 86400.0
     assert (s.population_search, s.population_ef_search) == ("exact", 128)
+    assert s.structured_gate is False  # the paper's gate
+
+
+@pytest.mark.parametrize(("raw", "value"), [("1", True), ("on", True), ("0", False), ("false", False), ("", False)])
+def test_structured_gate_reads_a_flag(raw: str, value: bool) -> None:
+    """MSM_MEM_STRUCTURED_GATE takes 1/0, true/false, yes/no, on/off; anything else is refused."""
+    assert Settings.from_env({"MSM_MEM_STRUCTURED_GATE": raw}).structured_gate is value
+
+
+def test_structured_gate_refuses_other_values() -> None:
+    """A value that is not a flag, from the environment or in code, raises InvalidInput."""
+    with pytest.raises(InvalidInput, match="STRUCTURED_GATE"):
+        Settings.from_env({"MSM_MEM_STRUCTURED_GATE": "maybe"})
+    with pytest.raises(InvalidInput, match="structured_gate"):
+        Settings(structured_gate="yes")  # type: ignore[arg-type]
 
 
 def test_settings_are_frozen() -> None:
@@ -106,6 +121,7 @@ def test_from_env_reads_every_field() -> None:
         "MSM_MEM_STM_TTL_S": "12.5",
         "MSM_MEM_POPULATION_SEARCH": "hnsw",
         "MSM_MEM_POPULATION_EF_SEARCH": "256",
+        "MSM_MEM_STRUCTURED_GATE": "yes",
         "UNRELATED": "x",
     }
     s = Settings.from_env(env)
@@ -122,6 +138,7 @@ def test_from_env_reads_every_field() -> None:
         stm_ttl_s=12.5,
         population_search="hnsw",
         population_ef_search=256,
+        structured_gate=True,
     )
 
 

@@ -31,6 +31,15 @@ def check_population_search(mode: object, ef_search: object) -> PopulationSearch
     return mode  # type: ignore[return-value]  # checked against the literal's values above
 
 
+def _flag(raw: str) -> bool:
+    text = raw.strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("not a true/false value (1/0, true/false, yes/no, on/off)")
+
+
 def _is_number(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
@@ -44,6 +53,11 @@ class Settings:
     - ``tau``: novelty threshold of the write-back gate; an interaction is novel when the
       maximum cosine against the patient's stored embeddings is ``< tau`` (paper: 0.9).
     - ``min_answer_words``: the gate's minimum answer length in words.
+    - ``structured_gate``: for stores whose questions expect short structured answers (a
+      label, yes/no): an answer shorter than ``min_answer_words`` is judged by novelty alone
+      (the length and keyword tests are meant for free text and refuse every label). Answers
+      of ``min_answer_words`` or more words still need a clinical keyword. Default False (the
+      paper's gate).
     - ``lexicon_path``: a clinical keyword file replacing the packaged one (one term a line).
     - ``semantic_history``: impressions kept per patient and category (paper: N=5).
     - ``prompt_budget_chars``: fused prompt budget; the lowest-ranked evidence goes first.
@@ -65,6 +79,7 @@ class Settings:
     top_k: int = 10
     tau: float = 0.9
     min_answer_words: int = 3
+    structured_gate: bool = False
     lexicon_path: Path | None = None
     semantic_history: int = 5
     prompt_budget_chars: int = 6000
@@ -83,6 +98,8 @@ class Settings:
         words = self.min_answer_words
         if not isinstance(words, int) or isinstance(words, bool) or words < 0:
             raise InvalidInput(f"setting min_answer_words must be an integer >= 0, got {words!r}")
+        if not isinstance(self.structured_gate, bool):
+            raise InvalidInput(f"setting structured_gate must be true or false, got {self.structured_gate!r}")
         # numbers are checked by type first: float("x") would escape as a bare ValueError
         if not _is_number(self.tau) or not (-1.0 <= float(self.tau) <= 1.0):
             raise InvalidInput(f"setting tau must be a cosine in [-1, 1], got {self.tau!r}")
@@ -111,6 +128,8 @@ class Settings:
                     values[f.name] = float(raw)
                 elif f.name in ("encoder", "population_search"):
                     values[f.name] = raw
+                elif f.name == "structured_gate":
+                    values[f.name] = _flag(raw)
                 else:
                     values[f.name] = int(raw)
             except ValueError as exc:

@@ -166,16 +166,18 @@ class MemoryAgent:
         visuals = [h for h, _ in ranked if isinstance(h.record, VisualRecord) and h.record.source_episode_id]
         sources = self._episodes([h.record.source_episode_id for h in visuals])  # type: ignore[union-attr]
         for h, sc in ranked:
-            r, weight = h.record, max(sc.rank, 0.0)
+            r, weight, tier = h.record, max(sc.rank, 0.0), sc.tier_weight
             if isinstance(r, SemanticState):
                 if r.last is not None:
-                    out.append(Candidate(h.id, "semantic", r.last.text, r.last.decision, weight, r.last.timestamp))
+                    out.append(
+                        Candidate(h.id, "semantic", r.last.text, r.last.decision, weight, r.last.timestamp, tier)
+                    )
             elif isinstance(r, EpisodicRecord):
-                out.append(Candidate(h.id, "episodic", r.answer, r.decision, weight, r.timestamp))
+                out.append(Candidate(h.id, "episodic", r.answer, r.decision, weight, r.timestamp, tier))
             elif isinstance(r, VisualRecord) and (src := sources.get(r.source_episode_id)) is not None:
-                out.append(Candidate(h.id, "visual", src.answer, src.decision, weight, src.timestamp))
+                out.append(Candidate(h.id, "visual", src.answer, src.decision, weight, src.timestamp, tier))
             elif isinstance(r, Claim):
-                out.append(Candidate(h.id, "claim", r.content, "", weight, h.time or r.created_at))
+                out.append(Candidate(h.id, "claim", r.content, "", weight, h.time or r.created_at, tier))
         return tuple(out)
 
     def _episodes(self, ids: Sequence[str]) -> dict[str, EpisodicRecord]:

@@ -121,6 +121,10 @@ class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
             raise EncoderMismatch(
                 f"encoder {enc.name} ({enc.dim}-d) does not match the store's {store.encoder_name} ({store.dim}-d)"
             )
+        chosen = _backbone(backbone, backbone_options)
+        wants = getattr(chosen, "encoder_name", None)  # a fitted backbone reads images through its own encoder
+        if isinstance(wants, str) and wants != enc.name:
+            raise InvalidInput(f"backbone {chosen.name!r} was fitted on encoder {wants}; this store uses {enc.name}")
         self._encoder = enc
         self._store = store
         self._cipher = EnvelopeCipher(store.tenant, provider, store.keys(), self._clock.now)
@@ -136,7 +140,7 @@ class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
             place=CheckpointPlace.of(directory, checkpoints, witness),
         )
         self._gm = GovernedMemory(Memory(store, settings, self._clock), self._audit)
-        self._agent = MemoryAgent(self._gm, enc, _backbone(backbone, backbone_options), directory=directory)
+        self._agent = MemoryAgent(self._gm, enc, chosen, directory=directory)
 
     def _maintainer(self, system: Principal | None = None, at: float | None = None) -> Maintainer:
         after = self._settings.consolidate_after_s

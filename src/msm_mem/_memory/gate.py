@@ -8,6 +8,10 @@ pass:
 - substance: the answer has at least ``min_answer_words`` words;
 - clinical relevance: the answer contains at least one lexicon term.
 
+With ``structured`` (``Settings.structured_gate``) an answer shorter than ``min_answer_words``
+is a short structured answer (a label, yes/no): novelty alone decides it, and a written one
+carries the codes ``novel`` and ``structured_answer``. Longer answers meet all three criteria.
+
 Semantic memory is updated after every interaction whatever the gate decides.
 """
 
@@ -26,6 +30,7 @@ _WORD = re.compile(r"\w+(?:[-']\w+)*")
 NOVEL, NOT_NOVEL = "novel", "not_novel"
 LONG_ENOUGH, TOO_SHORT = "answer_long_enough", "answer_too_short"
 KEYWORD, NO_KEYWORD = "clinical_keyword", "no_clinical_keyword"
+STRUCTURED = "structured_answer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +46,21 @@ class GateDecision:
 class WriteBackGate:
     """Decides consolidation from novelty, answer length and clinical keywords."""
 
-    def __init__(self, tau: float, min_answer_words: int, lexicon: Lexicon) -> None:
+    def __init__(self, tau: float, min_answer_words: int, lexicon: Lexicon, *, structured: bool = False) -> None:
         self.tau = tau
         self.min_answer_words = min_answer_words
         self.lexicon = lexicon
+        self.structured = structured
 
     def decide(self, max_cosine: float | None, answer: str) -> GateDecision:
         """Apply the three criteria; the decision lists failed codes, or all passed codes."""
         novel = max_cosine is None or max_cosine < self.tau
         words = len(_WORD.findall(answer))
         keywords = tuple(self.lexicon.find(answer))
+        if self.structured and 0 < words < self.min_answer_words:
+            if novel:
+                return GateDecision(True, (NOVEL, STRUCTURED), max_cosine, keywords)
+            return GateDecision(False, (NOT_NOVEL,), max_cosine, keywords)
         passed = [
             NOVEL if novel else None,
             LONG_ENOUGH if words >= self.min_answer_words else None,

@@ -78,7 +78,9 @@ class Memory:
         self.settings = settings or Settings()
         self.clock = clock or SystemClock()
         lexicon = Lexicon.from_file(self.settings.lexicon_path) if self.settings.lexicon_path else Lexicon.default()
-        self.gate = WriteBackGate(self.settings.tau, self.settings.min_answer_words, lexicon)
+        self.gate = WriteBackGate(
+            self.settings.tau, self.settings.min_answer_words, lexicon, structured=self.settings.structured_gate
+        )
         self.semantic = SemanticMemory(store, self.settings.semantic_history)
 
     # retrieval ----------------------------------------------------------------------------

@@ -16,16 +16,19 @@ from typing import Literal
 from .._errors import InvalidInput
 from .._records import QUESTION_TYPES, ManifestRow
 from .._settings import Settings
+from ..plugins.backbones.fitted_format import FittedModels
 from .baselines import BASELINES
 from .split import Split
 
 __all__ = [
     "CONFIGS",
+    "FITTED_ARMS",
     "MODES",
     "Answered",
     "Feedback",
     "ProtocolRun",
     "ProtocolSettings",
+    "arm_config",
     "config_flags",
     "fingerprint",
     "parse_configs",
@@ -35,6 +38,10 @@ __all__ = [
 #: The 8 memory configurations (subsets of S, E, V), in the paper's Table 1 order.
 CONFIGS: tuple[str, ...] = ("none", "S", "E", "V", "SE", "SV", "EV", "SEV")
 MODES: tuple[str, ...] = ("online", "frozen")
+#: The arms fitted on the fine-tune split (:mod:`msm_mem.eval.fit`) and the memory configuration
+#: each runs: ``ft`` the memory-free image model (the paper's FT row), ``SEV-ft`` all three
+#: memories with the fitted backbone and router (the MoE-FT analogue).
+FITTED_ARMS: dict[str, str] = {"ft": "none", "SEV-ft": "SEV"}
 Feedback = Literal["truth", "none"]
 
 
@@ -62,6 +69,11 @@ def config_flags(name: str) -> dict[str, bool]:
     return {"use_sem": "S" in name, "use_epi": "E" in name, "use_vis": "V" in name}
 
 
+def arm_config(name: str) -> str | None:
+    """The memory configuration an agent arm runs (itself, or a fitted arm's); None for a baseline."""
+    return name if name in CONFIGS else FITTED_ARMS.get(name)
+
+
 def fingerprint(rows: Sequence[ManifestRow]) -> str:
     """SHA-256 (hex) of the rows' content and image bytes, independent of folder and row order."""
     digest = hashlib.sha256()
@@ -85,7 +97,9 @@ def fingerprint(rows: Sequence[ManifestRow]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ProtocolSettings:
-    """What one evaluation runs: configurations, baselines, plugins, feedback, seed."""
+    """What one evaluation runs: configurations, baselines, plugins, feedback, seed, and
+    whether to fit the fine-tune split (``fit``: adds the :data:`FITTED_ARMS`; needs
+    scikit-learn, the ``fit`` extra)."""
 
     configs: tuple[str, ...] = CONFIGS
     baselines: tuple[str, ...] = BASELINES
@@ -93,6 +107,7 @@ class ProtocolSettings:
     encoder: str = "pixels"
     feedback: Feedback = "truth"
     seed: int = 0
+    fit: bool = False
 
     def __post_init__(self) -> None:
         if self.feedback not in ("truth", "none"):
@@ -101,7 +116,9 @@ class ProtocolSettings:
             config_flags(c)
         if unknown := [b for b in self.baselines if b not in BASELINES]:
             raise InvalidInput(f"unknown baseline(s) {unknown}; known: {', '.join(BASELINES)}")
-        if not self.configs and not self.baselines:
+        if not isinstance(self.fit, bool):
+            raise InvalidInput(f"fit must be true or false, got {self.fit!r}")
+        if not self.configs and not self.baselines and not self.fit:
             raise InvalidInput("nothing to evaluate: no configuration and no baseline")
 
 
@@ -136,14 +153,20 @@ def question_groups(rows: Sequence[ManifestRow]) -> list[tuple[str, str]]:
 
 @dataclass(slots=True)
 class ProtocolRun:
-    """Everything one run produced: settings, the split, study counts and every answer."""
+    """Everything one run produced: settings, the split, study counts, every answer and the
+    models fitted on the fine-tune split (None without ``fit``)."""
 
     settings: ProtocolSettings
     memory_settings: Settings
     split: Split
     data: dict[str, object]
     answers: list[Answered] = field(default_factory=list)
+    fitted: FittedModels | None = None
+
+    @property
+    def fitted_arms(self) -> tuple[str, ...]:
+        return tuple(FITTED_ARMS) if self.settings.fit else ()
 
     @property
     def arms(self) -> tuple[str, ...]:
-        return (*self.settings.configs, *self.settings.baselines)
+        return (*self.settings.configs, *self.fitted_arms, *self.settings.baselines)

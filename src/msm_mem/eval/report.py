@@ -4,11 +4,14 @@ Metrics come from :mod:`msm_mem.eval.scores` (overall, per question type and per
 the Markdown tables print percent, like the paper, and CIDEr-D as it is, in [0, 10]).
 
 Files written by :func:`write_reports`: ``table1.md``/``.csv`` (phase WB4, one row per scope,
-arm and mode; the Markdown has the overall table first, then one per question type and per
-question), ``phases.md``/``.csv`` (every scope, mode, phase and arm), ``results.json``
-(settings, data fingerprint, question groups, split, every metric) and ``answers.jsonl`` (every
-answer with its question). Nothing random or machine-specific goes in, so equal runs give
-byte-identical files.
+arm and mode, the untrained and the fitted rows together; the Markdown has the overall table
+first, then one per question type and per question, then the frozen paired bootstrap of
+S+E+V), ``phases.md``/``.csv`` (every scope, mode, phase and arm; the gate's discard reasons
+per phase), ``paired.md`` (:mod:`.bootstrap`, every scope, both modes at WB4),
+``results.json`` (settings, data fingerprint, question groups, split, every metric, the paired
+tests of every scope and phase, the fitted record), ``fitted.npz`` (the fitted parameters, when
+fitted) and ``answers.jsonl`` (every answer with its question). Nothing random or
+machine-specific goes in, so equal runs give byte-identical files.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .records import CONFIGS, MODES, ProtocolRun
+from .bootstrap import paired_markdown, scope_tests
+from .records import MODES, ProtocolRun, arm_config
 from .scores import ALL, METRICS, SCOPE_METRICS, finding_counts, scopes, summarise
 from .split import PHASES
 
@@ -96,6 +100,8 @@ def _scope_title(kind: str, question: str) -> str:
 
 _ARM_TITLES = {
     "none": "no memory (agent)",
+    "ft": "no memory, fitted image model (FT)",
+    "SEV-ft": "SEV, fitted backbone and router (MoE-FT)",
     "prior": "baseline: population prior",
     "copy-prior": "baseline: copy patient's last answer",
     "nearest-neighbour": "baseline: nearest neighbour (population)",
@@ -107,9 +113,10 @@ _MODE_TITLES = {
 
 
 def _mark(arm: str, letter: str) -> str:
-    if arm not in CONFIGS:
+    config = arm_config(arm)
+    if config is None:
         return ""
-    return "✓" if letter in arm else "×"
+    return "✓" if letter in config else "×"
 
 
 def table1_markdown(records: Sequence[dict[str, Any]], run: ProtocolRun, phase: str = FINAL) -> str:
@@ -121,7 +128,8 @@ def table1_markdown(records: Sequence[dict[str, Any]], run: ProtocolRun, phase: 
         "",
         f"Data: {run.data['name']} ({run.data['labelled']} labelled questions, {run.data['patients']} patients; "
         f"fingerprint `{str(run.data['fingerprint'])[:16]}`). Encoder `{s.encoder}`, backbone `{s.backbone}`, "
-        f"feedback `{s.feedback}`, seed {s.seed}; gate tau {m.tau}, at least {m.min_answer_words} words. "
+        f"feedback `{s.feedback}`, seed {s.seed}; gate tau {m.tau}, at least {m.min_answer_words} words"
+        f"{' (shorter answers: novelty only)' if m.structured_gate else ''}. "
         "Percent (CIDEr-D in [0, 10]); brackets: 95% bootstrap interval over patients.",
         "",
     ]
@@ -183,23 +191,26 @@ def _phases_markdown(records: Sequence[dict[str, Any]], run: ProtocolRun) -> str
                 "| Configuration | " + " | ".join(phases) + " |",
                 "|---|" + "---:|" * len(phases),
             ]
-            for arm in run.settings.configs:
-                cells = {
-                    r["phase"]: f"{r['gate']['written']} / {r['gate']['discarded']}"
-                    for r in mine
-                    if r["mode"] == mode and r["arm"] == arm
-                }
+            for arm in (*run.settings.configs, *run.fitted_arms):
+                cells = {r["phase"]: _gate_cell(r["gate"]) for r in mine if r["mode"] == mode and r["arm"] == arm}
                 lines.append(f"| {arm} | " + " | ".join(cells.get(p, "") for p in phases) + " |")
             lines.append("")
     return "\n".join(lines)
 
 
-def results_json(records: Sequence[dict[str, Any]], run: ProtocolRun, *, n_boot: int) -> str:
+def _gate_cell(gate: dict[str, Any]) -> str:
+    why = ", ".join(f"{k} {v}" for k, v in gate["reasons"].items())
+    return f"{gate['written']} / {gate['discarded']}" + (f" ({why})" if why else "")
+
+
+def results_json(
+    records: Sequence[dict[str, Any]], run: ProtocolRun, *, n_boot: int, paired: Sequence[dict[str, Any]] = ()
+) -> str:
     """Everything as canonical JSON (sorted keys, floats rounded to 6 places)."""
     m = run.memory_settings
     split = {name: list(ids) for name, ids in zip(PHASES, run.split.phases, strict=True)}
     split.update(finetune=list(run.split.finetune), validation=list(run.split.validation))
-    doc = {
+    doc: dict[str, Any] = {
         "format": "msm-mem-eval/2",
         "settings": {
             **asdict(run.settings),
@@ -214,6 +225,7 @@ def results_json(records: Sequence[dict[str, Any]], run: ProtocolRun, *, n_boot:
                     "min_answer_words",
                     "semantic_history",
                     "prompt_budget_chars",
+                    "structured_gate",
                 )
             },
         },
@@ -221,6 +233,10 @@ def results_json(records: Sequence[dict[str, Any]], run: ProtocolRun, *, n_boot:
         "split": {"counts": run.split.counts(), "patients": split},
         "metrics": list(records),
     }
+    if run.fitted is not None:
+        doc["fitted"] = {"file": "fitted.npz", **run.fitted.meta()}
+    if paired:
+        doc["paired_bootstrap"] = {"resamples": n_boot, "seed": run.settings.seed, "tests": list(paired)}
     return json.dumps(_round(doc), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
@@ -230,11 +246,21 @@ def write_reports(run: ProtocolRun, out: Path, *, n_boot: int = 1000) -> list[di
     out.mkdir(parents=True, exist_ok=True)
     records = summarise(run, n_boot=n_boot)
     final = [r for r in records if r["phase"] == FINAL]
-    (out / "table1.md").write_text(table1_markdown(records, run), encoding="utf-8")
+    paired = scope_tests(run, n_resamples=n_boot)
+    sections = [paired_markdown(paired, mode=m, phase=FINAL, n_resamples=n_boot) for m in reversed(MODES)]
+    table1 = table1_markdown(records, run) + ("\n" + sections[0] if paired else "")
+    (out / "table1.md").write_text(table1, encoding="utf-8")
+    if paired:
+        (out / "paired.md").write_text(
+            "# Paired bootstrap tests at " + FINAL + "\n\n" + "\n".join(sections), encoding="utf-8"
+        )
+    if run.fitted is not None:
+        run.fitted.save(out / "fitted.npz")
     (out / "table1.csv").write_text(_csv(final), encoding="utf-8")
     (out / "phases.md").write_text(_phases_markdown(records, run), encoding="utf-8")
     (out / "phases.csv").write_text(_csv(records), encoding="utf-8")
-    (out / "results.json").write_text(results_json(records, run, n_boot=n_boot), encoding="utf-8")
+    tests = [p.to_json() for p in paired]
+    (out / "results.json").write_text(results_json(records, run, n_boot=n_boot, paired=tests), encoding="utf-8")
     lines = (json.dumps(asdict(a), ensure_ascii=False, sort_keys=True) for a in run.answers)
     (out / "answers.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return records

@@ -37,10 +37,20 @@ from .._memory.labeler import finding_f1, label
 from .cider import cider_d
 from .metrics import bootstrap_ci, class_f1, corpus_bleu, exact_match, rouge_l, token_f1, yes_no
 from .recall import evidence_recall
-from .records import CONFIGS, MODES, Answered, ProtocolRun
+from .records import CONFIGS, FITTED_ARMS, MODES, Answered, ProtocolRun, arm_config
 from .split import PHASES
 
-__all__ = ["ALL", "METRICS", "SCOPE_METRICS", "finding_counts", "scopes", "summarise"]
+__all__ = [
+    "ALL",
+    "METRICS",
+    "PER_ANSWER",
+    "PRIMARY",
+    "SCOPE_METRICS",
+    "finding_counts",
+    "in_scope",
+    "scopes",
+    "summarise",
+]
 
 #: the scope of every answer
 ALL = "all"
@@ -110,6 +120,16 @@ def _accuracy(prediction: str, reference: str) -> float:
     return float(yes_no(prediction) == yes_no(reference) != "")
 
 
+#: each scope's primary metric (the paired bootstrap's, :mod:`msm_mem.eval.bootstrap`)
+PRIMARY = {ALL: "token_f1", "label": "exact_match", "yes_no": "accuracy", "text": "token_f1"}
+#: the per-answer scores of the primary metrics, in [0, 1]
+PER_ANSWER: dict[str, Callable[[str, str], float]] = {
+    "token_f1": token_f1,
+    "exact_match": exact_match,
+    "accuracy": _accuracy,
+}
+
+
 def _metric(key: str, answers: Sequence[Answered], n_boot: int, seed: int) -> dict[str, float]:
     preds, refs = [a.prediction for a in answers], [a.reference for a in answers]
     if key == "token_f1":
@@ -163,6 +183,14 @@ def scopes(run: ProtocolRun) -> list[tuple[str, str]]:
     return out
 
 
+def in_scope(answers: Sequence[Answered], kind: str, question: str) -> list[Answered]:
+    """The answers of one scope: every answer for ``all``, else those of the type ``kind``
+    (and of ``question`` when it is not ``""``)."""
+    if kind == ALL:
+        return list(answers)
+    return [a for a in answers if a.question_type == kind and (not question or a.question == question)]
+
+
 def summarise(run: ProtocolRun, *, n_boot: int = 1000) -> list[dict[str, Any]]:
     """One metrics record per (scope, mode, phase, arm) that has answers, in that order; each
     carries ``question_type`` (``all`` or a type) and ``question`` (``""`` for a whole type)."""
@@ -182,10 +210,10 @@ def summarise(run: ProtocolRun, *, n_boot: int = 1000) -> list[dict[str, Any]]:
                             "mode": mode,
                             "phase": phase,
                             "arm": arm,
-                            "kind": "memory" if arm in CONFIGS else "baseline",
+                            "kind": "memory" if arm in CONFIGS else "fitted" if arm in FITTED_ARMS else "baseline",
                             **_score(kind, answers, n_boot, run.settings.seed),
                         }
-                        if arm in CONFIGS:
+                        if arm_config(arm) is not None:  # an agent arm: memory or fitted
                             record["evidence_recall"] = evidence_recall(answers)
                         out.append(record)
     return out

@@ -58,6 +58,17 @@ def _configure_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the patient split and the bootstrap")
     p.add_argument("--no-baselines", action="store_true", help="skip the prior, copy-prior and nearest-neighbour")
     p.add_argument(
+        "--no-fit",
+        action="store_true",
+        help="do not fit the fine-tune split (no ft and SEV-ft rows; fitting needs the fit extra, scikit-learn)",
+    )
+    p.add_argument(
+        "--structured-gate",
+        action="store_true",
+        help="write-back gate for short structured answers: an answer shorter than the minimum word count "
+        "is judged by novelty alone (the paper's gate otherwise; also MSM_MEM_STRUCTURED_GATE=1)",
+    )
+    p.add_argument(
         "--option",
         action="append",
         default=[],
@@ -97,19 +108,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
     bad row is printed with its line and the good ones are evaluated. Rows are grouped by
     (question_type, question); each group runs the protocol on memories of its own. Patients
     are split 30/60/10 (memory / fine-tune / validation; at least 3 labelled patients); the
-    memory split's Base part builds the base memory and WB1..WB4 are write-back phases. Each
-    configuration (and each baseline) is scored online (each phase's studies answered before
-    write-back) and frozen (the validation patients answered against a copy of the memory
-    after each phase), per question type and overall. Writes OUT/table1.md and .csv, phases.md
-    and .csv, results.json, answers.jsonl and PNG plots, and prints Table 1. The same data,
-    options and seed give identical files. The stores it builds are its own (temporary), so it
-    takes no acting principal."""
+    memory split's Base part builds the base memory and WB1..WB4 are write-back phases. For
+    each group a memory-free image model and a router over the memory experts are fitted on
+    the fine-tune patients only (rows ft and SEV-ft beside the untrained ones; --no-fit skips
+    them). Each configuration (and each baseline) is scored online (each phase's studies
+    answered before write-back) and frozen (the validation patients answered against a copy of
+    the memory after each phase), per question type and overall; S+E+V is compared with each
+    rival by a paired bootstrap in each of those scopes. Writes OUT/table1.md and .csv,
+    phases.md and .csv, paired.md, results.json, answers.jsonl, fitted.npz (the fitted
+    parameters, which MsmMem.open(..., backbone="fitted", backbone_options={"path": ...})
+    loads) and PNG plots, and prints Table 1. The same data, options and seed give identical
+    files. The stores it builds are its own (temporary), so it takes no acting principal."""
     from ...datasets.registry import load_dataset
     from ...eval.baselines import BASELINES
     from ...eval.protocol import ProtocolSettings, parse_configs, run_protocol
     from ...eval.report import table1_markdown, write_reports
 
     memory = Settings.from_env()
+    if args.structured_gate:
+        memory = memory.with_(structured_gate=True)
     settings = ProtocolSettings(
         configs=parse_configs(args.configs),
         baselines=() if args.no_baselines else BASELINES,
@@ -117,6 +134,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         encoder=args.encoder or memory.encoder,
         feedback=args.feedback,
         seed=args.seed,
+        fit=not args.no_fit,
     )
     if args.bootstrap < 1:
         raise InvalidInput("--bootstrap must be at least 1")

@@ -1,6 +1,8 @@
 """Backbones: turn a fused prompt (+ image) into an answer. Chosen by name, imported lazily.
 
 - ``nonparametric`` (the default): a similarity-weighted vote over the retrieved evidence.
+- ``fitted``: a memory-free image model and a router over the memory experts, fitted on the
+  fine-tune split by ``msm-mem eval`` (option ``path``: its ``fitted.npz``).
 - ``openai``: any OpenAI-compatible chat-completions server over HTTP (standard library only).
 - ``transformers``: an in-process LLaVA-family model; needs the ``hf`` extra (torch +
   transformers), else :class:`~msm_mem._errors.MissingExtra`.
@@ -23,7 +25,7 @@ __all__ = [
     "known_backbones",
 ]
 
-_KNOWN = ("nonparametric", "openai", "transformers")
+_KNOWN = ("fitted", "nonparametric", "openai", "transformers")
 
 
 def known_backbones() -> list[str]:
@@ -41,6 +43,8 @@ def get_backbone(name: str, **options: Any) -> Backbone:
     cls: type[Any]
     if name == "nonparametric":
         from .nonparametric import NonparametricBackbone as cls
+    elif name == "fitted":
+        from .fitted import FittedBackbone as cls
     elif name == "openai":
         from .openai_http import OpenAICompatibleBackbone as cls
     elif name == "transformers":

@@ -16,7 +16,9 @@ class Candidate:
     """One piece of retrieved evidence as a backbone sees it.
 
     ``kind`` is episodic, visual or semantic; ``text`` the answer or impression it carries;
-    ``weight`` the retrieval score after ranking (cosine x composite_k, >= 0); ``time`` UTC s.
+    ``weight`` the retrieval score after ranking (cosine x composite_k, >= 0); ``time`` UTC s;
+    ``tier`` the evidence-tier weight in [0, 1] of the record it comes from (1 ground truth or a
+    signed report, 0.95 a critic's verdict, 0.6 the agent's own answer; 0 when unknown).
     """
 
     id: str
@@ -25,6 +27,7 @@ class Candidate:
     decision: str
     weight: float
     time: float
+    tier: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,184 @@
+"""The arms of the evaluation protocol (:mod:`msm_mem.eval.protocol`) and the runner that
+probes them: an agent arm is a memory configuration (or a fitted arm) on its own store through
+the public ``MsmMem`` API, a baseline arm a list of known studies; a :class:`Plan` is what every
+arm of one question group shares."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import MsmMem, Principal, Purpose, Role
+from .._clock import FixedClock
+from .._records import ManifestRow
+from .._settings import Settings
+from ..plugins.backbones.base import Backbone
+from .baselines import Known, KnownStudies, Vector, baseline_answer
+from .metrics import normalize_answer
+from .records import CONFIGS, Answered, ProtocolSettings, arm_config, config_flags
+from .split import PHASES
+
+__all__ = ["ADMIN", "AGENT", "CRITIC", "INGEST", "SPARE", "AgentArm", "Arm", "BaselineArm", "Plan", "Runner", "key"]
+
+#: who acts in an evaluation (recorded in each store's audit trail)
+CRITIC = Principal("report-signer", Role.CRITIC, Purpose.TREATMENT)
+AGENT = Principal("msm-mem-agent", Role.AGENT, Purpose.TREATMENT)
+INGEST = Principal("msm-mem-ingest", Role.SYSTEM, Purpose.OPERATIONS)
+ADMIN = Principal("msm-mem-admin", Role.ADMIN, Purpose.OPERATIONS)
+
+
+class AgentArm:
+    """A memory configuration on its own store directory."""
+
+    def __init__(self, name: str, directory: Path, run: Runner, backbone: Backbone | None = None) -> None:
+        self.name, self.directory, self.run, self.backbone = name, directory, run, backbone
+        self.flags = config_flags(arm_config(name) or name)
+        self.mem = run.open(directory, name, backbone)
+
+    def fork(self, directory: Path) -> AgentArm:
+        self.mem.close()  # a store is copied closed, so its vector caches are on disk
+        shutil.rmtree(directory, ignore_errors=True)
+        shutil.copytree(self.directory, directory)
+        self.mem = self.run.open(self.directory, self.name, self.backbone)
+        return AgentArm(self.name, directory, self.run, self.backbone)
+
+    def answer(self, row: ManifestRow) -> tuple[str, str, tuple[str, ...]]:
+        a = self.mem.ask(
+            AGENT,
+            row.patient_id,
+            row.image,
+            row.question,
+            timestamp=row.timestamp,
+            study_id=row.study_id,
+            visual_tag=row.view,
+            **self.flags,
+        )
+        studies = tuple(dict.fromkeys(s for s in a.studies if s))  # distinct studies of the evidence, in rank order
+        if a.gate is None:
+            return a.answer, "", studies
+        return a.answer, "written" if a.gate.written else "discarded:" + "+".join(a.gate.reasons), studies
+
+    def learn(self, row: ManifestRow, prediction: str) -> None:
+        if self.run.plan.settings.feedback == "truth" and row.answer.strip():
+            accept = normalize_answer(prediction) == normalize_answer(row.answer)
+            correction = "" if accept else row.answer
+            self.mem.feedback(
+                CRITIC, row.patient_id, row.study_id, accept=accept, correction=correction, decision=row.decision
+            )
+
+    def close(self, *, discard: bool = False) -> None:
+        self.mem.close()
+        if discard:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class BaselineArm:
+    """A baseline on its own list of known studies."""
+
+    def __init__(self, name: str, known: KnownStudies, run: Runner) -> None:
+        self.name, self.known, self.run = name, known, run
+
+    def fork(self, directory: Path) -> BaselineArm:
+        return BaselineArm(self.name, self.known.copy(), self.run)
+
+    def answer(self, row: ManifestRow) -> tuple[str, str, tuple[str, ...]]:
+        return baseline_answer(self.name, self.known, row.patient_id, self.run.plan.z[key(row)]), "", ()
+
+    def learn(self, row: ManifestRow, prediction: str) -> None:
+        text = row.answer if self.run.plan.settings.feedback == "truth" else prediction
+        self.known.add(Known(row.patient_id, row.timestamp, row.study_id, text, self.run.plan.z[key(row)]))
+
+    def close(self, *, discard: bool = False) -> None:
+        return None
+
+
+Arm = AgentArm | BaselineArm
+
+
+#: the split's parts beside the phases: fitted on, and probed
+SPARE = ("finetune", "validation")
+
+
+def key(row: ManifestRow) -> tuple[str, str]:
+    return (row.patient_id, row.study_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What every arm shares (picklable, for worker processes)."""
+
+    settings: ProtocolSettings
+    memory: Settings
+    t0: float
+    parts: dict[str, list[ManifestRow]]
+    z: dict[tuple[str, str], Vector]
+    work: Path
+    keep: Path | None = None
+    group: tuple[str, str] = ("text", "")
+    fitted: Path | None = None
+
+    def per_arm(self) -> int:
+        return sum(len(self.parts[p]) for p in PHASES[1:]) + len(PHASES) * len(self.parts["validation"])
+
+
+class Runner:
+    """Runs arms one after the other; ``tick(n)`` reports progress."""
+
+    def __init__(self, plan: Plan, tick: Callable[[int], object]) -> None:
+        self.plan, self.tick = plan, tick
+        self.answers: list[Answered] = []
+
+    def open(self, directory: Path, arm: str, backbone: Backbone | None = None) -> MsmMem:
+        p = self.plan
+        clock = FixedClock(p.t0)
+        if backbone is not None:
+            return MsmMem.open(directory, settings=p.memory, clock=clock, backbone=backbone)
+        if arm in CONFIGS or p.fitted is None:
+            return MsmMem.open(directory, settings=p.memory, clock=clock, backbone=p.settings.backbone)
+        options = {"path": str(p.fitted)}
+        return MsmMem.open(directory, settings=p.memory, clock=clock, backbone="fitted", backbone_options=options)
+
+    def probe(self, arm: Arm, mode: str, phase: str, rows: Sequence[ManifestRow]) -> None:
+        last: dict[str, str] = {}  # each patient's study answered before, in this probe
+        for row in rows:
+            prediction, gate, retrieved = arm.answer(row)
+            prior = last.get(row.patient_id, "") if isinstance(arm, AgentArm) else ""
+            last[row.patient_id] = row.study_id
+            kind, question = self.plan.group
+            self.answers.append(
+                Answered(
+                    mode,
+                    phase,
+                    arm.name,
+                    row.patient_id,
+                    row.study_id,
+                    prediction,
+                    row.answer,
+                    gate,
+                    kind,
+                    question,
+                    prior,
+                    retrieved,
+                )
+            )
+            arm.learn(row, prediction)
+            self.tick(1)
+
+    def frozen(self, arm: Arm, phase: str) -> None:
+        scratch = arm.fork(self.plan.work / "scratch" / arm.name)
+        try:
+            self.probe(scratch, "frozen", phase, self.plan.parts["validation"])
+        finally:
+            scratch.close(discard=True)
+
+    def run_arm(self, arm: Arm) -> list[Answered]:
+        try:
+            self.frozen(arm, PHASES[0])
+            for phase in PHASES[1:]:
+                self.probe(arm, "online", phase, self.plan.parts[phase])
+                self.frozen(arm, phase)
+        finally:
+            arm.close()
+        return self.answers
