@@ -9,8 +9,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
+from ... import RecordPage, SemanticState
 from ..http.auth import Caller
-from ..http.models import Page, SemanticOut, VerifyOut, WhoAmIOut, page
+from ..http.models import Page, SemanticOut, VerifyOut, WhoAmIOut
 from .state import McpState
 from .tools import PatientId
 
@@ -26,8 +27,10 @@ _READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 def register(server: MCPServer[object], state: McpState) -> None:
     """Add the read tools to ``server``."""
 
-    def paged(items: list[SemanticOut], offset: int, limit: int) -> Page[SemanticOut]:
-        return page(items, offset, min(limit, state.config.server.max_page))
+    def paged(records: RecordPage[SemanticState], limit: int) -> Page[SemanticOut]:
+        items = [SemanticOut.of(s) for s in records]
+        nxt = records.next_offset
+        return Page[SemanticOut](items=items, total=records.total, offset=records.offset, limit=limit, next_offset=nxt)
 
     @server.tool(annotations=_READS, structured_output=True)
     def whoami() -> Annotated[CallToolResult, WhoAmIOut]:
@@ -54,8 +57,10 @@ def register(server: MCPServer[object], state: McpState) -> None:
         Each version names its evidence tier and the version it supersedes. Audited as a read."""
 
         def body(who: Caller) -> Page[SemanticOut]:
-            states = state.call(state.mem.semantic_state, who.principal, patient_id, category)
-            return paged([SemanticOut.of(s) for s in states], offset, limit)
+            size = min(limit, state.config.server.max_page)  # paged in the read: its audit names the page
+            read = state.mem.semantic_state
+            states = state.call(read, who.principal, patient_id, category, offset=offset, limit=size)
+            return paged(states, size)
 
         return state.tool("patient_state", "read", patient_id, body)
 
@@ -68,8 +73,10 @@ def register(server: MCPServer[object], state: McpState) -> None:
         The whole chain of supersession: each version names the one it replaced. Audited as a read."""
 
         def body(who: Caller) -> Page[SemanticOut]:
-            states = state.call(state.mem.semantic_history, who.principal, patient_id, category)
-            return paged([SemanticOut.of(s) for s in states], offset, limit)
+            size = min(limit, state.config.server.max_page)  # paged in the read: its audit names the page
+            read = state.mem.semantic_history
+            states = state.call(read, who.principal, patient_id, category, offset=offset, limit=size)
+            return paged(states, size)
 
         return state.tool("patient_history", "read", patient_id, body)
 
