@@ -6,6 +6,7 @@ arm of one question group shares."""
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,12 +16,28 @@ from .._clock import FixedClock
 from .._records import ManifestRow
 from .._settings import Settings
 from ..plugins.backbones.base import Backbone
+from ..plugins.backbones.fitted import FittedBackbone
+from ..plugins.encoders import get_encoder
+from ..plugins.encoders.memo import MemoEncoder
 from .baselines import Known, KnownStudies, Vector, baseline_answer
 from .metrics import normalize_answer
 from .records import CONFIGS, Answered, ProtocolSettings, arm_config, config_flags
 from .split import PHASES
 
-__all__ = ["ADMIN", "AGENT", "CRITIC", "INGEST", "SPARE", "AgentArm", "Arm", "BaselineArm", "Plan", "Runner", "key"]
+__all__ = [
+    "ADMIN",
+    "AGENT",
+    "CRITIC",
+    "INGEST",
+    "SPARE",
+    "AgentArm",
+    "Arm",
+    "BaselineArm",
+    "Plan",
+    "Runner",
+    "key",
+    "memo_encoder",
+]
 
 #: who acts in an evaluation (recorded in each store's audit trail)
 CRITIC = Principal("report-signer", Role.CRITIC, Purpose.TREATMENT)
@@ -123,6 +140,27 @@ class Plan:
         return sum(len(self.parts[p]) for p in PHASES[1:]) + len(PHASES) * len(self.parts["validation"])
 
 
+#: this process's remembering encoders, by name (see :func:`memo_encoder`)
+_ENCODERS: dict[str, MemoEncoder] = {}
+
+
+def memo_encoder(name: str) -> MemoEncoder:
+    """This process's :class:`~msm_mem.plugins.encoders.memo.MemoEncoder` of encoder ``name``:
+    built once, so every store and fitted backbone of the run shares one model and encodes each
+    query image once (the same vectors as encoding it anew; never persisted).
+
+    A torch encoder runs on one intra-op thread here: the evaluation runs ``jobs`` processes
+    side by side, and torch's default (one thread per core in every process) oversubscribes the
+    cores, which made each single-image forward pass 10 to 30 times slower on a loaded machine.
+    One thread also makes the vectors independent of the machine's core count."""
+    if (enc := _ENCODERS.get(name)) is None:
+        inner = get_encoder(name)
+        if (torch := sys.modules.get("torch")) is not None:
+            torch.set_num_threads(1)
+        enc = _ENCODERS[name] = MemoEncoder(inner)
+    return enc
+
+
 class Runner:
     """Runs arms one after the other; ``tick(n)`` reports progress."""
 
@@ -133,12 +171,13 @@ class Runner:
     def open(self, directory: Path, arm: str, backbone: Backbone | None = None) -> MsmMem:
         p = self.plan
         clock = FixedClock(p.t0)
+        enc = memo_encoder(p.memory.encoder)
         if backbone is not None:
-            return MsmMem.open(directory, settings=p.memory, clock=clock, backbone=backbone)
+            return MsmMem.open(directory, settings=p.memory, clock=clock, backbone=backbone, encoder=enc)
         if arm in CONFIGS or p.fitted is None:
-            return MsmMem.open(directory, settings=p.memory, clock=clock, backbone=p.settings.backbone)
-        options = {"path": str(p.fitted)}
-        return MsmMem.open(directory, settings=p.memory, clock=clock, backbone="fitted", backbone_options=options)
+            return MsmMem.open(directory, settings=p.memory, clock=clock, backbone=p.settings.backbone, encoder=enc)
+        fitted = FittedBackbone(p.fitted, encoder=enc)
+        return MsmMem.open(directory, settings=p.memory, clock=clock, backbone=fitted, encoder=enc)
 
     def probe(self, arm: Arm, mode: str, phase: str, rows: Sequence[ManifestRow]) -> None:
         last: dict[str, str] = {}  # each patient's study answered before, in this probe

@@ -23,6 +23,12 @@ group ``(question_type, question)``, and saved as one ``fitted.npz``
    not learn to trust a model on its own training images) is labelled right when the group's
    scorer gives it at least ``CORRECT`` (0.5) against the reference. One logistic regression per
    group (``router_c``) maps the proposal's features to the probability that it is right.
+3. **The strategy** (:mod:`msm_mem.eval.fit_select`): how the group answers, chosen by
+   cross-validation over the same fine-tune patients among the router, the patient's newest
+   own evidence (copy-prior's rule), the nearest evidence of any patient (nearest neighbour's
+   rule), the untrained vote and the model alone, so the full memory can fall back to the
+   patient's own history or to the population where the fine-tune patients show that to be
+   more reliable.
 
 The question type enters as the group key: every group has its own model and router, so a
 yes/no or free-text group learns its own weights. Scorers are per question type
@@ -44,9 +50,9 @@ import numpy.typing as npt
 from .._errors import InvalidInput, MissingExtra
 from .._records import ManifestRow
 from ..plugins.backbones.base import BackboneReply, BackboneRequest
-from ..plugins.backbones.fitted import proposals
-from ..plugins.backbones.fitted_format import GATE_FEATURES, FittedGroup, FittedModels
+from ..plugins.backbones.fitted_format import GATE_FEATURES, STRATEGIES, FittedGroup, FittedModels
 from ..plugins.backbones.nonparametric import NonparametricBackbone
+from .fit_select import CORRECT, Example, fit_gate, gate_examples, patient_folds, select_strategy
 from .metrics import exact_match, normalize_answer, token_f1
 
 __all__ = [
@@ -67,8 +73,6 @@ GroupKey = tuple[str, str]
 Scorer = Callable[[str, str], float]
 #: the score in [0, 1] of a prediction against a reference, per question type
 SCORERS: dict[str, Scorer] = {"label": token_f1, "yes_no": exact_match, "text": token_f1}
-#: a proposal is right when its score reaches this
-CORRECT = 0.5
 _ABSENT = -50.0  # the intercept of a class absent from a fold's training rows
 Array = npt.NDArray[np.float64]
 #: unit embeddings by (patient, study), any float dtype
@@ -166,11 +170,6 @@ class _Classifier:
     oof: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
 
 
-def _folds(patients: Sequence[str], k: int) -> list[set[str]]:
-    ordered = sorted(set(patients))
-    return [set(ordered[i::k]) for i in range(min(k, len(ordered)))]
-
-
 def _fit_group(
     group: GroupKey, rows: Sequence[ManifestRow], z: Embeddings, fs: FitSettings, score: Scorer
 ) -> _Classifier | None:
@@ -187,7 +186,7 @@ def _fit_group(
     train = [r for r in rows if normalize_answer(r.answer) in index]
     x = np.stack([np.asarray(z[(r.patient_id, r.study_id)], dtype=np.float64) for r in train])
     y = np.array([index[normalize_answer(r.answer)] for r in train], dtype=np.int64)
-    folds = _folds([r.patient_id for r in train], fs.folds)
+    folds = patient_folds([r.patient_id for r in train], fs.folds)
 
     def out_of_fold(c: float, targets: Sequence[ManifestRow]) -> dict[tuple[str, str], tuple[str, float]]:
         out: dict[tuple[str, str], tuple[str, float]] = {}
@@ -254,14 +253,6 @@ class RecordingBackbone:
         return self.inner.generate(request)
 
 
-def _fit_gate(x: Array, y: npt.NDArray[np.int64], c: float) -> tuple[Array, float]:
-    if len(set(int(v) for v in y)) < 2:  # every proposal right (or wrong): a constant router
-        mean = min(max(float(np.mean(y)), 1e-3), 1 - 1e-3)
-        return np.zeros(x.shape[1]), math.log(mean / (1 - mean))
-    model = _sklearn()(C=c, max_iter=5000).fit(x, y)
-    return np.asarray(model.coef_[0], dtype=np.float64), float(model.intercept_[0])
-
-
 def fit_models(
     rows: Sequence[ManifestRow],
     z: Embeddings,
@@ -284,23 +275,21 @@ def fit_models(
     classifiers = fit_classifiers(rows, z, settings=fs, scorers=scorers)
     if not classifiers:
         raise InvalidInput("nothing to fit: no answer is shared by enough fine-tune patients")
-    examples: dict[GroupKey, list[tuple[Array, int]]] = defaultdict(list)
+    examples: dict[GroupKey, list[Example]] = defaultdict(list)
     for row, request in requests:
-        g = group_of(row)
-        if (clf := classifiers.get(g)) is None:
-            continue
-        score = scorer_for(g, scorers)
-        for p in proposals(request, clf.oof.get((row.patient_id, row.study_id))):
-            examples[g].append((p.features, int(score(p.text, row.answer) >= CORRECT)))
+        if (clf := classifiers.get(g := group_of(row))) is not None:
+            examples[g].append(Example(row, request, clf.oof.get((row.patient_id, row.study_id))))
     groups: list[FittedGroup] = []
+    strategy_cv: dict[str, dict[str, float]] = {}
     for g, clf in sorted(classifiers.items()):
         gate_coef: Array | None = None
-        gate_intercept = 0.0
-        ex = examples.get(g, [])
-        if ex:
-            gate_coef, gate_intercept = _fit_gate(
-                np.stack([f for f, _ in ex]), np.array([y for _, y in ex], dtype=np.int64), fs.router_c
-            )
+        gate_intercept, strategy, n_gate = 0.0, STRATEGIES[0], 0
+        if ex := examples.get(g, []):
+            score = scorer_for(g, scorers)
+            x, y = gate_examples(ex, score)
+            gate_coef, gate_intercept = fit_gate(x, y, fs.router_c)
+            n_gate = len(y)
+            strategy, strategy_cv[f"{g[0]}: {g[1]}"] = select_strategy(ex, score, folds=fs.folds, router_c=fs.router_c)
         groups.append(
             FittedGroup(
                 g[0],
@@ -312,7 +301,8 @@ def fit_models(
                 gate_intercept,
                 clf.examples,
                 clf.patients,
-                len(ex),
+                n_gate,
+                strategy,
             )
         )
     dim = next(iter(classifiers.values())).coef.shape[1]
@@ -324,6 +314,9 @@ def fit_models(
         "chosen_c": {f"{g[0]}: {g[1]}": clf.c for g, clf in sorted(classifiers.items())},
         "cv_score": {f"{g[0]}: {g[1]}": clf.cv_score for g, clf in sorted(classifiers.items())},
         "gate_features": list(GATE_FEATURES),
+        "strategy": "per group, the best cross-validated mean score over the fine-tune patients "
+        f"among {', '.join(STRATEGIES)} (ties: the earlier)",
+        "strategy_cv": strategy_cv,
     }
     return FittedModels(encoder, int(dim), tuple(groups), fit)
 
@@ -350,6 +343,6 @@ def combine_models(models: Sequence[FittedModels], record: Mapping[str, Any] | N
     if any((m.encoder, m.dim) != (first.encoder, first.dim) for m in models):
         raise InvalidInput("fitted groups to combine must share one encoder and dimension")
     fit: dict[str, Any] = {**dict(first.fit), **dict(record or {})}
-    for key in ("chosen_c", "cv_score"):
+    for key in ("chosen_c", "cv_score", "strategy_cv"):
         fit[key] = {k: v for m in models for k, v in dict(m.fit.get(key, {})).items()}
     return FittedModels(first.encoder, first.dim, tuple(g for m in models for g in m.groups), fit)

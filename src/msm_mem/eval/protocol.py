@@ -58,8 +58,7 @@ from .._settings import Settings
 from ..plugins.backbones.base import BackboneRequest
 from ..plugins.backbones.fitted_format import FittedModels
 from ..plugins.backbones.fitted_format import load as load_fitted
-from ..plugins.encoders import get_encoder
-from .arms import ADMIN, CRITIC, INGEST, SPARE, AgentArm, BaselineArm, Plan, Runner, key
+from .arms import ADMIN, CRITIC, INGEST, SPARE, AgentArm, BaselineArm, Plan, Runner, key, memo_encoder
 from .baselines import Known, KnownStudies, Vector
 from .fit import RecordingBackbone, combine_models, fit_models, fittable
 from .records import (
@@ -221,9 +220,10 @@ def run_protocol(
     order = sorted(labelled, key=lambda r: (r.timestamp, r.patient_id, r.study_id, r.question))
     groups = question_groups(labelled)
     z: dict[tuple[str, str], Vector] = {}
+    encoder = memo_encoder(settings.encoder)  # this process's, on one torch thread (arms.memo_encoder)
     if settings.baselines or settings.fit:
         needed = list({key(r): r for r in order}.values())  # one image per study
-        vectors = get_encoder(settings.encoder).encode_paths([r.image for r in needed], progress=progress)
+        vectors = encoder.encode_paths([r.image for r in needed], progress=progress)
         z = {key(r): v for r, v in zip(needed, vectors, strict=True)}
     t0 = float(np.ceil(max(r.timestamp for r in labelled))) + 86_400.0
     answers: list[Answered] = []

@@ -31,6 +31,19 @@ follow the patient's own history, the population or the image model, whichever t
 patients showed to be more reliable in a situation. A question with no fitted group falls back
 to the nonparametric vote; a group without a router answers with the model alone when the
 patient has no evidence, else with the nonparametric vote.
+
+Each group also carries a *strategy* (:data:`~.fitted_format.STRATEGIES`), chosen on the
+fine-tune patients by cross-validation (:mod:`msm_mem.eval.fit_select`), so that the full memory
+can fall back to a simpler reading of itself where the fine-tune patients showed it more
+reliable:
+
+- ``router``: the router above (the default, and the only strategy of older files);
+- ``newest``: the patient's newest own evidence (the copy-prior baseline's rule over the
+  retrieved memory), else the population vote, else the model;
+- ``nearest``: the single highest-ranked piece of evidence, the patient's own or the
+  population's (the nearest-neighbour baseline's rule), else the model;
+- ``vote``: the nonparametric vote (the untrained S+E+V), the model when it has nothing;
+- ``model``: the memory-free model alone (the ``ft`` row).
 """
 
 from __future__ import annotations
@@ -38,7 +51,7 @@ from __future__ import annotations
 import math
 import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,11 +59,12 @@ import numpy as np
 import numpy.typing as npt
 
 from ..._errors import InvalidInput
+from ..encoders.base import Encoder
 from .base import BackboneReply, BackboneRequest, Candidate
-from .fitted_format import EXPERTS, GATE_FEATURES, FittedGroup, FittedModels, load
+from .fitted_format import EXPERTS, GATE_FEATURES, STRATEGIES, FittedGroup, FittedModels, load
 from .nonparametric import NonparametricBackbone
 
-__all__ = ["FittedBackbone", "Proposal", "choose", "expert_of", "proposals"]
+__all__ = ["FittedBackbone", "Proposal", "answer_with", "choose", "expert_of", "proposals"]
 
 DAY = 86_400.0
 _YEAR_DAYS = 365.0
@@ -198,19 +212,23 @@ class FittedBackbone:
 
     name = "fitted"
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, encoder: Encoder | None = None) -> None:
         if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
             raise InvalidInput("the fitted backbone needs path= naming a fitted-parameter file")
         self.models: FittedModels = load(path)
-        from ..encoders import get_encoder  # the file names the encoder its classifiers read
+        if encoder is None:
+            from ..encoders import get_encoder  # the file names the encoder its classifiers read
 
-        self.encoder = get_encoder(self.models.encoder)
+            encoder = get_encoder(self.models.encoder)
+        elif getattr(encoder, "name", None) != self.models.encoder:
+            given = getattr(encoder, "name", "?")
+            raise InvalidInput(f"{path}: fitted on encoder {self.models.encoder}, given encoder {given}")
+        self.encoder = encoder
         if self.encoder.dim != self.models.dim:
             dims = f"fitted on {self.models.dim}-d embeddings; encoder {self.models.encoder} is {self.encoder.dim}-d"
             raise InvalidInput(f"{path}: {dims}")
         #: the encoder a store must use for this backbone's classifiers to read its images alike
         self.encoder_name = self.models.encoder
-        self._fallback = NonparametricBackbone()
 
     def _model(self, group: FittedGroup, image: npt.NDArray[Any] | None) -> tuple[str, float] | None:
         if image is None:
@@ -218,21 +236,67 @@ class FittedBackbone:
         return group.predict(self.encoder.encode([image])[0])
 
     def generate(self, request: BackboneRequest) -> BackboneReply:
-        """Answer by the router over the experts' proposals (module docstring)."""
+        """Answer by the group's strategy (module docstring)."""
         group = self.models.group_for(request.question)
         if group is None:
-            return self._fallback.generate(request)
-        model = self._model(group, request.image)
-        props = proposals(request, model)
-        own = any(p.expert in _OWN for p in props)
-        if group.gate_coef is None or not props:
-            if model is not None and not own:
-                return BackboneReply(model[0], confidence=model[1], source="model")
-            return self._fallback.generate(request)
-        probs = [group.gate(p.features) or 0.0 for p in props]
-        first, score, agreeing = choose(props, probs)
-        experts = {p.expert for p in agreeing}
-        source = "memory" if experts & set(_OWN) else "population-prior" if "population" in experts else "model"
-        decision = next((p.decision for p in agreeing if p.decision), "")
-        cited = tuple(dict.fromkeys(i for p in agreeing for i in p.cited))
-        return BackboneReply(first.text, cited, decision, score, source)
+            return _FALLBACK.generate(request)
+        return answer_with(group.strategy, request, self._model(group, request.image), group.gate)
+
+
+_FALLBACK = NonparametricBackbone()
+
+
+def _model_reply(model: tuple[str, float] | None) -> BackboneReply | None:
+    return None if model is None else BackboneReply(model[0], confidence=model[1], source="model")
+
+
+def _single(c: Candidate, source: str) -> BackboneReply:
+    return BackboneReply(c.text.strip(), (c.id,), c.decision, min(max(c.weight, 0.0), 1.0), source)
+
+
+def _or_model(reply: BackboneReply, model: tuple[str, float] | None) -> BackboneReply:
+    """``reply`` unless it is the empty answer and the model has one."""
+    return (_model_reply(model) or reply) if reply.source == "empty" else reply
+
+
+def answer_with(
+    strategy: str,
+    request: BackboneRequest,
+    model: tuple[str, float] | None,
+    gate: Callable[[npt.NDArray[np.float64]], float | None] | None,
+) -> BackboneReply:
+    """The answer of one strategy (:data:`~.fitted_format.STRATEGIES`, module docstring) for
+    ``request``, given the memory-free model's (answer, probability) and the router's ``gate``
+    (a proposal's features -> probability, or None without a router)."""
+    if strategy not in STRATEGIES:
+        raise InvalidInput(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+    if strategy == "model":
+        return _model_reply(model) or _FALLBACK.generate(request)
+    if strategy == "vote":
+        return _or_model(_FALLBACK.generate(request), model)
+    if strategy == "newest":
+        own = [c for c in request.candidates if expert_of(c, population=False) and c.text.strip()]
+        if own:
+            return _single(max(own, key=lambda c: (c.time, c.weight, c.id)), "memory")
+        return _or_model(_FALLBACK.generate(request), model)
+    if strategy == "nearest":
+        own = [c for c in request.candidates if expert_of(c, population=False) and c.text.strip()]
+        population = [c for c in request.prior if c.text.strip()]
+        pool = [(c, "memory") for c in own] + [(c, "population-prior") for c in population]
+        if pool:
+            c, source = max(pool, key=lambda t: (t[0].weight, t[0].time, t[0].id))
+            return _single(c, source)
+        return _model_reply(model) or _FALLBACK.generate(request)
+    props = proposals(request, model)
+    own_evidence = any(p.expert in _OWN for p in props)
+    probs = [gate(p.features) for p in props] if gate is not None else []
+    if not props or any(p is None for p in probs) or not probs:
+        if model is not None and not own_evidence:
+            return BackboneReply(model[0], confidence=model[1], source="model")
+        return _FALLBACK.generate(request)
+    first, score, agreeing = choose(props, [p or 0.0 for p in probs])
+    experts = {p.expert for p in agreeing}
+    source = "memory" if experts & set(_OWN) else "population-prior" if "population" in experts else "model"
+    decision = next((p.decision for p in agreeing if p.decision), "")
+    cited = tuple(dict.fromkeys(i for p in agreeing for i in p.cited))
+    return BackboneReply(first.text, cited, decision, score, source)

@@ -9,7 +9,8 @@ unpickled). It holds:
     {"format": "msm-mem-fitted", "version": 1, "encoder": "pixels", "dim": 4160,
      "gate_features": [...GATE_FEATURES], "fit": {...how it was fitted, for the record...},
      "groups": [{"question_type": "label", "question": "...", "classes": ["COVID-19", ...],
-                 "examples": 140, "patients": 71, "gate_examples": 400}, ...]}
+                 "examples": 140, "patients": 71, "gate_examples": 400, "gate": true,
+                 "strategy": "router"}, ...]}
 
 - per group ``i`` (the order of ``meta.groups``): ``g{i}.coef`` (``classes x dim`` float64) and
   ``g{i}.intercept`` (``classes``): the memory-free classifier, ``softmax(coef @ z + intercept)``
@@ -17,6 +18,9 @@ unpickled). It holds:
   ``g{i}.gate_intercept`` (1): the router, ``sigmoid(gate_coef @ x + gate_intercept)`` = the
   probability that an expert's proposed answer is right (features ``x``:
   :data:`GATE_FEATURES`, built by :func:`msm_mem.plugins.backbones.fitted.proposals`).
+
+A group's ``strategy`` (one of :data:`STRATEGIES`; ``router`` when absent) says how it answers;
+``msm-mem eval`` chooses it per group by cross-validation over the fine-tune patients.
 
 A question group is ``(question_type, question)``; the backbone finds a query's group by its
 question text. Every number must be finite and every shape must match, else :func:`load` raises
@@ -39,7 +43,7 @@ import numpy.typing as npt
 
 from ..._errors import InvalidInput
 
-__all__ = ["EXPERTS", "FORMAT", "GATE_FEATURES", "VERSION", "FittedGroup", "FittedModels", "load"]
+__all__ = ["EXPERTS", "FORMAT", "GATE_FEATURES", "STRATEGIES", "VERSION", "FittedGroup", "FittedModels", "load"]
 
 FORMAT = "msm-mem-fitted"
 VERSION = 1
@@ -58,6 +62,10 @@ GATE_FEATURES: tuple[str, ...] = (
     "tier",
     "own_evidence",
 )
+#: how a group answers (see :mod:`msm_mem.plugins.backbones.fitted`), chosen per group on the
+#: fine-tune patients: the router over the experts, the patient's newest own evidence, the
+#: nearest evidence of any patient, the untrained vote, or the memory-free model alone
+STRATEGIES: tuple[str, ...] = ("router", "newest", "nearest", "vote", "model")
 _MAX_FILE_BYTES = 512 * 1024 * 1024
 
 Array = npt.NDArray[np.float64]
@@ -83,6 +91,7 @@ class FittedGroup:
     examples: int = 0
     patients: int = 0
     gate_examples: int = 0
+    strategy: str = "router"
 
     @property
     def key(self) -> tuple[str, str]:
@@ -135,6 +144,7 @@ class FittedModels:
                     "patients": g.patients,
                     "gate_examples": g.gate_examples,
                     "gate": g.gate_coef is not None,
+                    "strategy": g.strategy,
                 }
                 for g in self.groups
             ],
@@ -196,6 +206,9 @@ def _group(i: int, spec: object, arrays: Mapping[str, npt.NDArray[Any]], dim: in
                 raise InvalidInput(f"{where}: array {name} is missing")
         gate_coef = _finite(arrays[f"g{i}.gate_coef"], f"g{i}.gate_coef", (len(GATE_FEATURES),))
         gate_intercept = float(_finite(arrays[f"g{i}.gate_intercept"], f"g{i}.gate_intercept", (1,))[0])
+    strategy = spec.get("strategy", "router")  # files written before the choice follow the router
+    if strategy not in STRATEGIES:
+        raise InvalidInput(f"{where}: strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     return FittedGroup(
         qt,
         q,
@@ -207,6 +220,7 @@ def _group(i: int, spec: object, arrays: Mapping[str, npt.NDArray[Any]], dim: in
         _count(spec, "examples", where),
         _count(spec, "patients", where),
         _count(spec, "gate_examples", where),
+        strategy,
     )
 
 
