@@ -97,7 +97,7 @@ def test_a_store_and_the_fitted_backbone_take_it(tmp_path: Path) -> None:
 def test_an_evaluation_encodes_each_image_alone_once_per_process(tmp_path: Path) -> None:
     """Through the protocol (one process), every study image runs the encoder alone at most
     once, although every configuration and phase asks about it again."""
-    rows, _ = generate(tmp_path / "syn", patients=12, studies_per_patient=(2, 3), seed=2, size=48)
+    rows, _ = generate(tmp_path / "syn", patients=12, studies_per_patient=(2, 3), seed=2, size=64)
     arms._ENCODERS.clear()
     run = run_protocol(rows, ProtocolSettings(configs=("S", "SEV"), baselines=("copy-prior",)), jobs=1)
     memo = arms._ENCODERS["pixels"]
