@@ -92,6 +92,27 @@ TAMPER: dict[str, tuple[Callable[[Db, int], None], int]] = {
 }
 
 
+def _mallory(builder: ChainBuilder) -> AuditEvent:
+    """The next event of ``builder``: a read by "mallory", validly hashed and linked."""
+    return builder.next(
+        time=T0,
+        actor="mallory",
+        role="admin",
+        action="read",
+        source_tier="ltm",
+        target_tier="stm",
+        purpose="treatment",
+        outcome="success",
+    )
+
+
+def _forge_insert(con: Db, k: int) -> None:
+    """Insert a forged event at slot ``k`` with a valid hash and link to its predecessor."""
+    forged = _mallory(ChainBuilder(k - 1, _row(con, k - 1)[1]))
+    _shift(con, k)
+    con.execute("INSERT INTO audit VALUES (?, ?, ?)", forged.row())
+
+
 def _store_with_events(tmp_path: Path, new_mem: MemFactory | None = None) -> tuple[Path, int]:
     """A closed store with three answered turns (SQLite, or of the backend of ``new_mem``); its head seq."""
     directory = tmp_path / "s"
@@ -140,19 +161,7 @@ def test_forged_insert_with_valid_links_names_the_next_slot(tmp_path: Path, caps
     directory, head = _store_with_events(tmp_path)
     k = head // 2
     con = _db(directory)
-    prev_payload, prev_hash = _row(con, k - 1)
-    forged = ChainBuilder(k - 1, prev_hash).next(
-        time=T0,
-        actor="mallory",
-        role="admin",
-        action="read",
-        source_tier="ltm",
-        target_tier="stm",
-        purpose="treatment",
-        outcome="success",
-    )
-    _shift(con, k)
-    con.execute("INSERT INTO audit VALUES (?, ?, ?)", forged.row())
+    _forge_insert(con, k)
     con.close()
     code, out = _verify_cli(directory, capsys)
     assert code != 0 and f"first bad seq {k + 1}:" in out
@@ -237,19 +246,7 @@ def test_verify_api_catches_a_forged_insert_at_the_next_slot(tmp_path: Path, new
     directory, head = _store_with_events(tmp_path, new_mem)
     k = head // 2
     with raw_db(directory) as con:
-        _, prev_hash = _row(con, k - 1)
-        forged = ChainBuilder(k - 1, prev_hash).next(
-            time=T0,
-            actor="mallory",
-            role="admin",
-            action="read",
-            source_tier="ltm",
-            target_tier="stm",
-            purpose="treatment",
-            outcome="success",
-        )
-        _shift(con, k)
-        con.execute("INSERT INTO audit VALUES (?, ?, ?)", forged.row())
+        _forge_insert(con, k)
     with MsmMem.open(directory) as mem:
         for full in (True, False):
             result = mem._audit.verify(full=full)
@@ -332,16 +329,7 @@ def _recompute(con: Db, k: int) -> None:
     """Rewrite events k.. with valid hashes and links (caught only by the checkpoints)."""
     builder = ChainBuilder(k - 1, _row(con, k - 1)[1])
     for (seq,) in con.execute("SELECT seq FROM audit WHERE seq >= ? ORDER BY seq", (k,)).fetchall():
-        rewritten = builder.next(
-            time=T0,
-            actor="mallory",
-            role="admin",
-            action="read",
-            source_tier="ltm",
-            target_tier="stm",
-            purpose="treatment",
-            outcome="success",
-        )
+        rewritten = _mallory(builder)
         con.execute(
             "UPDATE audit SET payload = ?, event_hash = ? WHERE seq = ?",
             (rewritten.payload(), rewritten.event_hash, seq),

@@ -21,7 +21,6 @@ from tests.conftest import MemFactory
 from tests.helpers import AGENT, SYSTEM, audit_events
 from tests.helpers import png as _png
 
-T0 = 1_700_000_000.0
 YEAR = 365.25 * 86400
 ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
 CRITIC = Principal("rad-1", "critic")
@@ -29,12 +28,8 @@ CORRECTION = "Right lower lobe consolidation, pneumonia confirmed"
 
 
 @pytest.fixture
-def clock() -> FixedClock:
-    return FixedClock(T0)
-
-
-@pytest.fixture
 def mem(new_mem: MemFactory, clock: FixedClock) -> Iterator[MsmMem]:
+    """A store on each backend answering ANSWER, on conftest's clock."""
     m = new_mem("s", clock=clock, backbone=FixedBackbone(ANSWER, "treat"))
     yield m
     m.close()

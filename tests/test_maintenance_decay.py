@@ -19,7 +19,7 @@ from msm_mem.testing import FixedBackbone, FixedClock
 from tests.conftest import MemFactory
 from tests.helpers import AGENT, SYSTEM, audit_events, raw_sql
 from tests.helpers import png as _png
-from tests.test_maintenance import ANSWER, CORRECTION, CRITIC, T0, YEAR
+from tests.test_maintenance import ANSWER, CORRECTION, CRITIC, YEAR
 
 #: Safe Harbor identifiers the scanner must not find after decay
 PHI_ANSWER = (
@@ -36,12 +36,8 @@ def audit_payloads(mem: MsmMem) -> list[bytes]:
 
 
 @pytest.fixture
-def clock() -> FixedClock:
-    return FixedClock(T0)
-
-
-@pytest.fixture
 def mem(new_mem: MemFactory, clock: FixedClock) -> Iterator[MsmMem]:
+    """A store on each backend answering ANSWER, on conftest's clock."""
     m = new_mem("s", clock=clock, backbone=FixedBackbone(ANSWER, "treat"))
     yield m
     m.close()
