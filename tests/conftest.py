@@ -21,6 +21,8 @@ from msm_mem._governance.crypto import EnvelopeCipher
 from msm_mem._storage.base import Store
 from msm_mem._storage.sqlite import SqliteStore
 from msm_mem.testing import FixedClock, InMemoryKeyProvider, local_server
+from tests.cli_support import clean_env, without_msm_env
+from tests.cli_support import make_store as make_cli_store
 
 settings.register_profile("default", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("default")
@@ -329,3 +331,36 @@ def mcp_stdio_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
     from tests.mcp_support import stdio_store
 
     return stdio_store(tmp_path_factory.mktemp("mcp-stdio"))
+
+
+# the command-line tests' stores (built by tests/cli_support.py) --------------------------------
+
+
+@pytest.fixture
+def clean_msm_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings and identity come from MSM_MEM_* variables: a command-line test module starts
+    every test without any (``pytestmark = pytest.mark.usefixtures("clean_msm_env")``)."""
+    clean_env(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def cli_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """A store with the manifest ingested once per module through the command line: (store,
+    data folder); the tests that change it take a copy (``cli_store``)."""
+    saved = without_msm_env()
+    try:
+        yield make_cli_store(tmp_path_factory.mktemp("cli-base"))
+    finally:
+        os.environ.update(saved)
+
+
+@pytest.fixture
+def cli_store(cli_base: tuple[Path, Path], tmp_path: Path) -> Path:
+    """A private copy of the module's command-line store."""
+    return Path(shutil.copytree(cli_base[0], tmp_path / "store"))
+
+
+@pytest.fixture
+def cli_data(cli_base: tuple[Path, Path]) -> Path:
+    """The data folder of the module's command-line store (its images and manifest)."""
+    return cli_base[1]

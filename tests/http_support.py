@@ -1,6 +1,7 @@
 """A real ``msm-mem serve`` process on a loopback port, for the service tests: a store made and
 filled here, API keys for every role, the server started with ``python -m msm_mem serve`` and
-stopped (by its own pid) afterwards."""
+stopped (by its own pid) afterwards. The MCP tests (:mod:`tests.mcp_support`) share its store,
+its keys and the process helpers (:func:`launch`, :func:`stop`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import httpx
 
@@ -56,17 +59,27 @@ class Served:
     def audit_count(self) -> int:
         return int(raw_sql(self.directory, "SELECT count(*) FROM audit")[0][0])
 
-    def audit_events(self, since: int = 0) -> list[dict[str, object]]:
-        rows = raw_sql(self.directory, "SELECT seq, payload FROM audit WHERE seq > ? ORDER BY seq", (since,))
-        out = []
-        for seq, payload in rows:
-            doc = json.loads(bytes(payload))
-            doc["seq"] = seq
-            out.append(doc)
-        return out
+    def audit_events(self, since: int = 0) -> list[dict[str, Any]]:
+        return events(self.directory, since)
 
     def head_seq(self) -> int:
-        return int(raw_sql(self.directory, "SELECT coalesce(max(seq), 0) FROM audit")[0][0])
+        return head(self.directory)
+
+
+def head(directory: Path) -> int:
+    """The last audit sequence number of the store (every write appends at least one event)."""
+    return int(raw_sql(directory, "SELECT coalesce(max(seq), 0) FROM audit")[0][0])
+
+
+def events(directory: Path, since: int = 0) -> list[dict[str, Any]]:
+    """The audit events after ``since``, oldest first, each with its seq."""
+    rows = raw_sql(directory, "SELECT seq, payload FROM audit WHERE seq > ? ORDER BY seq", (since,))
+    out = []
+    for seq, payload in rows:
+        doc = json.loads(bytes(payload))
+        doc["seq"] = seq
+        out.append(doc)
+    return out
 
 
 def free_port() -> int:
@@ -103,14 +116,7 @@ def make_store(root: Path, database_url: str | None = None, schema: str = "msm_m
 
 def start(root: Path, directory: Path, *, workers: int = 1, max_upload_mb: int = 1) -> Served:
     """Create the keys and start the server; wait (bounded) until it answers."""
-    keys = ApiKeyStore(directory)
-    tokens = {}
-    for role, who in ROLES.items():
-        tokens[role], _ = keys.create(who, [OWN])
-    tokens["everyone"], _ = keys.create(Principal("svc-all", "clinician", "treatment"), ["*"])
-    tokens["researcher"], _ = keys.create(Principal("svc-research", "agent", "research"), [OWN])
-    tokens["revoked"], revoked = keys.create(Principal("svc-gone", "agent", "treatment"), [OWN])
-    keys.revoke(revoked.key_id)
+    tokens = make_keys(directory)
     secret = root / "jwt.secret"
     secret.write_text(JWT_SECRET)
     port = free_port()
@@ -137,29 +143,63 @@ def start(root: Path, directory: Path, *, workers: int = 1, max_upload_mb: int =
         "--jwt-audience",
         JWT_AUDIENCE,
     ]
+    url = f"http://127.0.0.1:{port}"
+    process = launch(cmd, log, env, url + "/ready", "the server")
+    return Served(url, directory, tokens, log, process, root / "images")
+
+
+def make_keys(directory: Path) -> dict[str, str]:
+    """One key per role scoped to OWN, "everyone" (a clinician over every patient),
+    "researcher" (an agent for research, which no consent permits) and "revoked"."""
+    keys = ApiKeyStore(directory)
+    tokens = {}
+    for role, who in ROLES.items():
+        tokens[role], _ = keys.create(who, [OWN])
+    tokens["everyone"], _ = keys.create(Principal("svc-all", "clinician", "treatment"), ["*"])
+    tokens["researcher"], _ = keys.create(Principal("svc-research", "agent", "research"), [OWN])
+    tokens["revoked"], revoked = keys.create(Principal("svc-gone", "agent", "treatment"), [OWN])
+    keys.revoke(revoked.key_id)
+    return tokens
+
+
+# server processes (the service's and the MCP server's) ----------------------------------------
+
+
+class Running(Protocol):
+    """A started server: its process."""
+
+    process: subprocess.Popen[bytes]
+
+
+def launch(cmd: list[str], log: Path, env: Mapping[str, str], ready: str, what: str) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` in a session of its own, its output in ``log``, and wait (bounded) until
+    ``ready`` answers 200; a process that exits or does not answer fails naming ``what``."""
     with log.open("wb") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    served = Served(url, directory, tokens, log, process, root / "images")
     for _ in range(300):  # at most about a minute
         if process.poll() is not None:
-            raise RuntimeError(f"the server exited ({process.returncode}): {log.read_text()[-2000:]}")
+            raise RuntimeError(f"{what} exited ({process.returncode}): {log.read_text()[-2000:]}")
         try:
-            if httpx.get(url + "/ready", timeout=1.0).status_code == 200:
-                return served
+            if httpx.get(ready, timeout=1.0).status_code == 200:
+                return process
         except httpx.TransportError:
             pass
         time.sleep(0.2)
-    stop(served)
-    raise RuntimeError(f"the server did not start: {log.read_text()[-2000:]}")
+    stop_process(process)
+    raise RuntimeError(f"{what} did not start: {log.read_text()[-2000:]}")
 
 
-def stop(served: Served) -> None:
+def stop(served: Running) -> None:
     """Stop the server (its process group: uvicorn's workers with it) and wait for it."""
-    if served.process.poll() is None:
-        os.killpg(served.process.pid, signal.SIGINT)
+    stop_process(served.process)
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Stop a process started by :func:`launch` (its process group) and wait for it."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGINT)
         try:
-            served.process.wait(timeout=20)
+            process.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            os.killpg(served.process.pid, signal.SIGKILL)
-            served.process.wait(timeout=10)
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)

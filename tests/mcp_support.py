@@ -8,10 +8,8 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -19,16 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
-from msm_mem import Principal
-from msm_mem.interfaces.http.apikeys import ApiKeyStore
 from tests.helpers import raw_sql
-from tests.http_support import JWT_AUDIENCE, JWT_ISSUER, JWT_SECRET, OWN, ROLES, free_port, make_store
+from tests.http_support import JWT_AUDIENCE, JWT_ISSUER, JWT_SECRET, free_port, launch, make_keys, make_store, stop
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -44,20 +39,6 @@ TOOLS = {
     "verify_audit",
     "whoami",
 }
-
-
-def make_keys(directory: Path) -> dict[str, str]:
-    """One key per role scoped to OWN, "everyone" (a clinician over every patient),
-    "researcher" (an agent for research, which no consent permits) and "revoked"."""
-    keys = ApiKeyStore(directory)
-    tokens = {}
-    for role, who in ROLES.items():
-        tokens[role], _ = keys.create(who, [OWN])
-    tokens["everyone"], _ = keys.create(Principal("svc-all", "clinician", "treatment"), ["*"])
-    tokens["researcher"], _ = keys.create(Principal("svc-research", "agent", "research"), [OWN])
-    tokens["revoked"], revoked = keys.create(Principal("svc-gone", "agent", "treatment"), [OWN])
-    keys.revoke(revoked.key_id)
-    return tokens
 
 
 def server_args(root: Path, directory: Path) -> list[str]:
@@ -107,32 +88,9 @@ def start_http(root: Path, directory: Path, tokens: dict[str, str]) -> McpHttp:
     log = root / "mcp-http.log"
     cmd = [sys.executable, "-m", "msm_mem", "mcp", *server_args(root, directory), "--transport", "http"]
     cmd += ["--port", str(port)]
-    with log.open("wb") as out:
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environment(), start_new_session=True)
     base = f"http://127.0.0.1:{port}"
-    served = McpHttp(base + "/mcp", directory, root, tokens, log, process)
-    for _ in range(300):  # at most about a minute
-        if process.poll() is not None:
-            raise RuntimeError(f"the MCP server exited ({process.returncode}): {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(base + "/health", timeout=1.0).status_code == 200:
-                return served
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    stop_http(served)
-    raise RuntimeError(f"the MCP server did not start: {log.read_text()[-2000:]}")
-
-
-def stop_http(served: McpHttp) -> None:
-    """Stop the server (its process group) and wait for it."""
-    if served.process.poll() is None:
-        os.killpg(served.process.pid, signal.SIGINT)
-        try:
-            served.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(served.process.pid, signal.SIGKILL)
-            served.process.wait(timeout=10)
+    process = launch(cmd, log, environment(), base + "/health", "the MCP server")
+    return McpHttp(base + "/mcp", directory, root, tokens, log, process)
 
 
 @asynccontextmanager
@@ -184,26 +142,10 @@ def png_base64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
 
-def head(directory: Path) -> int:
-    """The last audit sequence number of the store (every write appends at least one event)."""
-    return int(raw_sql(directory, "SELECT coalesce(max(seq), 0) FROM audit")[0][0])
-
-
 def counts(directory: Path) -> Mapping[str, int]:
     """How many rows the store holds, by table: nothing stored means none of these moved."""
     tables = ("audit", "stm", "episodic", "visual", "semantic", "claims")
     return {t: int(raw_sql(directory, f"SELECT count(*) FROM {t}")[0][0]) for t in tables}
-
-
-def events(directory: Path, since: int) -> list[dict[str, Any]]:
-    """The audit events after ``since``, oldest first, each with its seq."""
-    rows = raw_sql(directory, "SELECT seq, payload FROM audit WHERE seq > ? ORDER BY seq", (since,))
-    out = []
-    for seq, payload in rows:
-        doc = json.loads(bytes(payload))
-        doc["seq"] = seq
-        out.append(doc)
-    return out
 
 
 # the servers of the conftest's fixtures (mcp_http, mcp_stdio_store) --------------------------
@@ -217,7 +159,7 @@ def http_server(root: Path, database_url: str | None = None, schema: str = "") -
     try:
         yield server
     finally:
-        stop_http(server)
+        stop(server)
 
 
 def stdio_store(root: Path) -> tuple[Path, Path, dict[str, str]]:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from msm_mem import InvalidInput, ManifestRow, MsmMem, RecordPage
+from msm_mem import ConsentRecord, InvalidInput, ManifestRow, MsmMem, RecordPage
 from tests.conftest import MemFactory
-from tests.helpers import AGENT, INGEST, audit_events, png
+from tests.helpers import ADMIN, AGENT, AUDITOR, INGEST, audit_events, png
 
 STUDIES = 5
 
@@ -63,4 +63,28 @@ def test_a_bad_page_is_refused_before_anything_is_read(mem: MsmMem, offset: obje
     before = len(audit_events(mem._store))
     with pytest.raises(InvalidInput, match="offset|limit"):
         mem.claims(AGENT, "P1", offset=offset, limit=limit)  # type: ignore[arg-type]
+    assert len(audit_events(mem._store)) == before
+
+
+def test_the_consent_list_pages_in_the_read(mem: MsmMem) -> None:
+    """consents() pages like the other reads: the slice asked for, the whole list's total, an
+    audit event naming the page's consents only, ``within`` keeping the given patients' consents
+    and those of every patient, and a bad page refused before anything is read."""
+    grants = [ConsentRecord(f"C-P{i}", f"P{i}", "role:clinician", "treatment", "permit", ("*",), 0.0) for i in (2, 3)]
+    mem.grant(ADMIN, grants)
+    every = mem.consents(ADMIN)
+    ids = [c.consent_id for c in every]
+    assert isinstance(every, RecordPage) and every.total == len(ids) and {"C-P2", "C-P3"} <= set(ids)
+    page = mem.consents(ADMIN, offset=1, limit=2)
+    assert [c.consent_id for c in page] == ids[1:3] and (page.offset, page.total) == (1, len(ids))
+    (event,) = [e for e in audit_events(mem._store) if e.action == "consent_list"][-1:]
+    assert event.record_ids == tuple(ids[1:3])
+    scoped = mem.consents(ADMIN, within=["P2"])
+    assert {c.patient_id for c in scoped} <= {"P2", "*"} and "C-P2" in {c.consent_id for c in scoped}
+    assert scoped.total == len(scoped) == len([c for c in every if c.patient_id in ("P2", "*")])
+    audited = mem.consents(AUDITOR, limit=1)
+    assert len(audited) == 1 and audited.total == len(ids) and audited[0].patient_id not in ("P2", "P3")
+    before = len(audit_events(mem._store))
+    with pytest.raises(InvalidInput, match="limit"):
+        mem.consents(ADMIN, limit=0)
     assert len(audit_events(mem._store)) == before

@@ -7,7 +7,6 @@ import argparse
 import ast
 import dataclasses
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,14 +23,11 @@ from tests.cli_support import (
     AGENT,
     CLINICIAN,
     SYSTEM,
-    clean_env,
     counts,
     make_data,
-    make_store,
     one_line_error,
     run,
     run_json,
-    without_msm_env,
 )
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -39,31 +35,8 @@ CLI_PACKAGE = Path(cli.__file__).parent
 QUESTION = "What is seen on the chest radiograph?"
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Settings and identity come from MSM_MEM_* variables: start every test without any."""
-    clean_env(monkeypatch)
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    """A store with the manifest ingested once (copied by the tests that change it)."""
-    saved = without_msm_env()
-    try:
-        yield make_store(tmp_path_factory.mktemp("cli-base"))
-    finally:
-        os.environ.update(saved)
-
-
-@pytest.fixture
-def store(base: tuple[Path, Path], tmp_path: Path) -> Path:
-    """A private copy of the base store."""
-    return Path(shutil.copytree(base[0], tmp_path / "store"))
-
-
-@pytest.fixture
-def data(base: tuple[Path, Path]) -> Path:
-    return base[1]
+#: settings and identity come from MSM_MEM_* variables: every test starts without any
+pytestmark = pytest.mark.usefixtures("clean_msm_env")
 
 
 # help and docs --------------------------------------------------------------------------------
@@ -263,36 +236,38 @@ def test_ingest_reports_bad_rows_and_stores_good_ones(capsys: pytest.CaptureFixt
     assert c["semantic"] >= 2  # one state per patient at least
 
 
-def test_reingest_stores_nothing_new(capsys: pytest.CaptureFixture[str], store: Path, data: Path) -> None:
+def test_reingest_stores_nothing_new(capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path) -> None:
     """Running ingest again on the same manifest stores nothing and counts the stored rows."""
-    before = counts(store)
-    rc, out, _ = run(capsys, "ingest", store, "--manifest", data / "manifest.csv", "--no-progress", *CLINICIAN)
+    before = counts(cli_store)
+    rc, out, _ = run(capsys, "ingest", cli_store, "--manifest", cli_data / "manifest.csv", "--no-progress", *CLINICIAN)
     assert rc == 0
     assert out.strip().splitlines()[-1] == "ingested 0 studies, 3 already stored, 2 rows skipped"
-    assert counts(store) == before
+    assert counts(cli_store) == before
 
 
-def test_ingest_as_an_agent_is_refused(capsys: pytest.CaptureFixture[str], store: Path, data: Path) -> None:
+def test_ingest_as_an_agent_is_refused(capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path) -> None:
     """The agent role may not ingest: exit 1 naming the roles that may; nothing is stored."""
-    before = counts(store)
-    rc, _, err = run(capsys, "ingest", store, "--manifest", data / "manifest.csv", "--no-progress", *AGENT)
+    before = counts(cli_store)
+    rc, _, err = run(capsys, "ingest", cli_store, "--manifest", cli_data / "manifest.csv", "--no-progress", *AGENT)
     assert rc == 1
     assert err.splitlines()[-1] == "error: role 'agent' may not ingest: only clinician, system"
-    assert counts(store) == before
+    assert counts(cli_store) == before
 
 
-def test_ingest_missing_manifest_is_an_error(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+def test_ingest_missing_manifest_is_an_error(capsys: pytest.CaptureFixture[str], cli_store: Path) -> None:
     """A manifest path that does not exist exits 1 with one error line; nothing is stored."""
-    before = counts(store)
-    rc, _, err = run(capsys, "ingest", store, "--manifest", store / "absent.csv", *SYSTEM)
+    before = counts(cli_store)
+    rc, _, err = run(capsys, "ingest", cli_store, "--manifest", cli_store / "absent.csv", *SYSTEM)
     assert rc == 1
     assert "absent.csv" in one_line_error(err)
-    assert counts(store) == before
+    assert counts(cli_store) == before
 
 
-def test_ingest_into_a_non_store_is_an_error(capsys: pytest.CaptureFixture[str], tmp_path: Path, data: Path) -> None:
+def test_ingest_into_a_non_store_is_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, cli_data: Path
+) -> None:
     """ingest into a directory without a store exits 1 and creates no store there."""
-    rc, out, err = run(capsys, "ingest", tmp_path / "nowhere", "--manifest", data / "manifest.csv", *SYSTEM)
+    rc, out, err = run(capsys, "ingest", tmp_path / "nowhere", "--manifest", cli_data / "manifest.csv", *SYSTEM)
     assert rc == 1
     assert "not an msm-mem store" in one_line_error(err)
     assert out == ""
@@ -307,13 +282,13 @@ def _ask_args(data: Path, patient: str, image: str) -> list[str | Path]:
 
 
 def test_export_then_import_gives_identical_evidence(
-    capsys: pytest.CaptureFixture[str], store: Path, data: Path, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path, tmp_path: Path
 ) -> None:
     """export --format paper (as a clinician, purpose export) then import into a new dir (as an
     admin, who the new identity file names) answers with identical evidence from S, E and V (the
     paper's layout holds no claims, so the import has none)."""
     layout, copy = tmp_path / "layout", tmp_path / "imported"
-    rc, out, err = run(capsys, "export", store, "--format", "paper", layout, *CLINICIAN)
+    rc, out, err = run(capsys, "export", cli_store, "--format", "paper", layout, *CLINICIAN)
     assert rc == 0, err
     for name in ("episodic.jsonl", "episodic.faiss", "visual.jsonl", "visual.faiss"):
         assert (layout / name).is_file(), name
@@ -321,12 +296,12 @@ def test_export_then_import_gives_identical_evidence(
     rc, _, err = run(capsys, "import", copy, "--format", "paper", layout, "--actor", "importer")
     assert rc == 0, err
     assert '"actor": "importer"' in (copy / "identity.json").read_text(encoding="utf-8")
-    original, imported = counts(store), counts(copy)
+    original, imported = counts(cli_store), counts(copy)
     assert imported["episodic"] == original["episodic"]
     assert imported["visual"] == original["visual"]
     for patient, image in (("p1", "img1.png"), ("p2", "img2.png"), ("p1", "img3.png")):
-        a = run_json(capsys, "ask", store, *_ask_args(data, patient, image))
-        b = run_json(capsys, "ask", copy, *_ask_args(data, patient, image))
+        a = run_json(capsys, "ask", cli_store, *_ask_args(cli_data, patient, image))
+        b = run_json(capsys, "ask", copy, *_ask_args(cli_data, patient, image))
         assert isinstance(a, dict) and isinstance(b, dict)
         paper = [e for e in a["evidence"] if e["kind"] != "claim"]
         assert paper == b["evidence"], (patient, image)
@@ -334,14 +309,14 @@ def test_export_then_import_gives_identical_evidence(
 
 
 def test_export_without_consent_writes_no_patient(
-    capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], cli_store: Path, tmp_path: Path
 ) -> None:
     """An admin exporting (no consent for admins to export in the default policy) writes no
     patient's records; an agent may not export at all."""
-    rc, out, err = run(capsys, "export", store, "--format", "paper", tmp_path / "a", *ADMIN)
+    rc, out, err = run(capsys, "export", cli_store, "--format", "paper", tmp_path / "a", *ADMIN)
     assert rc == 0, err
     assert "'episodic': 0" in out
-    rc, _, err = run(capsys, "export", store, "--format", "paper", tmp_path / "b", *AGENT)
+    rc, _, err = run(capsys, "export", cli_store, "--format", "paper", tmp_path / "b", *AGENT)
     assert rc == 1 and "may not export" in one_line_error(err)
 
 

@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,45 +15,19 @@ from tests.cli_support import (
     CRITIC,
     QUESTION,
     SYSTEM,
-    clean_env,
     counts,
-    make_store,
     one_line_error,
     png,
     run,
     run_json,
-    without_msm_env,
 )
 
 KINDS = {"episodic", "visual", "semantic", "claim"}  # claims are read with semantic memory
 ANSWER = "Small left pleural effusion, new since the prior study"
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Settings and identity come from MSM_MEM_* variables: start every test without any."""
-    clean_env(monkeypatch)
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    """A store with the manifest ingested once (copied by the tests that change it)."""
-    saved = without_msm_env()
-    try:
-        yield make_store(tmp_path_factory.mktemp("cli-ask"))
-    finally:
-        os.environ.update(saved)
-
-
-@pytest.fixture
-def store(base: tuple[Path, Path], tmp_path: Path) -> Path:
-    """A private copy of the base store."""
-    return Path(shutil.copytree(base[0], tmp_path / "store"))
-
-
-@pytest.fixture
-def data(base: tuple[Path, Path]) -> Path:
-    return base[1]
+#: settings and identity come from MSM_MEM_* variables: every test starts without any
+pytestmark = pytest.mark.usefixtures("clean_msm_env")
 
 
 def _ask_args(data: Path, patient: str = "p1", image: str = "img1.png") -> list[str | Path]:
@@ -79,10 +50,10 @@ def _list(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> list[dict[st
 
 
 def test_ask_json_prints_one_object_with_the_documented_keys(
-    capsys: pytest.CaptureFixture[str], store: Path, data: Path
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path
 ) -> None:
     """ask --json prints exactly one JSON object: answer, evidence [{id, kind, score}], gate."""
-    obj = _obj(capsys, "ask", store, *_ask_args(data))
+    obj = _obj(capsys, "ask", cli_store, *_ask_args(cli_data))
     assert {"answer", "evidence", "gate", "backbone", "source", "decision"} <= set(obj)
     assert isinstance(obj["answer"], str) and obj["answer"]
     assert isinstance(obj["evidence"], list) and obj["evidence"]
@@ -98,11 +69,13 @@ def test_ask_json_prints_one_object_with_the_documented_keys(
     assert gate["reasons"] and all(isinstance(r, str) for r in gate["reasons"])
 
 
-def test_ask_json_finds_the_same_image_first(capsys: pytest.CaptureFixture[str], store: Path, data: Path) -> None:
+def test_ask_json_finds_the_same_image_first(
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path
+) -> None:
     """Asking about an ingested image ranks that study's episodic record first."""
-    studies = {e["episode_id"]: e["study_id"] for e in _list(capsys, "show", "episodes", store, "--patient", "p1")}
+    studies = {e["episode_id"]: e["study_id"] for e in _list(capsys, "show", "episodes", cli_store, "--patient", "p1")}
     for image, study in (("img0.png", "s1"), ("img1.png", "s2")):
-        obj = _obj(capsys, "ask", store, *_ask_args(data, "p1", image), "--no-write-back")
+        obj = _obj(capsys, "ask", cli_store, *_ask_args(cli_data, "p1", image), "--no-write-back")
         episodic = [e for e in obj["evidence"] if e["kind"] == "episodic"]
         assert episodic, obj
         assert episodic[0]["score"] == max(e["score"] for e in episodic)
@@ -110,19 +83,21 @@ def test_ask_json_finds_the_same_image_first(capsys: pytest.CaptureFixture[str],
 
 
 def test_ask_no_write_back_has_no_gate_and_changes_nothing(
-    capsys: pytest.CaptureFixture[str], store: Path, data: Path
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path
 ) -> None:
     """--no-write-back gives gate null and leaves every memory table unchanged."""
-    before = counts(store)
-    obj = _obj(capsys, "ask", store, *_ask_args(data), "--no-write-back")
+    before = counts(cli_store)
+    obj = _obj(capsys, "ask", cli_store, *_ask_args(cli_data), "--no-write-back")
     assert obj["gate"] is None
-    assert counts(store) == before
+    assert counts(cli_store) == before
 
 
-def test_ask_text_shows_answer_evidence_and_gate(capsys: pytest.CaptureFixture[str], store: Path, data: Path) -> None:
+def test_ask_text_shows_answer_evidence_and_gate(
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path
+) -> None:
     """Plain ask prints the answer, every evidence id with its kind, and the gate line."""
-    expected = _obj(capsys, "ask", store, *_ask_args(data), "--no-write-back")
-    rc, out, _ = run(capsys, "ask", store, *_ask_args(data))
+    expected = _obj(capsys, "ask", cli_store, *_ask_args(cli_data), "--no-write-back")
+    rc, out, _ = run(capsys, "ask", cli_store, *_ask_args(cli_data))
     assert rc == 0
     assert out.startswith(f"answer: {expected['answer']}")
     assert "evidence:" in out
@@ -133,69 +108,73 @@ def test_ask_text_shows_answer_evidence_and_gate(capsys: pytest.CaptureFixture[s
 
 
 def test_ask_as_the_configured_identity_acts_as_an_agent(
-    capsys: pytest.CaptureFixture[str], store: Path, data: Path
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path
 ) -> None:
     """Without principal flags, ask acts as the store's identity (admin-1) in its default role
     (agent); an explicit auditor is refused and writes nothing."""
-    args = ["--patient", "p1", "--image", data / "img1.png", "--question", QUESTION, "--no-write-back"]
-    assert _obj(capsys, "ask", store, *args)["answer"]
-    rc, _, err = run(capsys, "ask", store, *args, *AUDITOR)
+    args = ["--patient", "p1", "--image", cli_data / "img1.png", "--question", QUESTION, "--no-write-back"]
+    assert _obj(capsys, "ask", cli_store, *args)["answer"]
+    rc, _, err = run(capsys, "ask", cli_store, *args, *AUDITOR)
     assert rc == 1 and "may not ask" in one_line_error(err)
 
 
 def test_env_settings_reach_the_gate(
-    capsys: pytest.CaptureFixture[str], store: Path, data: Path, monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """MSM_MEM_MIN_ANSWER_WORDS is honoured by ask: raised to 50, the answer is 'too short'."""
-    default = _obj(capsys, "ask", store, *_ask_args(data))
+    default = _obj(capsys, "ask", cli_store, *_ask_args(cli_data))
     assert len(default["answer"].split()) < 50
     assert "answer_too_short" not in default["gate"]["reasons"]
     monkeypatch.setenv("MSM_MEM_MIN_ANSWER_WORDS", "50")
-    strict = _obj(capsys, "ask", store, *_ask_args(data))
+    strict = _obj(capsys, "ask", cli_store, *_ask_args(cli_data))
     assert "answer_too_short" in strict["gate"]["reasons"]
     assert strict["gate"]["written"] is False
 
 
 def test_bad_env_setting_is_a_one_line_error(
-    capsys: pytest.CaptureFixture[str], store: Path, data: Path, monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An unparseable MSM_MEM_ variable makes ask exit 1 with one error line naming it."""
     monkeypatch.setenv("MSM_MEM_TOP_K", "many")
-    before = counts(store)
-    rc, _, err = run(capsys, "ask", store, *_ask_args(data))
+    before = counts(cli_store)
+    rc, _, err = run(capsys, "ask", cli_store, *_ask_args(cli_data))
     assert rc == 1
     assert "MSM_MEM_TOP_K" in one_line_error(err)
-    assert counts(store) == before
+    assert counts(cli_store) == before
 
 
-def test_unknown_patient_gets_a_prior_not_an_error(capsys: pytest.CaptureFixture[str], store: Path, data: Path) -> None:
+def test_unknown_patient_gets_a_prior_not_an_error(
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path
+) -> None:
     """A patient with no memory still gets an answer (population prior or 'No prior evidence')."""
-    before = counts(store)
-    obj = _obj(capsys, "ask", store, *_ask_args(data, patient="nobody"), "--no-write-back")
+    before = counts(cli_store)
+    obj = _obj(capsys, "ask", cli_store, *_ask_args(cli_data, patient="nobody"), "--no-write-back")
     if obj.get("source") == "population-prior":  # the other patients it came from are the evidence
         assert obj["evidence"] and {e["kind"] for e in obj["evidence"]} <= {"population-episodic", "population-visual"}
     else:
         assert obj["evidence"] == []
         assert obj.get("source") == "empty" or "No prior evidence" in obj["answer"]
     assert obj["answer"]
-    assert counts(store) == before
+    assert counts(cli_store) == before
 
 
 def test_unknown_patient_in_an_empty_store_says_no_prior_evidence(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, data: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, cli_data: Path
 ) -> None:
     """With nothing in memory at all the answer says there is no prior evidence."""
     assert run(capsys, "init", tmp_path / "s", "--actor", "admin-1")[0] == 0
-    obj = _obj(capsys, "ask", tmp_path / "s", *_ask_args(data, patient="nobody"), "--no-write-back")
+    obj = _obj(capsys, "ask", tmp_path / "s", *_ask_args(cli_data, patient="nobody"), "--no-write-back")
     assert "No prior evidence" in obj["answer"]
     assert obj["evidence"] == []
 
 
-def test_ask_on_a_directory_that_is_not_a_store(capsys: pytest.CaptureFixture[str], tmp_path: Path, data: Path) -> None:
+def test_ask_on_a_directory_that_is_not_a_store(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, cli_data: Path
+) -> None:
     """ask on a plain directory exits 1 with one error line and creates nothing there."""
     plain = tmp_path / "plain"
     plain.mkdir()
-    rc, out, err = run(capsys, "ask", plain, *_ask_args(data))
+    rc, out, err = run(capsys, "ask", plain, *_ask_args(cli_data))
     assert rc == 1
     assert "not an msm-mem store" in one_line_error(err)
     assert out == ""
@@ -204,38 +183,40 @@ def test_ask_on_a_directory_that_is_not_a_store(capsys: pytest.CaptureFixture[st
 
 @pytest.mark.parametrize("image", ["corrupt.png", "absent.png"])
 def test_ask_with_a_bad_image_fails_and_writes_nothing(
-    capsys: pytest.CaptureFixture[str], store: Path, data: Path, image: str
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path, image: str
 ) -> None:
     """A corrupt or missing image exits 1 with one error line naming it; the store is unchanged."""
-    before = counts(store)
-    rc, out, err = run(capsys, "ask", store, *_ask_args(data, image=image))
+    before = counts(cli_store)
+    rc, out, err = run(capsys, "ask", cli_store, *_ask_args(cli_data, image=image))
     assert rc == 1
     assert image in one_line_error(err)
     assert out == ""
-    assert counts(store) == before
+    assert counts(cli_store) == before
 
 
-def test_ask_with_an_empty_question_fails(capsys: pytest.CaptureFixture[str], store: Path, data: Path) -> None:
+def test_ask_with_an_empty_question_fails(capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path) -> None:
     """A blank question exits 1 with one error line and writes nothing."""
-    before = counts(store)
-    rc, _, err = run(capsys, "ask", store, "--patient", "p1", "--image", data / "img1.png", "--question", "  ", *AGENT)
+    before = counts(cli_store)
+    rc, _, err = run(
+        capsys, "ask", cli_store, "--patient", "p1", "--image", cli_data / "img1.png", "--question", "  ", *AGENT
+    )
     assert rc == 1
     one_line_error(err)
-    assert counts(store) == before
+    assert counts(cli_store) == before
 
 
 # retrieve -------------------------------------------------------------------------------------
 
 
 def test_retrieve_ranks_like_ask_and_writes_no_memory(
-    capsys: pytest.CaptureFixture[str], store: Path, data: Path
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path
 ) -> None:
     """retrieve --json gives the evidence ask would cite from S, E and V (same ids, same scores;
     retrieve lists no claims) with the patient's own records, and writes no memory; the text
     form lists every id."""
-    before = counts(store)
-    asked = _obj(capsys, "ask", store, *_ask_args(data), "--no-write-back")
-    found = _obj(capsys, "retrieve", store, "--patient", "p1", "--image", data / "img1.png", *CLINICIAN)
+    before = counts(cli_store)
+    asked = _obj(capsys, "ask", cli_store, *_ask_args(cli_data), "--no-write-back")
+    found = _obj(capsys, "retrieve", cli_store, "--patient", "p1", "--image", cli_data / "img1.png", *CLINICIAN)
     assert found["patient"] == "p1" and found["scope"] == "patient"
     ids = {e["id"]: e["score"] for e in found["evidence"]}
     for e in asked["evidence"]:
@@ -243,26 +224,35 @@ def test_retrieve_ranks_like_ask_and_writes_no_memory(
             assert ids[e["id"]] == pytest.approx(e["score"], abs=1e-4)
     for e in found["evidence"]:
         assert e["record"] is not None and e["record"]["patient_id"] == "p1" and "z" not in e["record"]
-    assert counts(store) == before
-    rc, out, _ = run(capsys, "retrieve", store, "--patient", "p1", "--image", data / "img1.png", *AGENT)
+    assert counts(cli_store) == before
+    rc, out, _ = run(capsys, "retrieve", cli_store, "--patient", "p1", "--image", cli_data / "img1.png", *AGENT)
     assert rc == 0 and all(i in out for i in ids)
 
 
 def test_retrieve_population_withholds_other_patients(
-    capsys: pytest.CaptureFixture[str], store: Path, data: Path
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path
 ) -> None:
     """--scope population may rank other patients' records, but never hands out their content."""
     found = _obj(
-        capsys, "retrieve", store, "--patient", "p1", "--image", data / "img2.png", "--scope", "population", *AGENT
+        capsys,
+        "retrieve",
+        cli_store,
+        "--patient",
+        "p1",
+        "--image",
+        cli_data / "img2.png",
+        "--scope",
+        "population",
+        *AGENT,
     )
     assert found["scope"] == "population"
     for e in found["evidence"]:
         assert e["record"] is None or e["record"].get("patient_id") in ("p1", "")
 
 
-def test_retrieve_by_an_auditor_is_refused(capsys: pytest.CaptureFixture[str], store: Path, data: Path) -> None:
+def test_retrieve_by_an_auditor_is_refused(capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path) -> None:
     """The auditor reads no patient data: retrieve exits 1 with one error line."""
-    rc, _, err = run(capsys, "retrieve", store, "--patient", "p1", "--image", data / "img1.png", *AUDITOR)
+    rc, _, err = run(capsys, "retrieve", cli_store, "--patient", "p1", "--image", cli_data / "img1.png", *AUDITOR)
     assert rc == 1 and "may not retrieve" in one_line_error(err)
 
 
@@ -270,100 +260,102 @@ def test_retrieve_by_an_auditor_is_refused(capsys: pytest.CaptureFixture[str], s
 
 
 def test_observe_then_consolidate_writes_through_the_gate(
-    capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], cli_store: Path, tmp_path: Path
 ) -> None:
     """observe puts an active item in STM (shown by show stm); consolidate moves it into
     long-term memory through the gate (a new episode and visual record, a new semantic
     version) and the item is no longer active."""
     image = png(tmp_path / "new.png", 99)
-    before = counts(store)
-    item = _obj(capsys, "observe", store, "--patient", "p1", "--image", image, "--question", "Effusion?", *AGENT)
+    before = counts(cli_store)
+    item = _obj(capsys, "observe", cli_store, "--patient", "p1", "--image", image, "--question", "Effusion?", *AGENT)
     assert item["item_id"].startswith("M-") and item["state"] == "active" and item["expires_at"] > item["created_at"]
     assert "z" not in item
-    active = _list(capsys, "show", "stm", store, "--patient", "p1", "--state", "active", *CLINICIAN)
+    active = _list(capsys, "show", "stm", cli_store, "--patient", "p1", "--state", "active", *CLINICIAN)
     assert [i["item_id"] for i in active] == [item["item_id"]]
     result = _obj(
-        capsys, "consolidate", store, "--patient", "p1", "--item", item["item_id"], "--answer", ANSWER, *AGENT
+        capsys, "consolidate", cli_store, "--patient", "p1", "--item", item["item_id"], "--answer", ANSWER, *AGENT
     )
     assert result["gate"]["written"] is True
     assert result["episode_id"] and result["visual_id"] and result["semantic_id"]
-    after = counts(store)
+    after = counts(cli_store)
     assert after["episodic"] == before["episodic"] + 1 and after["visual"] == before["visual"] + 1
-    assert _list(capsys, "show", "stm", store, "--patient", "p1", "--state", "active", *CLINICIAN) == []
-    episodes = _list(capsys, "show", "episodes", store, "--patient", "p1", *CLINICIAN)
+    assert _list(capsys, "show", "stm", cli_store, "--patient", "p1", "--state", "active", *CLINICIAN) == []
+    episodes = _list(capsys, "show", "episodes", cli_store, "--patient", "p1", *CLINICIAN)
     assert any(e["episode_id"] == result["episode_id"] and e["answer"] == ANSWER for e in episodes)
     rc, _, err = run(
-        capsys, "consolidate", store, "--patient", "p1", "--item", item["item_id"], "--answer", ANSWER, *AGENT
+        capsys, "consolidate", cli_store, "--patient", "p1", "--item", item["item_id"], "--answer", ANSWER, *AGENT
     )
     assert rc == 1 and "not active" in one_line_error(err)
 
 
 def test_observe_text_prints_the_item_and_its_expiry(
-    capsys: pytest.CaptureFixture[str], store: Path, data: Path
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path
 ) -> None:
     """observe without --json prints the item id, its state and its expiry time."""
     rc, out, _ = run(
-        capsys, "observe", store, "--patient", "p2", "--image", data / "img2.png", "--question", "?", *AGENT
+        capsys, "observe", cli_store, "--patient", "p2", "--image", cli_data / "img2.png", "--question", "?", *AGENT
     )
     assert rc == 0
     item_id, state, word, _ = out.split()
     assert item_id.startswith("M-") and state == "active" and word == "expires"
 
 
-def test_consolidate_an_unknown_item_fails(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+def test_consolidate_an_unknown_item_fails(capsys: pytest.CaptureFixture[str], cli_store: Path) -> None:
     """consolidate of an item that is not the patient's exits 1 and writes nothing."""
-    before = counts(store)
-    rc, _, err = run(capsys, "consolidate", store, "--patient", "p1", "--item", "M-nope", "--answer", ANSWER, *SYSTEM)
+    before = counts(cli_store)
+    rc, _, err = run(
+        capsys, "consolidate", cli_store, "--patient", "p1", "--item", "M-nope", "--answer", ANSWER, *SYSTEM
+    )
     assert rc == 1 and "M-nope" in one_line_error(err)
-    assert counts(store) == before
+    assert counts(cli_store) == before
 
 
 def test_feedback_supersedes_the_claim_and_the_semantic_state(
-    capsys: pytest.CaptureFixture[str], store: Path, data: Path
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path
 ) -> None:
     """An ask with --study leaves an agent claim; feedback --correction by a critic supersedes
     it at the critic's tier, and the semantic history grows by a version that names its
     predecessor; feedback by an agent is refused."""
-    question = ["--patient", "p1", "--image", data / "img3.png", "--question", QUESTION, "--study", "s9", *AGENT]
-    assert run(capsys, "ask", store, *question)[0] == 0
-    (agent_claim,) = _list(capsys, "show", "claims", store, "--patient", "p1", "--key", "study:s9", *CLINICIAN)
+    question = ["--patient", "p1", "--image", cli_data / "img3.png", "--question", QUESTION, "--study", "s9", *AGENT]
+    assert run(capsys, "ask", cli_store, *question)[0] == 0
+    (agent_claim,) = _list(capsys, "show", "claims", cli_store, "--patient", "p1", "--key", "study:s9", *CLINICIAN)
     assert agent_claim["evidence_tier"] == "agent"
-    history = _list(capsys, "show", "history", store, "--patient", "p1", *CLINICIAN)
+    history = _list(capsys, "show", "history", cli_store, "--patient", "p1", *CLINICIAN)
     fix = ["--patient", "p1", "--study", "s9", "--correction", "Right lower lobe pneumonia"]
-    rc, _, err = run(capsys, "feedback", store, *fix, *AGENT)
+    rc, _, err = run(capsys, "feedback", cli_store, *fix, *AGENT)
     assert rc == 1 and "may not feedback" in one_line_error(err)
-    claim = _obj(capsys, "feedback", store, *fix, *CRITIC)
+    claim = _obj(capsys, "feedback", cli_store, *fix, *CRITIC)
     assert claim["content"] == "Right lower lobe pneumonia" and claim["evidence_tier"] == "critic"
     assert claim["supersedes"] == agent_claim["claim_id"]
-    chain = _list(capsys, "show", "claims", store, "--patient", "p1", "--key", "study:s9", "--history", *CLINICIAN)
+    chain = _list(capsys, "show", "claims", cli_store, "--patient", "p1", "--key", "study:s9", "--history", *CLINICIAN)
     assert [c["claim_id"] for c in chain] == [agent_claim["claim_id"], claim["claim_id"]]
     assert [c["state"] for c in chain] == ["superseded", "active"]
-    newer = _list(capsys, "show", "history", store, "--patient", "p1", *CLINICIAN)
+    newer = _list(capsys, "show", "history", cli_store, "--patient", "p1", *CLINICIAN)
     assert len(newer) == len(history) + 1
     assert newer[-1]["supersedes"] == newer[-2]["state_id"] and newer[-1]["evidence_tier"] == "critic"
-    (state,) = _list(capsys, "show", "state", store, "--patient", "p1", *CLINICIAN)
+    (state,) = _list(capsys, "show", "state", cli_store, "--patient", "p1", *CLINICIAN)
     assert state["state_id"] == newer[-1]["state_id"]
     assert any(i["text"] == "Right lower lobe pneumonia" for i in state["impressions"])
 
 
-def test_feedback_accept_and_text_output(capsys: pytest.CaptureFixture[str], store: Path, data: Path) -> None:
+def test_feedback_accept_and_text_output(capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path) -> None:
     """feedback --accept keeps the impression and prints the new claim's id and key."""
-    question = ["--patient", "p2", "--image", data / "img2.png", "--question", QUESTION, "--study", "s7", *AGENT]
-    assert run(capsys, "ask", store, *question)[0] == 0
-    rc, out, _ = run(capsys, "feedback", store, "--patient", "p2", "--study", "s7", "--accept", *CLINICIAN)
+    question = ["--patient", "p2", "--image", cli_data / "img2.png", "--question", QUESTION, "--study", "s7", *AGENT]
+    assert run(capsys, "ask", cli_store, *question)[0] == 0
+    rc, out, _ = run(capsys, "feedback", cli_store, "--patient", "p2", "--study", "s7", "--accept", *CLINICIAN)
     assert rc == 0 and out.startswith("C-") and "study:s7" in out
-    rc, _, err = run(capsys, "feedback", store, "--patient", "p2", "--study", "nope", "--accept", *CRITIC)
+    rc, _, err = run(capsys, "feedback", cli_store, "--patient", "p2", "--study", "nope", "--accept", *CRITIC)
     assert rc == 1 and "nope" in one_line_error(err)
 
 
 # show -----------------------------------------------------------------------------------------
 
 
-def test_show_text_forms(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+def test_show_text_forms(capsys: pytest.CaptureFixture[str], cli_store: Path) -> None:
     """Each show command prints the patient's records, one header line each with its id."""
-    episodes = _list(capsys, "show", "episodes", store, "--patient", "p1", *CLINICIAN)
-    visuals = _list(capsys, "show", "visuals", store, "--patient", "p1", *CLINICIAN)
-    states = _list(capsys, "show", "state", store, "--patient", "p1", *CLINICIAN)
+    episodes = _list(capsys, "show", "episodes", cli_store, "--patient", "p1", *CLINICIAN)
+    visuals = _list(capsys, "show", "visuals", cli_store, "--patient", "p1", *CLINICIAN)
+    states = _list(capsys, "show", "state", cli_store, "--patient", "p1", *CLINICIAN)
     assert len(episodes) == 2 and len(visuals) == 2 and len(states) >= 1
     assert all("z" not in r for r in [*episodes, *visuals])
     for what, records, key in (
@@ -371,23 +363,23 @@ def test_show_text_forms(capsys: pytest.CaptureFixture[str], store: Path) -> Non
         ("visuals", visuals, "visual_id"),
         ("state", states, "state_id"),
     ):
-        rc, out, _ = run(capsys, "show", what, store, "--patient", "p1", *CLINICIAN)
+        rc, out, _ = run(capsys, "show", what, cli_store, "--patient", "p1", *CLINICIAN)
         assert rc == 0
         for r in records:
             assert r[key] in out, what
-    rc, out, _ = run(capsys, "show", "episodes", store, "--patient", "p1", *CLINICIAN)
+    rc, out, _ = run(capsys, "show", "episodes", cli_store, "--patient", "p1", *CLINICIAN)
     assert "A: small left pleural effusion" in out
 
 
-def test_show_as_an_auditor_is_refused(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+def test_show_as_an_auditor_is_refused(capsys: pytest.CaptureFixture[str], cli_store: Path) -> None:
     """The auditor reads no patient data: every show command exits 1."""
     for what in ("state", "history", "episodes", "visuals", "claims", "stm"):
-        rc, out, err = run(capsys, "show", what, store, "--patient", "p1", *AUDITOR)
+        rc, out, err = run(capsys, "show", what, cli_store, "--patient", "p1", *AUDITOR)
         assert rc == 1 and "may not read" in one_line_error(err), what
         assert out == ""
 
 
-def test_show_claims_history_needs_a_key(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+def test_show_claims_history_needs_a_key(capsys: pytest.CaptureFixture[str], cli_store: Path) -> None:
     """show claims --history without --key is a one-line error."""
-    rc, _, err = run(capsys, "show", "claims", store, "--patient", "p1", "--history", *CLINICIAN)
+    rc, _, err = run(capsys, "show", "claims", cli_store, "--patient", "p1", "--history", *CLINICIAN)
     assert rc == 1 and "--key" in one_line_error(err)

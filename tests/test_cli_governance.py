@@ -13,7 +13,7 @@ import pytest
 
 from msm_mem import AccessDenied, ConsentDenied, MsmMem, NotFound, Principal
 from msm_mem.testing import FixedBackbone, FixedClock
-from tests.cli_support import ADMIN, ADMIN_P, AGENT, AUDITOR, CLINICIAN, SYSTEM, audit_trail, clean_env, run
+from tests.cli_support import ADMIN, ADMIN_P, AGENT, AUDITOR, CLINICIAN, SYSTEM, audit_trail, run
 from tests.helpers import png as _png
 
 ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
@@ -21,10 +21,8 @@ AGENT_P = Principal("agent-1", "agent")
 CRITIC_P = Principal("rad-1", "critic")
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Settings and identity come from MSM_MEM_* variables: start every test without any."""
-    clean_env(monkeypatch)
+#: settings and identity come from MSM_MEM_* variables: every test starts without any
+pytestmark = pytest.mark.usefixtures("clean_msm_env")
 
 
 @pytest.fixture

@@ -11,13 +11,10 @@ import pytest
 
 from msm_mem import InvalidInput, MsmMem, Principal, Purpose, Role
 from msm_mem.interfaces.cli.identity import IDENTITY_FILE, Given, read_identity, resolve, write_identity
-from tests.cli_support import ADMIN, ADMIN_P, audit_trail, clean_env, one_line_error, run
+from tests.cli_support import ADMIN, ADMIN_P, audit_trail, one_line_error, run
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Settings and identity come from MSM_MEM_* variables: start every test without any."""
-    clean_env(monkeypatch)
+#: settings and identity come from MSM_MEM_* variables: every test starts without any
+pytestmark = pytest.mark.usefixtures("clean_msm_env")
 
 
 @pytest.fixture

@@ -17,12 +17,10 @@ from mcp.shared.exceptions import MCPError
 
 from msm_mem import Principal
 from msm_mem.interfaces.http.apikeys import ApiKeyStore
-from tests.http_support import JWT_AUDIENCE, JWT_ISSUER, JWT_SECRET, OTHER, OWN
+from tests.http_support import JWT_AUDIENCE, JWT_ISSUER, JWT_SECRET, OTHER, OWN, events, head
 from tests.mcp_support import (
     McpHttp,
     environment,
-    events,
-    head,
     http_client,
     ok,
     problem,

@@ -16,13 +16,11 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from tests.helpers import png
-from tests.http_support import OTHER, OWN, QUESTION
+from tests.http_support import OTHER, OWN, QUESTION, events, head
 from tests.mcp_support import (
     TOOLS,
     McpHttp,
     counts,
-    events,
-    head,
     http_client,
     ok,
     png_base64,

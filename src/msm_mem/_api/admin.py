@@ -5,6 +5,7 @@ event itself, with the change where there is one; the auditor never sees patient
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from .._storage.paper_layout import export_paper, read_paper
 from .._tier_records import ConsentRecord
 from .access import Operation
 from .base import _Base
+from .reads import RecordPage, _check_page
 
 __all__: list[str] = []
 
@@ -74,18 +76,33 @@ class _Admin(_Base):
             consent_id=consent_id,
         )
 
-    def consents(self, principal: object, patient_id: str | None = None) -> list[ConsentRecord]:
-        """The consent records (of one patient, or all). The auditor sees each patient as the
-        pseudonym of the audit trail, never the patient id. Audited."""
+    def consents(
+        self,
+        principal: object,
+        patient_id: str | None = None,
+        *,
+        within: Iterable[str] | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> RecordPage[ConsentRecord]:
+        """The consent records (of one patient, or all; with ``within``, only those of these
+        patients and of every patient, ``*``), one page of them: ``offset`` and ``limit`` (None:
+        every record) as for every read. The auditor sees each patient as the pseudonym of the
+        audit trail, never the patient id. Audited: the event names the page's consents."""
+        offset, limit = _check_page(offset, limit)
         p = self._allow(principal, Operation.CONSENT_LIST, tier="audit")
         if patient_id is not None:
             check_id("patient_id", patient_id)
         self._store.sync()
         records = self._store.consents(patient_id)
+        if within is not None:
+            scope = set(within)
+            records = [c for c in records if c.patient_id == "*" or c.patient_id in scope]
+        listed = records[offset : None if limit is None else offset + limit]
         if p.role is Role.AUDITOR:
-            records = [replace(c, patient_id=self._pseudonym_or_shredded(c.patient_id)) for c in records]
-        self._event(p, "consent_list", "ltm", "source", record_ids=tuple(c.consent_id for c in records))
-        return records
+            listed = [replace(c, patient_id=self._pseudonym_or_shredded(c.patient_id)) for c in listed]
+        self._event(p, "consent_list", "ltm", "source", record_ids=tuple(c.consent_id for c in listed))
+        return RecordPage(listed, offset, len(records))
 
     def _pseudonym_or_shredded(self, patient_id: str) -> str:
         try:

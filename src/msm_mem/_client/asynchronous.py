@@ -1,27 +1,16 @@
 """:class:`AsyncMemoryClient`: :class:`~msm_mem.MemoryClient` for asyncio, call for call: the same
-requests (:mod:`.calls`), the same records and exceptions, each operation awaited."""
+operations (:mod:`.operations`), the same records and exceptions, each request awaited."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from .._agent.agent import AgentAnswer
-from .._api.care import Retrieved
-from .._api.reads import RecordPage
-from .._api.trail import AuditTrail
 from .._errors import MissingExtra
-from .._governance.audit_chain import VerifyResult
-from .._memory.maintenance import MaintenanceReport
-from .._memory.msm import WriteResult
-from .._principal import Principal
-from .._records import EpisodicRecord, SemanticState, VisualRecord
-from .._tier_records import Claim, ConsentRecord, StmItem, StmState
-from . import calls
-from .calls import MAX_PAGES, Call, Image, Paged
+from . import calls, operations
+from .calls import Call
+from .operations import Plan
 
 if TYPE_CHECKING:
     import httpx
@@ -29,6 +18,17 @@ if TYPE_CHECKING:
 __all__ = ["AsyncMemoryClient"]
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
+
+
+def _awaited(plan: Callable[P, Plan[R]]) -> Callable[Concatenate[AsyncMemoryClient, P], Coroutine[Any, Any, R]]:
+    """The coroutine method of :class:`AsyncMemoryClient` that runs ``plan``."""
+
+    async def run(self: AsyncMemoryClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self._execute(plan(*args, **kwargs))
+
+    return operations.method(run, plan, "AsyncMemoryClient")
 
 
 class AsyncMemoryClient:
@@ -100,213 +100,55 @@ class AsyncMemoryClient:
             await asyncio.sleep(self._backoff * 2**attempt)
         raise AssertionError("unreachable")
 
-    async def _list(self, paged: Paged[T], offset: int = 0, limit: int | None = None) -> RecordPage[T]:
-        """``limit`` items (None: every one) from ``offset``, a page request at a time."""
-        out: list[T] = []
-        at: int | None = offset
-        total = 0
-        for _ in range(MAX_PAGES):
-            want = calls.page_size(offset, limit, len(out))
-            if at is None or want <= 0:
-                break
-            items, at, total = await self._run(paged.page(at, want))
-            out.extend(items)
-        return RecordPage(out, offset, total)
-
-    # what the service is ----------------------------------------------------------------------
-
-    async def health(self) -> bool:
-        """Whether the service answers and its store is ready."""
+    async def _execute(self, plan: Plan[R]) -> R:
+        """Run ``plan``: send each request it yields, hand it the answer or throw it the error."""
         try:
-            return await self._run(calls.ready())
-        except Exception:
-            return False
+            call = next(plan)
+            while True:
+                try:
+                    result = await self._run(call)
+                except Exception as exc:
+                    call = plan.throw(exc)
+                else:
+                    call = plan.send(result)
+        except StopIteration as done:
+            value: R = done.value
+            return value
 
-    async def whoami(self) -> tuple[Principal, tuple[str, ...]]:
-        """The principal of this client's credential and its patient scope (``("*",)``: all)."""
-        return await self._run(calls.whoami())
+    # each operation is a plan of :mod:`.operations` (its signature and docstring too), run here
 
-    # clinical operations ----------------------------------------------------------------------
+    # what the service is ------------------------------------------------------------------------
 
-    async def ask(
-        self,
-        patient_id: str,
-        image: Image,
-        question: str,
-        *,
-        image_study: str | None = None,
-        timestamp: float | None = None,
-        study_id: str = "",
-        visual_tag: str = "",
-        write_back: bool = True,
-        use_sem: bool = True,
-        use_epi: bool = True,
-        use_vis: bool = True,
-    ) -> AgentAnswer:
-        """:meth:`MsmMem.ask`: ``image`` is a file path or its bytes, or None with
-        ``image_study`` naming a stored study of the patient whose image the server uses."""
-        call = calls.ask(
-            patient_id,
-            image,
-            question,
-            image_study=image_study,
-            timestamp=timestamp,
-            study_id=study_id,
-            visual_tag=visual_tag,
-            write_back=write_back,
-            use_sem=use_sem,
-            use_epi=use_epi,
-            use_vis=use_vis,
-        )
-        return await self._run(call)
+    health = _awaited(operations.health)
+    whoami = _awaited(operations.whoami)
 
-    async def retrieve(
-        self,
-        patient_id: str,
-        image: Image,
-        *,
-        image_study: str | None = None,
-        scope: Literal["patient", "population"] = "patient",
-        at: float | None = None,
-        k: int = 10,
-        use_sem: bool = True,
-        use_epi: bool = True,
-        use_vis: bool = True,
-    ) -> Retrieved:
-        """:meth:`MsmMem.retrieve` (the first ``k`` ranked items)."""
-        call = calls.retrieve(
-            patient_id,
-            image,
-            image_study=image_study,
-            scope=scope,
-            at=at,
-            k=k,
-            use_sem=use_sem,
-            use_epi=use_epi,
-            use_vis=use_vis,
-        )
-        return await self._run(call)
+    # clinical operations ------------------------------------------------------------------------
 
-    async def observe(
-        self,
-        patient_id: str,
-        image: Image,
-        question: str,
-        *,
-        image_study: str | None = None,
-        timestamp: float | None = None,
-        study_id: str = "",
-        visual_tag: str = "",
-    ) -> StmItem:
-        """:meth:`MsmMem.observe`."""
-        call = calls.observe(
-            patient_id,
-            image,
-            question,
-            image_study=image_study,
-            timestamp=timestamp,
-            study_id=study_id,
-            visual_tag=visual_tag,
-        )
-        return await self._run(call)
+    ask = _awaited(operations.ask)
+    retrieve = _awaited(operations.retrieve)
+    observe = _awaited(operations.observe)
+    consolidate = _awaited(operations.consolidate)
+    feedback = _awaited(operations.feedback)
 
-    async def consolidate(self, patient_id: str, item_id: str, answer: str, *, decision: str = "") -> WriteResult:
-        """:meth:`MsmMem.consolidate`."""
-        return await self._run(calls.consolidate(patient_id, item_id, answer, decision=decision))
+    # reads --------------------------------------------------------------------------------------
 
-    async def feedback(
-        self, patient_id: str, study_id: str, *, accept: bool, correction: str = "", decision: str = ""
-    ) -> Claim:
-        """:meth:`MsmMem.feedback`."""
-        return await self._run(
-            calls.feedback(patient_id, study_id, accept=accept, correction=correction, decision=decision)
-        )
+    semantic_state = _awaited(operations.semantic_state)
+    semantic_history = _awaited(operations.semantic_history)
+    episodes = _awaited(operations.episodes)
+    visuals = _awaited(operations.visuals)
+    claims = _awaited(operations.claims)
+    claim_history = _awaited(operations.claim_history)
+    stm_items = _awaited(operations.stm_items)
 
-    # reads ------------------------------------------------------------------------------------
+    # governance ---------------------------------------------------------------------------------
 
-    async def semantic_state(
-        self, patient_id: str, category: str | None = None, *, offset: int = 0, limit: int | None = None
-    ) -> RecordPage[SemanticState]:
-        """:meth:`MsmMem.semantic_state`."""
-        return await self._list(calls.semantic_state(patient_id, category), offset, limit)
-
-    async def semantic_history(
-        self, patient_id: str, category: str = "impression", *, offset: int = 0, limit: int | None = None
-    ) -> RecordPage[SemanticState]:
-        """:meth:`MsmMem.semantic_history`."""
-        return await self._list(calls.semantic_history(patient_id, category), offset, limit)
-
-    async def episodes(
-        self, patient_id: str, *, offset: int = 0, limit: int | None = None
-    ) -> RecordPage[EpisodicRecord]:
-        """:meth:`MsmMem.episodes`."""
-        return await self._list(calls.episodes(patient_id), offset, limit)
-
-    async def visuals(self, patient_id: str, *, offset: int = 0, limit: int | None = None) -> RecordPage[VisualRecord]:
-        """:meth:`MsmMem.visuals`."""
-        return await self._list(calls.visuals(patient_id), offset, limit)
-
-    async def claims(
-        self, patient_id: str, key: str | None = None, *, offset: int = 0, limit: int | None = None
-    ) -> RecordPage[Claim]:
-        """:meth:`MsmMem.claims`."""
-        return await self._list(calls.claims(patient_id, key), offset, limit)
-
-    async def claim_history(
-        self, patient_id: str, key: str, *, offset: int = 0, limit: int | None = None
-    ) -> RecordPage[Claim]:
-        """:meth:`MsmMem.claim_history`."""
-        return await self._list(calls.claim_history(patient_id, key), offset, limit)
-
-    async def stm_items(
-        self, patient_id: str, state: StmState | None = None, *, offset: int = 0, limit: int | None = None
-    ) -> RecordPage[StmItem]:
-        """:meth:`MsmMem.stm_items`."""
-        return await self._list(calls.stm_items(patient_id, state), offset, limit)
-
-    # governance -------------------------------------------------------------------------------
-
-    async def grant(self, consents: Iterable[ConsentRecord]) -> list[ConsentRecord]:
-        """:meth:`MsmMem.grant`; the server gives each consent its id and creation time and
-        returns the stored records."""
-        return await self._run(calls.grant(consents))
-
-    async def revoke(self, consent_id: str) -> None:
-        """:meth:`MsmMem.revoke`."""
-        await self._run(calls.revoke(consent_id))
-
-    async def consents(self, patient_id: str | None = None) -> list[ConsentRecord]:
-        """:meth:`MsmMem.consents`."""
-        return await self._list(calls.consents(patient_id))
-
-    async def rotate_keys(self, reason: str = "scheduled rotation") -> int:
-        """:meth:`MsmMem.rotate_keys`: the number of data keys rewrapped."""
-        return await self._run(calls.rotate_keys(reason))
-
-    async def shred(self, patient_id: str, reason: str) -> int:
-        """:meth:`MsmMem.shred`: the number of records retracted."""
-        return await self._run(calls.shred(patient_id, reason))
-
-    async def verify_audit(self, *, full: bool = True) -> VerifyResult:
-        """:meth:`MsmMem.verify_audit`."""
-        return await self._run(calls.verify_audit(full))
-
-    async def checkpoint(self) -> tuple[int, str]:
-        """:meth:`MsmMem.checkpoint`: (size, head)."""
-        return await self._run(calls.checkpoint())
-
-    async def export_fhir(self, out: str | os.PathLike[str]) -> int:
-        """:meth:`MsmMem.export_fhir`: writes the NDJSON to ``out``; the number of resources."""
-        content, count = await self._run(calls.export_fhir())
-        Path(out).write_bytes(content)
-        return count
-
-    async def audit_trail(
-        self, patient_id: str | None = None, *, after_seq: int = 0, limit: int = 200, tail: bool = False
-    ) -> AuditTrail:
-        """:meth:`MsmMem.audit_trail` (the service pages at most 1000 events a call)."""
-        return await self._run(calls.audit_trail(patient_id, after_seq, limit, tail))
-
-    async def maintain(self) -> MaintenanceReport:
-        """:meth:`MsmMem.maintain`."""
-        return await self._run(calls.maintain())
+    grant = _awaited(operations.grant)
+    revoke = _awaited(operations.revoke)
+    consents = _awaited(operations.consents)
+    rotate_keys = _awaited(operations.rotate_keys)
+    shred = _awaited(operations.shred)
+    verify_audit = _awaited(operations.verify_audit)
+    checkpoint = _awaited(operations.checkpoint)
+    export_fhir = _awaited(operations.export_fhir)
+    audit_trail = _awaited(operations.audit_trail)
+    maintain = _awaited(operations.maintain)

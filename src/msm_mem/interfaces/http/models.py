@@ -6,7 +6,6 @@ Embeddings are never sent; times are UTC seconds."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Annotated, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field
@@ -102,12 +101,6 @@ class Page(BaseModel, Generic[T]):
     offset: int
     limit: int
     next_offset: int | None
-
-
-def page(items: Sequence[T], offset: int, limit: int) -> Page[T]:
-    chunk = list(items[offset : offset + limit])
-    nxt = offset + limit if offset + limit < len(items) else None
-    return Page[T](items=chunk, total=len(items), offset=offset, limit=limit, next_offset=nxt)
 
 
 # records ---------------------------------------------------------------------------------------

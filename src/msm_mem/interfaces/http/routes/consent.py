@@ -9,7 +9,7 @@ from fastapi import Path as PathParam
 
 from .... import ConsentRecord
 from ..apikeys import ALL_PATIENTS
-from ..models import ConsentOut, GrantIn, Page, page
+from ..models import ConsentOut, GrantIn, Page
 from ..state import CallerDep, Paging, authorize, paging, require_json, server
 from . import PROBLEM_RESPONSES
 
@@ -58,10 +58,15 @@ def consents(
     state = server(request)
     if patient_id is not None:
         authorize(request, who, "consent_list", patient_id)
-    records = state.call(state.mem.consents, who.principal, patient_id)
-    if patient_id is None and who.principal.role.value != "auditor" and not who.covers(ALL_PATIENTS):
-        records = [c for c in records if c.patient_id == ALL_PATIENTS or who.covers(c.patient_id)]
-    return page([ConsentOut.of(c) for c in records], pg.offset, pg.limit)
+    # a caller without every patient in scope lists only its patients' consents (and those of
+    # every patient); the read pages the list, so its audit event names the page's consents
+    scoped = patient_id is None and who.principal.role.value != "auditor" and not who.covers(ALL_PATIENTS)
+    within = who.patients if scoped else None
+    read = state.mem.consents
+    records = state.call(read, who.principal, patient_id, within=within, offset=pg.offset, limit=pg.limit)
+    items = [ConsentOut.of(c) for c in records]
+    nxt = records.next_offset
+    return Page[ConsentOut](items=items, total=records.total, offset=records.offset, limit=pg.limit, next_offset=nxt)
 
 
 @router.delete("/{consent_id}", status_code=204, response_class=Response)

@@ -1,0 +1,229 @@
+"""The reference model of ``tests/test_model.py``: what the store should hold after each step,
+predicted from the documented rules alone (the gate, supersession, the short-term lifecycle,
+decay and its half-lives), never from the implementation."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tests import strategies as s
+
+T0 = 1_700_000_000.0
+DAY = 86_400.0
+#: every interaction of a study shares the study's UTC time
+STUDY_TIME = {"S1": T0 - 90 * DAY, "S2": T0 - 60 * DAY, "S3": T0 - 30 * DAY}
+
+# the documented decay rule (docs/design.md, "Ranking and decay"): a record decays when
+# confidence x tier weight x 0.5 ** (age / half-life) falls below 0.05, aged from its clinical
+# time (the study's time; a semantic version's newest impression)
+HALF_LIFE_DAYS = {"episodic": 365.0, "visual": 365.0, "claims": 365.0, "semantic": 180.0}
+TIER_WEIGHT = {"ground_truth": 1.0, "critic": 0.95, "agent": 0.6}
+THRESHOLD = 0.05
+STM_TTL = 86_400.0
+AGE_THRESHOLD = 3600.0
+HISTORY = 5
+K = 5  # hits per episodic / visual read
+
+
+def decays(observed: float, confidence: float, tier: str, kind: str) -> float:
+    return observed + HALF_LIFE_DAYS[kind] * DAY * math.log2(confidence * TIER_WEIGHT[tier] / THRESHOLD)
+
+
+# the model ----------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Epi:
+    qid: int
+    image: int
+    study: str
+    answer: str
+    tier: str
+    decay: float
+    state: str = "active"
+
+
+@dataclass(eq=False)
+class Vis:
+    image: int
+    tier: str
+    decay: float
+    episode: Epi | None = None
+    state: str = "active"
+
+
+@dataclass(eq=False)
+class Clm:
+    key: str
+    content: str
+    tier: str
+    decay: float
+    qid: int
+    episode: Epi | None
+    time: float | None = None  # the study's clinical time, when the claim knows it
+    state: str = "active"
+
+
+@dataclass(eq=False)
+class Sem:
+    version: int
+    impressions: tuple[tuple[float, str], ...]
+    tier: str
+    created: float
+    state: str = "active"
+
+    @property
+    def decay(self) -> float:
+        return decays(self.impressions[-1][0] if self.impressions else self.created, 1.0, self.tier, "semantic")
+
+
+@dataclass(eq=False)
+class Stm:
+    qid: int
+    image: int
+    study: str
+    created: float
+    answer: str | None = None
+    state: str = "active"
+
+    @property
+    def payload(self) -> bool:
+        return self.state == "active"
+
+
+@dataclass
+class Patient:
+    episodes: list[Epi] = field(default_factory=list)
+    visuals: list[Vis] = field(default_factory=list)
+    claims: list[Clm] = field(default_factory=list)
+    semantic: list[Sem] = field(default_factory=list)
+    stm: list[Stm] = field(default_factory=list)
+    shredded: bool = False
+
+    def live_images(self) -> set[int]:
+        """The images of the patient's live (active) records: what novelty compares against."""
+        return {e.image for e in self.episodes if e.state == "active"} | {
+            v.image for v in self.visuals if v.state == "active"
+        }
+
+    def active_semantic(self) -> Sem | None:
+        return next((v for v in self.semantic if v.state == "active"), None)
+
+    def active_claim(self, key: str) -> Clm | None:
+        return next((c for c in self.claims if c.key == key and c.state == "active"), None)
+
+
+class Model:
+    """What the store should hold, from the documented rules alone."""
+
+    def __init__(self) -> None:
+        self.now = T0
+        self.patients = {p: Patient() for p in s.PATIENTS}
+        self.permits: dict[tuple[str, str], str | None] = {}
+        self.next_qid = 0
+
+    def qid(self) -> int:
+        self.next_qid += 1
+        return self.next_qid
+
+    def novel(self, p: str, image: int) -> bool:
+        return image not in self.patients[p].live_images()
+
+    def passes(self, p: str, image: int, answer: str) -> bool:
+        return self.novel(p, image) and s.ANSWERS[answer]
+
+    def write_records(
+        self, p: str, item: Stm, answer: str, tier: str, confidence: float, *, visual: bool = True
+    ) -> Epi:
+        pt = self.patients[p]
+        when = STUDY_TIME[item.study]
+        epi = Epi(item.qid, item.image, item.study, answer, tier, decays(when, confidence, tier, "episodic"))
+        pt.episodes.append(epi)
+        if visual:  # another question about a study whose image has a visual record shares it
+            pt.visuals.append(Vis(item.image, tier, decays(when, confidence, tier, "episodic"), epi))
+        item.state, item.answer = "consolidated", None
+        return epi
+
+    def supersede_semantic(
+        self, p: str, impression: tuple[float, str], tier: str, *, drop: float | None = None
+    ) -> None:
+        pt = self.patients[p]
+        current = pt.active_semantic()
+        previous = current.impressions if current else ()
+        kept = [i for i in previous if drop is None or i[0] != drop]
+        merged = tuple(sorted([*kept, impression], key=lambda i: i[0])[-HISTORY:])
+        if current:
+            current.state = "superseded"
+        pt.semantic.append(Sem(current.version + 1 if current else 1, merged, tier, self.now))
+
+    def supersede_claim(
+        self,
+        p: str,
+        key: str,
+        content: str,
+        tier: str,
+        confidence: float,
+        qid: int,
+        epi: Epi | None,
+        when: float | None,
+    ):
+        pt = self.patients[p]
+        old = pt.active_claim(key)
+        if old:
+            old.state = "superseded"
+        claim = Clm(
+            key, content, tier, decays(self.now if when is None else when, confidence, tier, "claims"), qid, epi
+        )
+        claim.time = when
+        pt.claims.append(claim)
+        return claim
+
+    def consolidate(self, p: str, item: Stm, answer: str) -> bool:
+        """STM -> LTM through the gate (agent tier); the semantic state and the claim follow."""
+        written = self.passes(p, item.image, answer)
+        epi = self.write_records(p, item, answer, "agent", 0.6) if written else None
+        if not written:
+            item.answer = answer  # a held item keeps its answer for the critic or the age sweep
+        self.supersede_semantic(p, (STUDY_TIME[item.study], answer), "agent")
+        self.supersede_claim(p, f"study:{item.study}", answer, "agent", 0.6, item.qid, epi, STUDY_TIME[item.study])
+        return written
+
+    def studies_stored(self, p: str) -> set[str]:
+        return {e.study for e in self.patients[p].episodes}
+
+    def questions_stored(self, p: str) -> set[tuple[str, int]]:
+        """(study, question) of the patient's readable (active or superseded) episodes."""
+        return {(e.study, e.qid) for e in self.patients[p].episodes if e.state in ("active", "superseded")}
+
+    def study_qid(self, study: str) -> int:
+        """The one question a manifest asks about ``study`` here (so re-ingesting it is skipped)."""
+        return 10_000 + s.STUDIES.index(study)
+
+    def maintain(self) -> dict[str, int]:
+        counts = dict.fromkeys(("expired", "consolidated", "discarded", "anonymized", "retracted"), 0)
+        for pt in self.patients.values():
+            for item in pt.stm:
+                if item.state == "active" and item.created + STM_TTL <= self.now:
+                    item.state, item.answer = "expired", None
+                    counts["expired"] += 1
+        for p, pt in self.patients.items():
+            for item in sorted(pt.stm, key=lambda i: i.created):
+                if item.state != "active" or item.answer is None or item.created > self.now - AGE_THRESHOLD:
+                    continue
+                if self.passes(p, item.image, item.answer):
+                    self.write_records(p, item, item.answer, "agent", 0.6)
+                    counts["consolidated"] += 1
+                else:
+                    item.state, item.answer = "discarded", None
+                    counts["discarded"] += 1
+        for pt in self.patients.values():
+            if pt.shredded:
+                continue
+            for records in (pt.episodes, pt.visuals, pt.claims, pt.semantic):
+                for r in list(records):
+                    if r.state in ("active", "superseded") and r.decay <= self.now:
+                        active = r.state == "active" and not isinstance(r, Sem)
+                        counts["anonymized" if active else "retracted"] += 1
+                        records.remove(r)  # either way it leaves the patient (no patient id any more)
+        return counts
