@@ -247,6 +247,37 @@ def test_without_workers_the_parent_verifies_alone(monkeypatch: pytest.MonkeyPat
     assert broken.shut is (pool == "broken")
 
 
+@pytest.mark.parametrize(
+    ("cores", "events", "processes", "workers"),
+    [
+        (2, 10**6, None, None),  # two cores: one process is faster
+        (4, 10**6, None, 4),
+        (4, 10**5, None, None),  # a short chain: starting workers costs more
+        (2, 10, 3, 3),  # asked for: workers, however short the chain
+        (8, 10**6, 1, None),
+    ],
+)
+def test_the_default_takes_a_worker_per_core_for_long_chains(
+    monkeypatch: pytest.MonkeyPatch, cores: int, events: int, processes: int | None, workers: int | None
+) -> None:
+    """By default, workers (one per core) verify a chain of 200,000 events or more on 3 cores or
+    more; a count asked for is taken as given; every choice gives the same result."""
+    chosen: list[int] = []
+
+    def spy(batches: Any, **options: Any) -> VerifyResult:
+        chosen.append(options["processes"])
+        return verify_chain_in_batches(batches, start_seq=options["start_seq"], start_prev=options["start_prev"])
+
+    monkeypatch.setattr(audit_parallel, "default_processes", lambda: cores)
+    monkeypatch.setattr(audit_parallel, "verify_chain_parallel", spy)
+    rows = chain(5)
+    found = audit_parallel.verify_full([rows], start_seq=1, start_prev=GENESIS, events=events, processes=processes)
+    assert found == verify_chain_in_batches([rows]) and found.ok
+    assert chosen == ([] if workers is None else [workers])
+    with pytest.raises(InvalidInput, match="processes"):
+        audit_parallel.verify_full([rows], start_seq=1, start_prev=GENESIS, events=events, processes=0)
+
+
 # verification of a store with workers ----------------------------------------------------------
 
 SIZE = 2 * AUDIT_PAGE_ROWS + 600  # three pages; chunks of two pages: events 1..2000 and 2001..2600

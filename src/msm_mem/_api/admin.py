@@ -124,7 +124,7 @@ class _Admin(_Base):
         """Verify the hash chain (fully, or hashes and links only) and the signed checkpoints
         (auditor or admin). Read-only: verification writes nothing. A full verification of a
         long chain checks its rows in ``processes`` worker processes that hold no key (None:
-        the cores available, from 200,000 events; 1: one process); the result is the same."""
+        one per core, from 200,000 events and 3 cores; 1: one process); the result is the same."""
         self._allow(principal, Operation.AUDIT_VERIFY, tier="audit")
         return self._audit.verify(full=full, processes=processes)
 

@@ -315,9 +315,9 @@ class AuditLog:
         lock is created, so a store on read-only media verifies.
 
         A full verification of a long chain checks the rows in worker processes that hold no
-        key (:mod:`.audit_parallel`; same result): ``processes`` None for the cores available
-        (workers only from :data:`~.audit_parallel.PARALLEL_MIN_EVENTS` events), 1 for one
-        process, N for N workers. Hash-only verification runs in one process."""
+        key (:mod:`.audit_parallel`; same result): ``processes`` None for one per core (from
+        200,000 events and 3 cores), 1 for one process, N for N workers. Hash-only
+        verification runs in one process."""
         base_seq, base_hash = self.store.audit_base()
         stored_head = self.store.audit_head()
         lines, problem = self._checkpoint_lines(stored_head[0] == base_seq)

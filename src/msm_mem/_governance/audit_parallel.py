@@ -36,12 +36,22 @@ from .audit_chain import VerifyResult, check_start, verify_chain_in_batches
 from .audit_event import Row
 from .audit_scan import scan_chunk
 
-__all__ = ["CHUNK_ROWS", "PARALLEL_MIN_EVENTS", "default_processes", "verify_chain_parallel", "verify_full"]
+__all__ = [
+    "CHUNK_ROWS",
+    "PARALLEL_MIN_CORES",
+    "PARALLEL_MIN_EVENTS",
+    "default_processes",
+    "verify_chain_parallel",
+    "verify_full",
+]
 
 #: rows handed to a worker at a time (a few MiB of payloads)
 CHUNK_ROWS = 20_000
 #: below this many events, starting the workers costs more than they save
 PARALLEL_MIN_EVENTS = 200_000
+#: with fewer cores the parent's reading and sending competes with the workers: one process is
+#: faster (docs/benchmarks.md), so the default takes workers only from this many cores
+PARALLEL_MIN_CORES = 3
 _log = logging.getLogger("msm_mem")
 _Chunk = tuple[int, list[Row], "Future[tuple[int, str, str]] | None"]
 
@@ -56,13 +66,18 @@ def verify_full(
 ) -> VerifyResult:
     """Full verification of the ``events`` rows of ``batches``, in one process or with workers.
 
-    ``processes``: None for the cores available, with workers only for a chain of at least
-    :data:`PARALLEL_MIN_EVENTS` events; 1 for one process; N > 1 for N workers.
+    ``processes``: None for a worker per core available, used for a chain of at least
+    :data:`PARALLEL_MIN_EVENTS` events on at least :data:`PARALLEL_MIN_CORES` cores; 1 for one
+    process; N > 1 for N workers.
     """
     if processes is not None and (type(processes) is not int or processes < 1):
         raise InvalidInput(f"processes must be an integer >= 1, got {processes!r}")
-    workers = default_processes() if processes is None else processes
-    if workers > 1 and (processes is not None or events >= PARALLEL_MIN_EVENTS):
+    if processes is None:
+        workers = default_processes()
+        wanted = workers >= PARALLEL_MIN_CORES and events >= PARALLEL_MIN_EVENTS
+    else:
+        workers, wanted = processes, processes > 1
+    if wanted:
         return verify_chain_parallel(
             batches, start_seq=start_seq, start_prev=start_prev, processes=workers, chunk_rows=CHUNK_ROWS
         )

@@ -27,7 +27,7 @@ def _configure_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--processes",
         type=_processes,
-        help="worker processes for a full verification (default: the cores available, from 200,000 events; 1: none)",
+        help="worker processes for a full verification (default: one per core from 200,000 events on 3 cores; 1: none)",
     )
 
 
