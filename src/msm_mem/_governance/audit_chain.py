@@ -16,7 +16,9 @@ Two verifiers walk the rows in the order given:
   ``seq``/``prev_hash`` links found in the payload bytes, without parsing JSON. It proves that
   no stored byte changed and no event was dropped, added or moved since it was hashed.
 * :func:`verify_chain` additionally parses every payload strictly, checks the schema (exact
-  fields and types) and that the payload is byte-for-byte canonical.
+  fields and types) and that the payload is byte-for-byte canonical. It first matches each
+  row against the canonical form with one pattern (:mod:`.audit_scan`) and parses only a row
+  the pattern does not accept; :mod:`.audit_parallel` runs that pattern in worker processes.
 
 **First bad seq.** Position ``i`` (0-based) of the walk expects the event with seq
 ``start_seq + i`` linking to the hash accepted at position ``i - 1``. The first position
