@@ -16,7 +16,9 @@ Two verifiers walk the rows in the order given:
   ``seq``/``prev_hash`` links found in the payload bytes, without parsing JSON. It proves that
   no stored byte changed and no event was dropped, added or moved since it was hashed.
 * :func:`verify_chain` additionally parses every payload strictly, checks the schema (exact
-  fields and types) and that the payload is byte-for-byte canonical.
+  fields and types) and that the payload is byte-for-byte canonical. It first matches each
+  row against the canonical form with one pattern (:mod:`.audit_scan`) and parses only a row
+  the pattern does not accept; :mod:`.audit_parallel` runs that pattern in worker processes.
 
 **First bad seq.** Position ``i`` (0-based) of the walk expects the event with seq
 ``start_seq + i`` linking to the hash accepted at position ``i - 1``. The first position
@@ -32,8 +34,9 @@ that is what the signed checkpoints of :mod:`msm_mem._governance.checkpoint` are
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,16 +52,21 @@ from .audit_event import (
     payload_bytes,
     strict_reason,
 )
+from .audit_scan import scan
 
 __all__ = [
     "ChainBuilder",
     "VerifyResult",
+    "check_start",
+    "row_problem",
     "verify_chain",
+    "verify_chain_in_batches",
     "verify_hashes_in_batches",
     "verify_hashes_only",
 ]
 
 _PREV_NEEDLE = b',"prev_hash":"'
+_PAGE = 1000  # rows a full verification of a plain iterable takes at a time
 
 
 class ChainBuilder:
@@ -184,7 +192,8 @@ class VerifyResult:
             raise AuditChainBroken(self.reason, seq=self.first_bad_seq)
 
 
-def _check_start(start_seq: int, start_prev: str) -> None:
+def check_start(start_seq: int, start_prev: str) -> None:
+    """Refuse a walk that does not start at a seq >= 1 after a 64-hex-digit hash."""
     if type(start_seq) is not int or start_seq < 1:
         raise InvalidInput(f"start_seq {start_seq!r} is not an integer >= 1")
     if not isinstance(start_prev, str) or HEX64.fullmatch(start_prev) is None:
@@ -224,7 +233,7 @@ def verify_hashes_in_batches(
     them. Same checks, same result and same ``first_bad_seq`` as :func:`verify_hashes_only`
     over the concatenated rows.
     """
-    _check_start(start_seq, start_prev)
+    check_start(start_seq, start_prev)
     sha256 = hashlib.sha256
     needle = _PREV_NEEDLE
     expected = start_seq
@@ -260,42 +269,74 @@ def verify_chain(rows: Iterable[Row], *, start_seq: int = 1, start_prev: str = G
     exactly :data:`PAYLOAD_FIELDS` with valid types, its ``seq`` and ``prev_hash`` fields
     continue the chain, and it equals its own canonical form byte for byte.
     """
-    _check_start(start_seq, start_prev)
-    sha256 = hashlib.sha256
+    return verify_chain_in_batches(_pages(rows), start_seq=start_seq, start_prev=start_prev)
+
+
+def _pages(rows: Iterable[Row]) -> Iterator[list[Row]]:
+    it = iter(rows)
+    while page := list(itertools.islice(it, _PAGE)):
+        yield page
+
+
+def verify_chain_in_batches(
+    batches: Iterable[Sequence[Row]], *, start_seq: int = 1, start_prev: str = GENESIS
+) -> VerifyResult:
+    """:func:`verify_chain` of the rows of ``batches`` taken one after the other (pages of a store).
+
+    Each row first takes the fast path (:func:`~.audit_scan.scan`: one pattern match instead of
+    parsing and serialising again); a row it does not accept gets the full check, which accepts
+    it or names the reason, so the result is the full check's.
+    """
+    check_start(start_seq, start_prev)
     expected = start_seq
     head = start_prev
-    count = 0
-    for seq, payload, stored in rows:
-        if type(payload) is not bytes:
-            if payload is None:
-                return _bad(count, head, expected, "payload is missing")
-            payload = bytes(payload)
-        if seq != expected or type(seq) is not int:
-            return _bad(count, head, expected, f"slot holds seq column {seq!r}")
-        digest = sha256(payload).hexdigest()
-        if digest != stored:
-            return _bad(count, head, expected, "payload does not match its event_hash")
-        # Plain json.loads is enough: a payload equal to the canonical form of what it
-        # parses to cannot hold duplicate keys, NaN, big integers or lone surrogates, since
-        # canonicalisation never emits them; loads_strict only explains a failure.
-        try:
-            d = json.loads(payload.decode("utf-8"))
-        except (ValueError, RecursionError):
-            return _bad(count, head, expected, strict_reason(payload))
-        problem = field_problem(d)
-        if problem is not None:
-            return _bad(count, head, expected, problem)
-        if d["seq"] != expected:
-            return _bad(count, head, expected, f"payload seq {d['seq']} disagrees")
-        if d["prev_hash"] != head:
-            return _bad(count, head, expected, "prev_hash does not link to the previous event")
-        try:
-            canonical = payload_bytes(d)
-        except CanonicalJSONError as exc:
-            return _bad(count, head, expected, f"payload cannot be canonicalised: {exc}")
-        if canonical != payload:
-            return _bad(count, head, expected, strict_reason(payload))
-        head = digest
-        expected += 1
-        count += 1
-    return VerifyResult(True, count, head, None, "")
+    for rows in batches:
+        at, end = 0, len(rows)
+        while at < end:
+            accepted, _, head = scan(rows, at, expected, head)
+            at += accepted
+            expected += accepted
+            if at < end:
+                problem, digest = row_problem(rows[at], expected, head)
+                if problem is not None:
+                    return _bad_at(start_seq, expected, head, problem)
+                head = digest
+                at += 1
+                expected += 1
+    return VerifyResult(True, expected - start_seq, head, None, "")
+
+
+def row_problem(row: Row, expected: int, head: str) -> tuple[str | None, str]:
+    """The full check of one row in slot ``expected`` after the hash ``head``: why it is not the
+    event the chain requires (None if it is), and its hash."""
+    seq, payload, stored = row
+    if type(payload) is not bytes:
+        if payload is None:
+            return "payload is missing", ""
+        payload = bytes(payload)
+    if seq != expected or type(seq) is not int:
+        return f"slot holds seq column {seq!r}", ""
+    digest = hashlib.sha256(payload).hexdigest()
+    if digest != stored:
+        return "payload does not match its event_hash", digest
+    # Plain json.loads is enough: a payload equal to the canonical form of what it
+    # parses to cannot hold duplicate keys, NaN, big integers or lone surrogates, since
+    # canonicalisation never emits them; loads_strict only explains a failure.
+    try:
+        d = json.loads(payload.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return strict_reason(payload), digest
+    problem = field_problem(d)
+    if problem is not None:
+        return problem, digest
+    if d["seq"] != expected:
+        return f"payload seq {d['seq']} disagrees", digest
+    if d["prev_hash"] != head:
+        return "prev_hash does not link to the previous event", digest
+    try:
+        canonical = payload_bytes(d)
+    except CanonicalJSONError as exc:
+        return f"payload cannot be canonicalised: {exc}", digest
+    if canonical != payload:
+        return strict_reason(payload), digest
+    return None, digest

@@ -24,6 +24,21 @@ def _configure_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=Path)
     p.add_argument("--hashes-only", action="store_true", help="check hashes and links without re-canonicalising")
     p.add_argument("--json", action="store_true", help="print one JSON object: ok, count, head, first_bad_seq, reason")
+    p.add_argument(
+        "--processes",
+        type=_processes,
+        help="worker processes for a full verification (default: one per core from 200,000 events on 3 cores; 1: none)",
+    )
+
+
+def _processes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
 
 
 @command("audit verify", _configure_verify, role=Role.ADMIN, purpose=Purpose.AUDIT)
@@ -34,7 +49,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     naming the first bad seq, or the table whose rows were changed outside msm-mem (a full
     verification recomputes the row digests; --hashes-only leaves them out)."""
     with open_mem(args) as mem:
-        result = mem.verify_audit(principal(args), full=not args.hashes_only)
+        result = mem.verify_audit(principal(args), full=not args.hashes_only, processes=args.processes)
     if args.json:
         print_json(
             {

@@ -1,0 +1,153 @@
+"""Full and hash-only re-verification of a long audit chain, this tree beside another one.
+
+Makes (or reuses, with ``--workdir``) a store of ``--events`` audit events written as
+``bench_governance.py`` writes them (1,000 per transaction, each commit signed), except that
+the clock ticks 137 us per event, so every event has its own fractional time as a real store
+has. Then times ``MsmMem.verify_audit`` in fresh interpreters, one verification each, the
+trees and modes interleaved round by round (``--repeat`` rounds; medians printed): full
+verification in one process and with each ``--processes`` count of workers, and hash-only.
+``--baseline SRC`` is another tree's ``src`` folder (its code verifies the same store, full
+and hash-only, with its defaults).
+
+Wall is the verification call's elapsed time. CPU is the CPU time of every process the call
+used: its own, and with workers the forkserver's and its workers' (the server's start, which
+imports the package, included). Prints a Markdown table and the load average before and after.
+
+Usage: python benchmarks/bench_audit_verify.py [--events 1000000] [--workdir DIR]
+       [--baseline SRC] [--processes 2] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+SRC = HERE.parent.parent / "src"
+
+
+def make_store(directory: Path, events: int) -> None:
+    from msm_mem import MsmMem, Principal
+    from msm_mem._storage.base import WriteBatch
+    from msm_mem.testing import FixedClock
+
+    class TickingClock(FixedClock):
+        def now(self) -> float:
+            return self.advance(0.000137)
+
+    mem = MsmMem.init(directory, Principal("bench-admin", "admin", "operations"), clock=TickingClock(1.7e9))
+    spec = dict(
+        actor="bench",
+        role="agent",
+        action="read",
+        source_tier="ltm",
+        target_tier="stm",
+        purpose="treatment",
+        record_ids=("E-" + "a" * 32, "V-" + "b" * 32),
+        patient="P1",
+        consent_id="C-1",
+    )
+    head = mem._store.audit_head()[0]
+    while head < events:
+        n = min(1000, events - head)
+        mem._audit.write(WriteBatch(), [mem._audit.spec(**spec) for _ in range(n)])
+        head += n
+    mem.close()
+
+
+def _forkserver_cpu() -> float:
+    """CPU seconds of this process's forkserver and the workers it forked and reaped (0 if none)."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if not pid:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+
+
+def child(directory: Path, mode: str, processes: int) -> None:
+    """One verification in this fresh interpreter; prints one JSON line."""
+    from msm_mem import MsmMem, Principal
+
+    auditor = Principal("bench-auditor", "auditor", "audit")
+    options = {"processes": processes} if processes else {}
+    with MsmMem.open(directory) as mem:
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = mem.verify_audit(auditor, full=mode == "full", **options)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(json.dumps({"ok": result.ok, "count": result.count, "wall": wall, "cpu": cpu + _forkserver_cpu()}))
+
+
+def run(src: Path, directory: Path, mode: str, processes: int) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    command = [sys.executable, str(HERE), "--child", str(directory), mode, str(processes)]
+    out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+    figures: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    if not figures["ok"]:
+        raise SystemExit(f"{src}: the chain did not verify: {out}")
+    return figures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--workdir", type=Path, help="keep the store here (made if missing) to reuse it")
+    ap.add_argument("--baseline", type=Path, help="another tree's src folder, verified beside this one")
+    ap.add_argument("--processes", type=int, nargs="+", default=[2], help="worker counts to measure (besides 1)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(Path(args.child[0]), args.child[1], int(args.child[2]))
+        return
+    if args.events < 1 or args.repeat < 1 or min(args.processes) < 2:
+        ap.error("--events and --repeat: at least 1; --processes: counts of at least 2")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.workdir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        directory = work / f"audit-{args.events}"
+        if not directory.exists():
+            make_store(directory, args.events)
+        runs: list[tuple[str, Path, str, int]] = []
+        if args.baseline is not None:
+            runs += [("baseline", args.baseline, "full", 0), ("baseline", args.baseline, "hash", 0)]
+        runs += [("this tree", SRC, "full", 1), *[("this tree", SRC, "full", p) for p in args.processes]]
+        runs += [("this tree", SRC, "hash", 0)]
+        figures: dict[tuple[str, Path, str, int], list[dict[str, float]]] = {r: [] for r in runs}
+        load_before = os.getloadavg()
+        for round_ in range(args.repeat):  # interleaved, the order turned every round
+            for r in runs if round_ % 2 == 0 else runs[::-1]:
+                figures[r].append(run(r[1], directory, r[2], r[3]))
+        load_after = os.getloadavg()
+    print(f"{args.events:,} events; {len(os.sched_getaffinity(0))} cores; medians of {args.repeat} runs")
+    before, after = (f"{a[0]:.1f} / {a[1]:.1f}" for a in (load_before, load_after))
+    print(f"load average (1 / 5 min) before {before}, after {after}")
+    print("| tree | verification | wall s | CPU s (all processes) | wall range |")
+    print("|---|---|---|---|---|")
+    for (name, _, mode, processes), found in figures.items():
+        what = "hash-only" if mode == "hash" else "full"
+        if mode == "full" and processes:
+            what += ", one process" if processes == 1 else f", {processes} workers"
+        walls = [f["wall"] for f in found]
+        cpu = statistics.median(f["cpu"] for f in found)
+        print(f"| {name} | {what} | {statistics.median(walls):.2f} | {cpu:.2f} | {min(walls):.2f}-{max(walls):.2f} |")
+    if args.baseline is not None:
+        for mode, mine in [("full", (SRC, "full", p)) for p in [1, *args.processes]] + [("hash", (SRC, "hash", 0))]:
+            base, this = figures[("baseline", args.baseline, mode, 0)], figures[("this tree", *mine)]
+            ratios = [
+                statistics.median(f[k] for f in base) / statistics.median(f[k] for f in this) for k in ("wall", "cpu")
+            ]
+            label = "hash-only" if mode == "hash" else f"full, {mine[2]} process(es)"
+            print(f"baseline / this tree, {label}: wall {ratios[0]:.2f}x, CPU {ratios[1]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,394 @@
+"""Tests of the fast path of full audit verification (audit_scan) and of full verification with
+worker processes (audit_parallel): both find exactly what the full check of every row finds,
+first bad seq and reason included."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from msm_mem._errors import InvalidInput
+from msm_mem._governance import audit_parallel
+from msm_mem._governance.audit_chain import (
+    ChainBuilder,
+    VerifyResult,
+    row_problem,
+    verify_chain,
+    verify_chain_in_batches,
+)
+from msm_mem._governance.audit_event import GENESIS, Row
+from msm_mem._governance.audit_parallel import verify_chain_parallel
+from msm_mem._governance.audit_scan import scan
+from msm_mem._storage.base import AUDIT_PAGE_ROWS, WriteBatch
+from msm_mem.interfaces.cli import main
+from msm_mem.testing import FixedClock
+from tests.cli_support import AUDITOR as AUDITOR_FLAGS
+from tests.helpers import ADMIN, AUDITOR, copy_store, raw_db
+from tests.test_audit_chain import event_fields, fields
+
+
+def reference(rows: Sequence[Row], start_seq: int = 1, start_prev: str = GENESIS) -> VerifyResult:
+    """The full check of every row, without the fast path (what full verification was before it)."""
+    expected, head = start_seq, start_prev
+    for row in rows:
+        problem, digest = row_problem(row, expected, head)
+        if problem is not None:
+            return VerifyResult(False, expected - start_seq, head, expected, f"seq {expected}: {problem}")
+        expected, head = expected + 1, digest
+    return VerifyResult(True, expected - start_seq, head, None, "")
+
+
+def chain(n: int, start: int = 0, head: str = GENESIS) -> list[Row]:
+    builder = ChainBuilder(start, head)
+    return [builder.next_row(**fields(i)) for i in range(n)]
+
+
+def rehashed(seq: int, payload: bytes) -> Row:
+    return (seq, payload, hashlib.sha256(payload).hexdigest())
+
+
+# the fast path ------------------------------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(event_fields, min_size=1, max_size=6))
+def test_fast_path_accepts_every_canonical_event(many: list[dict[str, Any]]) -> None:
+    """Any event the builder writes (any text, controls and quotes included) passes the fast
+    path alone, so a stored chain never needs the slow check."""
+    builder = ChainBuilder()
+    rows = [builder.next_row(**f) for f in many]
+    assert scan(rows, 0, 1, GENESIS) == (len(rows), GENESIS, rows[-1][2])
+    assert verify_chain(rows) == reference(rows) == VerifyResult(True, len(rows), rows[-1][2], None, "")
+
+
+#: bytes that matter to JSON, the pattern and the time
+_NOISE = st.binary(max_size=4) | st.text('"\\{}[],:0123456789.eE+-u/ab\x00\x1f\x7f\xe9', max_size=4).map(str.encode)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(event_fields, min_size=2, max_size=3), st.data())
+def test_fast_path_accepts_nothing_the_full_check_refuses(many: list[dict[str, Any]], data: st.DataObject) -> None:
+    """A payload rewritten anywhere (and rehashed) passes the fast path only if the full check
+    accepts it, and verification finds exactly what the full check of every row finds."""
+    builder = ChainBuilder()
+    rows = [builder.next_row(**f) for f in many]
+    index = data.draw(st.integers(0, len(rows) - 1))
+    seq, payload, _ = rows[index]
+    a = data.draw(st.integers(0, len(payload)))
+    b = data.draw(st.integers(a, min(len(payload), a + 6)))
+    rows[index] = rehashed(seq, payload[:a] + data.draw(_NOISE) + payload[b:])
+    head = rows[index - 1][2] if index else GENESIS
+    if scan(rows, index, seq, head)[0]:
+        assert row_problem(rows[index], seq, head)[0] is None
+    assert verify_chain(rows) == reference(rows)
+
+
+@pytest.mark.parametrize(
+    "time",
+    [
+        "0",
+        "-0",
+        "0.0",
+        "1700000000",
+        "1700000000.0",
+        "1700000000.25",
+        "1.5",
+        "-1.5",
+        "0.000001",
+        "1e-7",
+        "1e+21",
+        "1E+21",
+        "1e21",
+        "100000000000000000000",
+        "9007199254740991",
+        "9007199254740992",
+        "1.7976931348623157e+308",
+        "1e+400",
+        "5e-324",
+        "0.1000000000000000055511151231257827",
+        "01",
+    ],
+)
+def test_every_form_of_the_time_gets_the_full_check_verdict(time: str) -> None:
+    """Canonical times, other spellings of the same number, integers beyond 2**53 and
+    numbers beyond a double: the verdict is the full check's, fast path or not."""
+    seq, payload, _ = chain(1)[0]
+    first = rehashed(seq, payload[: payload.index(b'"time":') + 7] + time.encode() + b"}")
+    rows = [first, ChainBuilder(1, first[2]).next_row(**fields(1))]
+    assert verify_chain(rows) == reference(rows)
+    if scan(rows, 0, 1, GENESIS)[0]:
+        assert reference(rows).ok
+
+
+def test_a_seq_beyond_fifteen_digits_takes_the_full_check() -> None:
+    """Seqs of 16 digits are outside the pattern: the full check verifies them, with the same result."""
+    start = 10**15 - 2
+    rows = chain(4, start, "a" * 64)
+    assert scan(rows, 0, start + 1, "a" * 64)[0] == 1  # seq 10**15 - 1 has fifteen digits
+    expected = VerifyResult(True, 4, rows[-1][2], None, "")
+    assert verify_chain(rows, start_seq=start + 1, start_prev="a" * 64) == expected
+
+
+# verification with workers, over rows in memory ------------------------------------------------
+
+N, PAGE_ROWS, CHUNK = 120, 9, 25  # pages of 9 rows grouped into chunks of 27: chunks start at 1, 28, 55, ...
+
+
+def _pages(rows: list[Row]) -> list[list[Row]]:
+    return [rows[i : i + PAGE_ROWS] for i in range(0, len(rows), PAGE_ROWS)]
+
+
+def _flip(rows: list[Row], k: int) -> list[Row]:
+    seq, payload, digest = rows[k - 1]
+    flipped = bytearray(payload)
+    flipped[len(flipped) // 2] ^= 1
+    return [*rows[: k - 1], (seq, bytes(flipped), digest), *rows[k:]]
+
+
+def _relink(rows: list[Row], k: int) -> list[Row]:
+    """Event k's link pointed elsewhere, its hash recomputed."""
+    seq, payload, _ = rows[k - 1]
+    at = payload.index(b'"prev_hash":"') + 13
+    return [*rows[: k - 1], rehashed(seq, payload[:at] + b"f" * 64 + payload[at + 64 :]), *rows[k:]]
+
+
+def _fork(rows: list[Row], k: int) -> list[Row]:
+    """Events k.. replaced by a valid chain from a forged link: every row is intact and linked
+    to the one before it except event k (at a chunk's first row only the parent can tell)."""
+    forged = _relink(rows, k)[k - 1]
+    return [*rows[: k - 1], forged, *chain(len(rows) - k, k, forged[2])]
+
+
+def _canonical_break(rows: list[Row], k: int) -> list[Row]:
+    """Event k rehashed with a space after its first brace: hash and link fine, not canonical."""
+    seq, payload, _ = rows[k - 1]
+    return [*rows[: k - 1], rehashed(seq, b"{ " + payload[1:]), *rows[k:]]
+
+
+#: tampering of event k -> the first bad seq
+ROW_TAMPER: dict[str, tuple[Callable[[list[Row], int], list[Row]], int]] = {
+    "bit_flip": (_flip, 0),
+    "relinked": (_relink, 0),
+    "forked": (_fork, 0),
+    "not_canonical": (_canonical_break, 0),
+    "deleted": (lambda r, k: r[: k - 1] + r[k:], 0),
+    "duplicated": (lambda r, k: r[:k] + [r[k - 1]] + r[k:], 1),
+    "swapped": (lambda r, k: [*r[: k - 1], r[k], r[k - 1], *r[k + 1 :]], 0),
+    "seq_gap": (lambda r, k: r[: k - 1] + [(s + 1, p, h) for s, p, h in r[k - 1 :]], 0),
+    "payload_missing": (lambda r, k: [*r[: k - 1], (k, None, r[k - 1][2]), *r[k:]], 0),  # type: ignore[list-item]
+}
+#: the first event, inside the first chunk, the last of a chunk, the first of the next, the middle, the last
+WHERE = [1, 13, 27, 28, 64, N - 1]
+
+
+@pytest.mark.parametrize("k", WHERE)
+@pytest.mark.parametrize("name", sorted(ROW_TAMPER))
+def test_workers_find_a_break_in_any_chunk_as_one_process_does(name: str, k: int) -> None:
+    """A break at the first event, inside a chunk, at either side of a chunk boundary, in the
+    middle and at the end: workers give exactly the one-process result."""
+    tamper, offset = ROW_TAMPER[name]
+    rows = tamper(chain(N), k)
+    one = verify_chain_in_batches(_pages(rows))
+    assert one == reference(rows)
+    assert not one.ok and one.first_bad_seq == k + offset and one.reason.startswith(f"seq {k + offset}:")
+    assert verify_chain_parallel(_pages(rows), start_prev=GENESIS, processes=2, chunk_rows=CHUNK) == one
+
+
+def test_workers_verify_an_intact_chain_and_a_suffix(caplog: pytest.LogCaptureFixture) -> None:
+    """An intact chain and a suffix of it (a purged store) verify with workers as in one process
+    (and the workers did start)."""
+    rows = chain(N)
+    whole = verify_chain_parallel(_pages(rows), start_prev=GENESIS, processes=3, chunk_rows=CHUNK)
+    assert whole == verify_chain_in_batches(_pages(rows)) == VerifyResult(True, N, rows[-1][2], None, "")
+    suffix = _pages(rows[40:])
+    one = verify_chain_in_batches(suffix, start_seq=41, start_prev=rows[39][2])
+    assert verify_chain_parallel(suffix, start_seq=41, start_prev=rows[39][2], processes=2, chunk_rows=CHUNK) == one
+    assert one.ok and one.count == N - 40
+    wrong = verify_chain_parallel(suffix, start_seq=41, start_prev="e" * 64, processes=2, chunk_rows=CHUNK)
+    assert wrong == verify_chain_in_batches(suffix, start_seq=41, start_prev="e" * 64)
+    assert wrong.first_bad_seq == 41 and not wrong.ok
+    assert verify_chain_parallel([], start_prev=GENESIS, processes=2) == VerifyResult(True, 0, GENESIS, None, "")
+    assert not [r for r in caplog.records if "one process" in r.getMessage()]
+
+
+class _BrokenPool:
+    """A pool whose workers died: every chunk's result raises BrokenProcessPool."""
+
+    def __init__(self) -> None:
+        self.shut = False
+
+    def submit(self, *args: object) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_exception(BrokenProcessPool("a worker died"))
+        return future
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        self.shut = True
+
+
+@pytest.mark.parametrize("pool", ["none", "broken"])
+def test_without_workers_the_parent_verifies_alone(monkeypatch: pytest.MonkeyPatch, pool: str) -> None:
+    """Where no worker can start, or the workers die, the parent verifies every chunk itself:
+    the same result."""
+    broken = _BrokenPool()
+    monkeypatch.setattr(audit_parallel, "_pool", lambda processes: None if pool == "none" else broken)
+    rows = chain(N)
+    for tampered in (rows, _flip(rows, 64), _fork(rows, 28)):
+        one = verify_chain_in_batches(_pages(tampered))
+        assert verify_chain_parallel(_pages(tampered), start_prev=GENESIS, processes=2, chunk_rows=CHUNK) == one
+    assert broken.shut is (pool == "broken")
+
+
+@pytest.mark.parametrize(
+    ("cores", "events", "processes", "workers"),
+    [
+        (2, 10**6, None, None),  # two cores: one process is faster
+        (4, 10**6, None, 4),
+        (4, 10**5, None, None),  # a short chain: starting workers costs more
+        (2, 10, 3, 3),  # asked for: workers, however short the chain
+        (8, 10**6, 1, None),
+    ],
+)
+def test_the_default_takes_a_worker_per_core_for_long_chains(
+    monkeypatch: pytest.MonkeyPatch, cores: int, events: int, processes: int | None, workers: int | None
+) -> None:
+    """By default, workers (one per core) verify a chain of 200,000 events or more on 3 cores or
+    more; a count asked for is taken as given; every choice gives the same result."""
+    chosen: list[int] = []
+
+    def spy(batches: Any, **options: Any) -> VerifyResult:
+        chosen.append(options["processes"])
+        return verify_chain_in_batches(batches, start_seq=options["start_seq"], start_prev=options["start_prev"])
+
+    monkeypatch.setattr(audit_parallel, "default_processes", lambda: cores)
+    monkeypatch.setattr(audit_parallel, "verify_chain_parallel", spy)
+    rows = chain(5)
+    found = audit_parallel.verify_full([rows], start_seq=1, start_prev=GENESIS, events=events, processes=processes)
+    assert found == verify_chain_in_batches([rows]) and found.ok
+    assert chosen == ([] if workers is None else [workers])
+    with pytest.raises(InvalidInput, match="processes"):
+        audit_parallel.verify_full([rows], start_seq=1, start_prev=GENESIS, events=events, processes=0)
+
+
+# verification of a store with workers ----------------------------------------------------------
+
+SIZE = 2 * AUDIT_PAGE_ROWS + 600  # three pages; chunks of two pages: events 1..2000 and 2001..2600
+BOUNDARY = 2 * AUDIT_PAGE_ROWS  # the last event of the first chunk
+
+
+@pytest.fixture(scope="module")
+def long_store(
+    tmp_path_factory: pytest.TempPathFactory, module_backend: str, init_options: Callable[..., dict[str, Any]]
+) -> Path:
+    """A store of SIZE events, signed at every commit: events 500, 1000, ..., SIZE."""
+    from msm_mem._api.mem import MsmMem
+
+    directory = tmp_path_factory.mktemp("long") / "s"
+    with MsmMem.init(directory, ADMIN, **init_options(module_backend, clock=FixedClock(1.7e9))) as mem:
+        while (head := mem._store.audit_head()[0]) < SIZE:
+            specs = [
+                mem._audit.spec(
+                    actor="rad-1",
+                    role="clinician",
+                    action="read",
+                    source_tier="ltm",
+                    target_tier="stm",
+                    purpose="treatment",
+                    record_ids=[f"E-{head + i}"],
+                )
+                for i in range(min(500 - head % 500, SIZE - head))
+            ]
+            mem._audit.write(WriteBatch(), specs)
+    return directory
+
+
+def _sql_flip(con: Any, k: int) -> None:
+    payload, _ = con.execute("SELECT payload, event_hash FROM audit WHERE seq = ?", (k,)).fetchone()
+    data = bytearray(bytes(payload))
+    data[len(data) // 2] ^= 1
+    con.execute("UPDATE audit SET payload = ? WHERE seq = ?", (bytes(data), k))
+
+
+def _sql_relink(con: Any, k: int) -> None:
+    payload = bytes(con.execute("SELECT payload FROM audit WHERE seq = ?", (k,)).fetchone()[0])
+    at = payload.index(b'"prev_hash":"') + 13
+    forged = payload[:at] + b"f" * 64 + payload[at + 64 :]
+    con.execute("UPDATE audit SET payload = ?, event_hash = ? WHERE seq = ?", (forged, rehashed(k, forged)[2], k))
+
+
+def _sql_recompute(con: Any, k: int) -> None:
+    """Events k.. rewritten with valid hashes and links: only the checkpoints tell."""
+    builder = ChainBuilder(
+        k - 1, str(con.execute("SELECT event_hash FROM audit WHERE seq = ?", (k - 1,)).fetchone()[0])
+    )
+    for (seq,) in con.execute("SELECT seq FROM audit WHERE seq >= ? ORDER BY seq", (k,)).fetchall():
+        _, payload, digest = builder.next_row(**fields(seq, actor="mallory"))
+        con.execute("UPDATE audit SET payload = ?, event_hash = ? WHERE seq = ?", (payload, digest, seq))
+
+
+#: tampering of the store at event k -> (k, first bad seq)
+STORE_TAMPER: dict[str, tuple[Callable[[Any, int], object], int, int]] = {
+    "first_event": (_sql_flip, 1, 1),
+    "page_boundary": (_sql_flip, AUDIT_PAGE_ROWS + 1, AUDIT_PAGE_ROWS + 1),
+    "chunk_end": (_sql_flip, BOUNDARY, BOUNDARY),
+    "chunk_start": (_sql_flip, BOUNDARY + 1, BOUNDARY + 1),
+    "link_across_chunks": (_sql_relink, BOUNDARY + 1, BOUNDARY + 1),
+    "last_event": (_sql_flip, SIZE, SIZE),
+    "deleted": (lambda con, k: con.execute("DELETE FROM audit WHERE seq = ?", (k,)), BOUNDARY, BOUNDARY),
+    "truncated": (lambda con, k: con.execute("DELETE FROM audit WHERE seq >= ?", (k,)), SIZE - 10, SIZE - 10),
+    "recomputed": (_sql_recompute, BOUNDARY + 1, BOUNDARY + 1),
+}
+
+
+@pytest.fixture
+def two_page_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(audit_parallel, "CHUNK_ROWS", 2 * AUDIT_PAGE_ROWS)
+
+
+@pytest.mark.usefixtures("two_page_chunks")
+@pytest.mark.parametrize("name", sorted(STORE_TAMPER))
+def test_a_store_verified_with_workers_names_what_one_process_names(
+    long_store: Path, tmp_path: Path, name: str
+) -> None:
+    """Tampering at the first event, at a page or chunk boundary, across chunks, at the end, a
+    deletion, a truncated tail, a recomputed chain: the same finding with workers."""
+    from msm_mem._api.mem import MsmMem
+
+    directory = copy_store(long_store, tmp_path / "copy")
+    tamper, k, bad = STORE_TAMPER[name]
+    with raw_db(directory) as con:
+        tamper(con, k)
+    with MsmMem.open(directory) as mem:
+        one = mem.verify_audit(AUDITOR, processes=1)
+        assert (one.ok, one.first_bad_seq) == (False, bad), one
+        assert mem.verify_audit(AUDITOR, processes=2) == one
+
+
+@pytest.mark.usefixtures("two_page_chunks")
+def test_an_intact_store_verifies_with_workers_and_from_the_command_line(
+    long_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An intact store verifies with workers (they did start) as in one process; the CLI takes
+    --processes and refuses a count below one."""
+    from msm_mem._api.mem import MsmMem
+
+    directory = copy_store(long_store, tmp_path / "copy")
+    with MsmMem.open(directory) as mem:
+        one = mem.verify_audit(AUDITOR, processes=1)
+        assert one.ok and one.count == SIZE
+        assert mem.verify_audit(AUDITOR, processes=2) == mem.verify_audit(AUDITOR) == one
+        assert not [r for r in caplog.records if "one process" in r.getMessage()]
+        with pytest.raises(InvalidInput, match="processes"):
+            mem.verify_audit(AUDITOR, processes=0)
+    assert main(["audit", "verify", str(directory), "--processes", "2", *AUDITOR_FLAGS]) == 0
+    assert f"{SIZE} events" in capsys.readouterr().out
+    assert main(["audit", "verify", str(directory), "--processes", "0", *AUDITOR_FLAGS]) == 2
+    assert "--processes: expected an integer >= 1" in capsys.readouterr().err
