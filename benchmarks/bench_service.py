@@ -34,7 +34,7 @@ store) is reported as refused.
 
 Usage:
     python benchmarks/bench_service.py [--patients 100] [--workers 1,2] [--connections 16]
-        [--seconds 10] [--rounds 3] [--postgres] [--baseline OTHER_TREE]
+        [--seconds 10] [--rounds 3] [--postgres [--no-embedded]] [--baseline OTHER_TREE]
         [--ops retrieve,retrieve-study,ask]
 Needs wrk on the PATH (``apt-get install wrk``); the table it reproduces is in docs/benchmarks.md.
 """
@@ -309,10 +309,13 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=5, help="interleaved blocks of the overhead measure")
     ap.add_argument("--ops", default="retrieve,retrieve-study,ask", help=f"of {', '.join(OPS)}, comma-separated")
     ap.add_argument("--postgres", action="store_true")
+    ap.add_argument("--no-embedded", action="store_true", help="with --postgres: PostgreSQL only")
     ap.add_argument(
         "--baseline", type=Path, help="another source tree (holding src/msm_mem) to measure beside this one"
     )
     args = ap.parse_args()
+    if args.no_embedded and not args.postgres:
+        sys.exit("--no-embedded needs --postgres")
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (Debian: apt-get install wrk)")
     trees = [("this tree", THIS_TREE)]
@@ -326,8 +329,9 @@ def main() -> None:
         work = Path(tmp)
         args.script = work / "load.lua"
         args.script.write_text(LUA)
-        stores: list[tuple[Base, list[tuple[str, str]]]] = []
-        stores.append(build(work / "embedded", "embedded (SQLite)", args.patients, None))
+        stores: list[tuple[Base, list[tuple[str, str, str]]]] = []
+        if not args.no_embedded:
+            stores.append(build(work / "embedded", "embedded (SQLite)", args.patients, None))
         if args.postgres:
             from msm_mem.testing import local_server
 
