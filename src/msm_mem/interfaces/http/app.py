@@ -229,7 +229,7 @@ def create_app_from_env() -> FastAPI:
     configure_logging(config.log_level)
     app = create_app(config)
     # what the process holds by now (modules, the open store and its caches) lives as long as
-    # it: frozen out of the collector's generations, the collections that requests' garbage
-    # triggers no longer walk it
+    # it: frozen out of the collector's generations, the full collections that requests'
+    # garbage triggers now and then no longer walk it
     gc.freeze()
     return app
