@@ -11,11 +11,17 @@ versions; every figure is measured in this run.
    cloned with ``CREATE DATABASE ... TEMPLATE``), so runs do not see each other's writes;
 3. a run: ``msm-mem serve`` from one source tree (``PYTHONPATH=TREE/src``) with ``--workers N``,
    a short warm-up, then wrk with ``--connections`` connections (a closed loop: each sends its
-   next request when its last is answered) for ``--seconds`` seconds, POSTing a study's PNG as
-   multipart to ``/v1/patients/{id}/retrieve``, or to ``/ask`` with the question and
-   ``write_back=true``; requests/s, p50/p99 latency from wrk, errors, and the CPU seconds the
-   server's processes used per request (from ``/proc``: a figure a busy machine inflates less
-   than latency);
+   next request when its last is answered) for ``--seconds`` seconds, the studies in an order
+   that interleaves the patients (``_loadgen.interleaved``); the operations (``--ops``):
+   ``retrieve``, a study's PNG POSTed as multipart to ``/v1/patients/{id}/retrieve``;
+   ``retrieve-study``, the same endpoint given the stored study's id (``image_study``, a
+   urlencoded form: the server reads the patient's episodes to find the image, audited, then
+   retrieves with it); ``ask``, the PNG with the question and ``write_back=true`` to ``/ask``;
+   requests/s answered with a success, p50/p99 latency from wrk, the answers refused (a status
+   of 400 or more), and the CPU seconds the server's processes used per request (from
+   ``/proc``: a figure a busy machine inflates less than latency), with the share of their
+   main threads (the event loops: HTTP parsing, routing, form parsing, the credential check,
+   sending the answer; the rest is the request's work in the thread pool);
 4. ``--rounds`` rounds: each round runs every (store, workers, operation) for every tree, the
    order of the trees alternating between rounds; the tables give the median over rounds;
 5. the service's overhead: one connection, one request at a time (wrk ``-c1``), against
@@ -28,7 +34,8 @@ store) is reported as refused.
 
 Usage:
     python benchmarks/bench_service.py [--patients 100] [--workers 1,2] [--connections 16]
-        [--seconds 10] [--rounds 3] [--postgres] [--baseline OTHER_TREE] [--ops retrieve,ask]
+        [--seconds 10] [--rounds 3] [--postgres [--no-embedded]] [--baseline OTHER_TREE]
+        [--ops retrieve,retrieve-study,ask]
 Needs wrk on the PATH (``apt-get install wrk``); the table it reproduces is in docs/benchmarks.md.
 """
 
@@ -51,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from _loadgen import LUA, cpu_seconds, request_list, warm_up, wrk
+from _loadgen import LUA, OPS, cpu_seconds, request_list, warm_up, wrk
 
 from msm_mem import MsmMem, Principal
 from msm_mem.datasets.synthetic import generate
@@ -61,6 +68,7 @@ ADMIN = Principal("bench-admin", "admin", "operations")
 INGEST = Principal("bench-ingest", "system", "operations")
 AGENT = Principal("bench-agent", "agent", "treatment")
 THIS_TREE = Path(__file__).resolve().parent.parent
+LABELS = {"retrieve": "retrieve (upload)", "retrieve-study": "retrieve (stored study)", "ask": "ask + write-back"}
 
 
 @dataclass(frozen=True)
@@ -79,8 +87,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def build(work: Path, name: str, patients: int, dsn: str | None) -> tuple[Base, list[tuple[str, str]]]:
-    """A store with the synthetic set ingested and an API key; the (patient, image path) of every study."""
+def build(work: Path, name: str, patients: int, dsn: str | None) -> tuple[Base, list[tuple[str, str, str]]]:
+    """A store with the synthetic set ingested and an API key; the (patient, image path, study id)
+    of every study."""
     rows, _ = generate(work / "data", patients=patients, seed=0)
     directory = work / "base"
     kwargs = {} if dsn is None else {"database_url": _with_db(dsn, "bench_base")}
@@ -89,7 +98,7 @@ def build(work: Path, name: str, patients: int, dsn: str | None) -> tuple[Base, 
     with MsmMem.init(directory, ADMIN, **kwargs) as mem:  # type: ignore[arg-type]
         mem.ingest(INGEST, rows)
     token, _ = ApiKeyStore(directory).create(AGENT, ["*"])
-    return Base(name, directory, dsn, token), [(r.patient_id, r.image) for r in rows]
+    return Base(name, directory, dsn, token), [(r.patient_id, r.image, r.study_id) for r in rows]
 
 
 def _with_db(dsn: str, dbname: str) -> str:
@@ -169,9 +178,11 @@ def one_run(
             return f"refused ({str(exc)[:80]})"
         try:
             warm_up(url, base.token, listing, args.script, args.connections)
-            cpu0 = cpu_seconds(process.pid)
+            cpu0, loop0 = cpu_seconds(process.pid)
             doc = wrk(url, base.token, listing, args.script, args.connections, args.seconds)
-            doc["cpu_ms"] = (cpu_seconds(process.pid) - cpu0) * 1e3 / max(doc["requests"], 1)
+            cpu1, loop1 = cpu_seconds(process.pid)
+            doc["cpu_ms"] = (cpu1 - cpu0) * 1e3 / max(doc["requests"], 1)
+            doc["loop_ms"] = (loop1 - loop0) * 1e3 / max(doc["requests"], 1)
             return doc
         finally:
             stop(process)
@@ -183,7 +194,7 @@ def overhead(
     args: argparse.Namespace,
     tree: Path,
     base: Base,
-    studies: list[tuple[str, str]],
+    studies: list[tuple[str, str, str]],
     listing: Path,
     work: Path,
     run: int,
@@ -204,7 +215,7 @@ def overhead(
             block = wrk(url, base.token, listing, args.script, 1, 2.0)
             ms, end, i = [], time.perf_counter() + 2.0, b * 997
             while time.perf_counter() < end:
-                patient, path = studies[i % len(studies)]
+                patient, path, _ = studies[i % len(studies)]
                 t0 = time.perf_counter()
                 mem.retrieve(AGENT, patient, path)
                 ms.append((time.perf_counter() - t0) * 1e3)
@@ -250,29 +261,37 @@ def report(
         "load average during the runs "
         f"{min(loads):.1f} to {max(loads):.1f}\n"
     )
-    print("| store | tree | workers | operation | requests/s | p50 ms | p99 ms | server CPU ms/request | errors |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| store | tree | workers | operation | requests/s | p50 ms | p99 ms | server CPU ms/request "
+        "| of it, event loop | refused |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for (store, tree, workers, op), runs in results.items():
-        label = "retrieve" if op == "retrieve" else "ask + write-back"
+        label = LABELS[op]
         refused = [r for r in runs if isinstance(r, str)]
         if len(refused) == len(runs):
-            print(f"| {store} | {tree} | {workers} | {label} | {refused[0]} | | | | |")
+            print(f"| {store} | {tree} | {workers} | {label} | {refused[0]} | | | | | |")
             continue
-        rps, p50, p99, cpu, err = (_median(runs, k) for k in ("rps", "p50", "p99", "cpu_ms", "errors"))
-        print(f"| {store} | {tree} | {workers} | {label} | {rps:.0f} | {p50:.1f} | {p99:.1f} | {cpu:.2f} | {err:.0f} |")
+        rps, p50, p99, cpu, loop, err = (
+            _median(runs, k) for k in ("rps", "p50", "p99", "cpu_ms", "loop_ms", "refused")
+        )
+        figures = f"{rps:.0f} | {p50:.1f} | {p99:.1f} | {cpu:.2f} | {loop:.2f} | {err:.0f}"
+        print(f"| {store} | {tree} | {workers} | {label} | {figures} |")
     if len(trees) == 2:
         a, b = trees[0][0], trees[1][0]
-        print(f"\n| store | workers | operation | requests/s, {a} / {b} | p99, {b} / {a} |")
-        print("|---|---|---|---|---|")
+        print(f"\n| store | workers | operation | requests/s, {a} / {b} | p99, {b} / {a} | CPU/request, {a} / {b} |")
+        print("|---|---|---|---|---|---|")
         for (store, tree, workers, op), runs in results.items():
             other = results.get((store, trees[1][0], workers, op))
             if tree != trees[0][0] or other is None:
                 continue
             a_rps, b_rps = _median(runs, "rps"), _median(other, "rps")
             a_p99, b_p99 = _median(runs, "p99"), _median(other, "p99")
-            if not (a_rps and b_rps and a_p99 and b_p99):
+            a_cpu, b_cpu = _median(runs, "cpu_ms"), _median(other, "cpu_ms")
+            if not (a_rps and b_rps and a_p99 and b_p99 and a_cpu and b_cpu):
                 continue
-            print(f"| {store} | {workers} | {op} | {a_rps / b_rps:.2f}x | {b_p99 / a_p99:.2f}x |")
+            ratios = f"{a_rps / b_rps:.2f}x | {b_p99 / a_p99:.2f}x | {a_cpu / b_cpu:.2f}x"
+            print(f"| {store} | {workers} | {LABELS[op]} | {ratios} |")
     print("\n| store | tree | one retrieve over HTTP, median ms | MsmMem.retrieve in process, median ms | ratio |")
     print("|---|---|---|---|---|")
     for (store, tree), (h, d) in over.items():
@@ -288,12 +307,15 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--blocks", type=int, default=5, help="interleaved blocks of the overhead measure")
-    ap.add_argument("--ops", default="retrieve,ask")
+    ap.add_argument("--ops", default="retrieve,retrieve-study,ask", help=f"of {', '.join(OPS)}, comma-separated")
     ap.add_argument("--postgres", action="store_true")
+    ap.add_argument("--no-embedded", action="store_true", help="with --postgres: PostgreSQL only")
     ap.add_argument(
         "--baseline", type=Path, help="another source tree (holding src/msm_mem) to measure beside this one"
     )
     args = ap.parse_args()
+    if args.no_embedded and not args.postgres:
+        sys.exit("--no-embedded needs --postgres")
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (Debian: apt-get install wrk)")
     trees = [("this tree", THIS_TREE)]
@@ -301,18 +323,24 @@ def main() -> None:
         trees.append(("baseline", args.baseline.resolve()))
     workers = [int(w) for w in args.workers.split(",")]
     ops = args.ops.split(",")
+    if not set(ops) <= set(OPS):
+        sys.exit(f"--ops: choose from {', '.join(OPS)}")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         args.script = work / "load.lua"
         args.script.write_text(LUA)
-        stores: list[tuple[Base, list[tuple[str, str]]]] = []
-        stores.append(build(work / "embedded", "embedded (SQLite)", args.patients, None))
+        stores: list[tuple[Base, list[tuple[str, str, str]]]] = []
+        if not args.no_embedded:
+            stores.append(build(work / "embedded", "embedded (SQLite)", args.patients, None))
         if args.postgres:
             from msm_mem.testing import local_server
 
             dsn = local_server(work / "pg", delete_at_exit=True)
             stores.append(build(work / "postgres", "PostgreSQL", args.patients, dsn))
-        listings = {(b.name, op): request_list(b.directory.parent, studies, op) for b, studies in stores for op in ops}
+        listed = sorted({*ops, "retrieve"})  # the overhead measure posts uploads
+        listings = {
+            (b.name, op): request_list(b.directory.parent, studies, op) for b, studies in stores for op in listed
+        }
         results: dict[tuple[str, str, int, str], list[dict[str, float] | str]] = {}
         loads: list[float] = []
         run = 0

@@ -5,6 +5,7 @@ Plain file operations, one concern each; reading never creates anything."""
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,14 @@ class CheckpointPlace:
         return self.log.with_suffix(".head")
 
 
+@functools.lru_cache(maxsize=4)
+def _line(checkpoint: Checkpoint) -> bytes:
+    """The log line of ``checkpoint`` (canonical JSON and a newline). Kept for the last few: a
+    commit writes the same checkpoint to the head file, the log and the witness, and equal
+    checkpoints (frozen, compared field by field) have the same canonical JSON."""
+    return checkpoint.to_json() + b"\n"
+
+
 def load_signer(directory: Path, key: str | Path | SigningKey | None) -> CheckpointSigner:
     """The checkpoint signer: ``key`` as a path (default ``DIR/keys/checkpoint.key``) or a
     signing key object. Reads only; :class:`CheckpointKeyMissing` when the file is gone."""
@@ -66,7 +75,7 @@ def publish(path: Path, checkpoint: Checkpoint) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # processes sharing the log append one line at a time
         _cut_torn_tail(fd)
-        os.write(fd, checkpoint.to_json() + b"\n")
+        os.write(fd, _line(checkpoint))
     finally:
         os.close(fd)
 
@@ -92,7 +101,7 @@ def write_head(path: Path, checkpoint: Checkpoint) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, checkpoint.to_json() + b"\n")
+        os.write(fd, _line(checkpoint))
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -29,11 +29,11 @@ class EnvelopeCodec:
         return self.cipher.encrypt_field(patient_id, table, record_id, field, value)
 
     def decode(self, table: str, record_id: str, field: str, patient_id: str, value: str) -> str:
-        if not is_token(value):
-            raise DecryptionError(f"{table}.{field} of {record_id} is not an encrypted token")
-        try:
+        try:  # decrypt_field checks the token's form itself: not matched twice on every read
             return self.cipher.decrypt_field(patient_id, table, record_id, field, value)
         except DecryptionError:
+            if not is_token(value):
+                raise DecryptionError(f"{table}.{field} of {record_id} is not an encrypted token") from None
             if patient_id in self._shredded:
                 return SHREDDED
             key = self._keys.get(patient_id)

@@ -8,6 +8,7 @@ id of the path), the status, the caller's actor id and the request id.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import threading
@@ -226,4 +227,9 @@ def create_app_from_env() -> FastAPI:
     """The app of a worker process: its settings from the environment the ``serve`` command set."""
     config = ServeConfig.from_env()
     configure_logging(config.log_level)
-    return create_app(config)
+    app = create_app(config)
+    # what the process holds by now (modules, the open store and its caches) lives as long as
+    # it: frozen out of the collector's generations, the full collections that requests'
+    # garbage triggers now and then no longer walk it
+    gc.freeze()
+    return app
