@@ -160,7 +160,7 @@ def _delete(con: Db, k: int) -> None:
 def _insert_garbage(con: Db, k: int) -> None:
     payload, digest = _row(con, 1)
     _shift(con, k)
-    con.execute("INSERT INTO audit VALUES (?, ?, ?)", (k, payload, digest))
+    con.execute("INSERT INTO audit VALUES (?, ?, ?, 'default')", (k, payload, digest))
 
 
 def _swap(con: Db, k: int) -> None:
@@ -172,7 +172,7 @@ def _swap(con: Db, k: int) -> None:
 def _duplicate(con: Db, k: int) -> None:
     row = _row(con, k)
     _shift(con, k + 1)
-    con.execute("INSERT INTO audit VALUES (?, ?, ?)", (k + 1, *row))
+    con.execute("INSERT INTO audit VALUES (?, ?, ?, 'default')", (k + 1, *row))
 
 
 def _gap(con: Db, k: int) -> None:
@@ -250,7 +250,7 @@ def test_forged_insert_with_valid_links_names_the_next_slot(tmp_path: Path, caps
         outcome="success",
     )
     _shift(con, k)
-    con.execute("INSERT INTO audit VALUES (?, ?, ?)", forged.row())
+    con.execute("INSERT INTO audit VALUES (?, ?, ?, 'default')", forged.row())
     con.close()
     code, out = _verify_cli(directory, capsys)
     assert code != 0 and f"first bad seq {k + 1}:" in out
@@ -347,7 +347,7 @@ def test_verify_api_catches_a_forged_insert_at_the_next_slot(tmp_path: Path, new
             outcome="success",
         )
         _shift(con, k)
-        con.execute("INSERT INTO audit VALUES (?, ?, ?)", forged.row())
+        con.execute("INSERT INTO audit VALUES (?, ?, ?, 'default')", forged.row())
     with MsmMem.open(directory) as mem:
         for full in (True, False):
             result = mem._audit.verify(full=full)
