@@ -122,8 +122,10 @@ def read_location(directory: Path) -> ServerLocation | None:
     if unknown:
         raise StoreError(f"{path}: unknown keys {unknown}")
     dsn, schema, tenant = spec.get("dsn"), spec.get("schema", "msm_mem"), spec.get("tenant", DEFAULT_TENANT)
-    if not isinstance(dsn, str) or not isinstance(schema, str) or not isinstance(tenant, str):
-        raise StoreError(f"{path}: 'dsn', 'schema' and 'tenant' must be strings")
+    if not isinstance(dsn, str) or not isinstance(schema, str):
+        raise StoreError(f"{path}: 'dsn' and 'schema' must be strings")
+    if not isinstance(tenant, str):
+        raise StoreError(f"{path}: 'tenant' must be a string")
     try:
         return ServerLocation(dsn, schema, tenant)
     except InvalidInput as exc:
