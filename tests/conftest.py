@@ -67,7 +67,7 @@ KEKS = InMemoryKeyProvider()
 
 def envelope_codec(store: Store, provider: InMemoryKeyProvider = KEKS) -> EnvelopeCodec:
     """The governed API's codec for ``store`` (KEKs in memory): a store holds PHI only encrypted."""
-    return EnvelopeCodec(EnvelopeCipher(store.tenant, provider, store.keys()), store.keys())
+    return EnvelopeCodec(EnvelopeCipher(store.store_id, provider, store.keys()), store.keys())
 
 
 #: the row digest key of every test store that is not opened through MsmMem

@@ -43,7 +43,7 @@ def test_init_keeps_keys_local_and_no_password_on_disk(tmp_path: Path, postgres_
     with_password = make_conninfo(postgres_url, password="not-stored-anywhere")  # the server trusts the socket
     with MsmMem.init(tmp_path / "m", ADMIN, database_url=with_password, schema=schema, clock=FixedClock(1.7e9)) as mem:
         assert isinstance(mem._store, PostgresStore) and mem._store.schema == schema
-        tenant = mem._store.tenant
+        tenant = mem._store.store_id
     spec = json.loads((tmp_path / "m" / LOCATION_FILE).read_text())
     assert spec["backend"] == "postgresql" and spec["schema"] == schema
     assert "not-stored-anywhere" not in (tmp_path / "m" / LOCATION_FILE).read_text()
@@ -51,7 +51,7 @@ def test_init_keeps_keys_local_and_no_password_on_disk(tmp_path: Path, postgres_
     assert not (tmp_path / "m" / "msm-mem.sqlite").exists()
     assert {"meta", "episodic", "audit", "keys", "consents"} <= _tables(postgres_url, schema)
     with MsmMem.open(tmp_path / "m", clock=FixedClock(1.7e9)) as mem:
-        assert mem._store.tenant == tenant  # the AAD binding survives reopening
+        assert mem._store.store_id == tenant  # the AAD binding survives reopening
 
 
 def test_online_loop_reopen_and_verify(tmp_path: Path, postgres_url: str, schema: str) -> None:

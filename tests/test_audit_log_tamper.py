@@ -62,7 +62,7 @@ def _delete(con: Db, k: int) -> None:
 def _insert_garbage(con: Db, k: int) -> None:
     payload, digest = _row(con, 1)
     _shift(con, k)
-    con.execute("INSERT INTO audit VALUES (?, ?, ?)", (k, payload, digest))
+    con.execute("INSERT INTO audit VALUES (?, ?, ?, 'default')", (k, payload, digest))
 
 
 def _swap(con: Db, k: int) -> None:
@@ -74,7 +74,7 @@ def _swap(con: Db, k: int) -> None:
 def _duplicate(con: Db, k: int) -> None:
     row = _row(con, k)
     _shift(con, k + 1)
-    con.execute("INSERT INTO audit VALUES (?, ?, ?)", (k + 1, *row))
+    con.execute("INSERT INTO audit VALUES (?, ?, ?, 'default')", (k + 1, *row))
 
 
 def _gap(con: Db, k: int) -> None:
@@ -110,7 +110,7 @@ def _forge_insert(con: Db, k: int) -> None:
     """Insert a forged event at slot ``k`` with a valid hash and link to its predecessor."""
     forged = _mallory(ChainBuilder(k - 1, _row(con, k - 1)[1]))
     _shift(con, k)
-    con.execute("INSERT INTO audit VALUES (?, ?, ?)", forged.row())
+    con.execute("INSERT INTO audit VALUES (?, ?, ?, 'default')", forged.row())
 
 
 def _store_with_events(tmp_path: Path, new_mem: MemFactory | None = None) -> tuple[Path, int]:

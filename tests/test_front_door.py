@@ -170,6 +170,7 @@ NOT_OPERATIONS = {
     "encoder_name",
     "dim",
     "backbone_name",
+    "tenant",
     "now",
 }
 

@@ -33,7 +33,7 @@ def state(
 
 def encrypted(path: Path) -> SqliteStore:
     store = SqliteStore.create(path, dim=4, encoder="t")
-    cipher = EnvelopeCipher(store.tenant, InMemoryKeyProvider(), store.keys())
+    cipher = EnvelopeCipher(store.store_id, InMemoryKeyProvider(), store.keys())
     store.use_codec(EnvelopeCodec(cipher, store.keys()))
     store.use_row_key(ROW_KEY)
     return store

@@ -103,7 +103,7 @@ def test_a_forged_row_is_caught(tmp_path: Path, new_mem: MemFactory) -> None:
     raw_sql(
         mem,
         "INSERT INTO consents SELECT 'C-forged', patient_id, grantee, purpose, 'permit', data_classes, start,"
-        ' "end", created_at, NULL FROM consents WHERE id = (SELECT min(id) FROM consents)',
+        ' "end", created_at, NULL, tenant FROM consents WHERE id = (SELECT min(id) FROM consents)',
     )
     _caught(mem, "consents", "rows inserted")
 

@@ -115,7 +115,7 @@ def test_forged_append_is_caught(tmp_path: Path, new_mem: MemFactory) -> None:
         purpose="audit",
         outcome="success",
     )
-    raw_sql(mem, "INSERT INTO audit VALUES (?, ?, ?)", (seq, payload, digest))
+    raw_sql(mem, "INSERT INTO audit VALUES (?, ?, ?, 'default')", (seq, payload, digest))
     mem = _reopen(mem)
     _broken(mem, head + 1, "covered by no signed checkpoint (appended outside msm-mem)")
     with pytest.raises(AuditChainBroken):
@@ -142,7 +142,7 @@ def test_deleted_head_with_a_forged_base_is_caught(tmp_path: Path, new_mem: MemF
     k = 5
     _, digest = _row(mem, k)
     raw_sql(mem, "DELETE FROM audit WHERE seq <= ?", (k,))
-    raw_sql(mem, "INSERT INTO meta VALUES ('audit_base', ?)", (f"{k}:{digest}",))
+    raw_sql(mem, "INSERT INTO meta VALUES ('audit_base', ?, 'default')", (f"{k}:{digest}",))
     mem = _reopen(mem)
     _broken(mem, 1, "is not the signed one")
     mem.close()

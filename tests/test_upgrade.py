@@ -1,5 +1,5 @@
 """A store written by an older msm-mem (store schema 1: visual tags in clear text, no row
-digests, an audit head no checkpoint signs) is refused with the command that upgrades it; the
+digests, an audit head no checkpoint signs, no tenant column) is refused with the command that upgrades it; the
 upgrade (an admin's, audited) checks the chain, encrypts the clear tags, computes the row
 digests and adopts the head in one transaction, so a kill before its commit leaves the old
 store as it was. The old store is made here from a new one, its columns rewritten with SQL
@@ -20,6 +20,7 @@ from msm_mem._governance.crypto import is_token
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, AUDITOR, CLINICIAN, SYSTEM, audit_events, png, raw_sql
+from tests.legacy_layout import to_schema_2
 
 T0 = 1_700_000_000.0
 QUESTION = "Is the right lower lobe opacity changing?"
@@ -39,6 +40,7 @@ def _old_store(tmp_path: Path, new_mem: MemFactory) -> Path:
     mem.shred(ADMIN, "P-OLD-2", "erasure request")
     directory = mem.directory
     mem.close()
+    to_schema_2(directory)
     for rid, pos in raw_sql(directory, "SELECT id, pos FROM visual"):
         raw_sql(directory, "UPDATE visual SET visual_tag = ? WHERE id = ?", ("PA" if pos % 2 == 0 else "AP", rid))
     raw_sql(directory, "DELETE FROM meta WHERE key LIKE 'rows:%'")
@@ -70,7 +72,7 @@ def test_the_upgrade_makes_an_old_store_current(tmp_path: Path, new_mem: MemFact
     directory = _old_store(tmp_path, new_mem)
     events = int(raw_sql(directory, "SELECT max(seq) FROM audit")[0][0])
     result = MsmMem.upgrade(directory, ADMIN)
-    assert result == {"from_schema": 1, "to_schema": 2, "visual_tags_encrypted": 6, "events_signed": events + 1}
+    assert result == {"from_schema": 1, "to_schema": 3, "visual_tags_encrypted": 6, "events_signed": events + 1}
     assert all(is_token(tag) for (tag,) in raw_sql(directory, "SELECT visual_tag FROM visual"))
     with MsmMem.open(directory, clock=FixedClock(T0 + 60)) as mem:
         assert mem.verify_audit(AUDITOR).ok
@@ -137,6 +139,7 @@ def test_a_schema_1_store_with_per_commit_checkpoints_is_upgraded_too(tmp_path: 
     directory = mem.directory
     mem.close()
     log = (directory / "audit" / "checkpoints.jsonl").read_bytes()
+    to_schema_2(directory)
     raw_sql(directory, "DELETE FROM meta WHERE key LIKE 'rows:%'")
     raw_sql(directory, "UPDATE meta SET value = '1' WHERE key = 'schema'")
     result = MsmMem.upgrade(directory, ADMIN)
@@ -155,6 +158,7 @@ def test_a_checkpoint_contradicting_the_old_chain_is_not_adopted(tmp_path: Path,
     mem.close()
     head = int(raw_sql(directory, "SELECT max(seq) FROM audit")[0][0])
     raw_sql(directory, "DELETE FROM audit WHERE seq = ?", (head,))
+    to_schema_2(directory)
     raw_sql(directory, "DELETE FROM meta WHERE key LIKE 'rows:%'")
     raw_sql(directory, "UPDATE meta SET value = '1' WHERE key = 'schema'")
     with pytest.raises(AuditChainBroken, match="contradicts the chain") as caught:

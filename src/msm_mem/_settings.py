@@ -5,19 +5,39 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from ._errors import InvalidInput
 
-__all__ = ["DEFAULT_EF_SEARCH", "MAX_EF_SEARCH", "PopulationSearch", "Settings", "check_population_search"]
+__all__ = [
+    "DEFAULT_EF_SEARCH",
+    "DEFAULT_TENANT",
+    "MAX_EF_SEARCH",
+    "PopulationSearch",
+    "Settings",
+    "check_population_search",
+    "check_tenant",
+]
 
 #: how population (cross-patient) search runs: exact, or an approximate HNSW graph
 PopulationSearch = Literal["exact", "hnsw"]
 #: HNSW candidate depth of the embedded store's population search (recall in docs/benchmarks.md)
 DEFAULT_EF_SEARCH = 128
 MAX_EF_SEARCH = 100_000
+#: the tenant of a store made without one
+DEFAULT_TENANT = "default"
+_TENANT = re.compile(r"[A-Za-z0-9_-]{1,63}")
+
+
+def check_tenant(tenant: object) -> str:
+    """``tenant`` when it is a tenant id (1 to 63 ASCII letters, digits, ``-`` and ``_``), or
+    :class:`InvalidInput` naming what is wrong."""
+    if not isinstance(tenant, str) or not _TENANT.fullmatch(tenant):
+        raise InvalidInput(f"tenant must be 1 to 63 ASCII letters, digits, '-' or '_', got {tenant!r}")
+    return tenant
 
 
 def check_population_search(mode: object, ef_search: object) -> PopulationSearch:
@@ -72,6 +92,9 @@ class Settings:
       Patient-scoped retrieval is exact either way. On PostgreSQL ``"hnsw"`` is pgvector's.
     - ``population_ef_search``: the embedded store's HNSW search depth (candidates kept while
       searching, at least k): larger is slower and finds more of the true top-k.
+    - ``tenant``: the tenant a new store is made for (``init``; 1 to 63 ASCII letters, digits,
+      ``-``, ``_``). Every row carries it, and the tenants of one PostgreSQL schema are
+      separate stores (docs/deploy.md, Citus). An opened store's recorded tenant replaces it.
     """
 
     k_epi: int = 5
@@ -88,9 +111,11 @@ class Settings:
     consolidate_after_s: float = 3600.0
     population_search: PopulationSearch = "exact"
     population_ef_search: int = DEFAULT_EF_SEARCH
+    tenant: str = DEFAULT_TENANT
 
     def __post_init__(self) -> None:
         check_population_search(self.population_search, self.population_ef_search)
+        check_tenant(self.tenant)
         for name in ("k_epi", "k_vis", "top_k", "semantic_history", "prompt_budget_chars"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -126,7 +151,7 @@ class Settings:
                     values[f.name] = Path(raw) if raw.strip() else None  # empty: the packaged one
                 elif f.name in ("tau", "stm_ttl_s", "consolidate_after_s"):
                     values[f.name] = float(raw)
-                elif f.name in ("encoder", "population_search"):
+                elif f.name in ("encoder", "population_search", "tenant"):
                     values[f.name] = raw
                 elif f.name == "structured_gate":
                     values[f.name] = _flag(raw)

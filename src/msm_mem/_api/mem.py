@@ -127,10 +127,10 @@ class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
             raise InvalidInput(f"backbone {chosen.name!r} was fitted on encoder {wants}; this store uses {enc.name}")
         self._encoder = enc
         self._store = store
-        self._cipher = EnvelopeCipher(store.tenant, provider, store.keys(), self._clock.now)
+        self._cipher = EnvelopeCipher(store.store_id, provider, store.keys(), self._clock.now)
         store.use_codec(EnvelopeCodec(self._cipher, store.keys()))
         signer = load_signer(directory, checkpoint_key)
-        store.use_row_key(signer.row_key(store.tenant))
+        store.use_row_key(signer.row_key(store.store_id))
         self._audit = AuditLog(
             store,
             self._cipher,
@@ -173,14 +173,15 @@ class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
         The store of record is embedded (SQLite in ``directory``) unless ``database_url``
         names a PostgreSQL server with pgvector: then it is a new store in ``schema`` there,
         and ``directory`` keeps the keys, the checkpoints and ``store.json`` (the URL without
-        its password). The checkpoint signing key is created at ``checkpoint_key`` (default
+        its password), of the settings' ``tenant``: other tenants may have stores in the same
+        schema, each separate (docs/deploy.md). The checkpoint signing key is created at ``checkpoint_key`` (default
         ``DIR/keys/checkpoint.key``) unless that file exists, or is the signing key object given;
         ``checkpoints`` and ``witness`` say where checkpoints go (see the module docstring).
         When any step fails, what init made is removed again."""
         require(principal, Operation.INIT)
         directory = Path(directory)
         settings = settings or Settings()
-        server = None if database_url is None else ServerLocation(database_url, schema)
+        server = None if database_url is None else ServerLocation(database_url, schema, settings.tenant)
         encoder = get_encoder(settings.encoder, **dict(encoder_options or {}))
         existed = directory.exists()
         store = create_store(
@@ -190,6 +191,7 @@ class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
             server=server,
             population_search=settings.population_search,
             ef_search=settings.population_ef_search,
+            tenant=settings.tenant,
         )
         try:
             (directory / "keys").mkdir(mode=0o700, exist_ok=True)
@@ -233,12 +235,14 @@ class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
         encoder: Encoder | None = None,
         encoder_options: Mapping[str, Any] | None = None,
         database_url: str | None = None,
+        tenant: str | None = None,
         checkpoint_key: str | Path | SigningKey | None = None,
         checkpoints: str | Path | None = None,
         witness: str | Path | None = None,
     ) -> MsmMem:
-        """Open an existing store directory; its recorded encoder is used (``encoder`` may pass
-        an instance of it). ``database_url`` replaces the one in ``store.json`` for this opening
+        """Open an existing store directory; its recorded encoder and tenant are used (``encoder``
+        may pass an instance of it; ``tenant``, when given, must be the directory's, else
+        InvalidInput). ``database_url`` replaces the one in ``store.json`` for this opening
         (a server store only). ``checkpoint_key``, ``checkpoints`` and ``witness`` as given to
         :meth:`init` (a missing key is :class:`~msm_mem.CheckpointKeyMissing`). Opening reads
         no patient data, so it takes no principal; every operation on the opened store does."""
@@ -249,10 +253,11 @@ class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
             dsn=database_url,
             population_search=settings.population_search,
             ef_search=settings.population_ef_search,
+            tenant=tenant,
         )
         try:
             provider = LocalKeyFileProvider.open(directory / "keys" / "kek.json")
-            settings = settings.with_(encoder=store.encoder_name)
+            settings = settings.with_(encoder=store.encoder_name, tenant=store.tenant)
             return cls(
                 directory,
                 store,
@@ -278,21 +283,24 @@ class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
         principal: Principal,
         *,
         database_url: str | None = None,
+        tenant: str | None = None,
         checkpoint_key: str | Path | SigningKey | None = None,
         checkpoints: str | Path | None = None,
         witness: str | Path | None = None,
     ) -> dict[str, int]:
-        """Upgrade a store written by an older msm-mem (store schema 1), as an admin, audited:
-        its audit chain is checked and its unsigned head adopted, clear visual tags encrypted,
+        """Upgrade a store written by an older msm-mem (store schema 1 or 2), as an admin,
+        audited: every row gets the store's tenant (an embedded store's: ``tenant``, default
+        "default"; a server store's: its ``store.json``'s, which ``tenant`` must match), its
+        audit chain is checked and its unsigned head adopted, clear visual tags encrypted,
         row digests computed, in one transaction (a crash leaves the old store as it was; see
         :mod:`msm_mem._governance.upgrade`). :meth:`open` refuses such a store, naming this.
         Returns ``from_schema``, ``to_schema``, ``visual_tags_encrypted``, ``events_signed``."""
         p = require(principal, Operation.STORE_UPGRADE)
         directory = Path(directory)
-        store = open_store(directory, dsn=database_url, upgrading=True)
+        store = open_store(directory, dsn=database_url, upgrading=True, tenant=tenant)
         try:
             provider = LocalKeyFileProvider.open(directory / "keys" / "kek.json")
-            settings = Settings().with_(encoder=store.encoder_name)
+            settings = Settings().with_(encoder=store.encoder_name, tenant=store.tenant)
             mem = cls(
                 directory,
                 store,
@@ -335,6 +343,11 @@ class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
     def dim(self) -> int:
         """The dimension of the store's embeddings."""
         return self._store.dim
+
+    @property
+    def tenant(self) -> str:
+        """The store's tenant (the distribution column of every row; docs/deploy.md)."""
+        return self._store.tenant
 
     @property
     def backbone_name(self) -> str:

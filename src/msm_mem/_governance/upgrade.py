@@ -1,16 +1,17 @@
-"""Upgrading a store written by an older msm-mem (store schema 1), once, as an admin, audited.
+"""Upgrading a store written by an older msm-mem (store schema 1 or 2), once, as an admin, audited.
 
-Such a store may hold visual tags in clear text (now a PHI field, refused as clear text), has
-no row digests, and its audit chain may have a head that no checkpoint signs (older versions
-checkpointed every 10,000 events or on request). :func:`upgrade_store` first checks the chain
-(every hash and link, from its base) and every checkpoint the log and the witness hold (signed
-by the store's key, none beyond the chain, each matching the stored hash at its size): it adopts
-only a head nothing contradicts, and refuses a chain that fails, naming the first bad seq. Then
-one transaction encrypts every clear visual tag (the tag of a crypto-shredded patient becomes a
-token of the destroyed key, read back as ``[shredded]``), computes the row digests from the
-rows, records the current schema and appends the audit event of the upgrade, whose checkpoint
-signs the new head with the row digests. A crash or any error before the commit leaves the old
-store exactly as it was.
+A store of schema 1 may hold visual tags in clear text (now a PHI field, refused as clear
+text), has no row digests, and its audit chain may have a head that no checkpoint signs (older
+versions checkpointed every 10,000 events or on request); one of schema 1 or 2 has no tenant
+column. :func:`upgrade_store` runs one transaction that first gives every table the tenant
+column (every row the store's tenant's), then checks the chain (every hash and link, from its
+base) and every checkpoint the log and the witness hold (signed by the store's key, none beyond
+the chain, each matching the stored hash at its size): it adopts only a head nothing
+contradicts, and refuses a chain that fails, naming the first bad seq. Then it encrypts every
+clear visual tag (the tag of a crypto-shredded patient becomes a token of the destroyed key,
+read back as ``[shredded]``), computes the row digests from the rows, records the current
+schema and appends the audit event of the upgrade, whose checkpoint signs the new head with the
+row digests. A crash or any error before the commit leaves the old store exactly as it was.
 """
 
 from __future__ import annotations
@@ -92,13 +93,15 @@ def _reencoder(cipher: EnvelopeCipher, audit: AuditLog) -> Callable[[str, str, s
 
 
 def upgrade_store(audit: AuditLog, cipher: EnvelopeCipher, spec: AuditSpec) -> tuple[int, int]:
-    """Check the chain (:func:`check_adoptable`), then upgrade in one transaction with the audit
-    event ``spec``; returns (visual tags encrypted, events the new checkpoint signs)."""
-    check_adoptable(audit)
+    """Upgrade in one transaction with the audit event ``spec``, the chain checked inside it
+    (:func:`check_adoptable`); returns (visual tags encrypted, events the new checkpoint signs)."""
     done: list[int] = []
 
+    def check() -> None:
+        check_adoptable(audit)
+
     def apply(chain: AuditChainer, sign: Callable[[], None]) -> None:
-        done.append(audit.store.upgrade(chain, _reencoder(cipher, audit), before_commit=sign))
+        done.append(audit.store.upgrade(chain, _reencoder(cipher, audit), before_commit=sign, check=check))
 
     audit.commit(apply, [spec], adopt=True)
     return done[0], audit.store.audit_head()[0]

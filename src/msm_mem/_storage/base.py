@@ -264,7 +264,10 @@ class Store(Records, Vectors, Tiers, Audit, Keys, Consents, ABC):
 
     dim: int
     encoder_name: str
-    #: random id of this store, bound into every ciphertext's AAD
+    #: random id of this store, bound into every ciphertext's AAD (and the row digests' key)
+    store_id: str
+    #: the tenant (distribution column) of every row of this store; tenants sharing the tables
+    #: of one database are separate stores, none reading another's rows
     tenant: str
 
     def sync(self) -> None:  # noqa: B027  (an optional hook: a store without caches has nothing to do)
@@ -298,6 +301,7 @@ class Store(Records, Vectors, Tiers, Audit, Keys, Consents, ABC):
         reencode: Callable[[str, str, str], str | None],
         *,
         before_commit: Callable[[], None],
+        check: Callable[[], None] | None = None,
     ) -> int:
         """Bring a store opened ``upgrading`` to the current schema in one transaction (see
         :meth:`~msm_mem._storage.sql_write.SqlWriter.upgrade`); returns the tags re-encoded."""

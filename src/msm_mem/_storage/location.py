@@ -7,11 +7,13 @@ purpose). Its store of record is one of:
 - the embedded store (the default): ``DIR/msm-mem.sqlite`` and its FAISS caches;
 - a PostgreSQL schema (pgvector), named by ``DIR/store.json``::
 
-      {"backend": "postgresql", "dsn": "host=db.internal dbname=clinic user=msm", "schema": "msm_mem"}
+      {"backend": "postgresql", "dsn": "host=db.internal dbname=clinic user=msm", "schema": "msm_mem",
+       "tenant": "default"}
 
   The DSN is written without its password, so the file holds no secret; libpq takes the
   password from ``PGPASSWORD`` or ``~/.pgpass`` as usual. Edit the file when the server
-  moves.
+  moves. ``tenant`` (absent: ``"default"``) says whose rows of the schema's tables are this
+  directory's store: several directories, one per tenant, may share one schema.
 
 A directory with both, or with a ``store.json`` that does not parse or names an unknown
 backend, is refused with :class:`StoreError` naming the file and the problem.
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from .._errors import InvalidInput, MissingExtra, StoreError
 from .._private import private_dir, private_file
-from .._settings import DEFAULT_EF_SEARCH, PopulationSearch
+from .._settings import DEFAULT_EF_SEARCH, DEFAULT_TENANT, PopulationSearch, check_tenant
 from .base import Store
 
 if TYPE_CHECKING:
@@ -52,10 +54,11 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 @dataclass(frozen=True, slots=True)
 class ServerLocation:
-    """A PostgreSQL store: libpq connection string (no password) and schema name."""
+    """A PostgreSQL store: libpq connection string (no password), schema name and tenant."""
 
     dsn: str
     schema: str = "msm_mem"
+    tenant: str = DEFAULT_TENANT
 
     def __post_init__(self) -> None:
         if not isinstance(self.dsn, str) or not self.dsn.strip():
@@ -65,6 +68,7 @@ class ServerLocation:
                 f"schema name {self.schema!r}: use 1 to 63 lowercase letters, digits and underscores, "
                 "not starting with a digit"
             )
+        check_tenant(self.tenant)
 
 
 def without_password(dsn: str) -> str:
@@ -114,14 +118,16 @@ def read_location(directory: Path) -> ServerLocation | None:
     if not isinstance(spec, dict) or spec.get("backend") != "postgresql":
         backend = spec.get("backend") if isinstance(spec, dict) else None
         raise StoreError(f"{path}: backend must be 'postgresql', got {backend!r}")
-    unknown = sorted(set(spec) - {"backend", "dsn", "schema"})
+    unknown = sorted(set(spec) - {"backend", "dsn", "schema", "tenant"})
     if unknown:
         raise StoreError(f"{path}: unknown keys {unknown}")
-    dsn, schema = spec.get("dsn"), spec.get("schema", "msm_mem")
+    dsn, schema, tenant = spec.get("dsn"), spec.get("schema", "msm_mem"), spec.get("tenant", DEFAULT_TENANT)
     if not isinstance(dsn, str) or not isinstance(schema, str):
         raise StoreError(f"{path}: 'dsn' and 'schema' must be strings")
+    if not isinstance(tenant, str):
+        raise StoreError(f"{path}: 'tenant' must be a string")
     try:
-        return ServerLocation(dsn, schema)
+        return ServerLocation(dsn, schema, tenant)
     except InvalidInput as exc:
         raise StoreError(f"{path}: {exc}") from exc
 
@@ -129,7 +135,7 @@ def read_location(directory: Path) -> ServerLocation | None:
 def _write_location(directory: Path, location: ServerLocation) -> None:
     path = directory / LOCATION_FILE
     tmp = path.with_suffix(".json.tmp")
-    spec = {"backend": "postgresql", "dsn": location.dsn, "schema": location.schema}
+    spec = {"backend": "postgresql", "dsn": location.dsn, "schema": location.schema, "tenant": location.tenant}
     private_file(tmp).write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
@@ -142,13 +148,15 @@ def create_store(
     server: ServerLocation | None = None,
     population_search: PopulationSearch = "exact",
     ef_search: int = DEFAULT_EF_SEARCH,
+    tenant: str = DEFAULT_TENANT,
 ) -> Store:
-    """Create the store of record of a new memory directory (made if missing).
+    """Create the store of record of a new memory directory (made if missing), of ``tenant``.
 
-    Embedded by default; with ``server``, a new store in that PostgreSQL schema, and
-    ``store.json`` pointing at it (the password left out of the file). Refuses a directory
-    that holds a store already. ``population_search`` (and, embedded, ``ef_search``): how the
-    store searches the whole population (see :class:`msm_mem.Settings`)."""
+    Embedded by default; with ``server``, a new store in that PostgreSQL schema (of the
+    server's tenant: ``tenant`` is not used then), and ``store.json`` pointing at it (the
+    password left out of the file). Refuses a directory that holds a store already.
+    ``population_search`` (and, embedded, ``ef_search``): how the store searches the whole
+    population (see :class:`msm_mem.Settings`)."""
     if directory.exists() and not directory.is_dir():
         raise StoreError(f"{directory} exists and is not a directory")
     if is_store(directory):
@@ -157,12 +165,22 @@ def create_store(
         from .sqlite import SqliteStore
 
         return SqliteStore.create(
-            directory, dim=dim, encoder=encoder, population_search=population_search, ef_search=ef_search
+            directory,
+            dim=dim,
+            encoder=encoder,
+            population_search=population_search,
+            ef_search=ef_search,
+            tenant=tenant,
         )
     postgres = _postgres_store()
-    stored = ServerLocation(without_password(server.dsn), server.schema)
+    stored = ServerLocation(without_password(server.dsn), server.schema, server.tenant)
     store = postgres.create(
-        server.dsn, dim=dim, encoder=encoder, schema=server.schema, population_search=population_search
+        server.dsn,
+        dim=dim,
+        encoder=encoder,
+        schema=server.schema,
+        population_search=population_search,
+        tenant=server.tenant,
     )
     try:  # the directory only once the server has the store: a refused init leaves nothing
         private_dir(directory)
@@ -197,13 +215,18 @@ def open_store(
     upgrading: bool = False,
     population_search: PopulationSearch = "exact",
     ef_search: int = DEFAULT_EF_SEARCH,
+    tenant: str | None = None,
 ) -> Store:
     """Open the store of record of a memory directory (see the module docstring).
 
     ``dsn`` replaces the connection string of ``store.json`` for this opening (for example
     one with a password); an embedded store refuses it (InvalidInput). ``upgrading`` opens a
     store of an older schema too, for :meth:`~msm_mem._storage.base.Store.upgrade` only.
-    ``population_search`` and ``ef_search`` as for :func:`create_store`."""
+    ``population_search`` and ``ef_search`` as for :func:`create_store`. ``tenant``, when
+    given, must be the directory's (InvalidInput otherwise); an embedded store of an older
+    schema gets it in its upgrade."""
+    if tenant is not None:
+        check_tenant(tenant)
     server = read_location(directory)
     if server is None:
         if dsn is not None:
@@ -211,12 +234,18 @@ def open_store(
         from .sqlite import SqliteStore
 
         return SqliteStore.open(
-            directory, upgrading=upgrading, population_search=population_search, ef_search=ef_search
+            directory, upgrading=upgrading, population_search=population_search, ef_search=ef_search, tenant=tenant
         )
+    if tenant is not None and tenant != server.tenant:
+        raise InvalidInput(f"{directory} is the store of tenant {server.tenant!r}, not {tenant!r}")
     postgres = _postgres_store()
     try:
         return postgres.open(
-            dsn or server.dsn, schema=server.schema, upgrading=upgrading, population_search=population_search
+            dsn or server.dsn,
+            schema=server.schema,
+            upgrading=upgrading,
+            population_search=population_search,
+            tenant=server.tenant,
         )
     except StoreError as exc:
         if dsn is None and "password" in str(exc):

@@ -5,6 +5,10 @@ the shared modules are written once with ``?`` placeholders; each backend (``sql
 ``postgres/``) says how to run one (:meth:`SqlCore._q`), how to hold its connection
 (:meth:`SqlCore._db`), how a write transaction starts (:meth:`SqlCore._transaction`) and which
 column orders each table's rows by insertion (:attr:`SqlCore.ORDER`).
+
+Every statement names the store's tenant (``tenant = ?``, the distribution column that ends
+every table, see ``postgres/schema.py``): a store reads and writes only its own tenant's rows,
+and a Citus cluster routes each statement to the one shard holding them.
 """
 
 from __future__ import annotations
@@ -13,19 +17,44 @@ import threading
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from functools import lru_cache
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from .._errors import NotFound
 from .base import Store
 from .codec import FieldCodec, NoCodec, encrypting_codec
+from .row_digest import COLUMNS
 
-__all__ = ["CommitLost", "Rows", "SqlCore"]
+__all__ = ["UPSERT_META", "CommitLost", "Rows", "SqlCore", "insert_sql"]
 
 T = TypeVar("T")
 #: ids per ``IN (...)`` list: well under every backend's limit on bound parameters
 ID_CHUNK = 500
 #: rows per page of an iteration (the lock is held for one page at a time)
 PAGE = 1000
+#: the columns of the tables the row digests do not cover, in schema order (tenant aside)
+_OTHER_COLUMNS = {
+    "meta": ("key", "value"),
+    "audit": ("seq", "payload", "event_hash"),
+    "keys": ("key_id", "patient_ref", "kek_id", "wrapped", "created_at", "shredded"),
+    "pseudonyms": ("key_id", "pseudonym", "token"),
+}
+
+#: set one ``meta`` row of a tenant: ``(key, value, tenant)``
+UPSERT_META = (
+    "INSERT INTO meta (key, value, tenant) VALUES (?, ?, ?)"
+    " ON CONFLICT (tenant, key) DO UPDATE SET value = excluded.value"
+)
+
+
+@lru_cache(maxsize=32)
+def insert_sql(table: str) -> str:
+    """``INSERT INTO table (every column..., tenant) VALUES (?, ...)``: a row as the converters
+    make it (schema order) followed by the tenant. The columns are named because PostgreSQL's
+    ``semantic`` and ``claims`` keep an identity column between the two."""
+    names = [name for name, _ in COLUMNS[table]] if table in COLUMNS else list(_OTHER_COLUMNS[table])
+    listed = ", ".join(f'"{n}"' for n in [*names, "tenant"])
+    return f"INSERT INTO {table} ({listed}) VALUES ({','.join('?' * (len(names) + 1))})"
 
 
 class CommitLost(Exception):
@@ -62,6 +91,8 @@ class SqlCore(Store):
     _lock: threading.RLock
     _closed: bool
     _codec: FieldCodec
+    #: the tenant whose rows this store reads and writes (every statement names it)
+    tenant: str
 
     def _init_codec(self, codec: FieldCodec | None) -> None:
         self._codec = NoCodec()
@@ -96,7 +127,10 @@ class SqlCore(Store):
         with self._db():
             for start in range(0, len(unique), ID_CHUNK):
                 part = unique[start : start + ID_CHUNK]
-                found += self._q(f"SELECT * FROM {table} WHERE id IN ({','.join('?' * len(part))})", part).fetchall()
+                marks = ",".join("?" * len(part))
+                found += self._q(
+                    f"SELECT * FROM {table} WHERE tenant = ? AND id IN ({marks})", (self.tenant, *part)
+                ).fetchall()
         return found
 
     def _find(self, table: str, ids: Sequence[str], conv: Callable[[Any, FieldCodec], T], at: int) -> dict[str, T]:
@@ -127,9 +161,11 @@ class SqlCore(Store):
         cols, at = ", ".join(keys), [columns.index(k) for k in keys]
         last: tuple[Any, ...] = ()
         while True:
-            where = f"WHERE ({cols}) > ({', '.join('?' * len(keys))})" if last else ""
+            after = f" AND ({cols}) > ({', '.join('?' * len(keys))})" if last else ""
             with self._db():
-                rows = self._q(f"SELECT * FROM {table} {where} ORDER BY {cols} LIMIT {PAGE}", last).fetchall()
+                rows = self._q(
+                    f"SELECT * FROM {table} WHERE tenant = ?{after} ORDER BY {cols} LIMIT {PAGE}", (self.tenant, *last)
+                ).fetchall()
                 records = [conv(r, self._codec) for r in rows]
             yield from records
             if len(rows) < PAGE:

@@ -32,8 +32,8 @@ class SqlRecords(SqlCore):
     def _load_semantic(self, patient_id: str) -> list[SemanticState]:
         """A patient's ACTIVE semantic states by category (the caller may cache them)."""
         return self._select(
-            "SELECT * FROM semantic WHERE patient_id = ? AND state = 'active' ORDER BY category",
-            (patient_id,),
+            "SELECT * FROM semantic WHERE tenant = ? AND patient_id = ? AND state = 'active' ORDER BY category",
+            (self.tenant, patient_id),
             r.semantic_from_row,
         )
 
@@ -43,16 +43,16 @@ class SqlRecords(SqlCore):
 
     def semantic_history(self, patient_id: str, category: str) -> list[SemanticState]:
         return self._select(
-            "SELECT * FROM semantic WHERE patient_id = ? AND category = ? ORDER BY version",
-            (patient_id, category),
+            "SELECT * FROM semantic WHERE tenant = ? AND patient_id = ? AND category = ? ORDER BY version",
+            (self.tenant, patient_id, category),
             r.semantic_from_row,
         )
 
     def semantic_created_before(self, before: float) -> list[SemanticState]:
         return self._select(
-            "SELECT * FROM semantic WHERE created_at <= ? AND state IN ('active', 'superseded')"
+            "SELECT * FROM semantic WHERE tenant = ? AND created_at <= ? AND state IN ('active', 'superseded')"
             " ORDER BY created_at, id",
-            (before,),
+            (self.tenant, before),
             r.semantic_from_row,
         )
 
@@ -69,13 +69,14 @@ class SqlRecords(SqlCore):
         if kind not in ("episodic", "visual", "semantic"):
             raise InvalidInput(f"unknown table {kind!r}")
         with self._db():
-            return int(self._q(f"SELECT COUNT(*) FROM {kind}").fetchone()[0])
+            return int(self._q(f"SELECT COUNT(*) FROM {kind} WHERE tenant = ?", (self.tenant,)).fetchone()[0])
 
     def patients(self) -> list[str]:
         with self._db():
             rows = self._q(
-                "SELECT patient_id FROM episodic UNION SELECT patient_id FROM visual"
-                " UNION SELECT patient_id FROM semantic"
+                "SELECT patient_id FROM episodic WHERE tenant = ? UNION SELECT patient_id FROM visual WHERE tenant = ?"
+                " UNION SELECT patient_id FROM semantic WHERE tenant = ?",
+                (self.tenant,) * 3,
             ).fetchall()
         return sorted(row[0] for row in rows if row[0])
 
@@ -84,10 +85,10 @@ class SqlRecords(SqlCore):
             return False  # the anonymised pool is nobody; no stored id holds what the column cannot
         with self._db():
             row = self._q(
-                "SELECT EXISTS (SELECT 1 FROM episodic WHERE patient_id = ?)"
-                " OR EXISTS (SELECT 1 FROM semantic WHERE patient_id = ?)"
-                " OR EXISTS (SELECT 1 FROM visual WHERE patient_id = ?)",
-                (patient_id,) * 3,
+                "SELECT EXISTS (SELECT 1 FROM episodic WHERE tenant = ? AND patient_id = ?)"
+                " OR EXISTS (SELECT 1 FROM semantic WHERE tenant = ? AND patient_id = ?)"
+                " OR EXISTS (SELECT 1 FROM visual WHERE tenant = ? AND patient_id = ?)",
+                (self.tenant, patient_id) * 3,
             ).fetchone()
         return bool(row and row[0])
 
@@ -96,15 +97,17 @@ class SqlRecords(SqlCore):
             raise InvalidInput(f"unknown table {table!r}")
         with self._db():
             rows = self._q(
-                f"SELECT id FROM {table} WHERE patient_id = ? AND state IN ('active', 'superseded')"
+                f"SELECT id FROM {table} WHERE tenant = ? AND patient_id = ? AND state IN ('active', 'superseded')"
                 f" ORDER BY {self.ORDER[table]}",
-                (patient_id,),
+                (self.tenant, patient_id),
             ).fetchall()
         return [row[0] for row in rows]
 
     def studies(self, patient_id: str) -> set[str]:
         with self._db():
-            rows = self._q("SELECT study_id FROM episodic WHERE patient_id = ?", (patient_id,)).fetchall()
+            rows = self._q(
+                "SELECT study_id FROM episodic WHERE tenant = ? AND patient_id = ?", (self.tenant, patient_id)
+            ).fetchall()
         return {row[0] for row in rows if row[0]}
 
     def decay_due(self, now: float) -> list[tuple[str, str]]:
@@ -112,9 +115,9 @@ class SqlRecords(SqlCore):
         with self._db():
             for table in ("episodic", "visual", "claims"):
                 rows = self._q(
-                    f"SELECT id FROM {table} WHERE decay_at IS NOT NULL AND decay_at <= ?"
+                    f"SELECT id FROM {table} WHERE tenant = ? AND decay_at IS NOT NULL AND decay_at <= ?"
                     " AND state IN ('active', 'superseded') ORDER BY decay_at, id",
-                    (now,),
+                    (self.tenant, now),
                 )
                 out += [(table, row[0]) for row in rows]
         return out

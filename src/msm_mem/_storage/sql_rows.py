@@ -14,7 +14,7 @@ __all__ = ["UPGRADABLE", "SqlRowDigests", "initial_meta", "schema_problem"]
 
 _PREFIX = "rows:"
 #: store schemas :meth:`SqlRowDigests.upgrade_rows` brings to the current one
-UPGRADABLE = frozenset({"1"})
+UPGRADABLE = frozenset({"1", "2"})
 
 
 def schema_problem(found: str | None, current: str, upgrading: bool) -> str:
@@ -22,8 +22,9 @@ def schema_problem(found: str | None, current: str, upgrading: bool) -> str:
     if found == current or (upgrading and found in UPGRADABLE):
         return ""
     if found in UPGRADABLE:
+        before = "before row digests" if found == "1" else "before tenants"
         return (
-            f"store schema {found} was made by an older msm-mem (before row digests); upgrade it once, as an"
+            f"store schema {found} was made by an older msm-mem ({before}); upgrade it once, as an"
             f" admin (audited): msm-mem store upgrade DIR (MsmMem.upgrade)"
         )
     return f"store schema {found!r} is not one this msm-mem reads (expected {current})"
@@ -53,7 +54,11 @@ class SqlRowDigests(SqlCore):
 
     def _stored_digests(self) -> dict[str, TableDigest]:
         """The sums ``meta`` holds (call inside the write transaction to read the latest)."""
-        rows = dict(self._q("SELECT key, value FROM meta WHERE key LIKE 'rows:%'").fetchall())
+        rows = dict(
+            self._q(
+                "SELECT key, value FROM meta WHERE tenant = ? AND substr(key, 1, 5) = 'rows:'", (self.tenant,)
+            ).fetchall()
+        )
         missing = [t for t in DIGEST_TABLES if _PREFIX + t not in rows]
         if missing:
             raise StoreError(f"meta lacks the row digests of {missing} (a store made before them: upgrade it)")
@@ -70,7 +75,10 @@ class SqlRowDigests(SqlCore):
     def _digest_save(self, digest: RowDigest) -> None:
         result = digest.result()
         for table in sorted(digest.changed):
-            self._q("UPDATE meta SET value = ? WHERE key = ?", (result[table].meta_value(), _PREFIX + table))
+            self._q(
+                "UPDATE meta SET value = ? WHERE tenant = ? AND key = ?",
+                (result[table].meta_value(), self.tenant, _PREFIX + table),
+            )
 
     def _digest_rows(self, table: str, ids: Sequence[str]) -> list[Any]:
         """The digested columns of the rows of ``ids`` that exist (inside the transaction)."""
@@ -79,7 +87,10 @@ class SqlRowDigests(SqlCore):
         for start in range(0, len(unique), ID_CHUNK):
             part = unique[start : start + ID_CHUNK]
             marks = ",".join("?" * len(part))
-            found += self._q(f"SELECT {select_columns(table)} FROM {table} WHERE id IN ({marks})", part).fetchall()
+            found += self._q(
+                f"SELECT {select_columns(table)} FROM {table} WHERE tenant = ? AND id IN ({marks})",
+                (self.tenant, *part),
+            ).fetchall()
         return found
 
     def _track(
@@ -96,10 +107,11 @@ class SqlRowDigests(SqlCore):
         for table in DIGEST_TABLES:
             after: tuple[str, ...] = ()  # the first page has no bound: a row with id '' counts too
             while True:
-                where = "WHERE id > ?" if after else ""
+                where = " AND id > ?" if after else ""
                 with self._db():
                     rows = self._q(
-                        f"SELECT {select_columns(table)} FROM {table} {where} ORDER BY id LIMIT {PAGE}", after
+                        f"SELECT {select_columns(table)} FROM {table} WHERE tenant = ?{where} ORDER BY id LIMIT {PAGE}",
+                        (self.tenant, *after),
                     ).fetchall()
                 digest.add(table, rows)
                 if len(rows) < PAGE:

@@ -9,7 +9,7 @@ from .._errors import NotFound
 from .._tier_records import Claim, ConsentRecord, Entity, Relationship, StmItem, StmState
 from . import tier_rows as g
 from .base import AUDIT_PAGE_ROWS
-from .sql_core import SqlCore
+from .sql_core import UPSERT_META, SqlCore
 
 __all__ = ["GENESIS", "SqlTiers"]
 
@@ -31,7 +31,8 @@ class SqlTiers(SqlCore):
         expires_before: float | None = None,
         created_before: float | None = None,
     ) -> list[StmItem]:
-        where, args = [], []
+        where: list[str] = ["tenant = ?"]
+        args: list[object] = [self.tenant]
         for clause, value in (
             ("patient_id = ?", patient_id),
             ("state = ?", state.value if state else None),
@@ -41,26 +42,27 @@ class SqlTiers(SqlCore):
             if value is not None:
                 where.append(clause)
                 args.append(value)
-        sql = "SELECT * FROM stm" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created_at, id"
+        sql = "SELECT * FROM stm WHERE " + " AND ".join(where) + " ORDER BY created_at, id"
         return self._select(sql, args, g.stm_from_row)
 
     def claims_active(self, patient_id: str, key: str | None = None) -> list[Claim]:
         if key is None:
             return self._select(
-                "SELECT * FROM claims WHERE patient_id = ? AND state = 'active' ORDER BY key",
-                (patient_id,),
+                "SELECT * FROM claims WHERE tenant = ? AND patient_id = ? AND state = 'active' ORDER BY key",
+                (self.tenant, patient_id),
                 g.claim_from_row,
             )
         return self._select(
-            "SELECT * FROM claims WHERE patient_id = ? AND key = ? AND state = 'active'",
-            (patient_id, key),
+            "SELECT * FROM claims WHERE tenant = ? AND patient_id = ? AND key = ? AND state = 'active'",
+            (self.tenant, patient_id, key),
             g.claim_from_row,
         )
 
     def claim_history(self, patient_id: str, key: str) -> list[Claim]:
         return self._select(
-            f"SELECT * FROM claims WHERE patient_id = ? AND key = ? ORDER BY created_at, {self.ORDER['claims']}",
-            (patient_id, key),
+            "SELECT * FROM claims WHERE tenant = ? AND patient_id = ? AND key = ?"
+            f" ORDER BY created_at, {self.ORDER['claims']}",
+            (self.tenant, patient_id, key),
             g.claim_from_row,
         )
 
@@ -71,8 +73,8 @@ class SqlTiers(SqlCore):
         """A patient's ACTIVE entities, oldest first (the caller may cache them)."""
         return self._select(
             "SELECT id, patient_id, type, name, created_at, state FROM entities"
-            f" WHERE patient_id = ? AND state = 'active' ORDER BY created_at, {self.ORDER['entities']}",
-            (patient_id,),
+            f" WHERE tenant = ? AND patient_id = ? AND state = 'active' ORDER BY created_at, {self.ORDER['entities']}",
+            (self.tenant, patient_id),
             g.entity_from_row,
         )
 
@@ -83,8 +85,9 @@ class SqlTiers(SqlCore):
         with self._db():
             rows = self._q(
                 "SELECT id, patient_id, source_id, target_id, type, created_at, state FROM relationships"
-                f" WHERE patient_id = ? AND state = 'active' ORDER BY created_at, {self.ORDER['relationships']}",
-                (patient_id,),
+                " WHERE tenant = ? AND patient_id = ? AND state = 'active'"
+                f" ORDER BY created_at, {self.ORDER['relationships']}",
+                (self.tenant, patient_id),
             ).fetchall()
         return [g.relationship_from_row(row) for row in rows]
 
@@ -92,10 +95,13 @@ class SqlTiers(SqlCore):
         """Consent records of a patient and of every patient (``*``), or all (the caller may cache them)."""
         with self._db():
             if patient_id is None:
-                rows = self._q("SELECT * FROM consents ORDER BY created_at, id").fetchall()
+                rows = self._q(
+                    "SELECT * FROM consents WHERE tenant = ? ORDER BY created_at, id", (self.tenant,)
+                ).fetchall()
             else:
                 rows = self._q(
-                    "SELECT * FROM consents WHERE patient_id IN (?, '*') ORDER BY created_at, id", (patient_id,)
+                    "SELECT * FROM consents WHERE tenant = ? AND patient_id IN (?, '*') ORDER BY created_at, id",
+                    (self.tenant, patient_id),
                 ).fetchall()
         return [g.consent_from_row(row) for row in rows]
 
@@ -106,7 +112,7 @@ class SqlTiers(SqlCore):
 
     def audit_base(self) -> tuple[int, str]:
         with self._db():
-            row = self._q("SELECT value FROM meta WHERE key = 'audit_base'").fetchone()
+            row = self._q("SELECT value FROM meta WHERE tenant = ? AND key = 'audit_base'", (self.tenant,)).fetchone()
         if row is None:
             return 0, GENESIS
         seq, digest = str(row[0]).split(":", 1)
@@ -114,7 +120,9 @@ class SqlTiers(SqlCore):
 
     def audit_head(self) -> tuple[int, str]:
         with self._db():
-            row = self._q("SELECT seq, event_hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+            row = self._q(
+                "SELECT seq, event_hash FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1", (self.tenant,)
+            ).fetchone()
             return (int(row[0]), str(row[1])) if row else self.audit_base()
 
     def iter_audit_batches(self, start_seq: int = 1) -> Iterator[list[tuple[int, bytes, str]]]:
@@ -122,8 +130,8 @@ class SqlTiers(SqlCore):
         while True:
             with self._db():  # held for one page at a time, so a long verification never blocks writers
                 rows: list[tuple[int, bytes, str]] = self._q(
-                    "SELECT seq, payload, event_hash FROM audit WHERE seq >= ? ORDER BY seq LIMIT ?",
-                    (seq, AUDIT_PAGE_ROWS),
+                    "SELECT seq, payload, event_hash FROM audit WHERE tenant = ? AND seq >= ? ORDER BY seq LIMIT ?",
+                    (self.tenant, seq, AUDIT_PAGE_ROWS),
                 ).fetchall()
             if rows:
                 yield rows
@@ -134,14 +142,13 @@ class SqlTiers(SqlCore):
     def audit_purge(self, through_seq: int) -> int:
         """The one way audit rows leave the store: retention (the caller checks the period)."""
         with self._db():
-            row = self._q("SELECT event_hash FROM audit WHERE seq = ?", (through_seq,)).fetchone()
+            row = self._q(
+                "SELECT event_hash FROM audit WHERE tenant = ? AND seq = ?", (self.tenant, through_seq)
+            ).fetchone()
             if row is None:
                 raise NotFound(f"no audit event {through_seq}")
             with self._transaction():
-                cur = self._q("DELETE FROM audit WHERE seq <= ?", (through_seq,))
+                cur = self._q("DELETE FROM audit WHERE tenant = ? AND seq <= ?", (self.tenant, through_seq))
                 deleted = int(cur.rowcount)
-                self._q(
-                    "INSERT INTO meta VALUES ('audit_base', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (f"{through_seq}:{row[0]}",),
-                )
+                self._q(UPSERT_META, ("audit_base", f"{through_seq}:{row[0]}", self.tenant))
             return deleted

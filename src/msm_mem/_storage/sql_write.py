@@ -25,7 +25,7 @@ from .base import AuditChainer, VectorKind
 from .batch import StateChange, WriteBatch
 from .guard import check_batch
 from .row_digest import RowDigest
-from .sql_core import ID_CHUNK, CommitLost
+from .sql_core import ID_CHUNK, UPSERT_META, CommitLost, insert_sql
 from .sql_rows import SqlRowDigests
 
 __all__ = ["Moved", "SqlWriter"]
@@ -80,7 +80,9 @@ class SqlWriter(SqlRowDigests):
         unreachable: tuple[type[Exception], ...] = (StoreError, *self.DISCONNECTED)
         try:
             self._reconnect_after_loss()
-            found = None if last is None else self._q("SELECT event_hash FROM audit WHERE seq = ?", (last.seq,))
+            found = None
+            if last is not None:
+                found = self._q("SELECT event_hash FROM audit WHERE tenant = ? AND seq = ?", (self.tenant, last.seq))
             row = None if found is None else found.fetchone()
         except unreachable as exc:
             where = f" (its audit event would be seq {last.seq})" if last is not None else ""
@@ -127,31 +129,43 @@ class SqlWriter(SqlRowDigests):
         reencode: Callable[[str, str, str], str | None],
         *,
         before_commit: Callable[[], None],
+        check: Callable[[], None] | None = None,
     ) -> int:
-        """Bring a store of an older schema to the current one in one transaction: each visual
-        tag for which ``reencode(visual_id, patient_id, stored)`` returns a new stored form is
-        replaced (clear text encrypted), the row digests are computed from the rows, the
-        schema is recorded, the audit rows of ``chain`` appended and ``before_commit`` run.
-        Any error rolls all of it back. Returns the number of tags replaced."""
+        """Bring a store of an older schema to the current one in one transaction: the tables
+        get the tenant column (:meth:`_add_tenant`, every row the store's tenant's), ``check``
+        runs (the audit layer verifies the chain there), each visual tag for which
+        ``reencode(visual_id, patient_id, stored)`` returns a new stored form is replaced
+        (clear text encrypted), the row digests are computed from the rows, the schema is
+        recorded, the audit rows of ``chain`` appended and ``before_commit`` run. Any error
+        rolls all of it back. Returns the number of tags replaced."""
         if self.schema_version == self.CURRENT_SCHEMA:
             raise StoreError(f"the store is at schema {self.CURRENT_SCHEMA} already: nothing to upgrade")
+        t = self.tenant
         with self._db():
             with self._transaction():
                 found = self._q("SELECT value FROM meta WHERE key = 'schema'").fetchone()
                 if found is None or found[0] == self.CURRENT_SCHEMA:
                     raise StoreError("the store was upgraded meanwhile (by another process): nothing to do")
-                tags = self._q("SELECT id, patient_id, visual_tag FROM visual").fetchall()
-                new = [(value, rid) for rid, pid, tag in tags if (value := reencode(rid, pid, tag)) is not None]
+                self._add_tenant()
+                if check is not None:
+                    check()
+                tags = self._q("SELECT id, patient_id, visual_tag FROM visual WHERE tenant = ?", (t,)).fetchall()
+                new = [(value, t, rid) for rid, pid, tag in tags if (value := reencode(rid, pid, tag)) is not None]
                 if new:
-                    self._many("UPDATE visual SET visual_tag = ? WHERE id = ?", new)
-                meta = [(f"rows:{t}", d.meta_value()) for t, d in self.computed_row_digests().items()]
-                meta.append(("schema", self.CURRENT_SCHEMA))
-                upsert = "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-                self._many(upsert, meta)
+                    self._many("UPDATE visual SET visual_tag = ? WHERE tenant = ? AND id = ?", new)
+                meta = [(f"rows:{name}", d.meta_value(), t) for name, d in self.computed_row_digests().items()]
+                meta += [("schema", self.CURRENT_SCHEMA, t), ("store_id", self.store_id, t)]
+                self._many(UPSERT_META, meta)
+                self._q("DELETE FROM meta WHERE tenant = ? AND key = 'tenant'", (t,))  # now store_id
                 self._append_audit(chain(*self.audit_head()))
                 before_commit()
             self.schema_version = self.CURRENT_SCHEMA
         return len(new)
+
+    def _add_tenant(self) -> None:
+        """Inside the upgrade's transaction: give every table of a store of schema 1 or 2 the
+        tenant column, its rows the store's tenant's, and the keys of schema 3."""
+        raise NotImplementedError
 
     def _apply(self, batch: WriteBatch, chain: AuditChainer | None = None) -> list[Moved]:
         # read under the write lock: the key table, the positions and the audit head are what
@@ -168,7 +182,7 @@ class SqlWriter(SqlRowDigests):
         )
         for kind, rows in vectors:
             if rows:
-                self._many(f"INSERT INTO {kind} VALUES ({_marks(len(rows[0]))})", self._vector_rows(kind, rows))
+                self._many(insert_sql(kind), [(*row, self.tenant) for row in self._vector_rows(kind, rows)])
                 self._vectors_added(kind, pos[kind], rows)
                 d.add_full(kind, rows)
         moved = [m for c in batch.changes if (m := self._apply_change(c, d)) is not None]
@@ -181,11 +195,14 @@ class SqlWriter(SqlRowDigests):
         )
         for table, rows in inserts:
             if rows:
-                self._many(f"INSERT INTO {table} VALUES ({_marks(len(rows[0]))})", rows)
+                self._many(insert_sql(table), [(*row, self.tenant) for row in rows])
                 d.add_full(table, rows)
         for consent_id, when in batch.revocations:
             done = self._track(d, "consents", [consent_id])
-            cur = self._q("UPDATE consents SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (when, consent_id))
+            cur = self._q(
+                "UPDATE consents SET revoked_at = ? WHERE tenant = ? AND id = ? AND revoked_at IS NULL",
+                (when, self.tenant, consent_id),
+            )
             if cur.rowcount != 1:
                 raise NotFound(f"no unrevoked consent {consent_id!r}")
             done()
@@ -211,7 +228,8 @@ class SqlWriter(SqlRowDigests):
         table = c.table
         vector = table in ("episodic", "visual")
         row = self._q(
-            f"SELECT patient_id, state{', pos' if vector else ''} FROM {table} WHERE id = ?", (c.record_id,)
+            f"SELECT patient_id, state{', pos' if vector else ''} FROM {table} WHERE tenant = ? AND id = ?",
+            (self.tenant, c.record_id),
         ).fetchone()
         if row is None:
             raise NotFound(f"no {table} record {c.record_id!r}")
@@ -220,7 +238,9 @@ class SqlWriter(SqlRowDigests):
         sets = r.change_sets(c, row[0], self._codec)
         assignments = ", ".join(f"{k} = ?" for k in sets)
         done = self._track(d, table, [c.record_id], [str(sets["id"])])
-        self._q(f"UPDATE {table} SET {assignments} WHERE id = ?", (*sets.values(), c.record_id))
+        self._q(
+            f"UPDATE {table} SET {assignments} WHERE tenant = ? AND id = ?", (*sets.values(), self.tenant, c.record_id)
+        )
         done()
         if not vector:
             return None
@@ -246,7 +266,7 @@ class SqlWriter(SqlRowDigests):
                 )
             rows.append(g.stm_to_row(item, self._codec))
         if rows:
-            self._many("INSERT INTO stm VALUES (?,?,?,?,?,?,?,?,?)", rows)
+            self._many(insert_sql("stm"), [(*row, self.tenant) for row in rows])
             d.add_full("stm", rows)
         done = self._track(d, "stm", list(changes))
         for c in changes.values():
@@ -258,16 +278,19 @@ class SqlWriter(SqlRowDigests):
             if c.purge:
                 sets.append("payload = '', z = NULL")
             if c.payload is not None:  # the content's AAD binds the item's patient
-                owner = self._q("SELECT patient_id FROM stm WHERE id = ?", (c.item_id,)).fetchone()
+                owner = self._q(
+                    "SELECT patient_id FROM stm WHERE tenant = ? AND id = ?", (self.tenant, c.item_id)
+                ).fetchone()
                 if owner is None:
                     raise NotFound(f"no short-term item {c.item_id!r}")
                 sets.append("payload = ?")
                 args.append(self._codec.encode("stm", c.item_id, "payload", owner[0], c.payload.to_json()))
             cur = self._q(
-                f"UPDATE stm SET {', '.join(sets)} WHERE id = ? AND state = ?", (*args, c.item_id, c.expect.value)
+                f"UPDATE stm SET {', '.join(sets)} WHERE tenant = ? AND id = ? AND state = ?",
+                (*args, self.tenant, c.item_id, c.expect.value),
             )
             if cur.rowcount != 1:
-                row = self._q("SELECT state FROM stm WHERE id = ?", (c.item_id,)).fetchone()
+                row = self._q("SELECT state FROM stm WHERE tenant = ? AND id = ?", (self.tenant, c.item_id)).fetchone()
                 if row is None:
                     raise NotFound(f"no short-term item {c.item_id!r}")
                 raise IllegalTransition(f"short-term item {c.item_id!r} is {row[0]}, expected {c.expect.value}")
@@ -277,13 +300,13 @@ class SqlWriter(SqlRowDigests):
         """Append rows that continue the stored chain; a stored row is never written again."""
         if not audit:
             return
-        row = self._q("SELECT seq FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+        row = self._q("SELECT seq FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1", (self.tenant,)).fetchone()
         head_seq = int(row[0]) if row else self.audit_base()[0]
         if audit[0].seq <= head_seq:
             raise IllegalTransition(f"the audit tier is append-only: seq {audit[0].seq} is stored already")
         if audit[0].seq != head_seq + 1 or any(b.seq != a.seq + 1 for a, b in zip(audit, audit[1:], strict=False)):
             raise InvalidInput(f"audit rows must continue the chain at seq {head_seq + 1}")
-        self._many("INSERT INTO audit VALUES (?, ?, ?)", [(x.seq, x.payload, x.event_hash) for x in audit])
+        self._many(insert_sql("audit"), [(x.seq, x.payload, x.event_hash, self.tenant) for x in audit])
 
     def _insert_versions(
         self,
@@ -304,6 +327,7 @@ class SqlWriter(SqlRowDigests):
         """
         if not versions:
             return
+        tenant: str = self.tenant
 
         def ident(v: V) -> str:
             return v.state_id if isinstance(v, SemanticState) else v.claim_id
@@ -332,8 +356,8 @@ class SqlWriter(SqlRowDigests):
                 part = stored[start : start + ID_CHUNK]
                 rows = self._q(
                     f"SELECT id, patient_id, {key_column} FROM {table}"
-                    f" WHERE state = 'active' AND id IN ({_marks(len(part))})",
-                    part,
+                    f" WHERE tenant = ? AND state = 'active' AND id IN ({_marks(len(part))})",
+                    [tenant] + part,  # noqa: RUF005 (mypy cannot type a starred list in this generic function)
                 )
                 found.update((row[0], (row[1], row[2])) for row in rows)
             for old in stored:
@@ -342,12 +366,15 @@ class SqlWriter(SqlRowDigests):
                     raise IllegalTransition(f"{table} version {old!r} is not the active version of this key")
             if stored:
                 done = self._track(d, table, stored)
-                self._many(f"UPDATE {table} SET state = 'superseded' WHERE id = ?", [(old,) for old in stored])
+                self._many(
+                    f"UPDATE {table} SET state = 'superseded' WHERE tenant = ? AND id = ?",
+                    [(tenant, old) for old in stored],
+                )
                 done()
             versions = [replace(v, state=State.SUPERSEDED) if ident(v) in wanted else v for v in versions]
         new_rows = [to_row(v) for v in versions]
         try:
-            self._many(f"INSERT INTO {table} VALUES ({_marks(len(new_rows[0]))})", new_rows)
+            self._many(insert_sql(table), [new + (tenant,) for new in new_rows])  # noqa: RUF005 (as above)
         except self.INTEGRITY_ERROR as exc:
             raise IllegalTransition(
                 f"a {table} key already has an active version; a new version must supersede it ({exc})"

@@ -15,6 +15,10 @@ from ..tier_rows import wrapped_key_from_row
 
 __all__ = ["PgKeyTable"]
 
+_INSERT_KEY = (
+    "INSERT INTO keys (key_id, patient_ref, kek_id, wrapped, created_at, shredded, tenant)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+)
 Db = Callable[[], AbstractContextManager["psycopg.Connection[Any]"]]
 
 
@@ -30,8 +34,9 @@ class PgKeyTable:
     transaction is cached.
     """
 
-    def __init__(self, db: Db) -> None:
+    def __init__(self, db: Db, tenant: str) -> None:
         self._db = db  # the store's _db(): the connection under its lock, StoreError once closed
+        self._tenant = tenant
         self._by_patient: dict[str, WrappedKey] = {}
         self._by_id: dict[str, WrappedKey] = {}
         self._uncommitted = False  # a key was written inside a transaction since the last sync
@@ -48,7 +53,9 @@ class PgKeyTable:
         with self._db() as conn:
             if value in cache:
                 return cache[value]
-            row = conn.execute(f"SELECT * FROM keys WHERE {where} = %s", (value,)).fetchone()
+            row = conn.execute(
+                f"SELECT * FROM keys WHERE tenant = %s AND {where} = %s", (self._tenant, value)
+            ).fetchone()
             key = None if row is None else wrapped_key_from_row(row)
             if key is not None and not (self._uncommitted and self._in_transaction(conn)):
                 cache[value] = key  # committed already: no rollback can take it back
@@ -78,12 +85,12 @@ class PgKeyTable:
                 if not key.shredded:
                     conn.execute(
                         "UPDATE keys SET kek_id = %s, wrapped = %s"
-                        " WHERE key_id = %s AND patient_ref = %s AND NOT shredded",
-                        (key.kek_id, key.wrapped, key.key_id, key.patient_ref),
+                        " WHERE tenant = %s AND key_id = %s AND patient_ref = %s AND NOT shredded",
+                        (key.kek_id, key.wrapped, self._tenant, key.key_id, key.patient_ref),
                     )
                 conn.execute(
-                    "INSERT INTO keys VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    (key.key_id, key.patient_ref, key.kek_id, key.wrapped, key.created_at, key.shredded),
+                    _INSERT_KEY,
+                    (key.key_id, key.patient_ref, key.kek_id, key.wrapped, key.created_at, key.shredded, self._tenant),
                 )
 
     def shred(self, patient_ref: str) -> None:
@@ -91,29 +98,37 @@ class PgKeyTable:
         with self._db() as conn:
             self._forget(conn, patient_ref)
             with conn.transaction():
+                t = self._tenant
                 row = conn.execute(
-                    "SELECT key_id FROM keys WHERE patient_ref = %s FOR UPDATE", (patient_ref,)
+                    "SELECT key_id FROM keys WHERE tenant = %s AND patient_ref = %s FOR UPDATE", (t, patient_ref)
                 ).fetchone()
                 if row is not None:
-                    conn.execute("UPDATE keys SET wrapped = '\\x'::bytea, shredded = TRUE WHERE key_id = %s", (row[0],))
-                    conn.execute("DELETE FROM pseudonyms WHERE key_id = %s", (row[0],))
+                    conn.execute(
+                        "UPDATE keys SET wrapped = '\\x'::bytea, shredded = TRUE WHERE tenant = %s AND key_id = %s",
+                        (t, row[0]),
+                    )
+                    conn.execute("DELETE FROM pseudonyms WHERE tenant = %s AND key_id = %s", (t, row[0]))
 
     def all(self) -> list[WrappedKey]:
         with self._db() as conn:
-            return [wrapped_key_from_row(r) for r in conn.execute("SELECT * FROM keys ORDER BY created_at, key_id")]
+            rows = conn.execute("SELECT * FROM keys WHERE tenant = %s ORDER BY created_at, key_id", (self._tenant,))
+            return [wrapped_key_from_row(r) for r in rows]
 
     def pseudonym(self, key_id: str) -> tuple[str, str] | None:
         """``(pseudonym, encrypted patient reference)`` of a key, or None."""
         with self._db() as conn:
-            row = conn.execute("SELECT pseudonym, token FROM pseudonyms WHERE key_id = %s", (key_id,)).fetchone()
+            row = conn.execute(
+                "SELECT pseudonym, token FROM pseudonyms WHERE tenant = %s AND key_id = %s", (self._tenant, key_id)
+            ).fetchone()
         return None if row is None else (row[0], row[1])
 
     def put_pseudonym(self, key_id: str, pseudonym: str, token: str) -> None:
         with self._db() as conn:
             try:
                 conn.execute(
-                    "INSERT INTO pseudonyms VALUES (%s, %s, %s) ON CONFLICT (key_id) DO NOTHING",
-                    (key_id, pseudonym, token),
+                    "INSERT INTO pseudonyms (key_id, pseudonym, token, tenant) VALUES (%s, %s, %s, %s)"
+                    " ON CONFLICT (tenant, key_id) DO NOTHING",
+                    (key_id, pseudonym, token, self._tenant),
                 )
             except psycopg.IntegrityError as exc:
                 raise InvalidInput(f"pseudonym refused by the store: {exc}") from exc

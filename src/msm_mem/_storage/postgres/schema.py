@@ -1,83 +1,118 @@
 """The server store's tables (PostgreSQL types, pgvector columns); the SQLite store's columns in
 the same order, plus a trailing ``ord`` identity column on ``semantic`` and ``claims`` standing
-in for SQLite's ``rowid`` (insertion order)."""
+in for SQLite's ``rowid`` (insertion order).
+
+Every table ends with ``tenant``, the distribution column: several tenants share the tables of
+one schema as separate stores, every primary and unique key leads with it, there are no
+foreign keys, and every statement names one tenant, so a Citus cluster can shard each table
+by it (docs/deploy.md, Citus; :func:`citus_ddl`).
+"""
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["FORMAT", "HNSW", "LIVE", "SCHEMA", "SCHEMA_VERSION", "TABLES"]
+__all__ = ["FORMAT", "HNSW", "INDEXES", "LIVE", "SCHEMA", "SCHEMA_VERSION", "TABLES", "citus_ddl"]
 
 FORMAT = "msm-mem-store"
-#: "1": before row digests (and, in stores of older versions, clear visual tags); such a store
-#: is upgraded by ``msm-mem store upgrade``. "2": row digests in meta (``rows:<table>``).
-SCHEMA_VERSION = "2"
+#: "1": before row digests (and, in stores of older versions, clear visual tags). "2": row
+#: digests in meta (``rows:<table>``). "3": a ``tenant`` column leading every key. Older stores
+#: are upgraded by ``msm-mem store upgrade``.
+SCHEMA_VERSION = "3"
 #: rows that searches return
 LIVE = "state IN ('active', 'anonymized')"
 
 _MEMORY = """
-CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE meta(key TEXT NOT NULL, value TEXT NOT NULL, tenant TEXT COLLATE "C" NOT NULL, PRIMARY KEY (tenant, key));
 CREATE TABLE episodic(
-  pos BIGINT PRIMARY KEY, id TEXT COLLATE "C" NOT NULL UNIQUE, patient_id TEXT COLLATE "C" NOT NULL,
+  pos BIGINT NOT NULL, id TEXT COLLATE "C" NOT NULL, patient_id TEXT COLLATE "C" NOT NULL,
   study_id TEXT COLLATE "C" NOT NULL, timestamp FLOAT8 NOT NULL, z vector({dim}) NOT NULL,
   question TEXT NOT NULL, answer TEXT NOT NULL, decision TEXT NOT NULL, media_path TEXT NOT NULL,
   media_description TEXT NOT NULL, state TEXT NOT NULL, confidence FLOAT8 NOT NULL,
   evidence_tier TEXT NOT NULL, source TEXT NOT NULL, created_at FLOAT8 NOT NULL, decay_at FLOAT8,
-  supersedes TEXT);
-CREATE INDEX episodic_patient ON episodic(patient_id, study_id);
+  supersedes TEXT, tenant TEXT COLLATE "C" NOT NULL, PRIMARY KEY (tenant, pos), UNIQUE (tenant, id));
 CREATE TABLE visual(
-  pos BIGINT PRIMARY KEY, id TEXT COLLATE "C" NOT NULL UNIQUE, patient_id TEXT COLLATE "C" NOT NULL,
+  pos BIGINT NOT NULL, id TEXT COLLATE "C" NOT NULL, patient_id TEXT COLLATE "C" NOT NULL,
   timestamp FLOAT8 NOT NULL, z vector({dim}) NOT NULL, media_path TEXT NOT NULL,
   visual_tag TEXT NOT NULL, source_episode_id TEXT NOT NULL, state TEXT NOT NULL,
   confidence FLOAT8 NOT NULL, evidence_tier TEXT NOT NULL, source TEXT NOT NULL,
-  created_at FLOAT8 NOT NULL, decay_at FLOAT8, supersedes TEXT);
-CREATE INDEX visual_patient ON visual(patient_id);
+  created_at FLOAT8 NOT NULL, decay_at FLOAT8, supersedes TEXT, tenant TEXT COLLATE "C" NOT NULL,
+  PRIMARY KEY (tenant, pos), UNIQUE (tenant, id));
 CREATE TABLE semantic(
-  id TEXT COLLATE "C" PRIMARY KEY, patient_id TEXT COLLATE "C" NOT NULL,
+  id TEXT COLLATE "C" NOT NULL, patient_id TEXT COLLATE "C" NOT NULL,
   category TEXT COLLATE "C" NOT NULL, version BIGINT NOT NULL, state TEXT NOT NULL,
   created_at FLOAT8 NOT NULL, supersedes TEXT, evidence_tier TEXT NOT NULL, impressions TEXT NOT NULL,
-  ord BIGINT GENERATED ALWAYS AS IDENTITY);
-CREATE UNIQUE INDEX semantic_one_active ON semantic(patient_id, category) WHERE state = 'active';
-CREATE INDEX semantic_key ON semantic(patient_id, category, version);
+  ord BIGINT GENERATED ALWAYS AS IDENTITY, tenant TEXT COLLATE "C" NOT NULL, PRIMARY KEY (tenant, id));
 """
 
 _TIERS = """
 CREATE TABLE stm(
-  id TEXT COLLATE "C" PRIMARY KEY, patient_id TEXT COLLATE "C" NOT NULL, kind TEXT NOT NULL,
+  id TEXT COLLATE "C" NOT NULL, patient_id TEXT COLLATE "C" NOT NULL, kind TEXT NOT NULL,
   payload TEXT NOT NULL, z BYTEA, created_at FLOAT8 NOT NULL, expires_at FLOAT8 NOT NULL,
-  state TEXT NOT NULL, actor TEXT NOT NULL);
-CREATE INDEX stm_state ON stm(state, expires_at);
-CREATE INDEX stm_patient ON stm(patient_id, state);
+  state TEXT NOT NULL, actor TEXT NOT NULL, tenant TEXT COLLATE "C" NOT NULL, PRIMARY KEY (tenant, id));
 CREATE TABLE claims(
-  id TEXT COLLATE "C" PRIMARY KEY, patient_id TEXT COLLATE "C" NOT NULL, key TEXT COLLATE "C" NOT NULL,
+  id TEXT COLLATE "C" NOT NULL, patient_id TEXT COLLATE "C" NOT NULL, key TEXT COLLATE "C" NOT NULL,
   content TEXT NOT NULL, source TEXT NOT NULL, confidence FLOAT8 NOT NULL,
   evidence_tier TEXT NOT NULL, state TEXT NOT NULL, supersedes TEXT, created_at FLOAT8 NOT NULL,
-  decay_at FLOAT8, ord BIGINT GENERATED ALWAYS AS IDENTITY);
-CREATE UNIQUE INDEX claims_one_active ON claims(patient_id, key) WHERE state = 'active';
-CREATE INDEX claims_decay ON claims(decay_at);
+  decay_at FLOAT8, ord BIGINT GENERATED ALWAYS AS IDENTITY, tenant TEXT COLLATE "C" NOT NULL,
+  PRIMARY KEY (tenant, id));
 CREATE TABLE entities(
-  id TEXT PRIMARY KEY, patient_id TEXT NOT NULL, type TEXT NOT NULL, name TEXT NOT NULL,
-  created_at FLOAT8 NOT NULL, state TEXT NOT NULL);
+  id TEXT NOT NULL, patient_id TEXT NOT NULL, type TEXT NOT NULL, name TEXT NOT NULL,
+  created_at FLOAT8 NOT NULL, state TEXT NOT NULL, tenant TEXT COLLATE "C" NOT NULL, PRIMARY KEY (tenant, id));
 CREATE TABLE relationships(
-  id TEXT PRIMARY KEY, patient_id TEXT NOT NULL, source_id TEXT NOT NULL, target_id TEXT NOT NULL,
-  type TEXT NOT NULL, created_at FLOAT8 NOT NULL, state TEXT NOT NULL);
+  id TEXT NOT NULL, patient_id TEXT NOT NULL, source_id TEXT NOT NULL, target_id TEXT NOT NULL,
+  type TEXT NOT NULL, created_at FLOAT8 NOT NULL, state TEXT NOT NULL, tenant TEXT COLLATE "C" NOT NULL,
+  PRIMARY KEY (tenant, id));
 CREATE TABLE consents(
-  id TEXT COLLATE "C" PRIMARY KEY, patient_id TEXT NOT NULL, grantee TEXT NOT NULL,
+  id TEXT COLLATE "C" NOT NULL, patient_id TEXT NOT NULL, grantee TEXT NOT NULL,
   purpose TEXT NOT NULL, decision TEXT NOT NULL, data_classes TEXT NOT NULL, start FLOAT8 NOT NULL,
-  "end" FLOAT8, created_at FLOAT8 NOT NULL, revoked_at FLOAT8);
-CREATE INDEX consents_patient ON consents(patient_id);
-CREATE TABLE audit(seq BIGINT PRIMARY KEY, payload BYTEA NOT NULL, event_hash TEXT NOT NULL);
+  "end" FLOAT8, created_at FLOAT8 NOT NULL, revoked_at FLOAT8, tenant TEXT COLLATE "C" NOT NULL,
+  PRIMARY KEY (tenant, id));
+CREATE TABLE audit(
+  seq BIGINT NOT NULL, payload BYTEA NOT NULL, event_hash TEXT NOT NULL, tenant TEXT COLLATE "C" NOT NULL,
+  PRIMARY KEY (tenant, seq));
 CREATE TABLE keys(
-  key_id TEXT PRIMARY KEY, patient_ref TEXT NOT NULL UNIQUE, kek_id TEXT NOT NULL,
-  wrapped BYTEA NOT NULL, created_at FLOAT8 NOT NULL, shredded BOOLEAN NOT NULL);
-CREATE TABLE pseudonyms(key_id TEXT PRIMARY KEY, pseudonym TEXT NOT NULL UNIQUE, token TEXT NOT NULL);
-CREATE INDEX episodic_decay ON episodic(decay_at);
-CREATE INDEX visual_decay ON visual(decay_at);
+  key_id TEXT NOT NULL, patient_ref TEXT NOT NULL, kek_id TEXT NOT NULL, wrapped BYTEA NOT NULL,
+  created_at FLOAT8 NOT NULL, shredded BOOLEAN NOT NULL, tenant TEXT COLLATE "C" NOT NULL,
+  PRIMARY KEY (tenant, key_id), UNIQUE (tenant, patient_ref));
+CREATE TABLE pseudonyms(
+  key_id TEXT NOT NULL, pseudonym TEXT NOT NULL, token TEXT NOT NULL, tenant TEXT COLLATE "C" NOT NULL,
+  PRIMARY KEY (tenant, key_id), UNIQUE (tenant, pseudonym));
+"""
+
+#: the secondary indexes (each leads with the tenant), created with the tables
+INDEXES = """
+CREATE INDEX episodic_patient ON episodic(tenant, patient_id, study_id);
+CREATE INDEX visual_patient ON visual(tenant, patient_id);
+CREATE UNIQUE INDEX semantic_one_active ON semantic(tenant, patient_id, category) WHERE state = 'active';
+CREATE INDEX semantic_key ON semantic(tenant, patient_id, category, version);
+CREATE INDEX stm_state ON stm(tenant, state, expires_at);
+CREATE INDEX stm_patient ON stm(tenant, patient_id, state);
+CREATE UNIQUE INDEX claims_one_active ON claims(tenant, patient_id, key) WHERE state = 'active';
+CREATE INDEX claims_decay ON claims(tenant, decay_at);
+CREATE INDEX consents_patient ON consents(tenant, patient_id);
+CREATE INDEX episodic_decay ON episodic(tenant, decay_at);
+CREATE INDEX visual_decay ON visual(tenant, decay_at);
 """
 
 #: every table of a store, created at once (``{dim}``: the vector dimension)
-SCHEMA = _MEMORY + _TIERS
-#: the names of the tables of a store
-TABLES = frozenset(re.findall(r"CREATE TABLE (\w+)\(", SCHEMA))
+SCHEMA = _MEMORY + _TIERS + INDEXES
+#: the names of the tables of a store, in the order they are created
+TABLES: tuple[str, ...] = tuple(re.findall(r"CREATE TABLE (\w+)\(", SCHEMA))
 #: the partial HNSW index of one vector kind (live rows only), for approximate population search
 HNSW = "CREATE INDEX IF NOT EXISTS {kind}_hnsw ON {kind} USING hnsw (z vector_ip_ops) WHERE " + LIVE + ";"
+#: the table every other one is colocated with on a Citus cluster
+_ANCHOR = "meta"
+
+
+def citus_ddl() -> str:
+    """The statements that distribute every table of a store by ``tenant`` on a Citus cluster,
+    all colocated (a tenant's rows of every table on one shard group). Run once, as the
+    cluster's owner, on the coordinator, in the store's schema, before any row is written."""
+    lines = [f"SELECT create_distributed_table('{_ANCHOR}', 'tenant');"]
+    lines += [
+        f"SELECT create_distributed_table('{t}', 'tenant', colocate_with => '{_ANCHOR}');"
+        for t in TABLES
+        if t != _ANCHOR
+    ]
+    return "\n".join(lines) + "\n"

@@ -53,20 +53,22 @@ from psycopg import sql
 
 from ..._errors import InvalidInput, StoreError
 from ..._records import Vector
+from ..._settings import DEFAULT_TENANT, check_tenant
 from ..base import VectorKind
 from ..codec import FieldCodec
 from ..rows import EPISODIC_COLUMNS, VISUAL_COLUMNS, check_vector
-from ..sql_core import CommitLost, Rows
+from ..sql_core import CommitLost, Rows, insert_sql
 from ..sql_rows import initial_meta, schema_problem
 from ..sql_store import SqlStore
 from .keys import PgKeyTable
 from .pgvector import Vec, connect, use_schema, vector_schema
 from .schema import FORMAT, HNSW, LIVE, SCHEMA, SCHEMA_VERSION, TABLES
+from .tenancy import add_tenant, check_new_tenant, delete_tenant, has_tenant_column, read_meta
 
 __all__ = ["PostgresStore"]
 
 HNSW_MAX_DIM = 2000
-_KINDS = ("episodic", "visual")
+_KINDS: tuple[VectorKind, ...] = ("episodic", "visual")
 PopulationSearch = Literal["exact", "hnsw"]
 
 
@@ -109,6 +111,7 @@ class PostgresStore(SqlStore):
         schema: str,
         codec: FieldCodec | None = None,
         population_search: PopulationSearch = "exact",
+        tenant: str = DEFAULT_TENANT,
     ) -> None:
         if population_search not in ("exact", "hnsw"):
             raise InvalidInput(f"population_search must be 'exact' or 'hnsw', got {population_search!r}")
@@ -122,21 +125,23 @@ class PostgresStore(SqlStore):
         self._dsn: str | None = None  # set by create/open: where to reconnect
         self._init_codec(codec)
         use_schema(conn, schema)
-        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        if "tenant" not in meta:
-            # a store made before stores had a tenant gets one now: no ciphertext can be bound
-            # to it yet (the governed API could not open such a store)
-            conn.execute("INSERT INTO meta VALUES ('tenant', %s) ON CONFLICT (key) DO NOTHING", (uuid.uuid4().hex,))
-            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        self.tenant = check_tenant(tenant)
+        # schema 1 or 2 (opened for its upgrade only): no tenant column yet
+        self._legacy = not has_tenant_column(conn)
+        meta = read_meta(conn, self.tenant, self._legacy)
+        if "dim" not in meta:
+            raise StoreError(f"schema {schema!r} holds no store of tenant {self.tenant!r}")
         self.dim = int(meta["dim"])
         self.encoder_name = meta["encoder"]
-        self.tenant = meta["tenant"]
+        # a store made before stores had an id gets one in its upgrade (no ciphertext can be
+        # bound to it yet: the governed API could not open such a store); "tenant" before schema 3
+        self.store_id = meta.get("store_id") or meta.get("tenant") or uuid.uuid4().hex
         self.schema_version = meta.get("schema", "")
         self._approximate = self._approximate and self.dim <= HNSW_MAX_DIM
         if self._approximate:
             for kind in _KINDS:
                 conn.execute(HNSW.format(kind=kind).encode())
-        self._keys = PgKeyTable(self._db)
+        self._keys = PgKeyTable(self._db, self.tenant)
 
     # opening ------------------------------------------------------------------------------
 
@@ -150,14 +155,18 @@ class PostgresStore(SqlStore):
         codec: FieldCodec | None = None,
         schema: str = "msm_mem",
         population_search: PopulationSearch = "exact",
+        tenant: str = DEFAULT_TENANT,
     ) -> PostgresStore:
-        """Create a new store in ``schema`` (created if needed; must not hold a store).
+        """Create a new store of ``tenant`` in ``schema`` (created if needed; its tables too,
+        unless other tenants' stores have made them).
 
         Installs the pgvector extension when the database lacks it (that needs the privilege
         to create extensions). Raises :class:`StoreError` when the schema already holds a
-        store or tables of the same names, or the server cannot be reached. PHI fields are
-        refused until an encrypting ``codec`` is given here or to :meth:`use_codec`.
+        store of the tenant, tables of an older schema or of other vector sizes, or the server
+        cannot be reached. PHI fields are refused until an encrypting ``codec`` is given here
+        or to :meth:`use_codec`.
         """
+        check_tenant(tenant)
         if not isinstance(dim, int) or dim < 1:
             raise InvalidInput(f"dim must be a positive integer, got {dim!r}")
         conn = connect(dsn)
@@ -168,20 +177,16 @@ class PostgresStore(SqlStore):
             with conn.transaction():
                 conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
                 meta = f"{ident.as_string(conn)}.meta"
-                if conn.execute("SELECT to_regclass(%s)", (meta,)).fetchone() != (None,):
-                    raise StoreError(f"schema {schema!r} already holds a store")
+                exists = conn.execute("SELECT to_regclass(%s)", (meta,)).fetchone() != (None,)
                 conn.execute(sql.SQL("SET LOCAL search_path TO {}, {}").format(ident, ext))
-                conn.execute(SCHEMA.format(dim=dim).encode())
-                rows = [
-                    ("format", FORMAT),
-                    ("schema", SCHEMA_VERSION),
-                    ("dim", str(dim)),
-                    ("encoder", encoder),
-                    ("tenant", uuid.uuid4().hex),
-                    *initial_meta(),
-                ]
-                conn.cursor().executemany("INSERT INTO meta VALUES (%s, %s)", rows)
-            store = cls(conn, schema, codec, population_search)
+                if exists:
+                    check_new_tenant(conn, schema, tenant, dim)
+                else:
+                    conn.execute(SCHEMA.format(dim=dim).encode())
+                rows = [("format", FORMAT), ("schema", SCHEMA_VERSION), ("dim", str(dim)), ("encoder", encoder)]
+                rows += [("store_id", uuid.uuid4().hex), *initial_meta()]
+                conn.cursor().executemany(_dialect(insert_sql("meta")), [(*row, tenant) for row in rows])
+            store = cls(conn, schema, codec, population_search, tenant)
             store._dsn = dsn
             return store
         except psycopg.Error as exc:
@@ -200,24 +205,31 @@ class PostgresStore(SqlStore):
         schema: str = "msm_mem",
         population_search: PopulationSearch = "exact",
         upgrading: bool = False,
+        tenant: str = DEFAULT_TENANT,
     ) -> PostgresStore:
-        """Open an existing store; a schema that is not one raises :class:`StoreError`, and so
-        does a store of an older schema unless ``upgrading`` (for :meth:`upgrade` only)."""
+        """Open the existing store of ``tenant``; a schema that holds none raises
+        :class:`StoreError`, and so does a store of an older schema unless ``upgrading`` (for
+        :meth:`upgrade` only; its rows become ``tenant``'s)."""
+        check_tenant(tenant)
         conn = connect(dsn)
         try:
             meta_table = f"{sql.Identifier(schema).as_string(conn)}.meta"
             if conn.execute("SELECT to_regclass(%s)", (meta_table,)).fetchone() == (None,):
                 raise StoreError(f"schema {schema!r} is not an msm-mem store (no meta table); run `msm-mem init`")
             try:
-                meta = dict(conn.execute(f"SELECT key, value FROM {meta_table}").fetchall())
+                with conn.transaction():
+                    conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(schema)))
+                    meta = read_meta(conn, tenant, not has_tenant_column(conn))
             except psycopg.Error as exc:
                 raise StoreError(f"schema {schema!r} is not a readable msm-mem store: {exc}") from exc
+            if not meta:
+                raise StoreError(f"schema {schema!r} holds no store of tenant {tenant!r}; run `msm-mem init`")
             if meta.get("format") != FORMAT:
                 raise StoreError(f"schema {schema!r} is not an msm-mem store (format {meta.get('format')!r})")
             problem = schema_problem(meta.get("schema"), SCHEMA_VERSION, upgrading)
             if problem:
                 raise StoreError(f"schema {schema!r}: {problem}")
-            store = cls(conn, schema, codec, population_search)
+            store = cls(conn, schema, codec, population_search, tenant)
             store._dsn = dsn
             return store
         except BaseException:
@@ -231,15 +243,14 @@ class PostgresStore(SqlStore):
                 self._closed = True
 
     def drop(self) -> None:
-        """Delete this store: drop all its tables (and its schema when nothing else is left in
-        it), then close. Irreversible; used to undo a store that was made by a failed ``init``."""
+        """Delete this store: its tenant's rows, then the tables when no other tenant has a store
+        in them (and the schema when nothing else is left in it), then close. Irreversible;
+        used to undo a store that was made by a failed ``init``."""
         with self._db() as conn, conn.transaction():
-            tables = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (self.schema,)).fetchall()
-            for (name,) in tables:
-                if name in TABLES:
-                    conn.execute(
-                        sql.SQL("DROP TABLE {}.{} CASCADE").format(sql.Identifier(self.schema), sql.Identifier(name))
-                    )
+            if self._legacy or not delete_tenant(conn, self.tenant):
+                for name in TABLES:
+                    ident = sql.Identifier(self.schema), sql.Identifier(name)
+                    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}.{} CASCADE").format(*ident))
             left = conn.execute(
                 "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s",
                 (self.schema,),
@@ -308,7 +319,7 @@ class PostgresStore(SqlStore):
         committing = False
         try:
             with self._conn.transaction():
-                self._conn.execute("LOCK TABLE episodic, visual, semantic IN EXCLUSIVE MODE")
+                self._conn.execute(*self._write_lock())
                 yield
                 committing = True
         except psycopg.IntegrityError as exc:
@@ -318,14 +329,28 @@ class PostgresStore(SqlStore):
                 raise CommitLost(str(exc).strip()) from exc
             raise
 
+    def _write_lock(self) -> tuple[str, tuple[str, ...]]:
+        """The statement writers of this tenant queue on: a row lock on the tenant's ``meta``
+        row of its schema (on one shard of a Citus cluster; other tenants write on); a table
+        lock in a store of schema 1 or 2 (upgrading)."""
+        if self._legacy:
+            return "LOCK TABLE episodic, visual, semantic IN EXCLUSIVE MODE", ()
+        return "SELECT 1 FROM meta WHERE tenant = %s AND key = 'schema' FOR UPDATE", (self.tenant,)
+
+    def _add_tenant(self) -> None:
+        add_tenant(self._conn, self.tenant)
+        self._legacy = False
+
     def _reconnect_after_loss(self) -> None:
         if self._conn.closed or self._conn.broken:
             self._reconnect()
 
     def _positions(self) -> dict[VectorKind, int]:
         return {
-            "episodic": int(self._q("SELECT COALESCE(MAX(pos) + 1, 0) FROM episodic").fetchone()[0]),
-            "visual": int(self._q("SELECT COALESCE(MAX(pos) + 1, 0) FROM visual").fetchone()[0]),
+            kind: int(
+                self._q(f"SELECT COALESCE(MAX(pos) + 1, 0) FROM {kind} WHERE tenant = ?", (self.tenant,)).fetchone()[0]
+            )
+            for kind in _KINDS
         }
 
     def _vector_rows(self, kind: VectorKind, rows: list[tuple[Any, ...]]) -> Sequence[Sequence[Any]]:
@@ -338,14 +363,17 @@ class PostgresStore(SqlStore):
         """Rows ``(id, cosine, pos)`` of the search, or of ``EXPLAIN`` with ``prefix``."""
         if kind not in _KINDS:
             raise InvalidInput(f"unknown vector kind {kind!r}")
-        params: dict[str, Any] = {"q": Vec(z.tobytes()), "k": k, "p": scope}
+        params: dict[str, Any] = {"q": Vec(z.tobytes()), "k": k, "p": scope, "t": self.tenant}
         with self._db() as conn:
             if scope is None and self._approximate:
                 with conn.transaction():
                     conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(4 * k, 40), 1000)}")
-                    query = f"SELECT id, -(z <#> %(q)s), pos FROM {kind} WHERE {LIVE} ORDER BY z <#> %(q)s LIMIT %(k)s"
+                    query = (
+                        f"SELECT id, -(z <#> %(q)s), pos FROM {kind} WHERE {LIVE} AND tenant = %(t)s"
+                        " ORDER BY z <#> %(q)s LIMIT %(k)s"
+                    )
                     return conn.execute(prefix + query, params, binary=True).fetchall()
-            where = LIVE if scope is None else LIVE + " AND patient_id = %(p)s"
+            where = LIVE + " AND tenant = %(t)s" + ("" if scope is None else " AND patient_id = %(p)s")
             query = (
                 f"WITH c AS MATERIALIZED (SELECT pos, id, z <#> %(q)s AS d FROM {kind} WHERE {where})"
                 " SELECT id, -d, pos FROM c ORDER BY d, pos LIMIT %(k)s"

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..._errors import StoreError
 from ..._tier_records import WrappedKey
+from ..sql_core import insert_sql
 from ..tier_rows import wrapped_key_from_row
 
 __all__ = ["SqliteKeyTable", "data_version"]
@@ -23,9 +24,13 @@ class SqliteKeyTable:
     """Wrapped data keys and pseudonyms in the store's database (own short transactions)."""
 
     def __init__(
-        self, conn: sqlite3.Connection, lock: threading.RLock, on_shred: Callable[[], None] = lambda: None
+        self,
+        conn: sqlite3.Connection,
+        lock: threading.RLock,
+        tenant: str,
+        on_shred: Callable[[], None] = lambda: None,
     ) -> None:
-        self._conn, self._lock = conn, lock
+        self._conn, self._lock, self._tenant = conn, lock, tenant
         self._on_shred = on_shred  # the store drops plaintext it has cached
         # read cache; every write through this table updates it, and a commit by another
         # connection (the CLI shredding a patient while a server runs) empties it
@@ -35,7 +40,9 @@ class SqliteKeyTable:
 
     def _one(self, where: str, value: str) -> WrappedKey | None:
         with self._lock:
-            row = self._conn.execute(f"SELECT * FROM keys WHERE {where} = ?", (value,)).fetchone()
+            row = self._conn.execute(
+                f"SELECT * FROM keys WHERE tenant = ? AND {where} = ?", (self._tenant, value)
+            ).fetchone()
         return None if row is None else wrapped_key_from_row(row)
 
     def sync(self, version: int | None = None) -> None:
@@ -102,12 +109,14 @@ class SqliteKeyTable:
         processes make a patient's first key at once the second put changes nothing (the
         caller reads the stored key back)."""
         self._forget(key.patient_ref)
-        row = (key.key_id, key.patient_ref, key.kek_id, key.wrapped, key.created_at, int(key.shredded))
+        t = self._tenant
+        row = (key.key_id, key.patient_ref, key.kek_id, key.wrapped, key.created_at, int(key.shredded), t)
         rewrap = (
-            "UPDATE keys SET kek_id = ?, wrapped = ? WHERE key_id = ? AND patient_ref = ? AND shredded = 0",
-            (key.kek_id, key.wrapped, key.key_id, key.patient_ref),
+            "UPDATE keys SET kek_id = ?, wrapped = ?"
+            " WHERE tenant = ? AND key_id = ? AND patient_ref = ? AND shredded = 0",
+            (key.kek_id, key.wrapped, t, key.key_id, key.patient_ref),
         )
-        first = ("INSERT INTO keys VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", row)
+        first = (insert_sql("keys") + " ON CONFLICT DO NOTHING", row)
         self._atomic([first] if key.shredded else [rewrap, first])
 
     def shred(self, patient_ref: str) -> None:
@@ -115,30 +124,38 @@ class SqliteKeyTable:
         with self._lock:
             self._forget(patient_ref)
             self._on_shred()
-            row = self._conn.execute("SELECT key_id FROM keys WHERE patient_ref = ?", (patient_ref,)).fetchone()
+            t = self._tenant
+            row = self._conn.execute(
+                "SELECT key_id FROM keys WHERE tenant = ? AND patient_ref = ?", (t, patient_ref)
+            ).fetchone()
             if row is None:
                 return
             self._atomic(
                 [
-                    ("UPDATE keys SET wrapped = x'', shredded = 1 WHERE key_id = ?", (row[0],)),
-                    ("DELETE FROM pseudonyms WHERE key_id = ?", (row[0],)),
+                    ("UPDATE keys SET wrapped = x'', shredded = 1 WHERE tenant = ? AND key_id = ?", (t, row[0])),
+                    ("DELETE FROM pseudonyms WHERE tenant = ? AND key_id = ?", (t, row[0])),
                 ]
             )
 
     def all(self) -> list[WrappedKey]:
         with self._lock:
-            rows = self._conn.execute("SELECT * FROM keys ORDER BY created_at, key_id").fetchall()
+            rows = self._conn.execute(
+                "SELECT * FROM keys WHERE tenant = ? ORDER BY created_at, key_id", (self._tenant,)
+            ).fetchall()
         return [wrapped_key_from_row(r) for r in rows]
 
     def pseudonym(self, key_id: str) -> tuple[str, str] | None:
         """``(pseudonym, encrypted patient reference)`` of a key, or None."""
         with self._lock:
-            row = self._conn.execute("SELECT pseudonym, token FROM pseudonyms WHERE key_id = ?", (key_id,)).fetchone()
+            row = self._conn.execute(
+                "SELECT pseudonym, token FROM pseudonyms WHERE tenant = ? AND key_id = ?", (self._tenant, key_id)
+            ).fetchone()
         return None if row is None else (row[0], row[1])
 
     def put_pseudonym(self, key_id: str, pseudonym: str, token: str) -> None:
         with self._lock:
             # the first pseudonym stored for a key stays (another process may have made one)
             self._conn.execute(
-                "INSERT INTO pseudonyms VALUES (?, ?, ?) ON CONFLICT (key_id) DO NOTHING", (key_id, pseudonym, token)
+                insert_sql("pseudonyms") + " ON CONFLICT (tenant, key_id) DO NOTHING",
+                (key_id, pseudonym, token, self._tenant),
             )

@@ -32,18 +32,19 @@ from typing import Any, ClassVar
 from ..._errors import InvalidInput, StoreError
 from ..._private import private_dir, private_file
 from ..._records import SemanticState
-from ..._settings import DEFAULT_EF_SEARCH, PopulationSearch, check_population_search
+from ..._settings import DEFAULT_EF_SEARCH, DEFAULT_TENANT, PopulationSearch, check_population_search, check_tenant
 from ..._tier_records import ConsentRecord, Entity
 from ..base import VectorKind
 from ..batch import WriteBatch
 from ..codec import FieldCodec
-from ..sql_core import Rows
+from ..sql_core import Rows, insert_sql
 from ..sql_rows import initial_meta, schema_problem
 from ..sql_store import SqlStore
 from ..sql_write import Moved
 from .keys import SqliteKeyTable, data_version
 from .readcache import ReadCache
 from .schema import DB_NAME, FORMAT, SCHEMA, SCHEMA_VERSION
+from .upgrade import add_tenant, read_meta
 from .vectors import FaissVectors
 
 __all__ = ["SqliteStore"]
@@ -132,8 +133,10 @@ class SqliteStore(FaissVectors, SqlStore):
         codec: FieldCodec | None = None,
         population_search: PopulationSearch = "exact",
         ef_search: int = DEFAULT_EF_SEARCH,
+        tenant: str | None = None,
     ) -> None:
         self.population_search = check_population_search(population_search, ef_search)
+        self.tenant, meta, self._legacy = read_meta(conn, directory, tenant)
         self._ef_search = ef_search if population_search == "hnsw" else None
         self.directory = directory
         self._conn = conn
@@ -143,21 +146,19 @@ class SqliteStore(FaissVectors, SqlStore):
         self._turn = threading.Lock()  # one writer of this process waits for the write lock
         self._turn_fd: int | None = None
         self._cache = ReadCache(conn)
-        self._keys = SqliteKeyTable(conn, self._lock, on_shred=self._cache.clear)
+        self._keys = SqliteKeyTable(conn, self._lock, self.tenant, on_shred=self._cache.clear)
         self._consent_cache: dict[str, list[ConsentRecord]] = {}
         self._consent_version = -1
         self.read_only = False
         self._init_codec(codec)
-        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        missing = {"dim", "encoder", "tenant"} - set(meta)
-        if missing:
-            raise StoreError(f"{directory} is an incomplete msm-mem store (meta lacks {sorted(missing)})")
         self.dim = int(meta["dim"])
         self.encoder_name = meta["encoder"]
-        self.tenant = meta["tenant"]
+        self.store_id = meta["store_id"]
         self.schema_version = meta.get("schema", "")
         self._seen_version = data_version(conn)  # before reading the rows: a later commit is followed
-        self._open_indexes()
+        self._index, self._ids, self._next = {}, {}, {}
+        if not self._legacy:  # schema 1 or 2, opened for its upgrade only: nothing is searched
+            self._open_indexes()
 
     # opening ------------------------------------------------------------------------------
 
@@ -172,13 +173,15 @@ class SqliteStore(FaissVectors, SqlStore):
         durable: bool = True,
         population_search: PopulationSearch = "exact",
         ef_search: int = DEFAULT_EF_SEARCH,
+        tenant: str = DEFAULT_TENANT,
     ) -> SqliteStore:
         """Create a new store in ``directory`` (created if needed; must not hold a store).
 
         PHI fields are refused until an encrypting ``codec`` is given here or to :meth:`use_codec`.
         ``population_search``: ``"exact"`` (default) or ``"hnsw"`` with search depth ``ef_search``
-        (``vectors.py``); patient-scoped search is exact either way."""
+        (``vectors.py``); patient-scoped search is exact either way. ``tenant``: of every row."""
         check_population_search(population_search, ef_search)
+        check_tenant(tenant)
         directory = Path(directory)
         if not isinstance(dim, int) or dim < 1:
             raise InvalidInput(f"dim must be a positive integer, got {dim!r}")
@@ -190,17 +193,9 @@ class SqliteStore(FaissVectors, SqlStore):
         conn = _connect(private_file(directory / DB_NAME), durable)  # the WAL takes the file's mode
         conn.executescript(SCHEMA)
         conn.execute("BEGIN")
-        conn.executemany(
-            "INSERT INTO meta VALUES (?, ?)",
-            [
-                ("format", FORMAT),
-                ("schema", SCHEMA_VERSION),
-                ("dim", str(dim)),
-                ("encoder", encoder),
-                ("tenant", uuid.uuid4().hex),
-                *initial_meta(),
-            ],
-        )
+        rows = [("format", FORMAT), ("schema", SCHEMA_VERSION), ("dim", str(dim)), ("encoder", encoder)]
+        rows += [("store_id", uuid.uuid4().hex), *initial_meta()]
+        conn.executemany(insert_sql("meta"), [(*row, tenant) for row in rows])
         conn.execute("COMMIT")
         return cls(directory, conn, codec, population_search, ef_search)
 
@@ -214,13 +209,14 @@ class SqliteStore(FaissVectors, SqlStore):
         upgrading: bool = False,
         population_search: PopulationSearch = "exact",
         ef_search: int = DEFAULT_EF_SEARCH,
+        tenant: str | None = None,
     ) -> SqliteStore:
         """Open an existing store; a directory that is not one raises :class:`StoreError`, and
         so does a store of an older schema unless ``upgrading`` (for :meth:`upgrade` only).
 
         PHI fields are refused until an encrypting ``codec`` is given here or to :meth:`use_codec`.
         ``population_search`` and ``ef_search`` as for :meth:`create` (a cache of the other mode
-        is converted on open)."""
+        is converted on open). A ``tenant`` given must be the store's (an older one gets it)."""
         check_population_search(population_search, ef_search)
         directory = Path(directory)
         db = directory / DB_NAME
@@ -241,11 +237,14 @@ class SqliteStore(FaissVectors, SqlStore):
             conn.close()
             raise StoreError(f"{db}: {problem}".replace("DIR", str(directory)))
         try:
-            store = cls(directory, conn, codec, population_search, ef_search)
+            store = cls(directory, conn, codec, population_search, ef_search, tenant)
         except BaseException:
             conn.close()
             raise
         store.read_only = read_only
+        if tenant is not None and store.tenant != tenant:
+            store.close()
+            raise InvalidInput(f"{directory} is the store of tenant {store.tenant!r}, not {tenant!r}")
         return store
 
     def flush(self) -> None:
@@ -344,12 +343,20 @@ class SqliteStore(FaissVectors, SqlStore):
         # read inside the write transaction: the rows every writer has committed
         kinds: tuple[VectorKind, ...] = ("episodic", "visual")
         stored = {
-            kind: int(self._conn.execute(f"SELECT COALESCE(MAX(pos) + 1, 0) FROM {kind}").fetchone()[0])
+            kind: int(
+                self._conn.execute(
+                    f"SELECT COALESCE(MAX(pos) + 1, 0) FROM {kind} WHERE tenant = ?", (self.tenant,)
+                ).fetchone()[0]
+            )
             for kind in kinds
         }
         if stored != self._next:
             raise StoreError(f"the vector index does not follow the rows ({self._next} vs {stored})")
         return stored
+
+    def _add_tenant(self) -> None:
+        add_tenant(self._conn, self.tenant)
+        self._legacy = False
 
     def _committed(self, batch: WriteBatch, moved: list[Moved]) -> None:
         self._cache.committed(batch)

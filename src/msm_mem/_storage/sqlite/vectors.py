@@ -33,6 +33,7 @@ from ..._records import State, Vector
 from ..base import VectorKind
 from ..batch import WriteBatch
 from ..rows import EPISODIC_COLUMNS, VISUAL_COLUMNS, check_vector
+from ..sql_core import UPSERT_META
 from ..sql_write import Moved
 from .vector_index import VectorIndex, vector_sha
 
@@ -63,6 +64,7 @@ class FaissVectors:
 
     directory: Path
     dim: int
+    tenant: str
     _conn: sqlite3.Connection
     _lock: threading.RLock
     _closed: bool
@@ -82,12 +84,14 @@ class FaissVectors:
         return self.directory / "index" / f"{kind}.faiss"
 
     def _blob_at(self, kind: VectorKind, pos: int) -> bytes | None:
-        row = self._conn.execute(f"SELECT z FROM {kind} WHERE pos = ?", (pos,)).fetchone()
+        row = self._conn.execute(f"SELECT z FROM {kind} WHERE tenant = ? AND pos = ?", (self.tenant, pos)).fetchone()
         return None if row is None else bytes(row[0])
 
     def _recorded_digest(self, kind: VectorKind) -> tuple[int, bytes] | None:
         """``(count, digest)`` the database records for its vectors (None in a store made before)."""
-        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (_digest_key(kind),)).fetchone()
+        row = self._conn.execute(
+            "SELECT value FROM meta WHERE tenant = ? AND key = ?", (self.tenant, _digest_key(kind))
+        ).fetchone()
         if row is None:
             return None
         count, digest = str(row[0]).split(":", 1)
@@ -96,13 +100,12 @@ class FaissVectors:
     def _vectors_added(self, kind: VectorKind, start: int, rows: list[tuple[object, ...]]) -> None:
         recorded = self._recorded_digest(kind)
         if recorded is None or recorded[0] != start:  # first write since the digest was introduced
-            old = self._conn.execute(f"SELECT z FROM {kind} WHERE pos < ? ORDER BY pos", (start,))
+            old = self._conn.execute(
+                f"SELECT z FROM {kind} WHERE tenant = ? AND pos < ? ORDER BY pos", (self.tenant, start)
+            )
             recorded = (start, chain_digest(_GENESIS, [bytes(r[0]) for r in old]))
         digest = chain_digest(recorded[1], [bytes(r[_Z[kind]]) for r in rows])  # type: ignore[call-overload]
-        self._conn.execute(
-            "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (_digest_key(kind), f"{start + len(rows)}:{digest.hex()}"),
-        )
+        self._conn.execute(UPSERT_META, (_digest_key(kind), f"{start + len(rows)}:{digest.hex()}", self.tenant))
 
     def _open_index(self, kind: VectorKind) -> tuple[VectorIndex, list[str]]:
         recorded = self._recorded_digest(kind)
@@ -134,14 +137,19 @@ class FaissVectors:
         recorded = self._recorded_digest(kind) if digest is not None else None
         scopes: list[str] = []
         ids: list[str] = []
-        for rid, pid, state in self._conn.execute(f"SELECT id, patient_id, state FROM {kind} ORDER BY pos"):
+        rows = self._conn.execute(
+            f"SELECT id, patient_id, state FROM {kind} WHERE tenant = ? ORDER BY pos", (self.tenant,)
+        )
+        for rid, pid, state in rows:
             ids.append(rid)
             scopes.append(pid if state in _LIVE else RETIRED)
         count = len(ids)
         if start > count:
             return None
         index.set_scopes(scopes[:start])
-        cursor = self._conn.execute(f"SELECT z FROM {kind} WHERE pos >= ? ORDER BY pos", (start,))
+        cursor = self._conn.execute(
+            f"SELECT z FROM {kind} WHERE tenant = ? AND pos >= ? ORDER BY pos", (self.tenant, start)
+        )
         pos = start
         while chunk := cursor.fetchmany(8192):
             blobs = [bytes(r[0]) for r in chunk]
@@ -162,7 +170,7 @@ class FaissVectors:
         version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
         if version == self._seen_version:
             return
-        for kind in _KINDS:
+        for kind in list(self._index):  # none in a store opened for its upgrade
             index = self._index[kind]
             built = self._load_rows(kind, index, index.ntotal, None)
             if built is None:  # fewer rows than vectors: only a restore from a backup does that

@@ -13,7 +13,7 @@ from ... import InvalidInput, MissingExtra, Role
 from ..http.apikeys import parse_patients
 from ..http.auth import Unauthenticated, Verifier
 from . import identity
-from .registry import command, open_mem
+from .registry import TENANT_HELP, command, open_mem
 
 if TYPE_CHECKING:
     from ..mcp.identity import Identity
@@ -48,6 +48,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--database-url", default=os.environ.get("MSM_MEM_DATABASE_URL"), help="PostgreSQL store (default: DIR's)"
     )
+    p.add_argument("--tenant", default=os.environ.get("MSM_MEM_TENANT"), help=TENANT_HELP + "; must be DIR's")
     p.add_argument("--max-upload-mb", type=int, default=16, help="largest image, MiB (default 16)")
     p.add_argument("--max-image-side", type=int, default=8192, help="largest image side, pixels (default 8192)")
     p.add_argument("--max-question-chars", type=int, default=2000, help="longest question (default 2000)")
@@ -116,6 +117,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     serve = ServeConfig(
         args.dir,
         database_url=args.database_url,
+        tenant=args.tenant,
         max_upload_bytes=args.max_upload_mb * 1024 * 1024,
         max_image_side=args.max_image_side,
         max_question_chars=args.max_question_chars,
@@ -129,7 +131,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    with open_mem(args, database_url=args.database_url) as mem:
+    with open_mem(args, database_url=args.database_url, tenant=args.tenant) as mem:
         state = McpState(mem, config, who)
         if args.transport == "http":
             tls = {"ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile}

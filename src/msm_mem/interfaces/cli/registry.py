@@ -20,7 +20,21 @@ from ... import MsmMem, MsmMemError, Principal, Purpose, Role
 from ..._settings import Settings
 from . import identity
 
-__all__ = ["COMMANDS", "GROUPS", "Spec", "build_parser", "command", "group", "main", "open_mem", "principal"]
+__all__ = [
+    "COMMANDS",
+    "GROUPS",
+    "TENANT_HELP",
+    "Spec",
+    "build_parser",
+    "command",
+    "group",
+    "main",
+    "open_mem",
+    "principal",
+]
+
+#: the help of the --tenant options
+TENANT_HELP = "the store's tenant: letters, digits, - and _ (default: MSM_MEM_TENANT, else 'default')"
 
 Command = Callable[[argparse.Namespace], int]
 Configure = Callable[[argparse.ArgumentParser], object]
@@ -193,7 +207,9 @@ def checkpoint_options() -> dict[str, Any]:
 
 
 def open_mem(args: argparse.Namespace, **options: Any) -> MsmMem:
-    """Open the store in ``args.dir`` with the settings of the environment (``MSM_MEM_*``)."""
+    """Open the store in ``args.dir`` with the settings of the environment (``MSM_MEM_*``); a
+    tenant given (``MSM_MEM_TENANT``, or the option) must be the store's."""
+    options.setdefault("tenant", os.environ.get("MSM_MEM_TENANT") or None)
     return MsmMem.open(args.dir, settings=Settings.from_env(), **checkpoint_options(), **options)
 
 

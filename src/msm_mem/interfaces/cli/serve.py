@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ... import MissingExtra
-from .registry import command
+from .registry import TENANT_HELP, command
 
 __all__ = ["cmd_serve"]
 
@@ -20,6 +20,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--database-url", default=os.environ.get("MSM_MEM_DATABASE_URL"), help="PostgreSQL store (default: DIR's)"
     )
+    p.add_argument("--tenant", default=os.environ.get("MSM_MEM_TENANT"), help=TENANT_HELP + "; must be DIR's")
     p.add_argument("--max-upload-mb", type=int, default=16, help="largest image upload, MiB (default 16)")
     p.add_argument("--max-image-side", type=int, default=8192, help="largest image side, pixels (default 8192)")
     p.add_argument("--max-question-chars", type=int, default=2000, help="longest question (default 2000)")
@@ -48,6 +49,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = ServeConfig(
         args.dir,
         database_url=args.database_url,
+        tenant=args.tenant,
         max_upload_bytes=args.max_upload_mb * 1024 * 1024,
         max_image_side=args.max_image_side,
         max_question_chars=args.max_question_chars,

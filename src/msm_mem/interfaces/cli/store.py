@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 from ... import InvalidInput, MsmMem, Purpose, Role, RowProblem, read_manifest
 from ..._settings import Settings
 from .identity import write_identity
-from .registry import checkpoint_options, command, group, open_mem, principal
+from .registry import TENANT_HELP, checkpoint_options, command, group, open_mem, principal
 
 __all__ = ["cmd_export", "cmd_import", "cmd_ingest", "cmd_init", "cmd_upgrade"]
 
@@ -22,6 +23,7 @@ def _configure_init(p: argparse.ArgumentParser) -> None:
     p.add_argument("--encoder", help="image encoder plugin (default: pixels, or MSM_MEM_ENCODER)")
     p.add_argument("--database-url", metavar="URL", help="keep the store of record on this PostgreSQL server")
     p.add_argument("--schema", help="PostgreSQL schema of the store (default: msm_mem; needs --database-url)")
+    p.add_argument("--tenant", help=TENANT_HELP)
 
 
 @command("init", _configure_init, role=Role.ADMIN, creates_store=True)
@@ -33,7 +35,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     needed), and DIR holds store.json, which points at it without the password (libpq reads
     that from PGPASSWORD or ~/.pgpass). Either way DIR keeps the key file, the checkpoint
     key and the signed audit checkpoints, and gets the default consent policy (granted by
-    the admin; audited).
+    the admin; audited). Every row carries the store's --tenant: directories of several
+    tenants may share one PostgreSQL schema, each a separate store (docs/deploy.md).
 
     The admin is --actor (else MSM_MEM_ACTOR, else the OS user name) with role admin; any
     other role is refused. DIR/identity.json (mode 0600) records who initialised the store:
@@ -44,6 +47,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     if args.encoder:
         settings = settings.with_(encoder=args.encoder)
+    if args.tenant:
+        settings = settings.with_(tenant=args.tenant)
     schema = args.schema or "msm_mem"
     admin = principal(args)
     options = checkpoint_options()
@@ -140,17 +145,27 @@ def cmd_import(args: argparse.Namespace) -> int:
 group("store", "The store itself: upgrade one written by an older msm-mem.")
 
 
-@command("store upgrade", lambda p: p.add_argument("dir", type=Path), role=Role.ADMIN)
+def _configure_upgrade(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument(
+        "--tenant",
+        default=os.environ.get("MSM_MEM_TENANT"),
+        help="the tenant the rows become (embedded; default: MSM_MEM_TENANT, else 'default'); a PostgreSQL"
+        " store's is its store.json's",
+    )
+
+
+@command("store upgrade", _configure_upgrade, role=Role.ADMIN)
 def cmd_upgrade(args: argparse.Namespace) -> int:
     """Upgrade DIR, written by an older msm-mem, to this version's store (once; as an admin).
 
     Other commands refuse such a store and name this one. The audit chain is checked first
     (every hash and link, and every checkpoint it has): a chain that fails is refused, naming
-    the first bad seq, and nothing changes. Then one transaction encrypts the visual tags kept
-    in clear, computes the row digests, records the new schema and writes the audited event
-    of the upgrade, whose signed checkpoint adopts the chain's head. A crash before the commit
-    leaves the old store as it was."""
-    result = MsmMem.upgrade(args.dir, principal(args), **checkpoint_options())
+    the first bad seq, and nothing changes. Then one transaction gives every row the store's
+    tenant, encrypts the visual tags kept in clear, computes the row digests, records the new
+    schema and writes the audited event of the upgrade, whose signed checkpoint adopts the
+    chain's head. A crash before the commit leaves the old store as it was."""
+    result = MsmMem.upgrade(args.dir, principal(args), tenant=args.tenant, **checkpoint_options())
     print(
         f"upgraded {args.dir} from store schema {result['from_schema']} to {result['to_schema']}:"
         f" {result['visual_tags_encrypted']} visual tags encrypted, {result['events_signed']} audit events signed"

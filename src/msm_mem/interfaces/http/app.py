@@ -192,7 +192,9 @@ def create_app(config: ServeConfig, *, mem: MsmMem | None = None) -> FastAPI:
     leaves closing it to the caller)."""
     owned = mem is None
     if mem is None:
-        mem = MsmMem.open(config.store, settings=Settings.from_env(), database_url=config.database_url)
+        mem = MsmMem.open(
+            config.store, settings=Settings.from_env(), database_url=config.database_url, tenant=config.tenant
+        )
     state = ServerState(config, mem, Verifier(config), threading.Lock())
 
     @asynccontextmanager

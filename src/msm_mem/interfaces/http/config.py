@@ -32,6 +32,8 @@ class ServeConfig:
 
     store: Path
     database_url: str | None = None
+    #: checked against the store's tenant when given
+    tenant: str | None = None
     max_upload_bytes: int = 16 * 1024 * 1024
     max_image_side: int = 8192
     max_image_pixels: int = 40_000_000
