@@ -66,7 +66,8 @@ def run_one(n: int, workdir: Path) -> dict[str, float]:
     keks = InMemoryKeyProvider()
 
     def encrypted(store: SqliteStore) -> SqliteStore:  # a store holds PHI only through the envelope codec
-        store.use_codec(EnvelopeCodec(EnvelopeCipher(store.store_id, keks, store.keys()), store.keys()))
+        store_id = getattr(store, "store_id", None) or store.tenant  # older code named the store's id tenant
+        store.use_codec(EnvelopeCodec(EnvelopeCipher(store_id, keks, store.keys()), store.keys()))
         if hasattr(store, "use_row_key"):  # the row digests' key (MsmMem derives it); older code has none
             store.use_row_key(bytes(range(32)))
         return store
