@@ -57,10 +57,11 @@ class TurnBeginning:
         self, principal: Principal, patient_ids: Sequence[str], classes: Sequence[str] = DATA_CLASSES
     ) -> list[Turn]:
         """:meth:`begin` for several patients at once, in order: the turns of one batch for
-        :meth:`commit_many`. What their turns will read of the store (consent, keys, semantic
-        states, claims, entities) is read ahead at once (one round trip on a server), so every
-        turn sees the store as it was at this call, until the batch commits. The first denial
-        is audited and raises :class:`ConsentDenied`, as :meth:`begin` does."""
+        :meth:`commit_many`. One sync for the batch, then what the turns will read of the store
+        (consent, keys, semantic states, claims, entities) is read ahead where that saves round
+        trips (``Store.prefetch``: one on a server, whose turns then see the store as it was at
+        this call until the batch commits). The first denial is audited and raises
+        :class:`ConsentDenied`, as :meth:`begin` does."""
         if isinstance(patient_ids, str):
             raise InvalidInput("patient_ids must be a sequence of patient ids, not one string")
         patients = list(patient_ids)
