@@ -112,11 +112,10 @@ def ingest_rows(
             start += taken
             if good:
                 vectors = encoder.encode(images)
-                turns: dict[str, Turn] = {}
+                patients = list(dict.fromkeys(row.patient_id for row in good))
+                turns: dict[str, Turn] = dict(zip(patients, gm.begin_many(principal, patients), strict=True))
                 for row, z in zip(good, vectors, strict=True):
-                    turn = turns.get(row.patient_id) or turns.setdefault(
-                        row.patient_id, gm.begin(principal, row.patient_id)
-                    )
+                    turn = turns[row.patient_id]
                     item = gm.observe(
                         turn,
                         z,

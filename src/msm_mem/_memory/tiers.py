@@ -21,16 +21,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from .. import _transitions as tr
-from .._errors import AccessDenied, ConsentDenied, IllegalTransition, InvalidInput, MsmMemError
+from .._errors import IllegalTransition, InvalidInput, MsmMemError
 from .._governance.audit import AuditLog
 from .._governance.audit_event import AuditSpec
-from .._governance.consent import DATA_CLASSES, evaluate
 from .._governance.group_commit import GroupCommit
-from .._limits import MAX_TEXT_CHARS, check_id, check_observation, check_path, check_text
-from .._principal import Principal
+from .._limits import MAX_TEXT_CHARS, check_observation, check_path, check_text
 from .._records import new_id
 from .._storage.base import WriteBatch
 from .._tier_records import Claim, StmChange, StmItem, StmPayload, StmState
+from .beginning import TurnBeginning
 from .claims import link_findings, stage_study_claim
 from .msm import Interaction, Memory, WriteResult
 from .population import consented
@@ -41,7 +40,7 @@ from .turn import Ranked, Turn
 __all__ = ["GovernedMemory", "Ranked", "Turn", "link_findings"]
 
 
-class GovernedMemory:
+class GovernedMemory(TurnBeginning):
     """Consent, tiers, transitions and audit around a :class:`Memory`."""
 
     def __init__(self, memory: Memory, audit: AuditLog) -> None:
@@ -52,53 +51,7 @@ class GovernedMemory:
         self.clock = memory.clock
         self.settings = memory.settings
 
-    # consent -------------------------------------------------------------------------------
-
-    def begin(self, principal: Principal, patient_id: str, classes: Sequence[str] = DATA_CLASSES) -> Turn:
-        """Check consent for a turn of ``principal`` (its purpose is the turn's purpose of use)
-        on ``patient_id``; a denial is audited and raises :class:`ConsentDenied`."""
-        if not isinstance(principal, Principal):
-            raise InvalidInput(f"a turn needs a Principal (id, role, purpose), got {type(principal).__name__}")
-        if not isinstance(patient_id, str) or not patient_id.strip():
-            raise InvalidInput("a turn needs a patient scope (patient_id)")
-        check_id("patient_id", patient_id)  # the one door of patient scope: no wildcard, no control characters
-        if isinstance(classes, str) or not all(isinstance(c, str) for c in classes):
-            raise InvalidInput(f"classes must be a sequence of data class names, got {classes!r}")
-        role, purpose = principal.role.value, principal.purpose.value
-        self.store.sync()
-        decision = evaluate(
-            self.store.consents(patient_id),
-            patient=patient_id,
-            actor=principal.id,
-            role=role,
-            purpose=purpose,
-            classes=classes,
-            when=self.clock.now(),
-        )
-        consent = {"actor": principal.id, "role": role, "action": "consent", "purpose": purpose}
-        try:
-            self.audit.pseudonym(patient_id)
-        except AccessDenied:  # crypto-shredded: refuse, and record the refusal without a patient link
-            denied = self.audit.spec(
-                **consent, source_tier="source", target_tier="ltm", outcome="denied", reason="patient_shredded"
-            )
-            self._write_audit_only([denied])
-            raise
-        row = self.audit.spec(
-            **consent,
-            source_tier="source",
-            target_tier="ltm",
-            patient=patient_id,
-            consent_id=decision.consent_id,
-            outcome="success" if decision.permitted else "denied",
-            reason="" if decision.permitted else decision.reason,
-        )
-        if not decision.permitted:
-            self._write_audit_only([row])
-            raise ConsentDenied(
-                f"{role} {principal.id!r} has no consent for {purpose!r} on this patient ({decision.reason})"
-            )
-        return Turn(principal, patient_id, decision.consent_id, audit=[row])
+    # audit events of the turn ---------------------------------------------------------------
 
     def _event(
         self,

@@ -273,6 +273,12 @@ class Store(Records, Vectors, Tiers, Audit, Keys, Consents, ABC):
     def sync(self) -> None:  # noqa: B027  (an optional hook: a store without caches has nothing to do)
         """Drop read caches made stale by other connections' commits (default: none kept)."""
 
+    def prefetch(self, patient_ids: Sequence[str]) -> None:  # noqa: B027  (an optional hook, as sync)
+        """Read ahead what governed turns of these patients will read (consent records, data keys,
+        active semantic states, claims and entities), where that saves round trips to a server;
+        kept until the next :meth:`sync` or write. Reads then return what they would have
+        returned at this call. Default: nothing (an embedded store reads locally)."""
+
     @abstractmethod
     def use_codec(self, codec: FieldCodec) -> None:
         """Set the PHI codec (before any read or write of PHI fields); it must be encrypting."""

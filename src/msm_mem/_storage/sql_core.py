@@ -114,6 +114,10 @@ class SqlCore(Store):
     def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """Run one statement once per row (``?`` placeholders); the caller holds :meth:`_db`."""
 
+    def _flush(self) -> None:  # noqa: B027  (a hook: only a pipelining backend queues statements)
+        """Inside :meth:`_transaction`: have the statements sent so far answered, so that an
+        error of one is raised here (default: every statement was answered when it ran)."""
+
     @abstractmethod
     def _transaction(self) -> AbstractContextManager[None]:
         """A write transaction (committed at the end, rolled back on any error) under :meth:`_db`."""

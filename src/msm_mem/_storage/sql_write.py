@@ -373,8 +373,10 @@ class SqlWriter(SqlRowDigests):
                 done()
             versions = [replace(v, state=State.SUPERSEDED) if ident(v) in wanted else v for v in versions]
         new_rows = [to_row(v) for v in versions]
+        self._flush()  # a pipelining backend raises the errors of the statements before as theirs,
         try:
             self._many(insert_sql(table), [new + (tenant,) for new in new_rows])  # noqa: RUF005 (as above)
+            self._flush()  # and this insert's refusal here
         except self.INTEGRITY_ERROR as exc:
             raise IllegalTransition(
                 f"a {table} key already has an active version; a new version must supersede it ({exc})"

@@ -70,6 +70,13 @@ class PgKeyTable:
         self._by_id.clear()  # refilled on demand; a put or shred is rare
         self._uncommitted = self._uncommitted or self._in_transaction(conn)
 
+    def prefetched(self, keys: list[WrappedKey]) -> None:
+        """Cache keys the store read ahead, committed (outside any transaction), until the next sync."""
+        with self._db():
+            for key in keys:
+                self._by_patient[key.patient_ref] = key
+                self._by_id[key.key_id] = key
+
     def get(self, patient_ref: str) -> WrappedKey | None:
         return self._cached(self._by_patient, "patient_ref", patient_ref)
 

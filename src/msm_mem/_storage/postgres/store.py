@@ -4,8 +4,10 @@ One store is one PostgreSQL schema (default ``msm_mem``) holding the tables ``me
 ``episodic``, ``visual`` and ``semantic`` with the SQLite store's columns in the same order
 (``semantic`` has one more, trailing: ``ord``, insertion order, SQLite's ``rowid``), plus the
 governed tiers' tables (``schema.py``). Vectors are pgvector ``vector(dim)`` columns. Every
-query but the search is the shared SQL store's; vectors travel in pgvector's binary format
-(``pgvector.py``) and load as the native float32 bytes the row converters expect, bit for bit.
+query but the search and the batched reads of a batch of turns (``readahead.py``) is the
+shared SQL store's; a write transaction runs in pipeline mode (``pipeline.py``); vectors
+travel in pgvector's binary format (``pgvector.py``) and load as the native float32 bytes the
+row converters expect, bit for bit.
 
 Search (``z <#> q`` is pgvector's negative inner product; on unit vectors, minus the cosine):
 
@@ -59,9 +61,10 @@ from ..codec import FieldCodec
 from ..rows import EPISODIC_COLUMNS, VISUAL_COLUMNS, check_vector
 from ..sql_core import CommitLost, Rows, insert_sql
 from ..sql_rows import initial_meta, schema_problem
-from ..sql_store import SqlStore
 from .keys import PgKeyTable
 from .pgvector import Vec, connect, use_schema, vector_schema
+from .pipeline import Pending
+from .readahead import ReadAhead, hits
 from .schema import FORMAT, HNSW, LIVE, SCHEMA, SCHEMA_VERSION, TABLES
 from .tenancy import add_tenant, check_new_tenant, delete_tenant, has_tenant_column, read_meta
 
@@ -89,7 +92,7 @@ def _dialect(query: str) -> str:
     return query.replace("?", "%s")
 
 
-class PostgresStore(SqlStore):
+class PostgresStore(ReadAhead):
     """The server store of record. Thread-safe (one connection behind a lock)."""
 
     ORDER: ClassVar[dict[str, str]] = {
@@ -122,6 +125,7 @@ class PostgresStore(SqlStore):
         self._lock = threading.RLock()
         self._closed = False
         self._depth = 0  # nesting of _db: a lost connection is replaced only outside every use
+        self._pipe: psycopg.Pipeline | None = None  # inside a write transaction (pipeline.py)
         self._dsn: str | None = None  # set by create/open: where to reconnect
         self._init_codec(codec)
         use_schema(conn, schema)
@@ -263,7 +267,9 @@ class PostgresStore(SqlStore):
         return self._keys
 
     def sync(self) -> None:
-        """Forget the cached data keys: other connections may have written since."""
+        """Forget the cached data keys and the rows read ahead: other connections may have written since."""
+        with self._db():
+            self._forget_ahead()
         self._keys.sync()
 
     # the dialect ---------------------------------------------------------------------------
@@ -306,7 +312,12 @@ class PostgresStore(SqlStore):
         self._keys.sync()  # other connections may have written meanwhile
 
     def _q(self, query: str, args: Sequence[Any] = ()) -> Rows:
-        return self._conn.execute(_dialect(query), args or None, binary=True)
+        cur = self._conn.execute(_dialect(query), args or None, binary=True)
+        return cur if self._pipe is None else Pending(cur, self._pipe)
+
+    def _flush(self) -> None:
+        if self._pipe is not None:
+            self._pipe.sync()
 
     def _many(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
         self._conn.cursor().executemany(_dialect(query), rows)
@@ -314,13 +325,19 @@ class PostgresStore(SqlStore):
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         """Writers queue on ``EXCLUSIVE`` table locks (readers go on), as with SQLite's ``BEGIN
-        IMMEDIATE``, so positions stay dense and supersession cannot race. A connection lost
+        IMMEDIATE``, so positions stay dense and supersession cannot race. Its statements run
+        in pipeline mode (``pipeline.py``), all answered before the commit. A connection lost
         while the commit is sent is :class:`CommitLost` (the server may have committed)."""
         committing = False
+        self._forget_ahead()  # this write may change what was read ahead
         try:
             with self._conn.transaction():
-                self._conn.execute(*self._write_lock())
-                yield
+                try:
+                    with self._conn.pipeline() as self._pipe:
+                        self._conn.execute(*self._write_lock())
+                        yield
+                finally:
+                    self._pipe = None
                 committing = True
         except psycopg.IntegrityError as exc:
             raise InvalidInput(f"write refused by the store: {exc}") from exc
@@ -361,6 +378,10 @@ class PostgresStore(SqlStore):
 
     def _search(self, kind: VectorKind, z: Vector, k: int, scope: str | None, prefix: str = "") -> list[Any]:
         """Rows ``(id, cosine, pos)`` of the search, or of ``EXPLAIN`` with ``prefix``."""
+        return self._search_cursor(kind, z, k, scope, prefix).fetchall()
+
+    def _search_cursor(self, kind: VectorKind, z: Vector, k: int, scope: str | None, prefix: str = "") -> Rows:
+        """The search's statement sent; its rows are fetched by the caller (in a pipeline: later)."""
         if kind not in _KINDS:
             raise InvalidInput(f"unknown vector kind {kind!r}")
         params: dict[str, Any] = {"q": Vec(z.tobytes()), "k": k, "p": scope, "t": self.tenant}
@@ -372,21 +393,19 @@ class PostgresStore(SqlStore):
                         f"SELECT id, -(z <#> %(q)s), pos FROM {kind} WHERE {LIVE} AND tenant = %(t)s"
                         " ORDER BY z <#> %(q)s LIMIT %(k)s"
                     )
-                    return conn.execute(prefix + query, params, binary=True).fetchall()
+                    return conn.execute(prefix + query, params, binary=True)
             where = LIVE + " AND tenant = %(t)s" + ("" if scope is None else " AND patient_id = %(p)s")
             query = (
                 f"WITH c AS MATERIALIZED (SELECT pos, id, z <#> %(q)s AS d FROM {kind} WHERE {where})"
                 " SELECT id, -d, pos FROM c ORDER BY d, pos LIMIT %(k)s"
             )
-            return conn.execute(prefix + query, params, binary=True).fetchall()
+            return conn.execute(prefix + query, params, binary=True)
 
     def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
         check_vector(z, self.dim, "query")
         if k <= 0 or (scope is not None and "\x00" in scope):
             return []  # no stored patient id holds NUL
-        rows = self._search(kind, z, k, scope)
-        rows.sort(key=lambda r: (-r[1], r[2]))  # the HNSW path orders by score only
-        return [(str(r[0]), float(r[1])) for r in rows]
+        return hits(self._search(kind, z, k, scope))
 
     def explain_search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> str:
         """The server's plan (``EXPLAIN`` text) of :meth:`search` with these arguments."""

@@ -1,0 +1,172 @@
+"""The reads of a batch of governed turns on the server store: one round trip, not one per read.
+
+Every governed turn reads its patient's consent records and data key (when it begins), then
+the active semantic states, the active claims and the finding entities (when it
+consolidates); on a server each read is a round trip. :meth:`ReadAhead.prefetch` reads all of
+them for a whole batch of patients with the batched statements below, sent in one pipeline
+inside one read-only ``REPEATABLE READ`` transaction (so one snapshot), and keeps the rows
+(still encrypted) until the next :meth:`~msm_mem._storage.base.Store.sync`, the next write
+transaction of this store, a shred or a codec change. The reads of those patients are then
+answered from these rows, converted as the per-patient read converts them, so they return
+what that read would have returned at the moment of the prefetch (the same records, in the
+same order; the same errors, raised by the same read).
+
+The batched statements are the per-patient statements of ``sql_records.py`` and
+``sql_tiers.py`` with ``patient_id = ?`` widened to ``= ANY(?)`` (one array of patients); the
+rows are split per patient in Python, in the statement's order. They are the only SQL of this
+module, kept together in :data:`BATCHED`.
+
+The novelty check of each turn (the top score over the patient's E and over its V vectors)
+sends both searches in one pipeline (:meth:`ReadAhead.search_many`): one round trip a turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from ..._records import SemanticState, Vector
+from ..._tier_records import Claim, ConsentRecord, Entity
+from .. import rows as r
+from .. import tier_rows as g
+from ..base import VectorKind
+from ..rows import check_vector
+from ..sql_core import Rows
+from ..sql_store import SqlStore
+from .keys import PgKeyTable
+
+__all__ = ["BATCHED", "ReadAhead", "hits"]
+
+#: the batched reads, one statement per table (``%s``: the tenant, then an array of patient ids); the column at
+#: index 1 of each row is the patient's id (``patient_ref`` for keys)
+BATCHED: dict[str, str] = {
+    "keys": "SELECT * FROM keys WHERE tenant = %s AND patient_ref = ANY(%s)",
+    "consents": "SELECT * FROM consents WHERE tenant = %s AND (patient_id = ANY(%s) OR patient_id = '*')"
+    " ORDER BY created_at, id",
+    "semantic": "SELECT * FROM semantic WHERE tenant = %s AND patient_id = ANY(%s) AND state = 'active'"
+    " ORDER BY category",
+    "claims": "SELECT * FROM claims WHERE tenant = %s AND patient_id = ANY(%s) AND state = 'active' ORDER BY key",
+    "entities": "SELECT id, patient_id, type, name, created_at, state FROM entities"
+    " WHERE tenant = %s AND patient_id = ANY(%s) AND state = 'active' ORDER BY created_at, id",
+}
+#: at most this many patients are read ahead (a larger batch reads the rest one by one)
+MAX_PATIENTS = 10_000
+
+
+def hits(rows: list[Any]) -> list[tuple[str, float]]:
+    """Search rows ``(id, cosine, pos)`` as hits, best first, ties by insertion order."""
+    rows.sort(key=lambda r: (-r[1], r[2]))  # the HNSW path orders by score only
+    return [(str(r[0]), float(r[1])) for r in rows]
+
+
+class _Rows:
+    """The rows read ahead, per table and patient (a patient with none has an empty list)."""
+
+    def __init__(self, patients: Sequence[str], found: dict[str, list[Any]]) -> None:
+        self.patients = frozenset(patients)
+        self._by: dict[str, dict[str, list[Any]]] = {}
+        for table, rows in found.items():
+            by: dict[str, list[Any]] = {p: [] for p in self.patients}
+            for row in rows:
+                if table == "consents" and row[1] == "*":  # a consent of every patient: each one's
+                    for kept in by.values():
+                        kept.append(row)
+                elif row[1] in by:
+                    by[row[1]].append(row)
+            self._by[table] = by
+
+    def of(self, table: str, patient_id: str | None) -> list[Any] | None:
+        if patient_id is None or patient_id not in self.patients:
+            return None
+        return self._by[table][patient_id]
+
+
+class ReadAhead(SqlStore):
+    """The read-ahead of the server store: :meth:`prefetch`, and the reads it answers."""
+
+    _conn: psycopg.Connection[Any]
+    _keys: PgKeyTable
+    _ahead: _Rows | None = None
+    _approximate: bool
+
+    def prefetch(self, patient_ids: Sequence[str]) -> None:
+        """Read ahead what governed turns of these patients read, in one round trip (see the
+        module). Nothing is read inside an open transaction (its writes could roll back)."""
+        patients = list(dict.fromkeys(p for p in patient_ids if isinstance(p, str) and "\x00" not in p))
+        with self._db():
+            self._ahead = None
+            conn = self._conn  # (the one _db holds)
+            if not patients or len(patients) > MAX_PATIENTS or self._in_transaction():
+                return
+            # sent together, answered at the pipeline's one sync (its end): one round trip; the
+            # transaction only makes the reads one snapshot (an error rolls it back at the sync)
+            with conn.pipeline():
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                cursors = {t: conn.execute(q, (self.tenant, patients), binary=True) for t, q in BATCHED.items()}
+                conn.execute("COMMIT")
+            found = {table: cur.fetchall() for table, cur in cursors.items()}
+            self._keys.prefetched([g.wrapped_key_from_row(row) for row in found.pop("keys")])
+            self._ahead = _Rows(patients, found)
+
+    def _in_transaction(self) -> bool:
+        return self._conn.info.transaction_status != TransactionStatus.IDLE
+
+    def _forget_ahead(self) -> None:
+        self._ahead = None
+
+    def _rows_ahead(self, table: str, patient_id: str | None) -> list[Any] | None:
+        """The rows read ahead for the patient, or None when it was not (read it now)."""
+        ahead = self._ahead
+        return None if ahead is None else ahead.of(table, patient_id)
+
+    # the reads answered from the rows read ahead (each as its per-patient statement would) --
+
+    def _load_consents(self, patient_id: str | None) -> list[ConsentRecord]:
+        with self._db():
+            rows = self._rows_ahead("consents", patient_id)
+            if rows is None:
+                return super()._load_consents(patient_id)
+            return [g.consent_from_row(row) for row in rows]
+
+    def _load_semantic(self, patient_id: str) -> list[SemanticState]:
+        with self._db():
+            rows = self._rows_ahead("semantic", patient_id)
+            if rows is None:
+                return super()._load_semantic(patient_id)
+            return [r.semantic_from_row(row, self._codec) for row in rows]
+
+    def _load_entities(self, patient_id: str) -> list[Entity]:
+        with self._db():
+            rows = self._rows_ahead("entities", patient_id)
+            if rows is None:
+                return super()._load_entities(patient_id)
+            return [g.entity_from_row(row, self._codec) for row in rows]
+
+    def claims_active(self, patient_id: str, key: str | None = None) -> list[Claim]:
+        with self._db():
+            rows = self._rows_ahead("claims", patient_id)
+            if rows is None:
+                return super().claims_active(patient_id, key)
+            return [g.claim_from_row(row, self._codec) for row in rows if key is None or row[2] == key]
+
+    # the searches of one query vector (the novelty check: E and V) -----------------------
+
+    def search_many(
+        self, z: Vector, requests: Sequence[tuple[VectorKind, int]], scope: str | None
+    ) -> list[list[tuple[str, float]]]:
+        """:meth:`search` for each ``(kind, k)``, the statements sent in one pipeline: one round trip."""
+        if len(requests) < 2 or (scope is None and self._approximate):  # (that path sets ef_search first)
+            return super().search_many(z, requests, scope)
+        check_vector(z, self.dim, "query")
+        if scope is not None and "\x00" in scope:
+            return [[] for _ in requests]  # no stored patient id holds NUL
+        with self._db():
+            with self._conn.pipeline():  # answered at its end (one sync), the rows fetched after it
+                sent = [self._search_cursor(kind, z, k, scope) if k > 0 else None for kind, k in requests]
+            return [[] if cur is None else hits(cur.fetchall()) for cur in sent]
+
+    def _search_cursor(self, kind: VectorKind, z: Vector, k: int, scope: str | None, prefix: str = "") -> Rows:
+        raise NotImplementedError  # the store's search statement

@@ -1,0 +1,207 @@
+"""Governed turns begun as one batch (``GovernedMemory.begin_many``) and committed together, on
+both stores: they store what turns begun one at a time store, and a batch that fails in the
+middle of its transaction leaves nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from msm_mem import ConsentRecord, MsmMem
+from msm_mem._errors import ConsentDenied, IllegalTransition, InvalidInput
+from msm_mem._records import SemanticState, new_id
+from msm_mem._storage.base import WriteBatch
+from msm_mem.testing import FixedClock
+from tests.conftest import MemFactory
+from tests.helpers import ADMIN, AGENT, audit_events
+
+T0 = 1.7e9
+PATIENTS = [f"P{i}" for i in range(6)]
+ANSWERS = [
+    "Right lower lobe consolidation, likely pneumonia.",
+    "Small left pleural effusion. No pneumothorax.",
+    "No acute cardiopulmonary abnormality.",
+]
+
+
+def _vectors(mem: MsmMem, n: int, seed: int = 0) -> np.ndarray:
+    z = np.random.default_rng(seed).standard_normal((n, mem._store.dim)).astype(np.float32)
+    out: np.ndarray = z / np.linalg.norm(z, axis=1, keepdims=True)
+    return out
+
+
+def _stage(mem: MsmMem, turns: Sequence[Any], round_: int, z: np.ndarray) -> None:
+    for i, turn in enumerate(turns):
+        item = mem._gm.observe(turn, z[i], "What is the impression?", timestamp=T0 + round_, study_id=f"S{round_}")
+        mem._gm.consolidate(turn, item, ANSWERS[(i + round_) % len(ANSWERS)], decision="treat")
+
+
+def _run(mem: MsmMem, batched: bool, rounds: int = 3) -> None:
+    """Three batches over the same patients: the later ones supersede semantic states and claims."""
+    gm = mem._gm
+    for round_ in range(rounds):
+        z = _vectors(mem, len(PATIENTS), seed=round_)
+        turns = gm.begin_many(AGENT, PATIENTS) if batched else [gm.begin(AGENT, p) for p in PATIENTS]
+        _stage(mem, turns, round_, z)
+        gm.commit_many(turns)
+
+
+def _content(mem: MsmMem) -> dict[str, Any]:
+    """What the store holds, without the random parts (ids, nonces, pseudonyms, hashes)."""
+    s = mem._store
+    out: dict[str, Any] = {
+        "counts": [s.count("episodic"), s.count("visual"), s.count("semantic"), len(s.stm_list())],
+        "stm": sorted((i.patient_id, i.state.value, i.payload is None) for i in s.stm_list()),
+    }
+    for p in PATIENTS:
+        out[p] = (
+            [(x.category, x.version, x.state, x.impressions, x.supersedes is not None) for x in s.semantic_active(p)],
+            [(c.key, c.content, c.state, c.confidence, c.supersedes is not None) for c in s.claims_active(p)],
+            sorted((e.type, e.name, e.state) for e in s.entities(p)),  # (same times: ordered by random id)
+            sorted((r.type, r.state) for r in s.relationships(p)),
+            [len(s.semantic_history(p, x.category)) for x in s.semantic_active(p)],
+        )
+    out["audit"] = [
+        (e.actor, e.action, e.source_tier, e.target_tier, e.outcome, e.reason, len(e.record_ids), bool(e.patient))
+        for e in audit_events(s)
+    ]
+    return out
+
+
+def _digests_verify(mem: MsmMem) -> None:
+    assert mem._store.row_digests() == mem._store.computed_row_digests()
+    assert mem.verify_audit(ADMIN).ok
+
+
+def test_batched_turns_store_what_single_turns_store(new_mem: MemFactory) -> None:
+    """Same records, states, claims, entities and audit events as turns begun one by one."""
+    single = new_mem("single", clock=FixedClock(T0))
+    batched = new_mem("batched", clock=FixedClock(T0))
+    for mem in (single, batched):
+        mem._audit.pseudonym(PATIENTS[0])  # one patient with a key before its first turn, the rest without
+        mem.grant(
+            ADMIN,
+            [ConsentRecord(new_id("C"), PATIENTS[1], "role:agent", "treatment", "permit", ("*",), 0.0, None, T0)],
+        )
+    _run(single, batched=False)
+    _run(batched, batched=True)
+    assert _content(batched) == _content(single)
+    assert _content(batched)["counts"][2] == 3 * len(PATIENTS)  # every round superseded the last
+    for mem in (single, batched):
+        _digests_verify(mem)
+
+
+def test_reads_of_a_batch_are_the_reads_of_single_turns(new_mem: MemFactory) -> None:
+    """Within a batch, each turn reads exactly what the store answers without a read-ahead."""
+    mem = new_mem("reads", clock=FixedClock(T0))
+    _run(mem, batched=True, rounds=2)
+    s = mem._store
+    plain = {p: (s.consents(p), s.semantic_active(p), s.claims_active(p), s.entities(p)) for p in PATIENTS}
+    s.sync()
+    s.prefetch([*PATIENTS, "P-unknown"])
+    for p in PATIENTS:
+        assert (s.consents(p), s.semantic_active(p), s.claims_active(p), s.entities(p)) == plain[p]
+        for c in plain[p][2]:
+            assert s.claims_active(p, c.key) == [c]
+        for x in plain[p][1]:
+            assert s.semantic_active(p, x.category) == [x]
+    assert s.semantic_active("P-unknown") == [] and s.entities("P-unknown") == []
+
+
+def test_a_batch_sees_its_own_commit_at_once(new_mem: MemFactory) -> None:
+    """A commit of this store drops what was read ahead: the next turns read the new states."""
+    mem = new_mem("own", clock=FixedClock(T0))
+    gm = mem._gm
+    turns = gm.begin_many(AGENT, PATIENTS[:2])
+    _stage(mem, turns[:1], 0, _vectors(mem, 1))
+    gm.commit_many(turns[:1])
+    (state,) = mem._store.semantic_active(PATIENTS[0])
+    assert state.version == 1
+    _stage(mem, turns[1:], 0, _vectors(mem, 1, seed=5))  # the other turn of the batch still stages
+    gm.commit_many(turns[1:])
+    assert [x.version for x in mem._store.semantic_active(PATIENTS[1])] == [1]
+    _digests_verify(mem)
+
+
+def test_begin_many_refuses_bad_batches_before_reading(new_mem: MemFactory) -> None:
+    """Bad principals, ids, repeats or a lone string are refused; nothing is audited for them."""
+    mem = new_mem("bad")
+    gm = mem._gm
+    before = len(audit_events(mem._store))
+    for patients, message in (
+        (["P1", "P1"], "different patients"),
+        ("P1", "sequence of patient ids"),
+        (["P1", ""], "patient scope"),
+        (["P1", "*"], "patient_id"),
+    ):
+        with pytest.raises(InvalidInput, match=message):
+            gm.begin_many(AGENT, patients)
+    with pytest.raises(InvalidInput, match="Principal"):
+        gm.begin_many("agent", ["P1"])  # type: ignore[arg-type]
+    assert len(audit_events(mem._store)) == before
+    assert gm.begin_many(AGENT, []) == []
+
+
+def test_a_denied_patient_stops_the_batch_and_is_audited(new_mem: MemFactory) -> None:
+    """The first patient without consent raises ConsentDenied after auditing the denial, as begin does."""
+    mem = new_mem("deny", clock=FixedClock(T0))
+    mem.grant(ADMIN, [ConsentRecord(new_id("C"), "P2", "role:agent", "treatment", "deny", ("*",), 0.0, None, T0 - 1)])
+    with pytest.raises(ConsentDenied):
+        mem._gm.begin_many(AGENT, ["P1", "P2", "P3"])
+    denied = [e for e in audit_events(mem._store) if e.action == "consent"]
+    assert [e.outcome for e in denied] == ["denied"]
+
+
+def _counts(mem: MsmMem) -> tuple[int, ...]:
+    s = mem._store
+    claims = sum(len(s.claims_active(p)) for p in PATIENTS)
+    return (s.count("episodic"), s.count("visual"), s.count("semantic"), len(s.stm_list()), claims, s.audit_head()[0])
+
+
+def test_a_batch_refused_mid_transaction_leaves_nothing(new_mem: MemFactory) -> None:
+    """A supersession that another writer made stale, or a duplicate record id, fails the whole
+    batch after its first rows were sent: nothing is stored, and the store goes on working."""
+    mem = new_mem("fail", clock=FixedClock(T0))
+    gm = mem._gm
+    _run(mem, batched=True, rounds=1)
+
+    # 1. a later patient's semantic state was superseded by someone else after the batch began
+    turns = gm.begin_many(AGENT, PATIENTS)
+    _stage(mem, turns, 1, _vectors(mem, len(PATIENTS), seed=1))
+    (stale,) = mem._store.semantic_active(PATIENTS[-1])
+    newer = SemanticState(
+        new_id("S"), PATIENTS[-1], stale.category, stale.impressions, stale.version + 1, supersedes=stale.state_id
+    )
+    mem._store.write(WriteBatch(semantic=[newer]))
+    before, digests = _counts(mem), mem._store.row_digests()
+    with pytest.raises(IllegalTransition):
+        gm.commit_many(turns)
+    assert _counts(mem) == before and mem._store.row_digests() == digests
+
+    # 2. a duplicate episode id among the batch's rows (refused by the table's constraint)
+    turns = gm.begin_many(AGENT, PATIENTS[:3])
+    _stage(mem, turns, 2, _vectors(mem, 3, seed=2))
+    turns[2].batch.episodes.append(turns[0].batch.episodes[0])
+    with pytest.raises(InvalidInput):
+        gm.commit_many(turns)
+    assert _counts(mem) == before and mem._store.row_digests() == digests
+
+    # 3. a second active version of a semantic key, sent behind other rows: refused at its insert
+    (active,) = mem._store.semantic_active(PATIENTS[0])
+    twin = SemanticState(new_id("S"), PATIENTS[0], active.category, active.impressions, active.version + 1)
+    turns = gm.begin_many(AGENT, PATIENTS[1:3])
+    _stage(mem, turns, 2, _vectors(mem, 2, seed=4))
+    batch = WriteBatch(episodes=list(turns[0].batch.episodes), semantic=[twin])
+    with pytest.raises(IllegalTransition, match="already has an active version"):
+        mem._store.write(batch)
+    assert _counts(mem) == before and mem._store.row_digests() == digests
+
+    # the store still works: a good batch commits, and everything verifies
+    turns = gm.begin_many(AGENT, PATIENTS[:3])
+    _stage(mem, turns, 3, _vectors(mem, 3, seed=3))
+    gm.commit_many(turns)
+    assert _counts(mem)[0] > before[0]
+    _digests_verify(mem)

@@ -1,0 +1,136 @@
+"""The server store's batched path: the read-ahead of a batch of turns is one snapshot kept
+until the next sync or write, the searches of one query go in one pipeline, and a batch of
+governed turns costs one round trip per turn (its novelty search) plus a few per batch."""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from msm_mem import ConsentRecord, MsmMem
+from msm_mem._records import new_id
+from msm_mem._storage.postgres import PostgresStore
+from msm_mem.testing import FixedClock
+from tests.helpers import ADMIN, AGENT
+
+pytestmark = pytest.mark.postgres
+
+T0 = 1.7e9
+
+
+def _mem(path: Path, url: str, schema: str) -> MsmMem:
+    return MsmMem.init(path, ADMIN, clock=FixedClock(T0), database_url=url, schema=schema)
+
+
+def _turns(mem: MsmMem, patients: list[str], seed: int) -> None:
+    gm = mem._gm
+    rng = np.random.default_rng(seed)
+    turns = gm.begin_many(AGENT, patients)
+    for i, turn in enumerate(turns):
+        z = rng.standard_normal(mem._store.dim).astype(np.float32)
+        item = gm.observe(turn, z / np.linalg.norm(z), "Impression?", timestamp=T0, study_id=f"S{seed}-{i}")
+        gm.consolidate(turn, item, "Right lower lobe consolidation, likely pneumonia.", decision="treat")
+    gm.commit_many(turns)
+
+
+@pytest.fixture
+def schema() -> str:
+    return f"tpgb_{uuid.uuid4().hex[:12]}"
+
+
+def test_read_ahead_is_one_snapshot_until_the_next_sync(tmp_path: Path, postgres_url: str, schema: str) -> None:
+    """Another connection's commit is not seen by the reads of a batch read ahead before it,
+    and is seen once the next turn begins (sync)."""
+    mem = _mem(tmp_path / "a", postgres_url, schema)
+    other = MsmMem.open(tmp_path / "a")
+    try:
+        _turns(mem, ["P1", "P2"], 0)
+        store = mem._store
+        store.sync()
+        store.prefetch(["P1", "P2"])
+        before = store.consents("P1")
+        deny = ConsentRecord(new_id("C"), "P1", "role:agent", "treatment", "deny", ("*",), 0.0, None, T0)
+        other.grant(ADMIN, [deny])
+        assert store.consents("P1") == before
+        store.sync()
+        after = store.consents("P1")
+        assert deny in after and len(after) == len(before) + 1
+    finally:
+        other.close()
+        mem.close()
+
+
+def test_a_write_of_the_store_drops_the_read_ahead(tmp_path: Path, postgres_url: str, schema: str) -> None:
+    """This store's own commit is read back at once, though the batch was read ahead before it."""
+    mem = _mem(tmp_path / "a", postgres_url, schema)
+    try:
+        store = mem._store
+        store.sync()
+        store.prefetch(["P1"])
+        assert store.claims_active("P1") == []
+        _turns(mem, ["P1"], 1)  # (begin_many syncs and reads ahead again: read ahead once more here)
+        store.prefetch(["P1"])
+        assert len(store.claims_active("P1")) == 1
+        _turns(mem, ["P2"], 2)
+        assert [c.key for c in store.claims_active("P2")] == ["study:S2-0"]
+    finally:
+        mem.close()
+
+
+def test_search_many_answers_as_search_does(postgres_url: str, schema: str) -> None:
+    """The pipelined searches return exactly the searches one by one, in order; k <= 0 and a
+    NUL in the scope return nothing, as search does."""
+    mem = MsmMem.init(Path(tempfile.mkdtemp()) / "s", ADMIN, database_url=postgres_url, schema=schema)
+    try:
+        _turns(mem, ["P1", "P2", "P3"], 3)
+        _turns(mem, ["P1", "P2"], 4)
+        store = mem._store
+        assert isinstance(store, PostgresStore)
+        rng = np.random.default_rng(9)
+        for _ in range(5):
+            z = rng.standard_normal(store.dim).astype(np.float32)
+            z /= np.linalg.norm(z)
+            for scope in ("P1", "P2", "P-none", None, "P\x001"):
+                requests = [("episodic", 3), ("visual", 1), ("episodic", 0)]
+                one_by_one = [store.search(kind, z, k, scope) for kind, k in requests]  # type: ignore[arg-type]
+                assert store.search_many(z, requests, scope) == one_by_one  # type: ignore[arg-type]
+    finally:
+        mem.close()
+
+
+def _round_trips(trace: Path) -> int:
+    """Messages after which the client waits for the server: a Sync, or a simple Query."""
+    count = 0
+    for line in trace.read_text(errors="replace").splitlines():
+        parts = line.split("\t")
+        if len(parts) > 3 and parts[1] == "F" and parts[3].split(" ")[0] in ("Sync", "Query"):
+            count += 1
+    return count
+
+
+def test_a_batch_of_turns_costs_one_round_trip_per_turn(tmp_path: Path, postgres_url: str, schema: str) -> None:
+    """20 governed turns (consent, keys, semantic state, claim, entities, novelty, write-back,
+    audit) cost their 20 novelty searches and a fixed number of round trips for the batch,
+    where each turn alone made nine."""
+    mem = _mem(tmp_path / "a", postgres_url, schema)
+    try:
+        patients = [f"P{i}" for i in range(20)]
+        for p in patients:
+            mem._audit.pseudonym(p)
+        _turns(mem, patients, 5)  # every patient has a semantic state and claims to supersede
+        store = mem._store
+        assert isinstance(store, PostgresStore)
+        trace = tmp_path / "trace.txt"
+        with trace.open("w") as f:
+            store._conn.pgconn.trace(f.fileno())
+            _turns(mem, patients, 6)
+            store._conn.pgconn.untrace()
+        per_batch = _round_trips(trace) - len(patients)
+        assert 0 < per_batch <= 16, per_batch
+        assert len(store.claims_active("P0")) == 2
+    finally:
+        mem.close()
