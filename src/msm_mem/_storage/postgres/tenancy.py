@@ -105,4 +105,6 @@ def add_tenant(conn: psycopg.Connection[Any], tenant: str) -> None:
         conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY ({})").format(ident, _names(primary)))
         for columns in uniques:
             conn.execute(sql.SQL("ALTER TABLE {} ADD UNIQUE ({})").format(ident, _names(columns)))
-    conn.execute(INDEXES.encode())
+    for statement in INDEXES.split(";"):  # one at a time: a write transaction runs in pipeline mode,
+        if statement.strip():  # which takes no string of several commands
+            conn.execute(statement.strip().encode())
