@@ -93,6 +93,22 @@ def print_tables(report: dict[str, Any]) -> None:
         _footprint_table(report, kind)
 
 
+def merge(paths: list[Path]) -> dict[str, Any]:
+    """One report of several runs' ``peers.json`` (their runs and caps together; a system at a
+    size and data set measured twice is kept from the last file naming it)."""
+    import json
+
+    reports = [json.loads(p.read_text()) for p in paths]
+    runs: dict[tuple[str, int, str], Any] = {}
+    caps: dict[str, Any] = {}
+    for r in reports:
+        runs.update({(run["kind"], run["n"], run["system"]): run for run in r["runs"]})
+        caps.update(r["caps"])
+    built = {name.split("/")[0] for _, _, name in runs}
+    caps = {name: cap for name, cap in caps.items() if "/" in name or name not in built}
+    return {**reports[-1], "runs": list(runs.values()), "caps": caps}
+
+
 def plot(report: dict[str, Any], path: Path) -> None:
     import matplotlib
 

@@ -45,7 +45,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,10 +54,11 @@ from typing import Any
 
 import numpy as np
 from _peers_data import CXR_DIR, PATIENT_K, POPULATION_K, TARGET_RECALL, cxr_embeddings, make_data, make_truth
-from _peers_msm import MsmMemHnsw, MsmMemSystem
-from _peers_report import plot, print_tables
+from _peers_msm import SEED, MsmMemHnsw, MsmMemSystem
+from _peers_report import merge, plot, print_tables
 from _peers_stores import Chroma, Lance, Pgvector, pg_stop
 from _peers_systems import FaissFlat, FaissHnsw, Hnswlib, NumpyLimit, System
+from _peers_timing import paired, recall, rss_bytes, stats, timed
 
 SYSTEMS: dict[str, type[System]] = {
     s.name: s for s in (NumpyLimit, FaissFlat, MsmMemSystem, MsmMemHnsw, FaissHnsw, Hnswlib, Chroma, Lance, Pgvector)
@@ -74,61 +74,11 @@ CAPS: dict[str, tuple[int, str]] = {
 }
 
 
-def rss_bytes() -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 # children --------------------------------------------------------------------------------
 
 
-def timed(query: Any, args: list[tuple[Any, ...]], warmup: int) -> tuple[list[float], list[list[int]]]:
-    for a in args[:warmup]:
-        query(*a)
-    times, results = [], []
-    for a in args:
-        t = time.perf_counter()
-        r = query(*a)
-        times.append(time.perf_counter() - t)
-        results.append(r)
-    return times, results
-
-
-def paired(
-    query: Any, limit: Any, args: list[tuple[Any, ...]], warmup: int
-) -> tuple[list[float], list[list[int]], dict[str, float]]:
-    """``query`` timed as :func:`timed` does, with ``limit`` timed alternately on the same
-    arguments (which one goes first alternating too): their ratio is measured side by side,
-    whatever the load does."""
-    for a in args[:warmup]:
-        query(*a), limit(*a)
-    mine: list[float] = []
-    base: list[float] = []
-    results = []
-    for i, a in enumerate(args):
-        for first in (i % 2 == 0, i % 2 == 1):
-            t = time.perf_counter()
-            r = (query if first else limit)(*a)
-            (mine if first else base).append(time.perf_counter() - t)
-            if first:
-                results.append(r)
-    a_ms, b_ms = statistics.median(mine) * 1e3, statistics.median(base) * 1e3
-    return mine, results, {"median_ms": a_ms, "limit_ms": b_ms, "ratio": a_ms / b_ms}
-
-
-def recall(got: list[list[int]], truth: np.ndarray) -> float:
-    return float(np.mean([len(set(g) & set(t.tolist())) / len(t) for g, t in zip(got, truth, strict=True)]))
-
-
-def stats(times: list[float]) -> dict[str, float]:
-    return {"median_ms": statistics.median(times) * 1e3, "p95_ms": float(np.percentile(times, 95)) * 1e3}
-
-
 def child_build(system: System, data: Path, d: Path) -> dict[str, Any]:
-    x = np.load(data / "x.npy")
+    x = np.load(data / "x.npy", mmap_mode="r")  # read as each system copies it in: one copy in memory
     patients = np.load(data / "patients.npy")
     t0 = time.perf_counter()
     extra = system.build(d, x, patients)
@@ -136,7 +86,9 @@ def child_build(system: System, data: Path, d: Path) -> dict[str, Any]:
     return {"build_s": build_s, "build_rows_per_s": len(x) / build_s, **extra}
 
 
-def child_query(system: System, data: Path, d: Path, warmup: int, population: bool) -> dict[str, Any]:
+def child_query(
+    system: System, data: Path, d: Path, warmup: int, population: bool, exact_queries: int | None
+) -> dict[str, Any]:
     pq, pp, popq = np.load(data / "pq.npy"), np.load(data / "pp.npy"), np.load(data / "popq.npy")
     n = len(np.load(data / "patients.npy", mmap_mode="r"))
     truth_p = np.load(data / "truth_patient.npy") if (data / "truth_patient.npy").exists() else None
@@ -174,6 +126,11 @@ def child_query(system: System, data: Path, d: Path, warmup: int, population: bo
                 if recall(got, truth_pop[queries:]) >= TARGET_RECALL:
                     break
         args_pop = [(popq[i], POPULATION_K) for i in range(queries)]
+        args_exact, warmup_exact = args_pop, warmup
+        if exact_queries is not None and exact_queries < queries:  # a full scan a query: fewer
+            args_exact, warmup_exact = args_pop[:exact_queries], min(warmup, max(1, exact_queries // 10))
+        if system.knob is None:
+            args_pop, warmup = args_exact, warmup_exact
         limit = getattr(system, "population_limit", lambda: None)()
         pair = None
         if limit is not None:
@@ -199,11 +156,12 @@ def child_query(system: System, data: Path, d: Path, warmup: int, population: bo
             full = [main(popq[i], POPULATION_K) for i in range(queries, len(popq))]
             np.save(data / "truth_pop.npy", np.array(got + full))
         elif truth_pop is not None:
-            row["recall"] = recall(got, truth_pop[:queries])
+            row["recall"] = recall(got, truth_pop[: len(got)])
+        row["queries"] = len(got)
         out["population"].append(row)
         for label, query in getattr(system, "population_extras", lambda: iter(()))():
-            times, _ = timed(query, args_pop, warmup)
-            out["population"].append({"label": label, **stats(times)})
+            times, _ = timed(query, args_exact, warmup_exact)
+            out["population"].append({"label": label, **stats(times), "queries": len(times)})
     out["resident_bytes"] = rss_bytes() - rss0
     out["disk_bytes"] = system.disk_bytes(d)
     out["per_row"] = {"resident": out["resident_bytes"] / n, "disk": out["disk_bytes"] / n}
@@ -217,7 +175,7 @@ def child_main(args: argparse.Namespace) -> None:
     if args.child == "build":
         result = child_build(system, args.data_dir, args.dir)
     else:
-        result = child_query(system, args.data_dir, args.dir, args.warmup, not args.no_population)
+        result = child_query(system, args.data_dir, args.dir, args.warmup, not args.no_population, args.exact_queries)
     args.result.write_text(json.dumps(result))
 
 
@@ -235,11 +193,19 @@ THREAD_VARIABLES = (
 
 
 def run_child(
-    phase: str, name: str, data: Path, d: Path, warmup: int, population: bool, threads: int | None = None
+    phase: str,
+    name: str,
+    data: Path,
+    d: Path,
+    warmup: int,
+    population: bool,
+    threads: int | None = None,
+    exact_queries: int | None = None,
 ) -> dict[str, Any]:
     result = d.parent / f"{name}-{phase}.json"
     cmd = [sys.executable, __file__, "--child", phase, "--system", name, "--data-dir", str(data), "--dir", str(d)]
     cmd += ["--result", str(result), "--warmup", str(warmup)] + ([] if population else ["--no-population"])
+    cmd += [] if exact_queries is None else ["--exact-queries", str(exact_queries)]
     env = dict(os.environ)
     if threads is not None:
         env.update({v: str(threads) for v in THREAD_VARIABLES})
@@ -276,6 +242,20 @@ def main() -> None:
         default=None,
         help="threads of BLAS, OpenMP and the Rust runtimes in every system (default: each library's own)",
     )
+    ap.add_argument(
+        "--exact-queries",
+        type=int,
+        default=None,
+        help="population queries measured on the exact systems and the governed population call "
+        "(each a scan of every row; default: --queries)",
+    )
+    ap.add_argument("--build-threads", type=int, default=None, help="threads of the builds (default: --threads)")
+    ap.add_argument(
+        "--hnsw-from-exact",
+        action="store_true",
+        help="build msm-mem-hnsw by reopening msm-mem's directory with the HNSW setting (one graph "
+        "build over every row, not the writes again)",
+    )
     ap.add_argument("--patient-only", action="store_true", help="skip population search (and its indexes)")
     ap.add_argument("--cap", action="append", default=[], metavar="SYSTEM=N", help="cap a system at N rows (0: no cap)")
     ap.add_argument(
@@ -288,9 +268,18 @@ def main() -> None:
     ap.add_argument("--data-dir", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--no-population", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--merge", type=Path, nargs="+", help="print (and --out: plot) these peers.json together")
     args = ap.parse_args()
     if args.child:
         return child_main(args)
+    if args.merge:
+        merged = merge(args.merge)
+        print_tables(merged)
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "peers.json").write_text(json.dumps(merged, indent=1))
+            plot(merged, args.out / "bench_peers.png")
+        return None
     limits = caps(args.cap)
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
@@ -300,6 +289,7 @@ def main() -> None:
     real = cxr_embeddings() if "cxr" in args.data else None
     report: dict[str, Any] = {
         "threads": args.threads,
+        "build_threads": args.build_threads,
         "machine": f"{platform.processor() or platform.machine()}, python {platform.python_version()}",
         "runs": [],
         "caps": {},
@@ -327,14 +317,19 @@ def main() -> None:
                         print(f"  {name}: population index not built at N={n:,} ({pop_cap[1]})", flush=True)
                     d = base / name
                     try:
-                        built = run_child("build", name, base / "data", d, args.warmup, population, args.threads)
-                        queried = run_child("query", name, base / "data", d, args.warmup, population, args.threads)
+                        build_threads = args.threads if args.build_threads is None else args.build_threads
+                        built = run_child("build", name, base / "data", d, args.warmup, population, build_threads)
+                        queried = run_child(
+                            "query", name, base / "data", d, args.warmup, population, args.threads, args.exact_queries
+                        )
                     except RuntimeError as exc:
                         print(f"  {name}: FAILED: {exc}", flush=True)
                         continue
                     finally:
                         if name == "pgvector":
                             pg_stop(d)
+                        if name == "msm-mem" and args.hnsw_from_exact and d.is_dir():
+                            d.rename(base / SEED)
                         shutil.rmtree(d, ignore_errors=True)
                     run = {**info, "system": name, "notes": SYSTEMS[name].notes, "build": built, **queried}
                     report["runs"].append(run)
@@ -350,6 +345,7 @@ def main() -> None:
                         flush=True,
                     )
                 shutil.rmtree(base / "data", ignore_errors=True)
+                shutil.rmtree(base / SEED, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print_tables(report)

@@ -71,6 +71,7 @@ class VectorIndex:
         """Link every vector not yet in the graph into it (no-op without a graph)."""
         if self.graph is not None and self.graph.covered < self._n:
             self.graph.extend(self.vectors())
+            self._index = self.graph.storage  # a rebuild replaces it
             self._view = None
 
     def set_scopes(self, scopes: list[str]) -> None:
@@ -199,6 +200,7 @@ class VectorIndex:
         side: dict[str, object] = {"count": self.ntotal, "dim": self.dim, "last_sha": last_vector_sha}
         if self.graph is not None:
             side["graph_sha256"] = file_sha256(tmp)
+            side["graph_built"] = self.graph.built
         os.replace(tmp, path)
         side_tmp = path.with_suffix(".json.tmp")
         private_file(side_tmp).write_text(json.dumps(side))
@@ -229,6 +231,9 @@ class VectorIndex:
             graph = Graph.of(index, dim, ef_search or 1)
             if graph is None:
                 return None
+            built = side.get("graph_built")
+            if type(built) is int and 0 < built <= graph.covered:  # else: as if built in one batch
+                graph.built = built
             flat: faiss.IndexFlat = graph.storage
         elif isinstance(index, faiss.IndexFlatIP):
             graph, flat = None, index
