@@ -6,8 +6,9 @@ the clock ticks 137 us per event, so every event has its own fractional time as 
 has. Then times ``MsmMem.verify_audit`` in fresh interpreters, one verification each, the
 trees and modes interleaved round by round (``--repeat`` rounds; medians printed): full
 verification in one process and with each ``--processes`` count of workers, and hash-only.
-``--baseline SRC`` is another tree's ``src`` folder (its code verifies the same store, full
-and hash-only, with its defaults).
+``--baseline SRC`` is another tree's ``src`` folder: its code writes the same events into a
+store of its own (an older tree cannot open a store of a newer schema) and verifies it, full
+and hash-only, with its defaults.
 
 Wall is the verification call's elapsed time. CPU is the CPU time of every process the call
 used: its own, and with workers the forkserver's and its workers' (the server's start, which
@@ -86,6 +87,14 @@ def child(directory: Path, mode: str, processes: int) -> None:
     print(json.dumps({"ok": result.ok, "count": result.count, "wall": wall, "cpu": cpu + _forkserver_cpu()}))
 
 
+def made(src: Path, directory: Path, events: int) -> Path:
+    """``directory``, made by the code of ``src`` in a fresh interpreter unless it exists."""
+    if not directory.exists():
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        subprocess.run([sys.executable, str(HERE), "--make", str(directory), str(events)], env=env, check=True)
+    return directory
+
+
 def run(src: Path, directory: Path, mode: str, processes: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(src)}
     command = [sys.executable, str(HERE), "--child", str(directory), mode, str(processes)]
@@ -104,7 +113,11 @@ def main() -> None:
     ap.add_argument("--processes", type=int, nargs="+", default=[2], help="worker counts to measure (besides 1)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--make", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.make:
+        make_store(Path(args.make[0]), int(args.make[1]))
+        return
     if args.child:
         child(Path(args.child[0]), args.child[1], int(args.child[2]))
         return
@@ -113,11 +126,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        directory = work / f"audit-{args.events}"
-        if not directory.exists():
-            make_store(directory, args.events)
+        stores = {SRC: made(SRC, work / f"audit-{args.events}", args.events)}
         runs: list[tuple[str, Path, str, int]] = []
         if args.baseline is not None:
+            stores[args.baseline] = made(args.baseline, work / f"audit-{args.events}-baseline", args.events)
             runs += [("baseline", args.baseline, "full", 0), ("baseline", args.baseline, "hash", 0)]
         runs += [("this tree", SRC, "full", 1), *[("this tree", SRC, "full", p) for p in args.processes]]
         runs += [("this tree", SRC, "hash", 0)]
@@ -125,7 +137,7 @@ def main() -> None:
         load_before = os.getloadavg()
         for round_ in range(args.repeat):  # interleaved, the order turned every round
             for r in runs if round_ % 2 == 0 else runs[::-1]:
-                figures[r].append(run(r[1], directory, r[2], r[3]))
+                figures[r].append(run(r[1], stores[r[1]], r[2], r[3]))
         load_after = os.getloadavg()
     print(f"{args.events:,} events; {len(os.sched_getaffinity(0))} cores; medians of {args.repeat} runs")
     before, after = (f"{a[0]:.1f} / {a[1]:.1f}" for a in (load_before, load_after))
