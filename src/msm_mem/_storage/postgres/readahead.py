@@ -16,7 +16,8 @@ The batched statements are the per-patient statements of ``sql_records.py`` and
 rows are split per patient in Python, in the statement's order. They are the only SQL of this
 module, kept together in :data:`BATCHED`.
 
-The novelty check of each turn (the top score over the patient's E and over its V vectors)
+The searches (:meth:`ReadAhead.search`, its statement built once in ``_search_cursor``) live
+here too. The novelty check of each turn (the top score over the patient's E and over its V vectors)
 sends both searches in one pipeline (:meth:`ReadAhead.search_many`): one round trip a turn.
 """
 
@@ -28,6 +29,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from ..._errors import InvalidInput
 from ..._records import SemanticState, Vector
 from ..._tier_records import Claim, ConsentRecord, Entity
 from .. import rows as r
@@ -37,8 +39,10 @@ from ..rows import check_vector
 from ..sql_core import Rows
 from ..sql_store import SqlStore
 from .keys import PgKeyTable
+from .pgvector import Vec
+from .schema import LIVE
 
-__all__ = ["BATCHED", "ReadAhead", "hits"]
+__all__ = ["BATCHED", "KINDS", "ReadAhead", "hits"]
 
 #: the batched reads, one statement per table (``%s``: the tenant, then an array of patient ids); the column at
 #: index 1 of each row is the patient's id (``patient_ref`` for keys)
@@ -52,6 +56,8 @@ BATCHED: dict[str, str] = {
     "entities": "SELECT id, patient_id, type, name, created_at, state FROM entities"
     " WHERE tenant = %s AND patient_id = ANY(%s) AND state = 'active' ORDER BY created_at, id",
 }
+#: the vector kinds a store searches
+KINDS: tuple[VectorKind, ...] = ("episodic", "visual")
 #: at most this many patients are read ahead (a larger batch reads the rest one by one)
 MAX_PATIENTS = 10_000
 
@@ -168,5 +174,41 @@ class ReadAhead(SqlStore):
                 sent = [self._search_cursor(kind, z, k, scope) if k > 0 else None for kind, k in requests]
             return [[] if cur is None else hits(cur.fetchall()) for cur in sent]
 
+    # the search statement ----------------------------------------------------------------------------
+
+    def _search(self, kind: VectorKind, z: Vector, k: int, scope: str | None, prefix: str = "") -> list[Any]:
+        """Rows ``(id, cosine, pos)`` of the search, or of ``EXPLAIN`` with ``prefix``."""
+        return self._search_cursor(kind, z, k, scope, prefix).fetchall()
+
     def _search_cursor(self, kind: VectorKind, z: Vector, k: int, scope: str | None, prefix: str = "") -> Rows:
-        raise NotImplementedError  # the store's search statement
+        """The search's statement sent; its rows are fetched by the caller (in a pipeline: later)."""
+        if kind not in KINDS:
+            raise InvalidInput(f"unknown vector kind {kind!r}")
+        params: dict[str, Any] = {"q": Vec(z.tobytes()), "k": k, "p": scope, "t": self.tenant}
+        with self._db():
+            conn = self._conn  # (the one _db holds)
+            if scope is None and self._approximate:
+                with conn.transaction():
+                    conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(4 * k, 40), 1000)}")
+                    query = (
+                        f"SELECT id, -(z <#> %(q)s), pos FROM {kind} WHERE {LIVE} AND tenant = %(t)s"
+                        " ORDER BY z <#> %(q)s LIMIT %(k)s"
+                    )
+                    return conn.execute(prefix + query, params, binary=True)
+            where = LIVE + " AND tenant = %(t)s" + ("" if scope is None else " AND patient_id = %(p)s")
+            query = (
+                f"WITH c AS MATERIALIZED (SELECT pos, id, z <#> %(q)s AS d FROM {kind} WHERE {where})"
+                " SELECT id, -d, pos FROM c ORDER BY d, pos LIMIT %(k)s"
+            )
+            return conn.execute(prefix + query, params, binary=True)
+
+    def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
+        check_vector(z, self.dim, "query")
+        if k <= 0 or (scope is not None and "\x00" in scope):
+            return []  # no stored patient id holds NUL
+        return hits(self._search(kind, z, k, scope))
+
+    def explain_search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> str:
+        """The server's plan (``EXPLAIN`` text) of :meth:`search` with these arguments."""
+        check_vector(z, self.dim, "query")
+        return "\n".join(str(r[0]) for r in self._search(kind, z, max(k, 1), scope, "EXPLAIN "))

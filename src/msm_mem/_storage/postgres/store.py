@@ -54,24 +54,22 @@ import psycopg
 from psycopg import sql
 
 from ..._errors import InvalidInput, StoreError
-from ..._records import Vector
 from ..._settings import DEFAULT_TENANT, check_tenant
 from ..base import VectorKind
 from ..codec import FieldCodec
-from ..rows import EPISODIC_COLUMNS, VISUAL_COLUMNS, check_vector
+from ..rows import EPISODIC_COLUMNS, VISUAL_COLUMNS
 from ..sql_core import CommitLost, Rows, insert_sql
 from ..sql_rows import initial_meta, schema_problem
 from .keys import PgKeyTable
 from .pgvector import Vec, connect, use_schema, vector_schema
 from .pipeline import Pending
-from .readahead import ReadAhead, hits
-from .schema import FORMAT, HNSW, LIVE, SCHEMA, SCHEMA_VERSION, TABLES
+from .readahead import KINDS, ReadAhead
+from .schema import FORMAT, HNSW, SCHEMA, SCHEMA_VERSION, TABLES
 from .tenancy import add_tenant, check_new_tenant, delete_tenant, has_tenant_column, read_meta
 
 __all__ = ["PostgresStore"]
 
 HNSW_MAX_DIM = 2000
-_KINDS: tuple[VectorKind, ...] = ("episodic", "visual")
 PopulationSearch = Literal["exact", "hnsw"]
 
 
@@ -143,7 +141,7 @@ class PostgresStore(ReadAhead):
         self.schema_version = meta.get("schema", "")
         self._approximate = self._approximate and self.dim <= HNSW_MAX_DIM
         if self._approximate:
-            for kind in _KINDS:
+            for kind in KINDS:
                 conn.execute(HNSW.format(kind=kind).encode())
         self._keys = PgKeyTable(self._db, self.tenant)
 
@@ -367,47 +365,9 @@ class PostgresStore(ReadAhead):
             kind: int(
                 self._q(f"SELECT COALESCE(MAX(pos) + 1, 0) FROM {kind} WHERE tenant = ?", (self.tenant,)).fetchone()[0]
             )
-            for kind in _KINDS
+            for kind in KINDS
         }
 
     def _vector_rows(self, kind: VectorKind, rows: list[tuple[Any, ...]]) -> Sequence[Sequence[Any]]:
         z = (EPISODIC_COLUMNS if kind == "episodic" else VISUAL_COLUMNS).index("z")
         return [(*r[:z], Vec(r[z]), *r[z + 1 :]) for r in rows]
-
-    # searching ----------------------------------------------------------------------------
-
-    def _search(self, kind: VectorKind, z: Vector, k: int, scope: str | None, prefix: str = "") -> list[Any]:
-        """Rows ``(id, cosine, pos)`` of the search, or of ``EXPLAIN`` with ``prefix``."""
-        return self._search_cursor(kind, z, k, scope, prefix).fetchall()
-
-    def _search_cursor(self, kind: VectorKind, z: Vector, k: int, scope: str | None, prefix: str = "") -> Rows:
-        """The search's statement sent; its rows are fetched by the caller (in a pipeline: later)."""
-        if kind not in _KINDS:
-            raise InvalidInput(f"unknown vector kind {kind!r}")
-        params: dict[str, Any] = {"q": Vec(z.tobytes()), "k": k, "p": scope, "t": self.tenant}
-        with self._db() as conn:
-            if scope is None and self._approximate:
-                with conn.transaction():
-                    conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(4 * k, 40), 1000)}")
-                    query = (
-                        f"SELECT id, -(z <#> %(q)s), pos FROM {kind} WHERE {LIVE} AND tenant = %(t)s"
-                        " ORDER BY z <#> %(q)s LIMIT %(k)s"
-                    )
-                    return conn.execute(prefix + query, params, binary=True)
-            where = LIVE + " AND tenant = %(t)s" + ("" if scope is None else " AND patient_id = %(p)s")
-            query = (
-                f"WITH c AS MATERIALIZED (SELECT pos, id, z <#> %(q)s AS d FROM {kind} WHERE {where})"
-                " SELECT id, -d, pos FROM c ORDER BY d, pos LIMIT %(k)s"
-            )
-            return conn.execute(prefix + query, params, binary=True)
-
-    def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
-        check_vector(z, self.dim, "query")
-        if k <= 0 or (scope is not None and "\x00" in scope):
-            return []  # no stored patient id holds NUL
-        return hits(self._search(kind, z, k, scope))
-
-    def explain_search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> str:
-        """The server's plan (``EXPLAIN`` text) of :meth:`search` with these arguments."""
-        check_vector(z, self.dim, "query")
-        return "\n".join(str(r[0]) for r in self._search(kind, z, max(k, 1), scope, "EXPLAIN "))
