@@ -118,6 +118,24 @@ def test_a_list_page_is_paged_in_the_read_and_audited_as_returned(served: Served
     assert [e["record_ids"] for e in reads] == [[whole["items"][1]["episode_id"]]]
 
 
+def test_retrieve_by_a_stored_study_is_one_audited_read(served: Served) -> None:
+    """Retrieve given ``image_study`` ranks as the study's image does, with the audit events of
+    one retrieve (no separate read of the patient's episodes); another patient's study id, or
+    an unknown one, is 404."""
+    with _client(served, "agent") as agent:
+        by_image = agent.retrieve(OWN, png(served.images, 0), at=2_000_000_000.0)
+        before = served.head_seq()
+        by_study = agent.retrieve(OWN, None, image_study="S0", at=2_000_000_000.0)
+        study_events = served.audit_events(before)
+        assert [(i.evidence.id, i.evidence.score) for i in by_study.items] == [
+            (i.evidence.id, i.evidence.score) for i in by_image.items
+        ]
+        assert [e["action"] for e in study_events] == ["consent", "read"]
+        for study in ("S3", "no-such-study"):
+            with pytest.raises(NotFound):
+                agent.retrieve(OWN, None, image_study=study)
+
+
 def test_the_client_runs_governance_as_its_credential(served: Served) -> None:
     """Consent grant, list and revoke (revoke needs every patient: break-glass), key rotation,
     audit verification, checkpoint and FHIR export, maintenance and shredding."""

@@ -31,8 +31,7 @@ def episode(i: int, patient: str, z: np.ndarray, **kw: object) -> EpisodicRecord
         z=z,
         question="q?",
         answer=f"answer {i}",
-        study_id=f"s{i}",
-        **kw,
+        **{"study_id": f"s{i}", **kw},
     )  # type: ignore[arg-type]
 
 
@@ -319,3 +318,23 @@ def test_max_cosine_is_the_top_score_of_the_scope(store: Store) -> None:
     assert store.max_cosine(records[0].z, ("episodic",), "p0") < 0.999
     with pytest.raises(InvalidVector):
         store.max_cosine(np.zeros(DIM, dtype=np.float32), ("episodic",), "p0")
+
+
+def test_study_vector_prefers_the_active_episode(store: Store) -> None:
+    """A patient's study is queried by its active episode's vector, else by its newest
+    episode's; another patient's study, a blank id or an unknown one gives None."""
+    rng = np.random.default_rng(7)
+    older = episode(1, "p1", random_unit(rng), study_id="s")
+    newer = episode(2, "p1", random_unit(rng), study_id="s")
+    other = episode(3, "p2", random_unit(rng), study_id="t")
+    store.write(WriteBatch(episodes=[older, newer, other]))
+    found = store.study_vector("p1", "s")
+    assert found is not None and np.array_equal(found, newer.z)
+    store.write(WriteBatch(changes=[StateChange("episodic", "E-2", State.ACTIVE, State.SUPERSEDED)]))
+    found = store.study_vector("p1", "s")
+    assert found is not None and np.array_equal(found, older.z)
+    store.write(WriteBatch(changes=[StateChange("episodic", "E-1", State.ACTIVE, State.SUPERSEDED)]))
+    found = store.study_vector("p1", "s")
+    assert found is not None and np.array_equal(found, newer.z)
+    assert store.study_vector("p1", "t") is None and store.study_vector("p2", "s") is None
+    assert store.study_vector("p1", "") is None and store.study_vector("p1", "nope") is None

@@ -8,10 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from .._agent.agent import AgentAnswer, Evidence, Query
 from .._agent.offline import IngestReport, ingest_rows
 from .._errors import IllegalTransition, InvalidInput, MsmMemError, NotFound
-from .._limits import MAX_TEXT_CHARS, check_observation, check_text
+from .._limits import MAX_TEXT_CHARS, check_id, check_observation, check_text
 from .._memory.corrections import Corrections
 from .._memory.msm import WriteResult
 from .._records import EpisodicRecord, ManifestRow, SemanticState, VisualRecord
@@ -100,8 +103,9 @@ class _Care(_Base):
         self,
         principal: object,
         patient_id: str,
-        image: object,
+        image: object = None,
         *,
+        study: str | None = None,
         scope: Literal["patient", "population"] = "patient",
         at: float | None = None,
         use_sem: bool = True,
@@ -111,13 +115,20 @@ class _Care(_Base):
         """The ranked evidence for ``image`` without an answer: the patient's semantic state,
         episodic and visual records (``scope="patient"``), or also other patients' consented
         and anonymised records (``"population"``; other patients' content is withheld).
-        ``at`` is the query's UTC time for freshness (default now). Audited as a read."""
+        Instead of an image, ``study`` names one of the patient's stored studies: the query is
+        the embedding stored with it (its active episode's, else its newest), read inside this
+        call, so nothing is decoded or encoded again; NotFound when the patient has no such
+        study. ``at`` is the query's UTC time for freshness (default now). Audited as one read."""
         p = self._allow(principal, Operation.RETRIEVE)
         if scope not in ("patient", "population"):
             raise InvalidInput(f"scope must be 'patient' or 'population', got {scope!r}")
+        if (image is None) == (study is None):
+            raise InvalidInput("give exactly one of image and study")
+        if study is not None:
+            check_id("study", study)
         turn = self._gm.begin(p, patient_id)
         try:
-            z = self._agent.embed(image)
+            z = self._agent.embed(image) if study is None else self._study_vector(patient_id, study)
             ranked = self._gm.retrieve(turn, z, at=at, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, scope=scope)
         except MsmMemError as exc:
             self._gm.fail(turn, exc)
@@ -134,6 +145,12 @@ class _Care(_Base):
             items.append(RetrievedItem(evidence, hit.record if own else None))
         items.sort(key=lambda i: (-i.evidence.score, i.evidence.id))
         return Retrieved(patient_id, scope, tuple(items))
+
+    def _study_vector(self, patient_id: str, study: str) -> npt.NDArray[np.float32]:
+        z = self._store.study_vector(patient_id, study)
+        if z is None:
+            raise NotFound("no stored study of that id for this patient")
+        return z
 
     def observe(
         self,

@@ -114,27 +114,20 @@ def register(server: MCPServer[object], state: McpState) -> None:
     ) -> Annotated[CallToolResult, RetrievedOut]:
         """The ranked evidence for a patient's image, without an answer: the first k items.
 
-        Give the image as exactly one of image_base64, image_path or image_study. Scope
+        Give the image as exactly one of image_base64, image_path or image_study (a stored
+        study is queried by the embedding stored with it). Scope
         "patient" ranks the patient's own semantic state, episodic and visual records;
         "population" also other patients' consented and anonymised records, whose content is
         withheld (record is null). Audited as a read; writes no memory."""
 
         def body(who: Caller) -> RetrievedOut:
-            img = image_of(state, who, patient_id, image_base64, image_path, image_study)
-            found = stored(
-                img,
-                lambda: state.call(
-                    state.mem.retrieve,
-                    who.principal,
-                    patient_id,
-                    img,
-                    scope=scope,
-                    at=at,
-                    use_sem=use_sem,
-                    use_epi=use_epi,
-                    use_vis=use_vis,
-                ),
-            )
+            flags = {"scope": scope, "at": at, "use_sem": use_sem, "use_epi": use_epi, "use_vis": use_vis}
+            if image_study is not None and image_base64 is None and image_path is None:
+                # the study's stored embedding, read in the same governed call (one audit event)
+                found = state.call(state.mem.retrieve, who.principal, patient_id, study=image_study, **flags)
+            else:
+                img = image_of(state, who, patient_id, image_base64, image_path, image_study)
+                found = stored(img, lambda: state.call(state.mem.retrieve, who.principal, patient_id, img, **flags))
             return RetrievedOut.of(found, min(k, state.config.server.max_k))
 
         return state.tool("retrieve", "retrieve", patient_id, body)

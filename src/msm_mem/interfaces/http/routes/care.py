@@ -79,13 +79,16 @@ ObservationDep = Annotated[ObservationIn, Depends(observation_in)]
 MemoriesDep = Annotated[dict[str, bool], Depends(memories_in)]
 
 
+_ONE_IMAGE = "send exactly one of image (a file) and image_study (a stored study id)"
+
+
 def _image(request: Request, who: Caller, patient_id: str, given: ImageIn) -> object:
     """The image of a request: the decoded upload, or the stored image of one of the
     patient's studies (found by an audited read of the patient's episodes)."""
     state = server(request)
     image, study = given.upload, given.study
     if (image is None) == (study is None):
-        raise InvalidInput("send exactly one of image (a file) and image_study (a stored study id)")
+        raise InvalidInput(_ONE_IMAGE)
     if image is not None:
         data = image.file.read(state.config.max_upload_bytes + 1)
         if len(data) > state.config.max_upload_bytes:
@@ -164,15 +167,21 @@ async def retrieve(
     at: Time = None,
     k: Annotated[int, Form(ge=1, le=100)] = 10,
 ) -> Response:
-    """The ranked evidence for an image, without an answer: the first ``k`` items."""
+    """The ranked evidence for an image, without an answer: the first ``k`` items. A stored
+    study (``image_study``) is queried by the embedding stored with it."""
     state = server(request)
 
     def work() -> RetrievedOut:
         authorize(request, who, "retrieve", patient_id)
-        img = _image(request, who, patient_id, given)
-        found = _stored(
-            img, lambda: state.read(state.mem.retrieve, who.principal, patient_id, img, scope=scope, at=at, **memories)
-        )
+        if given.study is None:
+            img = _image(request, who, patient_id, given)
+            found = state.read(state.mem.retrieve, who.principal, patient_id, img, scope=scope, at=at, **memories)
+        else:  # a stored study: its stored embedding, read in the same governed call (one audit event)
+            if given.upload is not None:
+                raise InvalidInput(_ONE_IMAGE)
+            found = state.read(
+                state.mem.retrieve, who.principal, patient_id, study=given.study, scope=scope, at=at, **memories
+            )
         return RetrievedOut.of(found, min(k, state.config.max_k))
 
     return await _off_loop(work)
