@@ -21,6 +21,9 @@ def _configure(p: argparse.ArgumentParser) -> None:
         "--database-url", default=os.environ.get("MSM_MEM_DATABASE_URL"), help="PostgreSQL store (default: DIR's)"
     )
     p.add_argument("--tenant", default=os.environ.get("MSM_MEM_TENANT"), help=TENANT_HELP + "; must be DIR's")
+    p.add_argument(
+        "--threads", type=int, default=8, help="threads per worker process running requests' work (default 8)"
+    )
     p.add_argument("--max-upload-mb", type=int, default=16, help="largest image upload, MiB (default 16)")
     p.add_argument("--max-image-side", type=int, default=8192, help="largest image side, pixels (default 8192)")
     p.add_argument("--max-question-chars", type=int, default=2000, help="longest question (default 2000)")
@@ -53,6 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_upload_bytes=args.max_upload_mb * 1024 * 1024,
         max_image_side=args.max_image_side,
         max_question_chars=args.max_question_chars,
+        max_threads=args.threads,
         jwt_key=args.jwt_key,
         jwt_issuer=args.jwt_issuer,
         jwt_audience=args.jwt_audience,

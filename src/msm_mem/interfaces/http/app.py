@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
@@ -199,6 +200,8 @@ def create_app(config: ServeConfig, *, mem: MsmMem | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # the pool that runs requests' blocking work (starlette's run_in_threadpool uses anyio's)
+        anyio.to_thread.current_default_thread_limiter().total_tokens = config.max_threads
         yield
         if owned:
             with state.lock:
