@@ -338,6 +338,22 @@ def test_bad_input_is_a_clear_4xx_and_stores_nothing(served: Served) -> None:
             lambda: httpx.post(f"{base}/retrieve", files={"image": image}, data={"k": "1000"}, headers=h),
         ),
         ("page too large", 422, lambda: httpx.get(f"{base}/episodes", params={"limit": 100_000}, headers=h)),
+        ("image as a text field", 422, lambda: httpx.post(f"{base}/retrieve", data={"image": "abc"}, headers=h)),
+        (
+            "image and image_study",
+            422,
+            lambda: httpx.post(f"{base}/retrieve", files={"image": image}, data={"image_study": "S0"}, headers=h),
+        ),
+        (
+            "unknown scope",
+            422,
+            lambda: httpx.post(f"{base}/retrieve", files={"image": image}, data={"scope": "world"}, headers=h),
+        ),
+        (
+            "time not finite",
+            422,
+            lambda: httpx.post(f"{base}/retrieve", data={"image_study": "S0", "at": "inf"}, headers=h),
+        ),
         (
             "a body naming a principal",
             422,
@@ -362,6 +378,20 @@ def test_bad_input_is_a_clear_4xx_and_stores_nothing(served: Served) -> None:
         with pytest.raises(NotFound):
             c.feedback("PAT-NOBODY-1", "S1", accept=True)
         assert c.claims("PAT-NOBODY-1") == [] and c.episodes("PAT-NOBODY-1") == []
+
+
+def test_a_refused_form_field_is_named_without_its_value(served: Served) -> None:
+    """A form field out of its bounds is a 422 naming the field (``body.k``), not its value; an
+    empty field takes its default and a field the operation does not take is ignored."""
+    h = served.headers("agent")
+    base = f"{served.url}/v1/patients/{OWN}"
+    r = httpx.post(f"{base}/retrieve", data={"image_study": "S0", "k": "987654", "scope": "x-9"}, headers=h)
+    assert r.status_code == 422
+    assert sorted(tuple(e["loc"]) for e in r.json()["errors"]) == [("body", "k"), ("body", "scope")]
+    assert "987654" not in r.text and "x-9" not in r.text
+    ok = httpx.post(f"{base}/retrieve", data={"image_study": "S0", "k": "", "colour": "red"}, headers=h)
+    assert ok.status_code == 200, ok.text
+    assert len(ok.json()["items"]) <= 10
 
 
 def test_the_log_names_no_patient_question_or_token(served: Served) -> None:

@@ -27,6 +27,7 @@ from ..._problems import slug
 from ..._settings import Settings
 from .auth import Verifier
 from .config import ServeConfig
+from .forms import form_schemas
 from .problems import MEDIA_TYPE, install
 from .routes import admin, care, consent, health, reads
 from .state import ServerState
@@ -133,6 +134,7 @@ def openapi_schema(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
     doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    doc.setdefault("components", {}).setdefault("schemas", {}).update(form_schemas())
     for path in doc.get("paths", {}).values():
         for op in path.values():
             for status, response in op.get("responses", {}).items():

@@ -37,7 +37,6 @@ __all__ = [
     "decode_upload",
     "paging",
     "require_json",
-    "require_form",
     "server",
 ]
 
@@ -128,10 +127,3 @@ async def require_json(request: Request, _: CallerDep) -> None:
     """415 unless the body is declared JSON (checked after the credential)."""
     if _content_type(request) != "application/json":
         raise HttpProblem("unsupported-media-type", "send the body as application/json")
-
-
-async def require_form(request: Request, _: CallerDep) -> None:
-    """415 unless the body is a form: multipart/form-data (an image upload with its fields), or
-    application/x-www-form-urlencoded (a stored study's reference with its fields)."""
-    if _content_type(request) not in ("multipart/form-data", "application/x-www-form-urlencoded"):
-        raise HttpProblem("unsupported-media-type", "send the image and its fields as multipart/form-data")
