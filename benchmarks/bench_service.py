@@ -28,6 +28,7 @@ versions; every figure is measured in this run.
    ``MsmMem.retrieve`` called in this process on the same store (one BLAS thread, as the
    server runs), in interleaved blocks; the ratio of the two medians.
 
+``--threads`` measures this tree once per ``serve --threads`` value, each as a tree of its own.
 The load generator runs on the same machine as the server and shares its cores (wrk is light:
 one thread). A tree that refuses a setting (an older tree and ``--workers 2`` on the embedded
 store) is reported as refused.
@@ -35,7 +36,7 @@ store) is reported as refused.
 Usage:
     python benchmarks/bench_service.py [--patients 100] [--workers 1,2] [--connections 16]
         [--seconds 10] [--rounds 3] [--postgres [--no-embedded]] [--baseline OTHER_TREE]
-        [--ops retrieve,retrieve-study,ask]
+        [--ops retrieve,retrieve-study,ask] [--threads 4,8,16]
 Needs wrk on the PATH (``apt-get install wrk``); the table it reproduces is in docs/benchmarks.md.
 """
 
@@ -54,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +71,15 @@ INGEST = Principal("bench-ingest", "system", "operations")
 AGENT = Principal("bench-agent", "agent", "treatment")
 THIS_TREE = Path(__file__).resolve().parent.parent
 LABELS = {"retrieve": "retrieve (upload)", "retrieve-study": "retrieve (stored study)", "ask": "ask + write-back"}
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A source tree to serve from (``PYTHONPATH=path/src``), with its own ``serve`` options."""
+
+    name: str
+    path: Path
+    options: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,11 +141,14 @@ def drop_copy(base: Base, directory: Path, run: int) -> None:
         _psql(base.dsn, f"DROP DATABASE IF EXISTS bench_run{run}")
 
 
-def serve(tree: Path, directory: Path, dsn: str | None, workers: int, log: Path) -> tuple[str, subprocess.Popen[bytes]]:
-    """``msm-mem serve`` from ``tree``; waits (bounded) until it is ready. RuntimeError when it exits."""
+def serve(
+    tree: Path, directory: Path, dsn: str | None, workers: int, log: Path, extra: Sequence[str] = ()
+) -> tuple[str, subprocess.Popen[bytes]]:
+    """``msm-mem serve`` from ``tree`` (with the options ``extra``); waits (bounded) until it is
+    ready. RuntimeError when it exits."""
     port = free_port()
     cmd = [sys.executable, "-m", "msm_mem", "serve", str(directory), "--port", str(port)]
-    cmd += ["--workers", str(workers), "--log-level", "warning"]
+    cmd += ["--workers", str(workers), "--log-level", "warning", *extra]
     if dsn is not None:
         cmd += ["--database-url", dsn]
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
@@ -167,13 +181,13 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def one_run(
-    args: argparse.Namespace, tree: Path, base: Base, workers: int, listing: Path, work: Path, run: int
+    args: argparse.Namespace, tree: Tree, base: Base, workers: int, listing: Path, work: Path, run: int
 ) -> dict[str, float] | str:
     """One measured run; the reason when the tree refused to serve."""
     directory, dsn = copy_store(base, work, run)
     try:
         try:
-            url, process = serve(tree, directory, dsn, workers, work / f"server{run}.log")
+            url, process = serve(tree.path, directory, dsn, workers, work / f"server{run}.log", tree.options)
         except RuntimeError as exc:
             return f"refused ({str(exc)[:80]})"
         try:
@@ -192,7 +206,7 @@ def one_run(
 
 def overhead(
     args: argparse.Namespace,
-    tree: Path,
+    tree: Tree,
     base: Base,
     studies: list[tuple[str, str, str]],
     listing: Path,
@@ -204,7 +218,7 @@ def overhead(
     directory, dsn = copy_store(base, work, run)
     kwargs = {} if dsn is None else {"database_url": dsn}
     mem = MsmMem.open(directory, **kwargs)  # type: ignore[arg-type]
-    url, process = serve(tree, directory, dsn, 1, work / f"server{run}.log")
+    url, process = serve(tree.path, directory, dsn, 1, work / f"server{run}.log", tree.options)
     http_ms, direct_ms = [], []
     from threadpoolctl import threadpool_limits
 
@@ -250,7 +264,7 @@ def _median(runs: list[dict[str, float] | str], key: str) -> float | None:
 
 def report(
     args: argparse.Namespace,
-    trees: list[tuple[str, Path]],
+    trees: list[Tree],
     results: dict[tuple[str, str, int, str], list[dict[str, float] | str]],
     over: dict[tuple[str, str], tuple[float, float]],
     loads: list[float],
@@ -277,13 +291,13 @@ def report(
         )
         figures = f"{rps:.0f} | {p50:.1f} | {p99:.1f} | {cpu:.2f} | {loop:.2f} | {err:.0f}"
         print(f"| {store} | {tree} | {workers} | {label} | {figures} |")
-    if len(trees) == 2:
-        a, b = trees[0][0], trees[1][0]
+    if len(trees) >= 2:
+        a, b = trees[0].name, trees[-1].name
         print(f"\n| store | workers | operation | requests/s, {a} / {b} | p99, {b} / {a} | CPU/request, {a} / {b} |")
         print("|---|---|---|---|---|---|")
         for (store, tree, workers, op), runs in results.items():
-            other = results.get((store, trees[1][0], workers, op))
-            if tree != trees[0][0] or other is None:
+            other = results.get((store, b, workers, op))
+            if tree != a or other is None:
                 continue
             a_rps, b_rps = _median(runs, "rps"), _median(other, "rps")
             a_p99, b_p99 = _median(runs, "p99"), _median(other, "p99")
@@ -313,14 +327,23 @@ def main() -> None:
     ap.add_argument(
         "--baseline", type=Path, help="another source tree (holding src/msm_mem) to measure beside this one"
     )
+    ap.add_argument(
+        "--threads",
+        default="",
+        help="this tree's `serve --threads` values, comma-separated, each measured as a tree of its own "
+        "(default: the server's default)",
+    )
     args = ap.parse_args()
     if args.no_embedded and not args.postgres:
         sys.exit("--no-embedded needs --postgres")
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (Debian: apt-get install wrk)")
-    trees = [("this tree", THIS_TREE)]
+    trees = [Tree("this tree", THIS_TREE)]
+    if args.threads:
+        counts = [int(t) for t in args.threads.split(",")]
+        trees = [Tree(f"this tree, {t} threads", THIS_TREE, ("--threads", str(t))) for t in counts]
     if args.baseline is not None:
-        trees.append(("baseline", args.baseline.resolve()))
+        trees.append(Tree("baseline", args.baseline.resolve()))
     workers = [int(w) for w in args.workers.split(",")]
     ops = args.ops.split(",")
     if not set(ops) <= set(OPS):
@@ -349,7 +372,8 @@ def main() -> None:
             for base, _ in stores:
                 for w in workers:
                     for op in ops:
-                        for name, tree in order:
+                        for tree in order:
+                            name = tree.name
                             run += 1
                             loads.append(os.getloadavg()[0])
                             got = one_run(args, tree, base, w, listings[(base.name, op)], base.directory.parent, run)
@@ -357,9 +381,9 @@ def main() -> None:
                             print(f"round {r + 1} {base.name} {name} workers={w} {op}: {got}", file=sys.stderr)
         over = {}
         for base, studies in stores:
-            for name, tree in trees:
+            for tree in trees:
                 run += 1
-                over[(base.name, name)] = overhead(
+                over[(base.name, tree.name)] = overhead(
                     args, tree, base, studies, listings[(base.name, "retrieve")], base.directory.parent, run
                 )
         for base, _ in stores:
