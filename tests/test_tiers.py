@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from msm_mem import Principal, StmPayload
 from msm_mem._api.mem import MsmMem
-from msm_mem._errors import BackendError, IllegalTransition, ImageError, InvalidInput, NotFound
+from msm_mem._errors import IllegalTransition, InvalidInput, NotFound
 from msm_mem._records import State, new_id
 from msm_mem._storage.base import WriteBatch
 from msm_mem._tier_records import ConsentRecord, StmChange, StmItem, StmState
@@ -23,23 +23,7 @@ from msm_mem.testing import FixedBackbone, FixedClock
 from tests.conftest import MemFactory
 from tests.helpers import ADMIN, audit_events
 from tests.helpers import png as _png
-
-T0 = 1_700_000_000.0
-ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"
-AGENT = Principal("agent-1", "agent")
-
-
-def _z(mem: MsmMem, folder: Path, seed: int) -> np.ndarray:
-    from msm_mem.plugins.images import load_image
-
-    z: np.ndarray = mem._encoder.encode([load_image(_png(folder, seed))])[0]
-    return z
-
-
-def _counts(mem: MsmMem) -> tuple[int, ...]:
-    s = mem._store
-    claims = sum(len(s.claim_history(p, f"study:{x}")) for p in ("P1", "P2") for x in ("S1", "S2", "S3"))
-    return (len(s.stm_list()), s.count("episodic"), s.count("visual"), s.count("semantic"), claims)
+from tests.tiers_support import AGENT, ANSWER, T0, _counts, _grant_auditor, _z
 
 
 @pytest.fixture
@@ -52,15 +36,6 @@ def mem(new_mem: MemFactory, clock: FixedClock) -> Iterator[MsmMem]:
     m = new_mem("s", clock=clock, backbone=FixedBackbone(ANSWER, "treat"))
     yield m
     m.close()
-
-
-def _grant_auditor(mem: MsmMem) -> None:
-    mem.grant(
-        ADMIN, [ConsentRecord(new_id("C"), "*", "role:auditor", "treatment", "permit", ("*",), 0.0, created_at=T0)]
-    )
-
-
-# fail closed -------------------------------------------------------------------------------
 
 
 def test_auditor_cannot_write_to_stm(mem: MsmMem, tmp_path: Path) -> None:
@@ -241,28 +216,6 @@ def test_store_refuses_a_second_active_claim(mem: MsmMem, tmp_path: Path) -> Non
     assert mem._store.audit_head()[0] == seq
 
 
-def test_failed_commit_audits_reads_and_error_only(mem: MsmMem, tmp_path: Path) -> None:
-    """Two racing turns of one patient: the second commit fails, stores nothing, audits consent, reads, error."""
-    g = mem._gm
-    turns = []
-    for seed in (1, 2):
-        turn = g.begin(AGENT, "P1")
-        z = _z(mem, tmp_path, seed)
-        item = g.observe(turn, z, "Any consolidation?", study_id=f"S{seed}")
-        g.retrieve(turn, z)
-        g.consolidate(turn, item, ANSWER)
-        turns.append(turn)
-    g.commit(turns[0])
-    counts, before = _counts(mem), mem._store.audit_head()[0]
-    with pytest.raises(IllegalTransition):
-        g.commit(turns[1])
-    assert _counts(mem) == counts
-    new = audit_events(mem._store)[before:]
-    assert [(e.action, e.outcome) for e in new] == [("consent", "success"), ("read", "success"), ("turn", "error")]
-    assert new[-1].reason == "IllegalTransition"
-    assert mem._audit.verify().ok
-
-
 # property: supersession never rewrites, at most one ACTIVE version --------------------------
 
 _STEP = st.one_of(
@@ -351,59 +304,6 @@ def test_supersession_property(new_mem: MemFactory, backend: str, tmp_path: Path
 
 
 # agent failure paths: typed error, nothing written, reads and the error audited ---------------
-
-
-class FailingBackbone:
-    """A backbone whose every call fails."""
-
-    name = "failing"
-
-    def __init__(self, exc: Exception) -> None:
-        self.exc = exc
-
-    def generate(self, request: BackboneRequest) -> BackboneReply:
-        raise self.exc
-
-
-@pytest.mark.parametrize("exc", [BackendError("upstream timeout"), TimeoutError("read timed out")])
-def test_backbone_failure_writes_nothing_but_audits_reads(mem: MsmMem, tmp_path: Path, exc: Exception) -> None:
-    """A failing backbone raises BackendError; STM/LTM are unchanged; consent, reads and the error are audited."""
-    mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
-    counts, before = _counts(mem), mem._store.audit_head()[0]
-    mem._agent.backbone = FailingBackbone(exc)
-    with pytest.raises(BackendError):
-        mem.ask(AGENT, "P1", _png(tmp_path, 2), "Any change?", study_id="S2")
-    assert _counts(mem) == counts
-    new = audit_events(mem._store)[before:]
-    actions = [e.action for e in new]
-    assert actions[0] == "consent" and actions[-1] == "turn" and set(actions[1:-1]) == {"read"}
-    reads = [e for e in new if e.action == "read"]
-    assert any(reads[0].record_ids)  # the reads that happened name what was read
-    assert (new[-1].outcome, new[-1].reason) == ("error", "BackendError")
-    assert "write" not in actions
-    assert mem._audit.verify().ok
-
-
-def test_unreadable_image_writes_nothing(mem: MsmMem, tmp_path: Path) -> None:
-    """A corrupt image raises ImageError before any read; only consent and the error are audited."""
-    bad = tmp_path / "corrupt.png"
-    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"garbage" * 10)
-    counts, before = _counts(mem), mem._store.audit_head()[0]
-    with pytest.raises(ImageError):
-        mem.ask(AGENT, "P1", bad, "Any consolidation?")
-    assert _counts(mem) == counts
-    new = audit_events(mem._store)[before:]
-    expected = [("consent", "success", ""), ("turn", "error", "ImageError")]
-    assert [(e.action, e.outcome, e.reason) for e in new] == expected
-
-
-def test_empty_question_is_refused_before_the_turn(mem: MsmMem, tmp_path: Path) -> None:
-    """An empty question is InvalidInput before consent: nothing is written or audited."""
-    counts, before = _counts(mem), mem._store.audit_head()[0]
-    for question in ("", "   "):
-        with pytest.raises(InvalidInput):
-            mem.ask(AGENT, "P1", _png(tmp_path, 1), question)
-    assert _counts(mem) == counts and mem._store.audit_head()[0] == before
 
 
 def test_refresh_extends_an_active_item(new_mem: MemFactory, clock: FixedClock) -> None:
