@@ -320,21 +320,24 @@ def test_max_cosine_is_the_top_score_of_the_scope(store: Store) -> None:
         store.max_cosine(np.zeros(DIM, dtype=np.float32), ("episodic",), "p0")
 
 
-def test_study_vector_prefers_the_active_episode(store: Store) -> None:
-    """A patient's study is queried by its active episode's vector, else by its newest
-    episode's; another patient's study, a blank id or an unknown one gives None."""
+def test_a_study_is_its_active_episode_else_its_newest(store: Store) -> None:
+    """A patient's study is its active episode, else its newest; another patient's study, a
+    blank id or an unknown one is None."""
     rng = np.random.default_rng(7)
-    older = episode(1, "p1", random_unit(rng), study_id="s")
-    newer = episode(2, "p1", random_unit(rng), study_id="s")
+    older = episode(1, "p1", random_unit(rng), study_id="s", media_path="/img/older.png")
+    newer = episode(2, "p1", random_unit(rng), study_id="s", media_path="/img/newer.png")
     other = episode(3, "p2", random_unit(rng), study_id="t")
     store.write(WriteBatch(episodes=[older, newer, other]))
-    found = store.study_vector("p1", "s")
-    assert found is not None and np.array_equal(found, newer.z)
+
+    def found() -> str:
+        e = store.study_episode("p1", "s")
+        assert e is not None and np.array_equal(e.z, {"E-1": older.z, "E-2": newer.z}[e.episode_id])
+        return e.media_path
+
+    assert found() == "/img/newer.png"
     store.write(WriteBatch(changes=[StateChange("episodic", "E-2", State.ACTIVE, State.SUPERSEDED)]))
-    found = store.study_vector("p1", "s")
-    assert found is not None and np.array_equal(found, older.z)
+    assert found() == "/img/older.png"
     store.write(WriteBatch(changes=[StateChange("episodic", "E-1", State.ACTIVE, State.SUPERSEDED)]))
-    found = store.study_vector("p1", "s")
-    assert found is not None and np.array_equal(found, newer.z)
-    assert store.study_vector("p1", "t") is None and store.study_vector("p2", "s") is None
-    assert store.study_vector("p1", "") is None and store.study_vector("p1", "nope") is None
+    assert found() == "/img/newer.png"
+    assert store.study_episode("p1", "t") is None and store.study_episode("p2", "s") is None
+    assert store.study_episode("p1", "") is None and store.study_episode("p1", "nope") is None

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from .._errors import BackendError, ImageError, InvalidInput, MsmMemError
-from .._limits import MAX_IMAGE_PIXELS, check_observation
+from .._errors import BackendError, InvalidInput, MsmMemError
+from .._limits import check_observation
 from .._memory.claim_evidence import study_of
 from .._memory.fusion import fuse
 from .._memory.population import deidentified_text, derived_source
@@ -43,12 +43,12 @@ from .._records import Claim, EpisodicRecord, Hit, SemanticState, State, VisualR
 from ..plugins.backbones.base import Backbone, BackboneRequest, Candidate
 from ..plugins.backbones.nonparametric import NonparametricBackbone
 from ..plugins.encoders.base import Encoder
-from ..plugins.images import load_image
 from .answer import AgentAnswer, Evidence, Query
 from .policy import MEMORIES, HeuristicPolicy, MemoryName, PolicyQuery, RetrievalPolicy, RetrievalStep, Step
 from .replies import checked as _checked
 from .replies import scrubbed as _scrubbed
 from .router import ROUTER_FILE, ExpertWeights, FixedRouter, LearnedRouter, Router, features_from
+from .stored import pixels
 
 __all__ = ["AgentAnswer", "Evidence", "MemoryAgent", "Query"]
 
@@ -134,23 +134,11 @@ class MemoryAgent:
         self.router = router
         return path
 
-    def embed(self, image: object) -> npt.NDArray[np.float32]:
-        """The unit embedding of one image (a path or a grayscale array)."""
-        return np.asarray(self.encoder.encode([self._image(image)])[0], dtype=np.float32)
-
-    def _image(self, image: object) -> npt.NDArray[np.float32]:
-        # a path is read as a bounded regular file (any folder: the caller names its own files);
-        # an array is bounded by the same pixel limit
-        if isinstance(image, np.ndarray):
-            if image.size > MAX_IMAGE_PIXELS:
-                raise ImageError(f"image array of {image.size:,} values exceeds the limit of {MAX_IMAGE_PIXELS:,}")
-            try:
-                return image.astype(np.float32, copy=False)
-            except (TypeError, ValueError) as exc:
-                raise ImageError(f"image array of dtype {image.dtype} is not numeric ({exc})") from exc
-        if isinstance(image, (str, os.PathLike)):
-            return load_image(image)
-        raise InvalidInput(f"image must be a path or an array, got {type(image).__name__}")
+    def embed(self, image: object, patient_id: str = "") -> npt.NDArray[np.float32]:
+        """The unit embedding of one image: a path, a grayscale array, or a stored study of
+        ``patient_id`` (:class:`~.stored.StoredStudy`)."""
+        img, _ = pixels(self.memory.store, patient_id, image)
+        return np.asarray(self.encoder.encode([img])[0], dtype=np.float32)
 
     def _candidates(self, ranked: Sequence[tuple[Hit, Score]], *, population: bool = False) -> tuple[Candidate, ...]:
         """The backbone's candidates; with ``population`` every text is de-identified and a
@@ -285,10 +273,9 @@ class MemoryAgent:
         allowed = frozenset(m for m in MEMORIES if flags[m])
         turn = self.gm.begin(principal, query.patient_id)
         try:
-            img = self._image(query.image)
+            img, media = pixels(self.memory.store, query.patient_id, query.image)
             z = self.encoder.encode([img])[0]
             at = self._clinical_time(query)
-            media = "" if isinstance(query.image, np.ndarray) else str(query.image)
             item = self.gm.observe(
                 turn,
                 z,

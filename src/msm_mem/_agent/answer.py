@@ -12,6 +12,7 @@ from .._memory.gate import GateDecision
 from ..plugins.backbones.base import Candidate
 from .policy import RetrievalStep
 from .router import ExpertWeights, RouterFeatures
+from .stored import StoredStudy
 
 __all__ = ["AgentAnswer", "Evidence", "Query"]
 
@@ -53,10 +54,11 @@ class Evidence:
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """One clinical query: patient, image (path or grayscale array), question, UTC time."""
+    """One clinical query: patient, image (path, grayscale array, or one of the patient's
+    stored studies), question, UTC time."""
 
     patient_id: str
-    image: str | os.PathLike[str] | npt.NDArray[np.float32]
+    image: str | os.PathLike[str] | npt.NDArray[np.float32] | StoredStudy
     question: str
     timestamp: float | None = None
     study_id: str = ""

@@ -8,11 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
-import numpy.typing as npt
-
 from .._agent.agent import AgentAnswer, Evidence, Query
 from .._agent.offline import IngestReport, ingest_rows
+from .._agent.stored import StoredStudy, pixels, study_episode
 from .._errors import IllegalTransition, InvalidInput, MsmMemError, NotFound
 from .._limits import MAX_TEXT_CHARS, check_id, check_observation, check_text
 from .._memory.corrections import Corrections
@@ -61,6 +59,7 @@ class _Care(_Base):
         image: object,
         question: str,
         *,
+        image_study: str | None = None,
         timestamp: float | None = None,
         study_id: str = "",
         visual_tag: str = "",
@@ -72,15 +71,17 @@ class _Care(_Base):
     ) -> AgentAnswer:
         """Answer ``question`` about ``image`` (a path or a grayscale array) with the patient's
         memory: the online loop (consent, STM, ranked retrieval, fusion, backbone, write-back
-        gate, audit) as ``principal`` (agent or clinician). ``timestamp`` is the study's UTC
-        time (default now); ``use_*`` are ablation switches. An unknown option is
-        :class:`InvalidInput` naming it."""
+        gate, audit) as ``principal`` (agent or clinician). Instead of an image (``None``),
+        ``image_study`` names one of the patient's stored studies whose image file is used,
+        read inside this call. ``timestamp`` is the study's UTC time (default now); ``use_*``
+        are ablation switches. An unknown option is :class:`InvalidInput` naming it."""
         if unknown:
             raise InvalidInput(
-                f"unknown ask option(s) {sorted(unknown)}: use timestamp, study_id, visual_tag, "
-                "write_back, use_sem, use_epi, use_vis"
+                f"unknown ask option(s) {sorted(unknown)}: use image_study, timestamp, study_id, "
+                "visual_tag, write_back, use_sem, use_epi, use_vis"
             )
         p = self._allow(principal, Operation.ASK)
+        image = _one_image(image, image_study)
         query = Query(patient_id, image, question, timestamp=timestamp, study_id=study_id, visual_tag=visual_tag)  # type: ignore[arg-type]
         return self._agent.ask(p, query, write_back=write_back, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis)
 
@@ -105,7 +106,7 @@ class _Care(_Base):
         patient_id: str,
         image: object = None,
         *,
-        study: str | None = None,
+        image_study: str | None = None,
         scope: Literal["patient", "population"] = "patient",
         at: float | None = None,
         use_sem: bool = True,
@@ -115,20 +116,21 @@ class _Care(_Base):
         """The ranked evidence for ``image`` without an answer: the patient's semantic state,
         episodic and visual records (``scope="patient"``), or also other patients' consented
         and anonymised records (``"population"``; other patients' content is withheld).
-        Instead of an image, ``study`` names one of the patient's stored studies: the query is
-        the embedding stored with it (its active episode's, else its newest), read inside this
-        call, so nothing is decoded or encoded again; NotFound when the patient has no such
-        study. ``at`` is the query's UTC time for freshness (default now). Audited as one read."""
+        Instead of an image, ``image_study`` names one of the patient's stored studies: the
+        query is the embedding stored with it (its active episode's, else its newest), read
+        inside this call, so nothing is decoded or encoded again; NotFound when the patient has
+        no such study. ``at`` is the query's UTC time for freshness (default now). Audited as
+        one read."""
         p = self._allow(principal, Operation.RETRIEVE)
         if scope not in ("patient", "population"):
             raise InvalidInput(f"scope must be 'patient' or 'population', got {scope!r}")
-        if (image is None) == (study is None):
-            raise InvalidInput("give exactly one of image and study")
-        if study is not None:
-            check_id("study", study)
+        image = _one_image(image, image_study)
         turn = self._gm.begin(p, patient_id)
         try:
-            z = self._agent.embed(image) if study is None else self._study_vector(patient_id, study)
+            if isinstance(image, StoredStudy):
+                z = study_episode(self._store, patient_id, image.study_id).z
+            else:
+                z = self._agent.embed(image)
             ranked = self._gm.retrieve(turn, z, at=at, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, scope=scope)
         except MsmMemError as exc:
             self._gm.fail(turn, exc)
@@ -146,12 +148,6 @@ class _Care(_Base):
         items.sort(key=lambda i: (-i.evidence.score, i.evidence.id))
         return Retrieved(patient_id, scope, tuple(items))
 
-    def _study_vector(self, patient_id: str, study: str) -> npt.NDArray[np.float32]:
-        z = self._store.study_vector(patient_id, study)
-        if z is None:
-            raise NotFound("no stored study of that id for this patient")
-        return z
-
     def observe(
         self,
         principal: object,
@@ -159,25 +155,28 @@ class _Care(_Base):
         image: object,
         question: str,
         *,
+        image_study: str | None = None,
         timestamp: float | None = None,
         study_id: str = "",
         visual_tag: str = "",
     ) -> StmItem:
         """Write a working observation (image embedding and question) into the patient's
-        short-term memory (TTL from the settings); returns the item. Audited."""
+        short-term memory (TTL from the settings); returns the item. ``image_study`` instead
+        of an image: as for :meth:`ask`. Audited."""
         p = self._allow(principal, Operation.OBSERVE)
         check_observation(question, study_id=study_id, visual_tag=visual_tag)
+        image = _one_image(image, image_study)
         turn = self._gm.begin(p, patient_id)
         try:
-            z = self._agent.embed(image)
+            img, media = pixels(self._store, patient_id, image)
             item = self._gm.observe(
                 turn,
-                z,
+                self._agent.embed(img),
                 question,
                 timestamp=timestamp,
                 study_id=study_id,
                 visual_tag=visual_tag,
-                media_path="" if not isinstance(image, str) else image,
+                media_path=media,
             )
         except MsmMemError as exc:
             self._gm.fail(turn, exc)
@@ -226,3 +225,12 @@ class _Care(_Base):
         return Corrections(self._gm).critic_verdict(
             p, patient_id, study_id, accept=accept, correction=correction, decision=decision
         )
+
+
+def _one_image(image: object, image_study: object) -> object:
+    """``image``, or the stored study ``image_study`` names; InvalidInput unless exactly one."""
+    if (image is None) == (image_study is None):
+        raise InvalidInput("give exactly one of image and image_study")
+    if image_study is None:
+        return image
+    return StoredStudy(check_id("image_study", image_study))

@@ -140,8 +140,8 @@ def retrieve(
     use_epi: bool = True,
     use_vis: bool = True,
 ) -> Plan[Retrieved]:
-    """:meth:`MsmMem.retrieve` (the first ``k`` ranked items); ``image_study`` is its ``study``
-    (the stored study's embedding is the query)."""
+    """:meth:`MsmMem.retrieve` (the first ``k`` ranked items); with ``image_study`` the stored
+    study's embedding is the query."""
     fields = {"scope": scope, "at": at, "k": k, "use_sem": use_sem, "use_epi": use_epi, "use_vis": use_vis}
     return one(calls.form(calls.patient(patient_id, "retrieve"), image, image_study, fields, decode.retrieved))
 

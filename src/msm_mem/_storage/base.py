@@ -118,10 +118,9 @@ class Records(Protocol):
         """Study ids already stored for a patient (to make ingest idempotent)."""
 
     @abstractmethod
-    def study_vector(self, patient_id: str, study_id: str) -> Vector | None:
-        """The stored image embedding of one of the patient's studies: its active episode's (else
-        its newest episode's); None when the patient has no episode of that study. Reads no
-        encrypted field."""
+    def study_episode(self, patient_id: str, study_id: str) -> EpisodicRecord | None:
+        """The episode of one of the patient's studies: its active one, else its newest; None
+        when the patient has no episode of that study (or ``study_id`` is blank)."""
 
     @abstractmethod
     def decay_due(self, now: float) -> list[tuple[str, str]]:

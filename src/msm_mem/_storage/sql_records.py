@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Literal
 
-import numpy as np
-
 from .._errors import InvalidInput
-from .._records import EpisodicRecord, SemanticState, Vector, VisualRecord
+from .._records import EpisodicRecord, SemanticState, VisualRecord
 from . import rows as r
 from .base import RecordTable
 from .sql_core import SqlCore
@@ -112,16 +110,16 @@ class SqlRecords(SqlCore):
             ).fetchall()
         return {row[0] for row in rows if row[0]}
 
-    def study_vector(self, patient_id: str, study_id: str) -> Vector | None:
+    def study_episode(self, patient_id: str, study_id: str) -> EpisodicRecord | None:
         if not study_id:
             return None  # an anonymised episode's study id is blank: it names no study
-        with self._db():
-            row = self._q(
-                "SELECT z FROM episodic WHERE tenant = ? AND patient_id = ? AND study_id = ?"
-                " ORDER BY CASE WHEN state = 'active' THEN 0 ELSE 1 END, pos DESC LIMIT 1",
-                (self.tenant, patient_id, study_id),
-            ).fetchone()
-        return None if row is None else np.frombuffer(bytes(row[0]), dtype=np.float32).copy()
+        found = self._select(
+            "SELECT * FROM episodic WHERE tenant = ? AND patient_id = ? AND study_id = ?"
+            " ORDER BY CASE WHEN state = 'active' THEN 0 ELSE 1 END, pos DESC LIMIT 1",
+            (self.tenant, patient_id, study_id),
+            r.episode_from_row,
+        )
+        return found[0] if found else None
 
     def decay_due(self, now: float) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []

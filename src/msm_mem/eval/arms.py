@@ -70,7 +70,9 @@ class AgentArm:
             timestamp=row.timestamp,
             study_id=row.study_id,
             visual_tag=row.view,
-            **self.flags,
+            use_sem=self.flags["use_sem"],
+            use_epi=self.flags["use_epi"],
+            use_vis=self.flags["use_vis"],
         )
         studies = tuple(dict.fromkeys(s for s in a.studies if s))  # distinct studies of the evidence, in rank order
         if a.gate is None:

@@ -29,7 +29,7 @@ Question = Annotated[str, Field(min_length=1, max_length=20_000)]
 Short = Annotated[str, Field(max_length=200)]
 Time = Annotated[float, Field(allow_inf_nan=False, ge=-62_135_596_800.0, le=253_402_300_799.0)]
 StudyRef = Annotated[
-    str, Field(min_length=1, max_length=200, description="a stored study of the patient with an image file (ingested)")
+    str, Field(min_length=1, max_length=200, description="a stored (ingested) study of the patient, instead of an image")
 ]
 _IMAGE = {
     "contentMediaType": "application/octet-stream",

@@ -6,11 +6,11 @@
   relative to the first), resolved with its links and ``..`` and read once, as a regular file of
   at most the upload size (the path is not recorded: the store keeps what was read, as for an
   upload);
-- ``image_study``: a stored study of the patient that has an image file (ingested), found by an
-  audited read of the patient's episodes.
+- ``image_study``: a stored study of the patient (ingested), read by the operation itself
+  inside its turn (``MsmMem.ask(..., image_study=...)``: no separate read is audited).
 
 The first two are decoded here the way the HTTP service decodes an upload (format and pixel
-count from the header first); a stored study's image is read by the store.
+count from the header first).
 """
 
 from __future__ import annotations
@@ -18,19 +18,15 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
-from ... import ImageError, InvalidInput, NotFound
+from ... import ImageError, InvalidInput
 from ..._files import inside, read_regular
-from ..http.auth import Caller
 from ..http.uploads import decode_upload
 from .state import McpState
 
-__all__ = ["image_of", "stored"]
+__all__ = ["image_of"]
 
-R = TypeVar("R")
 _DATA_URL = re.compile(r"\Adata:[\w.+/-]*;base64,", re.ASCII)
 _B64 = re.compile(r"\A[A-Za-z0-9+/]*={0,2}\Z", re.ASCII)
 
@@ -66,14 +62,13 @@ def _from_path(state: McpState, text: str) -> bytes:
 
 def image_of(
     state: McpState,
-    who: Caller,
-    patient_id: str,
     image_base64: str | None,
     image_path: str | None,
     image_study: str | None,
 ) -> object:
-    """The image of a call: a decoded array (base64 or a file), or the stored image path of
-    one of the patient's studies. InvalidInput unless exactly one way is given."""
+    """The image of a call: a decoded array (base64 or a file), or None for a stored study (the
+    operation reads it itself, given ``image_study``). InvalidInput unless exactly one way is
+    given."""
     given = [v for v in (image_base64, image_path, image_study) if v is not None]
     if len(given) != 1:
         raise InvalidInput("give exactly one of image_base64, image_path and image_study")
@@ -81,20 +76,4 @@ def image_of(
         return decode_upload(_from_base64(state, image_base64), state.config.server)
     if image_path is not None:
         return decode_upload(_from_path(state, image_path), state.config.server)
-    episodes = state.call(state.mem.episodes, who.principal, patient_id)
-    found = sorted(
-        (e for e in episodes if e.study_id == image_study and e.media_path), key=lambda e: e.state != "active"
-    )
-    if not found:
-        raise NotFound("no stored image for that study of this patient")
-    return found[0].media_path
-
-
-def stored(image: object, fn: Callable[[], R]) -> R:
-    """Run ``fn``; an unreadable stored image is reported without its path."""
-    try:
-        return fn()
-    except ImageError:
-        if isinstance(image, str):
-            raise ImageError("the stored study's image cannot be read") from None
-        raise
+    return None

@@ -14,7 +14,7 @@ from pydantic import Field
 from ..http.auth import Caller
 from ..http.models import AnswerOut, ClaimOut, RetrievedOut, StmItemOut, WriteResultOut
 from ..http.uploads import check_text
-from .images import image_of, stored
+from .images import image_of
 from .state import McpState
 
 __all__ = ["ImageB64", "ImagePath", "PatientId", "StudyRef", "register"]
@@ -77,23 +77,20 @@ def register(server: MCPServer[object], state: McpState) -> None:
 
         def body(who: Caller) -> AnswerOut:
             question_ok(question)
-            img = image_of(state, who, patient_id, image_base64, image_path, image_study)
-            answer = stored(
-                img,
-                lambda: state.call(
-                    state.mem.ask,
-                    who.principal,
-                    patient_id,
-                    img,
-                    question,
-                    timestamp=timestamp,
-                    study_id=study_id,
-                    visual_tag=visual_tag,
-                    write_back=write_back,
-                    use_sem=use_sem,
-                    use_epi=use_epi,
-                    use_vis=use_vis,
-                ),
+            answer = state.call(
+                state.mem.ask,
+                who.principal,
+                patient_id,
+                image_of(state, image_base64, image_path, image_study),
+                question,
+                image_study=image_study,
+                timestamp=timestamp,
+                study_id=study_id,
+                visual_tag=visual_tag,
+                write_back=write_back,
+                use_sem=use_sem,
+                use_epi=use_epi,
+                use_vis=use_vis,
             )
             return AnswerOut.of(answer)
 
@@ -122,12 +119,9 @@ def register(server: MCPServer[object], state: McpState) -> None:
 
         def body(who: Caller) -> RetrievedOut:
             flags = {"scope": scope, "at": at, "use_sem": use_sem, "use_epi": use_epi, "use_vis": use_vis}
-            if image_study is not None and image_base64 is None and image_path is None:
-                # the study's stored embedding, read in the same governed call (one audit event)
-                found = state.call(state.mem.retrieve, who.principal, patient_id, study=image_study, **flags)
-            else:
-                img = image_of(state, who, patient_id, image_base64, image_path, image_study)
-                found = stored(img, lambda: state.call(state.mem.retrieve, who.principal, patient_id, img, **flags))
+            img = image_of(state, image_base64, image_path, image_study)
+            # a stored study: its stored embedding, read in the same governed call (one audit event)
+            found = state.call(state.mem.retrieve, who.principal, patient_id, img, image_study=image_study, **flags)
             return RetrievedOut.of(found, min(k, state.config.server.max_k))
 
         return state.tool("retrieve", "retrieve", patient_id, body)
@@ -151,19 +145,16 @@ def register(server: MCPServer[object], state: McpState) -> None:
 
         def body(who: Caller) -> StmItemOut:
             question_ok(question)
-            img = image_of(state, who, patient_id, image_base64, image_path, image_study)
-            item = stored(
-                img,
-                lambda: state.call(
-                    state.mem.observe,
-                    who.principal,
-                    patient_id,
-                    img,
-                    question,
-                    timestamp=timestamp,
-                    study_id=study_id,
-                    visual_tag=visual_tag,
-                ),
+            item = state.call(
+                state.mem.observe,
+                who.principal,
+                patient_id,
+                image_of(state, image_base64, image_path, image_study),
+                question,
+                image_study=image_study,
+                timestamp=timestamp,
+                study_id=study_id,
+                visual_tag=visual_tag,
             )
             return StmItemOut.of(item)
 

@@ -16,8 +16,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
-from .... import ImageError, InvalidInput, NotFound
-from ..auth import Caller
+from .... import InvalidInput
 from ..forms import AskForm, ObserveForm, RetrieveForm, form_body, read_form
 from ..models import AnswerOut, ClaimOut, ConsolidateIn, FeedbackIn, RetrievedOut, StmItemOut, WriteResultOut
 from ..problems import HttpProblem
@@ -31,35 +30,20 @@ R = TypeVar("R")
 router = APIRouter(prefix="/v1/patients/{patient_id}", tags=["care"], responses=PROBLEM_RESPONSES)
 
 ItemId = Annotated[str, PathParam(min_length=1, max_length=200)]
-_ONE_IMAGE = "send exactly one of image (a file) and image_study (a stored study id)"
 
 
-def _image(request: Request, who: Caller, patient_id: str, upload: UploadFile | None, study: str | None) -> object:
-    """The image of a request: the decoded upload, or the stored image of one of the
-    patient's studies (found by an audited read of the patient's episodes)."""
-    state = server(request)
+def _image(request: Request, upload: UploadFile | None, study: str | None) -> object:
+    """The decoded upload, or None for a stored study (the operation reads it itself);
+    InvalidInput unless exactly one is given."""
     if (upload is None) == (study is None):
-        raise InvalidInput(_ONE_IMAGE)
-    if upload is not None:
-        data = upload.file.read(state.config.max_upload_bytes + 1)
-        if len(data) > state.config.max_upload_bytes:
-            raise HttpProblem("payload-too-large", f"the image is over {state.config.max_upload_bytes} bytes")
-        return decode_upload(data, state.config)
-    episodes = state.read(state.mem.episodes, who.principal, patient_id)
-    found = sorted((e for e in episodes if e.study_id == study and e.media_path), key=lambda e: e.state != "active")
-    if not found:
-        raise NotFound("no stored image for that study of this patient")
-    return found[0].media_path
-
-
-def _stored(image: object, fn: Callable[[], R]) -> R:
-    """Run ``fn``; an unreadable stored image is reported without its path."""
-    try:
-        return fn()
-    except ImageError:
-        if isinstance(image, str):
-            raise ImageError("the stored study's image cannot be read") from None
-        raise
+        raise InvalidInput("send exactly one of image (a file) and image_study (a stored study id)")
+    if upload is None:
+        return None
+    config = server(request).config
+    data = upload.file.read(config.max_upload_bytes + 1)
+    if len(data) > config.max_upload_bytes:
+        raise HttpProblem("payload-too-large", f"the image is over {config.max_upload_bytes} bytes")
+    return decode_upload(data, config)
 
 
 async def _off_loop(fn: Callable[[], BaseModel], status_code: int = 200) -> Response:
@@ -78,21 +62,18 @@ async def ask(request: Request, who: CallerDep, patient_id: PatientId) -> Respon
     def work() -> AnswerOut:
         authorize(request, who, "ask", patient_id)
         check_text("question", form.question, state.config.max_question_chars)
-        img = _image(request, who, patient_id, upload, form.image_study)
-        answer = _stored(
-            img,
-            lambda: state.call(
-                state.mem.ask,
-                who.principal,
-                patient_id,
-                img,
-                form.question,
-                timestamp=form.timestamp,
-                study_id=form.study_id,
-                visual_tag=form.visual_tag,
-                write_back=form.write_back,
-                **form.memories(),
-            ),
+        answer = state.call(
+            state.mem.ask,
+            who.principal,
+            patient_id,
+            _image(request, upload, form.image_study),
+            form.question,
+            image_study=form.image_study,
+            timestamp=form.timestamp,
+            study_id=form.study_id,
+            visual_tag=form.visual_tag,
+            write_back=form.write_back,
+            **form.memories(),
         )
         return AnswerOut.of(answer)
 
@@ -109,13 +90,9 @@ async def retrieve(request: Request, who: CallerDep, patient_id: PatientId) -> R
 
     def work() -> RetrievedOut:
         authorize(request, who, "retrieve", patient_id)
-        if form.image_study is None:
-            img = _image(request, who, patient_id, upload, None)
-            found = state.read(state.mem.retrieve, who.principal, patient_id, img, **flags)
-        else:  # a stored study: its stored embedding, read in the same governed call (one audit event)
-            if upload is not None:
-                raise InvalidInput(_ONE_IMAGE)
-            found = state.read(state.mem.retrieve, who.principal, patient_id, study=form.image_study, **flags)
+        img = _image(request, upload, form.image_study)
+        # a stored study: its stored embedding, read in the same governed call (one audit event)
+        found = state.read(state.mem.retrieve, who.principal, patient_id, img, image_study=form.image_study, **flags)
         return RetrievedOut.of(found, min(form.k, state.config.max_k))
 
     return await _off_loop(work)
@@ -130,19 +107,16 @@ async def observe(request: Request, who: CallerDep, patient_id: PatientId) -> Re
     def work() -> StmItemOut:
         authorize(request, who, "observe", patient_id)
         check_text("question", form.question, state.config.max_question_chars)
-        img = _image(request, who, patient_id, upload, form.image_study)
-        item = _stored(
-            img,
-            lambda: state.call(
-                state.mem.observe,
-                who.principal,
-                patient_id,
-                img,
-                form.question,
-                timestamp=form.timestamp,
-                study_id=form.study_id,
-                visual_tag=form.visual_tag,
-            ),
+        item = state.call(
+            state.mem.observe,
+            who.principal,
+            patient_id,
+            _image(request, upload, form.image_study),
+            form.question,
+            image_study=form.image_study,
+            timestamp=form.timestamp,
+            study_id=form.study_id,
+            visual_tag=form.visual_tag,
         )
         return StmItemOut.of(item)
 
