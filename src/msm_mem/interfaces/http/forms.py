@@ -29,7 +29,8 @@ Question = Annotated[str, Field(min_length=1, max_length=20_000)]
 Short = Annotated[str, Field(max_length=200)]
 Time = Annotated[float, Field(allow_inf_nan=False, ge=-62_135_596_800.0, le=253_402_300_799.0)]
 StudyRef = Annotated[
-    str, Field(min_length=1, max_length=200, description="a stored (ingested) study of the patient, instead of an image")
+    str,
+    Field(min_length=1, max_length=200, description="a stored (ingested) study of the patient instead of an image"),
 ]
 _IMAGE = {
     "contentMediaType": "application/octet-stream",
@@ -74,6 +75,15 @@ class ObserveForm(_ImageForm):
     study_id: Short = ""
     timestamp: Time | None = None
     visual_tag: Short = ""
+
+    def observation(self) -> dict[str, Any]:
+        """The keyword arguments of ``MsmMem.ask`` and ``observe`` besides image and question."""
+        return {
+            "image_study": self.image_study,
+            "timestamp": self.timestamp,
+            "study_id": self.study_id,
+            "visual_tag": self.visual_tag,
+        }
 
 
 class AskForm(ObserveForm, _Memories):

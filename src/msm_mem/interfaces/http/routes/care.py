@@ -68,11 +68,8 @@ async def ask(request: Request, who: CallerDep, patient_id: PatientId) -> Respon
             patient_id,
             _image(request, upload, form.image_study),
             form.question,
-            image_study=form.image_study,
-            timestamp=form.timestamp,
-            study_id=form.study_id,
-            visual_tag=form.visual_tag,
             write_back=form.write_back,
+            **form.observation(),
             **form.memories(),
         )
         return AnswerOut.of(answer)
@@ -113,10 +110,7 @@ async def observe(request: Request, who: CallerDep, patient_id: PatientId) -> Re
             patient_id,
             _image(request, upload, form.image_study),
             form.question,
-            image_study=form.image_study,
-            timestamp=form.timestamp,
-            study_id=form.study_id,
-            visual_tag=form.visual_tag,
+            **form.observation(),
         )
         return StmItemOut.of(item)
 
