@@ -42,8 +42,8 @@ class ServeConfig:
     max_k: int = 100
     max_page: int = 500
     #: threads of a worker process that run requests' work (decode, store, audit commit); reads
-    #: finishing together share one audit commit, and more threads than that only contend for
-    #: the interpreter (docs/benchmarks.md, the service)
+    #: finishing together share one audit commit, and more threads also contend for the
+    #: interpreter (the default is not yet tuned by measurement)
     max_threads: int = 8
     jwt_key: Path | None = None
     jwt_issuer: str | None = None

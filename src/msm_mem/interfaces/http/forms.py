@@ -7,8 +7,7 @@ the body's model: a field left out or sent empty takes its default, fields the b
 name are ignored, and every error is a 422 problem naming the fields (``body.<name>``), never
 their values. The models are also what the OpenAPI document says of these bodies
 (:func:`form_schemas`). Declaring each field as a FastAPI form parameter instead made the
-framework resolve and validate them one by one on every request, about a third of the
-service's own CPU time per upload (docs/benchmarks.md, the service)."""
+framework resolve and validate them one by one on every request."""
 
 from __future__ import annotations
 
