@@ -19,6 +19,7 @@ from msm_mem import (
     StoreError,
     VisualRecord,
 )
+from msm_mem._agent.stored import study_episode, study_image
 from msm_mem._storage.base import PII_FIELDS, StateChange, Store, VectorKind, WriteBatch
 from tests.conftest import DIM, StoreFactory, random_unit
 
@@ -320,24 +321,37 @@ def test_max_cosine_is_the_top_score_of_the_scope(store: Store) -> None:
         store.max_cosine(np.zeros(DIM, dtype=np.float32), ("episodic",), "p0")
 
 
-def test_a_study_is_its_active_episode_else_its_newest(store: Store) -> None:
-    """A patient's study is its active episode, else its newest; another patient's study, a
-    blank id or an unknown one is None."""
+def test_a_studys_episodes_come_active_first_then_newest(store: Store) -> None:
+    """A patient's study lists its active episodes first, then the newest; another patient's
+    study, a blank id or an unknown one is empty. The study's image is that of the first
+    episode that recorded one (an episode written from an array has none)."""
     rng = np.random.default_rng(7)
     older = episode(1, "p1", random_unit(rng), study_id="s", media_path="/img/older.png")
     newer = episode(2, "p1", random_unit(rng), study_id="s", media_path="/img/newer.png")
     other = episode(3, "p2", random_unit(rng), study_id="t")
     store.write(WriteBatch(episodes=[older, newer, other]))
+    zs = {"E-1": older.z, "E-2": newer.z}
 
-    def found() -> str:
-        e = store.study_episode("p1", "s")
-        assert e is not None and np.array_equal(e.z, {"E-1": older.z, "E-2": newer.z}[e.episode_id])
-        return e.media_path
+    def order() -> list[str]:
+        found = store.study_episodes("p1", "s")
+        assert all(np.array_equal(e.z, zs[e.episode_id]) for e in found)
+        return [e.media_path for e in found]
 
-    assert found() == "/img/newer.png"
+    assert order() == ["/img/newer.png", "/img/older.png"]
     store.write(WriteBatch(changes=[StateChange("episodic", "E-2", State.ACTIVE, State.SUPERSEDED)]))
-    assert found() == "/img/older.png"
+    assert order() == ["/img/older.png", "/img/newer.png"]
     store.write(WriteBatch(changes=[StateChange("episodic", "E-1", State.ACTIVE, State.SUPERSEDED)]))
-    assert found() == "/img/newer.png"
-    assert store.study_episode("p1", "t") is None and store.study_episode("p2", "s") is None
-    assert store.study_episode("p1", "") is None and store.study_episode("p1", "nope") is None
+    assert order() == ["/img/newer.png", "/img/older.png"]
+    assert store.study_episodes("p1", "t") == [] and store.study_episodes("p2", "s") == []
+    assert store.study_episodes("p1", "") == [] and store.study_episodes("p1", "nope") == []
+
+    no_image = episode(4, "p1", random_unit(rng), study_id="s", media_path="")
+    store.write(WriteBatch(episodes=[no_image]))
+    assert study_episode(store, "p1", "s").episode_id == "E-4"
+    assert study_image(store, "p1", "s") == "/img/newer.png"
+    only_array = episode(5, "p1", random_unit(rng), study_id="u", media_path="")
+    store.write(WriteBatch(episodes=[only_array]))
+    with pytest.raises(NotFound, match="no stored image"):
+        study_image(store, "p1", "u")
+    with pytest.raises(NotFound, match="no stored study"):
+        study_episode(store, "p1", "nope")

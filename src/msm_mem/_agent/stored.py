@@ -1,10 +1,11 @@
 """An image named by one of the patient's stored studies, resolved inside the turn that uses it.
 
-``ask``, ``observe`` and ``retrieve`` take ``study=`` instead of an image: the study's active
-episode (else its newest) is read from the store after the turn's consent check, so a stored
-study costs no separate audited read. ``retrieve`` queries with the embedding stored with the
-episode; ``ask`` and ``observe`` load the episode's image file (the backbone sees the pixels).
-An error never names the stored file."""
+``ask``, ``observe`` and ``retrieve`` take ``image_study=`` instead of an image: the study's
+episodes are read from the store after the turn's consent check, so a stored study costs no
+separate audited read. ``retrieve`` queries with the embedding stored with the study's active
+episode (else its newest); ``ask`` and ``observe`` load the image file of the first of those
+episodes that recorded one (an episode written from an array has none), so the backbone sees
+the pixels. An error never names the stored file."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .._records import EpisodicRecord
 from .._storage.base import Store
 from ..plugins.images import load_image
 
-__all__ = ["StoredStudy", "pixels", "study_episode"]
+__all__ = ["StoredStudy", "pixels", "study_episode", "study_image"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +32,23 @@ class StoredStudy:
 
 
 def study_episode(store: Store, patient_id: str, study_id: str) -> EpisodicRecord:
-    """The patient's episode of ``study_id`` (active first); NotFound when there is none."""
-    found = store.study_episode(patient_id, study_id)
-    if found is None:
+    """The patient's episode of ``study_id`` (active first, else the newest); NotFound when
+    there is none."""
+    return _episodes(store, patient_id, study_id)[0]
+
+
+def study_image(store: Store, patient_id: str, study_id: str) -> str:
+    """The image file of the patient's study: that of its first episode, in
+    :func:`study_episode`'s order, that recorded one; NotFound when the study has none."""
+    for episode in _episodes(store, patient_id, study_id):
+        if episode.media_path:
+            return episode.media_path
+    raise NotFound("no stored image for that study of this patient")
+
+
+def _episodes(store: Store, patient_id: str, study_id: str) -> list[EpisodicRecord]:
+    found = store.study_episodes(patient_id, study_id)
+    if not found:
         raise NotFound("no stored study of that id for this patient")
     return found
 
@@ -42,9 +57,7 @@ def pixels(store: Store, patient_id: str, image: object) -> tuple[npt.NDArray[np
     """The grayscale pixels of ``image`` (a path, an array, or a :class:`StoredStudy` of the
     patient) and the media path to record with them ("" for an array)."""
     if isinstance(image, StoredStudy):
-        path = study_episode(store, patient_id, image.study_id).media_path
-        if not path:
-            raise NotFound("no stored image for that study of this patient")
+        path = study_image(store, patient_id, image.study_id)
         try:
             return load_image(path), path
         except ImageError:

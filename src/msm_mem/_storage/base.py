@@ -118,8 +118,8 @@ class Records(Protocol):
         """Study ids already stored for a patient (to make ingest idempotent)."""
 
     @abstractmethod
-    def study_episode(self, patient_id: str, study_id: str) -> EpisodicRecord | None:
-        """The episode of one of the patient's studies: its active one, else its newest; None
+    def study_episodes(self, patient_id: str, study_id: str) -> list[EpisodicRecord]:
+        """The patient's episodes of one study, its active ones first, then newest first; empty
         when the patient has no episode of that study (or ``study_id`` is blank)."""
 
     @abstractmethod

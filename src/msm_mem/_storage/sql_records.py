@@ -110,16 +110,15 @@ class SqlRecords(SqlCore):
             ).fetchall()
         return {row[0] for row in rows if row[0]}
 
-    def study_episode(self, patient_id: str, study_id: str) -> EpisodicRecord | None:
+    def study_episodes(self, patient_id: str, study_id: str) -> list[EpisodicRecord]:
         if not study_id:
-            return None  # an anonymised episode's study id is blank: it names no study
-        found = self._select(
+            return []  # an anonymised episode's study id is blank: it names no study
+        return self._select(
             "SELECT * FROM episodic WHERE tenant = ? AND patient_id = ? AND study_id = ?"
-            " ORDER BY CASE WHEN state = 'active' THEN 0 ELSE 1 END, pos DESC LIMIT 1",
+            " ORDER BY CASE WHEN state = 'active' THEN 0 ELSE 1 END, pos DESC",
             (self.tenant, patient_id, study_id),
             r.episode_from_row,
         )
-        return found[0] if found else None
 
     def decay_due(self, now: float) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
