@@ -78,6 +78,7 @@ class Graph:
         #: nodes at the last build in one batch (a loaded graph: as its sidecar says)
         self.built = self.covered
         self._selector: tuple[tuple[int, int], faiss.IDSelectorBitmap, npt.NDArray[np.uint8]] | None = None
+        self._search_params: tuple[tuple[int, tuple[int, int] | None], Any] | None = None
 
     @classmethod
     def of(cls, hnsw: faiss.Index, dim: int, ef_search: int) -> Graph | None:
@@ -111,7 +112,7 @@ class Graph:
         if n >= REBUILD * self.built:
             fresh = _new_hnsw(view.shape[1])
             fresh.add(np.ascontiguousarray(view))  # copied into the new storage
-            self.hnsw, self._selector = fresh, None
+            self.hnsw, self._selector, self._search_params = fresh, None, None
             self.storage = cast(faiss.IndexFlat, faiss.downcast_index(fresh.storage))
             self.covered = self.built = n
             return
@@ -128,12 +129,23 @@ class Graph:
         (``version`` names the excluded set, so its selector is built once per change)."""
         if self.covered == 0 or k <= 0:
             return []
+        scores, ids = self.hnsw.search(z.reshape(1, -1), k, params=self._params(k, excluded, version))
+        return [(i, s) for i, s in zip(ids[0].tolist(), scores[0].tolist(), strict=True) if i >= 0]
+
+    def _params(self, k: int, excluded: npt.NDArray[np.int64], version: int) -> Any:
+        """The search parameters (depth, live-position selector), made once per depth and
+        excluded set: a search only reads them, and searches run under the store's lock."""
+        depth = max(self.ef_search, k)
+        key = (depth, (version, self.covered) if excluded.size else None)
+        cached = self._search_params
+        if cached is not None and cached[0] == key:
+            return cached[1]
         params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # missing from faiss's stubs
-        params.efSearch = max(self.ef_search, k)
+        params.efSearch = depth
         if excluded.size:
             params.sel = self._live(excluded, version)
-        scores, ids = self.hnsw.search(z.reshape(1, -1), k, params=params)
-        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
+        self._search_params = (key, params)
+        return params
 
     def _live(self, excluded: npt.NDArray[np.int64], version: int) -> faiss.IDSelectorBitmap:
         key = (version, self.covered)
