@@ -28,7 +28,10 @@ def to_schema_2(directory: Path) -> None:
         db.execute("BEGIN")
         db.execute("UPDATE meta SET key = 'tenant' WHERE key = 'store_id'")
         db.execute("UPDATE meta SET value = '2' WHERE key = 'schema'")
-        if db.backend == "sqlite":
+        if db.backend == "sqlite":  # schema 2 had no change mark (_storage/sqlite/changes.py)
+            db.execute("DELETE FROM meta WHERE key = 'changes'")
+            for (trigger,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+                db.execute(f"DROP TRIGGER {trigger}")
             creates = {
                 m.group(1): _without_tenant(s.strip())
                 for s in SQLITE_SCHEMA.split(";")

@@ -114,3 +114,22 @@ def test_equal_checkpoints_differing_in_one_field_get_their_own_lines(tmp_path: 
     publish(log, a)
     publish(log, b)
     assert log.read_bytes() == a.to_json() + b"\n" + b.to_json() + b"\n"
+
+
+def test_the_head_file_is_rewritten_in_place_to_the_new_line(tmp_path: Path) -> None:
+    """A shorter head after a longer one leaves exactly the new line; a write cut off before
+    the file was shortened (the new line, then the old one's tail) reads as no head."""
+    head = tmp_path / "audit" / "c.head"
+    long, short = _checkpoint(10**9, "a" * 128), _checkpoint(7, "b" * 128)
+    assert len(long.to_json()) > len(short.to_json())
+    write_head(head, long)
+    write_head(head, short)
+    assert head.read_bytes() == short.to_json() + b"\n"
+    assert read_head(head) == short
+    old = long.to_json() + b"\n"
+    new = short.to_json() + b"\n"
+    head.write_bytes(new + old[len(new) :])  # what a crash between the write and the cut leaves
+    assert read_head(head) is None
+    write_head(head, long)
+    assert read_head(head) == long
+    assert head.stat().st_mode & 0o777 == 0o600

@@ -92,17 +92,27 @@ def _cut_torn_tail(fd: int) -> None:
 
 
 def write_head(path: Path, checkpoint: Checkpoint) -> None:
-    """Replace the signed head file at ``path`` with ``checkpoint`` and fsync it.
+    """Replace the signed head file at ``path`` with ``checkpoint`` and make it durable.
 
     Written inside the transaction of a commit, before it commits: a head that then fails to
-    commit names a chain the store does not have, and the next write replaces it.
+    commit names a chain the store does not have, and the next write replaces it. Written over
+    the old line in place (cut to the new length only when that is shorter) and synced with
+    ``fdatasync``: an unchanged size changes no metadata the file system must journal, where
+    truncating and writing it anew changed the size twice at every commit. A crash during the
+    write leaves a line that does not parse, or whose form or signature does not hold, which
+    :func:`read_head` and the checks after it treat as no head, as they did a truncated file.
     """
     path = Path(path)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    line = _line(checkpoint)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
-        os.write(fd, _line(checkpoint))
-        os.fsync(fd)
+        done = 0
+        while done < len(line):
+            done += os.pwrite(fd, line[done:], done)
+        if os.fstat(fd).st_size > len(line):
+            os.ftruncate(fd, len(line))
+        os.fdatasync(fd)
     finally:
         os.close(fd)
 

@@ -12,12 +12,7 @@ from ..._tier_records import WrappedKey
 from ..sql_core import insert_sql
 from ..tier_rows import wrapped_key_from_row
 
-__all__ = ["SqliteKeyTable", "data_version"]
-
-
-def data_version(conn: sqlite3.Connection) -> int:
-    """SQLite's ``PRAGMA data_version``: changes when another connection commits (cheap)."""
-    return int(conn.execute("PRAGMA data_version").fetchone()[0])
+__all__ = ["SqliteKeyTable"]
 
 
 class SqliteKeyTable:
@@ -28,11 +23,13 @@ class SqliteKeyTable:
         conn: sqlite3.Connection,
         lock: threading.RLock,
         tenant: str,
+        mark: Callable[[], int],
         on_shred: Callable[[], None] = lambda: None,
     ) -> None:
         self._conn, self._lock, self._tenant = conn, lock, tenant
+        self._mark = mark  # the store's change generation (.changes): another connection changed the keys
         self._on_shred = on_shred  # the store drops plaintext it has cached
-        # read cache; every write through this table updates it, and a commit by another
+        # read cache; every write through this table updates it, and a change by another
         # connection (the CLI shredding a patient while a server runs) empties it
         self._by_patient: dict[str, WrappedKey | None] = {}
         self._by_id: dict[str, WrappedKey] = {}
@@ -46,10 +43,10 @@ class SqliteKeyTable:
         return None if row is None else wrapped_key_from_row(row)
 
     def sync(self, version: int | None = None) -> None:
-        """Empty the cache when another connection has committed since the last sync
-        (``version``: the connection's ``data_version`` if the caller has just read it)."""
+        """Empty the cache when another connection has changed a cached table since the last
+        sync (``version``: the store's change generation if the caller has just read it)."""
         with self._lock:
-            version = data_version(self._conn) if version is None else version
+            version = self._mark() if version is None else version
             if version != self._version:
                 self._by_patient.clear()
                 self._by_id.clear()

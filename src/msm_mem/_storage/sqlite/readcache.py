@@ -7,8 +7,8 @@ cache keeps them decoded, in the order the store returns them, and stays exact:
 - this connection's own writes update it after they commit (new semantic versions replace
   the key's active one, new entities are appended) and a batch it cannot follow (state
   changes, a restore) empties it;
-- a commit by any other connection empties it: each read first compares SQLite's
-  ``PRAGMA data_version`` with the one the cache was filled under;
+- a change by any other connection empties it: each read first compares the store's change
+  generation (:mod:`.changes`) with the one the cache was filled under;
 - shredding a key or changing the codec empties it, so no plaintext outlives its key.
 
 Bounded to ``limit`` patients per kind (emptied when full: the working set refills it).
@@ -23,7 +23,6 @@ from typing import TypeVar
 from ..._records import SemanticState, State
 from ..._tier_records import Entity
 from ..batch import WriteBatch
-from .keys import data_version
 
 __all__ = ["ReadCache"]
 
@@ -33,8 +32,9 @@ T = TypeVar("T")
 class ReadCache:
     """Active semantic states and entities per patient; the caller holds the store lock."""
 
-    def __init__(self, conn: sqlite3.Connection, limit: int = 10_000) -> None:
+    def __init__(self, conn: sqlite3.Connection, mark: Callable[[], int], limit: int = 10_000) -> None:
         self._conn = conn
+        self._mark = mark
         self._limit = limit
         self._version = -1
         self._semantic: dict[str, list[SemanticState]] = {}
@@ -45,7 +45,7 @@ class ReadCache:
         self._entities.clear()
 
     def _fresh(self) -> None:
-        version = data_version(self._conn)
+        version = self._mark()
         if version != self._version:
             self.clear()
             self._version = version

@@ -13,8 +13,9 @@ default) and the in-memory index changes only after it commits, so a crash loses
 write that was not yet acknowledged. On open, index files that are missing, stale or do not
 match the database are caught up or rebuilt from the rows. What SQLite adds to the shared SQL
 store: the FAISS search (``vectors.py``), the key table (``keys.py``) and read caches of the
-decoded rows every turn reads (``readcache.py``, consent records), kept exact with SQLite's
-``PRAGMA data_version``.
+decoded rows every turn reads (``readcache.py``, consent records), kept exact with the change
+mark that triggers keep on the cached tables (``changes.py``): another process's commit of
+audit rows alone (a read's events) empties nothing.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from ..sql_core import Rows, insert_sql
 from ..sql_rows import initial_meta, schema_problem
 from ..sql_store import SqlStore
 from ..sql_write import Moved
-from .keys import SqliteKeyTable, data_version
+from .changes import ChangeMark, install
+from .keys import SqliteKeyTable
 from .readcache import ReadCache
 from .schema import DB_NAME, FORMAT, SCHEMA, SCHEMA_VERSION
 from .upgrade import add_tenant, read_meta
@@ -145,8 +147,9 @@ class SqliteStore(FaissVectors, SqlStore):
         self._held = _Held(self)
         self._turn = threading.Lock()  # one writer of this process waits for the write lock
         self._turn_fd: int | None = None
-        self._cache = ReadCache(conn)
-        self._keys = SqliteKeyTable(conn, self._lock, self.tenant, on_shred=self._cache.clear)
+        self._changes = ChangeMark(conn, None if self._legacy else self.tenant)
+        self._cache = ReadCache(conn, self._changes.current)
+        self._keys = SqliteKeyTable(conn, self._lock, self.tenant, self._changes.current, on_shred=self._cache.clear)
         self._consent_cache: dict[str, list[ConsentRecord]] = {}
         self._consent_version = -1
         self.read_only = False
@@ -155,7 +158,7 @@ class SqliteStore(FaissVectors, SqlStore):
         self.encoder_name = meta["encoder"]
         self.store_id = meta["store_id"]
         self.schema_version = meta.get("schema", "")
-        self._seen_version = data_version(conn)  # before reading the rows: a later commit is followed
+        self._seen_version = self._changes.current()  # before reading the rows: a later change is followed
         self._index, self._ids, self._next = {}, {}, {}
         if not self._legacy:  # schema 1 or 2, opened for its upgrade only: nothing is searched
             self._open_indexes()
@@ -197,6 +200,7 @@ class SqliteStore(FaissVectors, SqlStore):
         rows += [("store_id", uuid.uuid4().hex), *initial_meta()]
         conn.executemany(insert_sql("meta"), [(*row, tenant) for row in rows])
         conn.execute("COMMIT")
+        install(conn, tenant)
         return cls(directory, conn, codec, population_search, ef_search)
 
     @classmethod
@@ -242,6 +246,13 @@ class SqliteStore(FaissVectors, SqlStore):
             conn.close()
             raise
         store.read_only = read_only
+        if not read_only and not store._legacy:  # a store made before the change mark gets it now
+            try:
+                with store._db():
+                    install(conn, store.tenant)
+            except sqlite3.OperationalError as exc:
+                store.close()
+                raise StoreError(f"{db}: the store is busy or cannot be written: {exc}") from exc
         if tenant is not None and store.tenant != tenant:
             store.close()
             raise InvalidInput(f"{directory} is the store of tenant {store.tenant!r}, not {tenant!r}")
@@ -297,9 +308,11 @@ class SqliteStore(FaissVectors, SqlStore):
         except sqlite3.OperationalError as exc:
             raise StoreError(f"the store is busy or cannot be written, nothing was written: {exc}") from exc
         try:
-            self._follow_others()
+            self._follow_others()  # moves the change generation past every earlier change elsewhere
             yield
+            seen = self._changes.seen()
             conn.execute("COMMIT")
+            self._changes.committed(seen)
         except sqlite3.IntegrityError as exc:
             self._rollback()
             raise InvalidInput(f"write refused by the store: {exc}") from exc
@@ -372,7 +385,7 @@ class SqliteStore(FaissVectors, SqlStore):
         the start of every governed turn and audit write, so caches never outlive one."""
         with self._db():
             self._follow_others()
-            version = data_version(self._conn)
+            version = self._changes.current()
             if version != self._consent_version:
                 self._consent_cache.clear()
                 self._consent_version = version

@@ -11,9 +11,10 @@ The store of record vouches for its caches: every write that adds vectors also a
 its transaction, a running digest of them (``meta``: ``vectors_<kind>`` = ``count:sha256``,
 ``d_i = sha256(d_{i-1} || blob_i)`` from 32 zero bytes). On open the cached vectors plus the
 rows past them must reproduce that digest, or the cache is thrown away and rebuilt from the
-rows (a stale, truncated or overwritten cache file never serves a search). A commit by another
-process (SQLite's ``data_version``) is followed before the next turn and inside every write:
-new rows are appended and the scopes of every position re-read.
+rows (a stale, truncated or overwritten cache file never serves a search). A change by another
+process to the vector tables (the store's change mark, ``changes.py``: commits of audit rows
+alone do not count) is followed before the next turn and inside every write: new rows are
+appended and the scopes of every position re-read.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ..batch import WriteBatch
 from ..rows import EPISODIC_COLUMNS, VISUAL_COLUMNS, check_vector
 from ..sql_core import UPSERT_META
 from ..sql_write import Moved
+from .changes import ChangeMark
 from .vector_index import VectorIndex, vector_sha
 
 __all__ = ["RETIRED", "FaissVectors"]
@@ -72,6 +74,7 @@ class FaissVectors:
     _ids: dict[VectorKind, list[str]]  # position -> record id
     _next: dict[VectorKind, int]
     _seen_version: int
+    _changes: ChangeMark
     _ef_search: int | None  # None: exact population search; else the HNSW graph's search depth
 
     def _open_indexes(self) -> None:
@@ -167,7 +170,7 @@ class FaissVectors:
     def _follow_others(self) -> None:
         """Follow what other processes committed since we last looked (the caller holds the
         lock): their new vectors appended, the scope and id of every position re-read."""
-        version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        version = self._changes.current()
         if version == self._seen_version:
             return
         for kind in list(self._index):  # none in a store opened for its upgrade

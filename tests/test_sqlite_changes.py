@@ -1,0 +1,123 @@
+"""The embedded store's change mark: another connection's change to a cached table empties the
+caches; a commit of audit rows alone (another worker's reads) leaves them filled."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from msm_mem import Impression, SemanticState
+from msm_mem._storage.base import WriteBatch
+from msm_mem._storage.sqlite import SqliteStore
+from msm_mem._storage.sqlite.changes import CACHED_TABLES, MARK_KEY, ChangeMark, installed
+from msm_mem._storage.sqlite.schema import DB_NAME
+from msm_mem._tier_records import Entity
+from tests.conftest import with_codec
+
+
+def _state(sid: str, version: int, text: str, supersedes: str | None = None) -> SemanticState:
+    return SemanticState(
+        sid, "P1", "impression", (Impression(1e9 + version, text, ""),), version, created_at=1e9, supersedes=supersedes
+    )
+
+
+def _filled(path: Path) -> SqliteStore:
+    """A store with a semantic state and an entity of P1, both read once (cached)."""
+    store = with_codec(SqliteStore.create(path, dim=4, encoder="t"))
+    store.write(WriteBatch(semantic=[_state("S-1", 1, "old")], entities=[Entity("N-1", "P1", "finding", "Edema", 5.0)]))
+    assert store.semantic_active("P1")[0].state_id == "S-1"
+    assert [e.name for e in store.entities("P1")] == ["Edema"]
+    store.sync()
+    store.consents("P1")
+    return store
+
+
+def _statements(store: SqliteStore) -> list[str]:
+    seen: list[str] = []
+    store._conn.set_trace_callback(seen.append)
+    return seen
+
+
+def _reads_of(seen: list[str], table: str) -> list[str]:
+    return [s for s in seen if s.lstrip().upper().startswith("SELECT") and f"FROM {table} " in s + " "]
+
+
+def test_a_commit_of_audit_rows_elsewhere_keeps_every_cache(tmp_path: Path) -> None:
+    """Another connection appending audit rows only (a read's events) reloads nothing here."""
+    store = _filled(tmp_path / "s")
+    before = store._changes.current()
+    with sqlite3.connect(tmp_path / "s" / DB_NAME) as other:
+        other.execute("INSERT INTO audit (seq, payload, event_hash, tenant) VALUES (999999, x'00', 'h', 'default')")
+    seen = _statements(store)
+    store.sync()
+    assert store.semantic_active("P1")[0].state_id == "S-1"
+    assert [e.name for e in store.entities("P1")] == ["Edema"]
+    store.consents("P1")
+    store.search("episodic", np.ones(4, np.float32) / 2, 1, "P1")
+    assert store._changes.current() == before
+    for table in ("semantic", "entities", "consents", "keys", "episodic", "visual"):
+        assert _reads_of(seen, table) == [], table
+    store.close()
+
+
+def test_a_change_elsewhere_is_seen_by_the_next_read(tmp_path: Path) -> None:
+    """A second handle's supersession and new entity show on the first handle's next reads."""
+    store = _filled(tmp_path / "s")
+    other = with_codec(SqliteStore.open(tmp_path / "s"))
+    other.write(
+        WriteBatch(
+            semantic=[_state("S-2", 2, "new", supersedes="S-1")], entities=[Entity("N-2", "P1", "finding", "Mass", 6.0)]
+        )
+    )
+    other.close()
+    assert store.semantic_active("P1")[0].state_id == "S-2"
+    assert [e.name for e in store.entities("P1")] == ["Edema", "Mass"]
+    store.close()
+
+
+@pytest.mark.parametrize("table", CACHED_TABLES)
+def test_every_change_to_a_cached_table_moves_the_mark(tmp_path: Path, table: str) -> None:
+    """An insert, an update or a delete by another connection, in any cached table, gives a new
+    mark, whatever wrote it (triggers in the database, not the writer's code)."""
+    store = _filled(tmp_path / "s")
+    marks = [store._changes.current()]
+    with sqlite3.connect(tmp_path / "s" / DB_NAME, isolation_level=None) as other:
+        columns = [r[1] for r in other.execute(f"PRAGMA table_info({table})")]
+        numbers = ("pos", "version", "shredded")
+        values = ["'default'" if c == "tenant" else "-7" if c in numbers else "'x'" for c in columns]
+        rowid = other.execute(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(values)})").lastrowid
+        marks.append(store._changes.current())
+        other.execute(f"UPDATE {table} SET tenant = tenant WHERE rowid = ?", (rowid,))
+        marks.append(store._changes.current())
+        other.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
+        marks.append(store._changes.current())
+    assert len(set(marks)) == 4
+    store.close()
+
+
+def test_a_store_made_before_the_mark_gets_it_on_its_first_writable_open(tmp_path: Path) -> None:
+    """Without the triggers every commit elsewhere counts as a change (safe); a writable open
+    installs them, after which audit rows alone no longer count."""
+    SqliteStore.create(tmp_path / "s", dim=4, encoder="t").close()
+    db = tmp_path / "s" / DB_NAME
+    with sqlite3.connect(db, isolation_level=None) as raw:
+        for (name,) in raw.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+            raw.execute(f"DROP TRIGGER {name}")
+        raw.execute("DELETE FROM meta WHERE key = ?", (MARK_KEY,))
+        assert not installed(raw, "default")
+        mark = ChangeMark(raw, "default")
+        first = mark.current()
+        with sqlite3.connect(db) as other:
+            other.execute("INSERT INTO audit (seq, payload, event_hash, tenant) VALUES (1, x'00', 'h', 'default')")
+        assert mark.current() != first  # no mark yet: every commit counts
+    SqliteStore.open(tmp_path / "s").close()
+    with sqlite3.connect(db, isolation_level=None) as raw:
+        assert installed(raw, "default")
+        mark = ChangeMark(raw, "default")
+        first = mark.current()
+        with sqlite3.connect(db) as other:
+            other.execute("INSERT INTO audit (seq, payload, event_hash, tenant) VALUES (2, x'00', 'h', 'default')")
+        assert mark.current() == first
