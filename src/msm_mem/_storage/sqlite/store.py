@@ -25,7 +25,7 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,7 +35,7 @@ from ..._private import private_dir, private_file
 from ..._records import SemanticState
 from ..._settings import DEFAULT_EF_SEARCH, DEFAULT_TENANT, PopulationSearch, check_population_search, check_tenant
 from ..._tier_records import ConsentRecord, Entity
-from ..base import VectorKind
+from ..base import AuditChainer, VectorKind
 from ..batch import WriteBatch
 from ..codec import FieldCodec
 from ..sql_core import Rows, insert_sql
@@ -43,6 +43,7 @@ from ..sql_rows import initial_meta, schema_problem
 from ..sql_store import SqlStore
 from ..sql_write import Moved
 from .changes import ChangeMark, install
+from .connection import Held, Writing, audit_only, connect, connect_read_only, writable
 from .keys import SqliteKeyTable
 from .readcache import ReadCache
 from .schema import DB_NAME, FORMAT, SCHEMA, SCHEMA_VERSION
@@ -50,67 +51,6 @@ from .upgrade import add_tenant, read_meta
 from .vectors import FaissVectors
 
 __all__ = ["SqliteStore"]
-
-
-#: how long a writer waits for another process's write transaction before failing cleanly
-BUSY_TIMEOUT_MS = 30_000
-
-
-def _connect(path: Path, durable: bool) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    # checkpoint the WAL every 32 MiB rather than SQLite's 4 MiB: index pages that consecutive
-    # group commits rewrite are copied into the database once, not once per commit or two
-    conn.execute("PRAGMA wal_autocheckpoint=8192")
-    return conn
-
-
-def _connect_read_only(path: Path) -> sqlite3.Connection:
-    """A read-only connection for a store on read-only media or without write permission.
-
-    ``mode=ro`` first (it sees a write-ahead log left beside the database); where SQLite cannot
-    use the log read-only and there is none to see, ``immutable=1``."""
-    uri = path.resolve().as_uri()
-    try:
-        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
-        conn.execute("SELECT count(*) FROM meta").fetchone()
-        return conn
-    except sqlite3.DatabaseError:
-        wal = path.with_name(path.name + "-wal")
-        if wal.exists() and wal.stat().st_size > 0:
-            raise
-    conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
-    conn.execute("SELECT count(*) FROM meta").fetchone()
-    return conn
-
-
-def _writable(path: Path) -> bool:
-    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
-
-
-class _Held:
-    """The store's connection under its lock (re-entrant), refused once closed.
-
-    A plain context manager rather than a generator one: every read takes it, often nested,
-    and this costs what taking the lock costs."""
-
-    __slots__ = ("_store",)
-
-    def __init__(self, store: SqliteStore) -> None:
-        self._store = store
-
-    def __enter__(self) -> sqlite3.Connection:
-        store = self._store
-        store._lock.acquire()
-        if store._closed:
-            store._lock.release()
-            raise StoreError("the store is closed")
-        return store._conn
-
-    def __exit__(self, *exc: object) -> None:
-        self._store._lock.release()
 
 
 class SqliteStore(FaissVectors, SqlStore):
@@ -144,7 +84,11 @@ class SqliteStore(FaissVectors, SqlStore):
         self._conn = conn
         self._lock = threading.RLock()
         self._closed = False
-        self._held = _Held(self)
+        self._held = Held(self)
+        self._writing = Writing()  # the side connection, on the thread writing audit rows alone
+        self._side: sqlite3.Connection | None = None
+        self._side_lock = threading.Lock()
+        self._durable = int(conn.execute("PRAGMA synchronous").fetchone()[0]) >= 2  # FULL or EXTRA
         self._turn = threading.Lock()  # one writer of this process waits for the write lock
         self._turn_fd: int | None = None
         self._changes = ChangeMark(conn, None if self._legacy else self.tenant)
@@ -193,7 +137,7 @@ class SqliteStore(FaissVectors, SqlStore):
         if (directory / DB_NAME).exists():
             raise StoreError(f"{directory} already holds a store")
         private_dir(directory)
-        conn = _connect(private_file(directory / DB_NAME), durable)  # the WAL takes the file's mode
+        conn = connect(private_file(directory / DB_NAME), durable)  # the WAL takes the file's mode
         conn.executescript(SCHEMA)
         conn.execute("BEGIN")
         rows = [("format", FORMAT), ("schema", SCHEMA_VERSION), ("dim", str(dim)), ("encoder", encoder)]
@@ -226,9 +170,9 @@ class SqliteStore(FaissVectors, SqlStore):
         db = directory / DB_NAME
         if not db.is_file():
             raise StoreError(f"{directory} is not an msm-mem store (no {DB_NAME}); run `msm-mem init`")
-        read_only = not _writable(db)
+        read_only = not writable(db)
         try:
-            conn = _connect_read_only(db) if read_only else _connect(db, durable)
+            conn = connect_read_only(db) if read_only else connect(db, durable)
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         except sqlite3.DatabaseError as exc:
             where = " (opened read-only: the file or its directory is not writable)" if read_only else ""
@@ -267,15 +211,40 @@ class SqliteStore(FaissVectors, SqlStore):
             self._save_indexes()
 
     def close(self) -> None:
-        with self._lock:
+        with self._turn, self._lock:  # after a write of this process in progress, if any
             if self._closed:
                 return
             self.flush()
             self._conn.close()
+            if self._side is not None:
+                self._side.close()
             self._closed = True
             if self._turn_fd is not None:
                 os.close(self._turn_fd)
                 self._turn_fd = None
+
+    def write(
+        self,
+        batch: WriteBatch,
+        chain: AuditChainer | None = None,
+        *,
+        before_commit: Callable[[], None] | None = None,
+    ) -> None:
+        """:meth:`Store.write`; a batch of audit rows alone is written on the side connection
+        (``connection.py``), so the reads of other threads do not wait for its commit."""
+        if self.read_only or not audit_only(batch):
+            super().write(batch, chain, before_commit=before_commit)
+            return
+        with self._side_lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            if self._side is None:
+                self._side = connect(self.directory / DB_NAME, self._durable)
+        self._writing.conn = self._side  # used only inside the writer's turn, taken next
+        try:
+            super().write(batch, chain, before_commit=before_commit)
+        finally:
+            self._writing.conn = None
 
     def keys(self) -> SqliteKeyTable:
         return self._keys
@@ -287,20 +256,21 @@ class SqliteStore(FaissVectors, SqlStore):
 
     # the dialect ---------------------------------------------------------------------------
 
-    def _db(self) -> _Held:
+    def _db(self) -> Held:
         return self._held
 
     def _q(self, sql: str, args: Sequence[Any] = ()) -> Rows:
-        return self._conn.execute(sql, args)
+        return (self._writing.conn or self._conn).execute(sql, args)
 
     def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self._conn.executemany(sql, rows)
+        (self._writing.conn or self._conn).executemany(sql, rows)
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         """``BEGIN IMMEDIATE``: writers of every process queue on SQLite's write lock (waiting
         at most :data:`BUSY_TIMEOUT_MS`); inside it the caches first follow what others committed."""
-        conn = self._conn
+        side = self._writing.conn  # audit rows alone: nothing cached to follow or to update
+        conn = side or self._conn
         if self.read_only:
             raise StoreError(f"{self.directory} is opened read-only (read-only media or no write permission)")
         try:
@@ -308,11 +278,13 @@ class SqliteStore(FaissVectors, SqlStore):
         except sqlite3.OperationalError as exc:
             raise StoreError(f"the store is busy or cannot be written, nothing was written: {exc}") from exc
         try:
-            self._follow_others()  # moves the change generation past every earlier change elsewhere
+            if side is None:
+                self._follow_others()  # moves the change generation past every earlier change elsewhere
             yield
-            seen = self._changes.seen()
+            seen = self._changes.seen() if side is None else None
             conn.execute("COMMIT")
-            self._changes.committed(seen)
+            if seen is not None:
+                self._changes.committed(seen)
         except sqlite3.IntegrityError as exc:
             self._rollback()
             raise InvalidInput(f"write refused by the store: {exc}") from exc
@@ -349,10 +321,13 @@ class SqliteStore(FaissVectors, SqlStore):
         return self._turn_fd
 
     def _rollback(self) -> None:
-        if self._conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)
-            self._conn.execute("ROLLBACK")
+        conn = self._writing.conn or self._conn
+        if conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)
+            conn.execute("ROLLBACK")
 
     def _positions(self) -> dict[VectorKind, int]:
+        if self._writing.conn is not None:  # audit rows alone: no vector is placed
+            return dict(self._next)
         # read inside the write transaction: the rows every writer has committed
         kinds: tuple[VectorKind, ...] = ("episodic", "visual")
         stored = {
