@@ -342,6 +342,8 @@ def test_a_studys_episodes_come_active_first_then_newest(store: Store) -> None:
     assert order() == ["/img/older.png", "/img/newer.png"]
     store.write(WriteBatch(changes=[StateChange("episodic", "E-1", State.ACTIVE, State.SUPERSEDED)]))
     assert order() == ["/img/newer.png", "/img/older.png"]
+    assert [e.media_path for e in store.study_episodes("p1", "s", 1)] == ["/img/newer.png"]
+    assert store.study_episodes("p1", "s", 0) == [] and len(store.study_episodes("p1", "s", 5)) == 2
     assert store.study_episodes("p1", "t") == [] and store.study_episodes("p2", "s") == []
     assert store.study_episodes("p1", "") == [] and store.study_episodes("p1", "nope") == []
 

@@ -34,7 +34,7 @@ class StoredStudy:
 def study_episode(store: Store, patient_id: str, study_id: str) -> EpisodicRecord:
     """The patient's episode of ``study_id`` (active first, else the newest); NotFound when
     there is none."""
-    return _episodes(store, patient_id, study_id)[0]
+    return _episodes(store, patient_id, study_id, 1)[0]
 
 
 def study_image(store: Store, patient_id: str, study_id: str) -> str:
@@ -46,8 +46,8 @@ def study_image(store: Store, patient_id: str, study_id: str) -> str:
     raise NotFound("no stored image for that study of this patient")
 
 
-def _episodes(store: Store, patient_id: str, study_id: str) -> list[EpisodicRecord]:
-    found = store.study_episodes(patient_id, study_id)
+def _episodes(store: Store, patient_id: str, study_id: str, limit: int | None = None) -> list[EpisodicRecord]:
+    found = store.study_episodes(patient_id, study_id, limit)
     if not found:
         raise NotFound("no stored study of that id for this patient")
     return found

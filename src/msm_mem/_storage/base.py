@@ -118,9 +118,10 @@ class Records(Protocol):
         """Study ids already stored for a patient (to make ingest idempotent)."""
 
     @abstractmethod
-    def study_episodes(self, patient_id: str, study_id: str) -> list[EpisodicRecord]:
-        """The patient's episodes of one study, its active ones first, then newest first; empty
-        when the patient has no episode of that study (or ``study_id`` is blank)."""
+    def study_episodes(self, patient_id: str, study_id: str, limit: int | None = None) -> list[EpisodicRecord]:
+        """The patient's episodes of one study, its active ones first, then newest first (the
+        first ``limit`` of them, all when None); empty when the patient has no episode of that
+        study (or ``study_id`` is blank). Only the episodes returned are read and decrypted."""
 
     @abstractmethod
     def decay_due(self, now: float) -> list[tuple[str, str]]:

@@ -110,13 +110,13 @@ class SqlRecords(SqlCore):
             ).fetchall()
         return {row[0] for row in rows if row[0]}
 
-    def study_episodes(self, patient_id: str, study_id: str) -> list[EpisodicRecord]:
-        if not study_id:
+    def study_episodes(self, patient_id: str, study_id: str, limit: int | None = None) -> list[EpisodicRecord]:
+        if not study_id or limit == 0:
             return []  # an anonymised episode's study id is blank: it names no study
         return self._select(
             "SELECT * FROM episodic WHERE tenant = ? AND patient_id = ? AND study_id = ?"
-            " ORDER BY CASE WHEN state = 'active' THEN 0 ELSE 1 END, pos DESC",
-            (self.tenant, patient_id, study_id),
+            f" ORDER BY CASE WHEN state = 'active' THEN 0 ELSE 1 END, pos DESC{'' if limit is None else ' LIMIT ?'}",
+            (self.tenant, patient_id, study_id, *(() if limit is None else (limit,))),
             r.episode_from_row,
         )
 
