@@ -1,0 +1,114 @@
+"""Two parts of an embedded commit, timed alone on this disk, each beside what it replaced.
+
+1. The signed head file written at every commit: ``write_head`` (overwritten in place,
+   ``fdatasync``) beside the former way (``O_TRUNC``, write, ``fsync``), with the same line.
+2. The change mark's triggers (``_storage/sqlite/changes.py``): rows inserted into the
+   ``episodic`` table of a real store with its triggers, and of a copy with them dropped, in
+   transactions of ``--batch`` rows.
+
+Rounds alternate the two sides; prints the median per round (microseconds).
+
+Usage: python benchmarks/bench_commit_parts.py [--workdir DIR] [--rounds 3] [--writes 300]
+       [--rows 5000] [--batch 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from msm_mem._governance.checkpoint import Checkpoint
+from msm_mem._governance.checkpoint_files import write_head
+from msm_mem._storage.sqlite import SqliteStore
+from msm_mem._storage.sqlite.schema import DB_NAME
+
+
+def _old_write_head(path: Path, line: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _median_us(fn: Callable[[], None], n: int) -> float:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
+def heads(work: Path, rounds: int, writes: int) -> None:
+    cp = Checkpoint("store-1", 123456, "ab" * 32, 1_700_000_000.0, "cd" * 64, 0, "0" * 64)
+    line = cp.to_json() + b"\n"
+    path = work / "audit" / "checkpoints.head"
+    path.parent.mkdir()
+    print("| round | O_TRUNC + write + fsync, us | write_head (in place + fdatasync), us |\n|---|---|---|")
+    for r in range(rounds):
+        old = _median_us(lambda: _old_write_head(path, line), writes)
+        new = _median_us(lambda: write_head(path, cp), writes)
+        print(f"| {r + 1} | {old:.0f} | {new:.0f} |")
+
+
+def _insert_rows(db: Path, start: int, rows: int, batch: int) -> float:
+    """Microseconds a row: ``rows`` episodic rows in transactions of ``batch``."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA synchronous=FULL")
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(episodic)")]
+    marks = ", ".join("?" * len(columns))
+    t = time.perf_counter()
+    for first in range(start, start + rows, batch):
+        conn.execute("BEGIN")
+        conn.executemany(
+            f"INSERT INTO episodic ({', '.join(columns)}) VALUES ({marks})",
+            [_row(columns, i) for i in range(first, first + batch)],
+        )
+        conn.execute("COMMIT")
+    conn.close()
+    return (time.perf_counter() - t) / rows * 1e6
+
+
+def _row(columns: list[str], i: int) -> tuple[object, ...]:
+    values: dict[str, object] = {"pos": i, "id": f"E-{i}", "tenant": "default", "z": bytes(4096), "confidence": 0.6}
+    return tuple(values.get(c, "x" * 40) for c in columns)
+
+
+def triggers(work: Path, rounds: int, rows: int, batch: int) -> None:
+    SqliteStore.create(work / "with", dim=1024, encoder="bench").close()
+    shutil.copytree(work / "with", work / "without")
+    with sqlite3.connect(work / "without" / DB_NAME, isolation_level=None) as conn:
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+            conn.execute(f"DROP TRIGGER {name}")
+    print(f"\n| round | no triggers, us a row | change-mark triggers, us a row |  ({batch} rows a transaction)")
+    print("|---|---|---|")
+    for r in range(rounds):
+        bare = _insert_rows(work / "without" / DB_NAME, r * rows, rows, batch)
+        marked = _insert_rows(work / "with" / DB_NAME, r * rows, rows, batch)
+        print(f"| {r + 1} | {bare:.2f} | {marked:.2f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--writes", type=int, default=300)
+    ap.add_argument("--rows", type=int, default=5000)
+    ap.add_argument("--batch", type=int, default=50)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        heads(Path(tmp), args.rounds, args.writes)
+        triggers(Path(tmp), args.rounds, args.rows, args.batch)
+
+
+if __name__ == "__main__":
+    main()
