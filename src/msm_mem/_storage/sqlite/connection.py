@@ -22,13 +22,10 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..._errors import StoreError
 from ..batch import WriteBatch
-
-if TYPE_CHECKING:
-    from .store import SqliteStore
 
 __all__ = ["BUSY_TIMEOUT_MS", "Held", "Writing", "audit_only", "connect", "connect_read_only", "writable"]
 
@@ -84,6 +81,15 @@ class Writing(threading.local):
     conn: sqlite3.Connection | None = None
 
 
+class _Owner(Protocol):
+    """What :class:`Held` uses of the store that owns it."""
+
+    _lock: threading.RLock
+    _closed: bool
+    _conn: sqlite3.Connection
+    _writing: Writing
+
+
 class Held:
     """The store's connection under its lock (re-entrant), refused once closed; on the thread
     writing audit rows alone, the side connection, without the lock.
@@ -93,7 +99,7 @@ class Held:
 
     __slots__ = ("_store",)
 
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: _Owner) -> None:
         self._store = store
 
     def __enter__(self) -> sqlite3.Connection:
