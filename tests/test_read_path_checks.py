@@ -133,3 +133,26 @@ def test_the_head_file_is_rewritten_in_place_to_the_new_line(tmp_path: Path) -> 
     write_head(head, long)
     assert read_head(head) == long
     assert head.stat().st_mode & 0o777 == 0o600
+
+
+def test_an_append_the_disk_refuses_halfway_leaves_the_log_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk that takes part of a checkpoint line and refuses the rest raises, and the
+    log keeps its earlier lines only (no torn line a later append would have to cut)."""
+    log = tmp_path / "audit" / "c.jsonl"
+    first = _checkpoint(1, "a" * 128)
+    publish(log, first)
+    real_write = os.write
+
+    def partial(fd: int, data: bytes) -> int:
+        if len(data) > 20:
+            return real_write(fd, data[:20])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", partial)
+    with pytest.raises(OSError):
+        publish(log, _checkpoint(2, "b" * 128))
+    monkeypatch.undo()
+    assert log.read_bytes() == first.to_json() + b"\n"
+    assert read_tail(log) == first

@@ -239,7 +239,11 @@ class AuditLog:
         if pending is not None and self._covers(pending, head):
             tail = read_tail(self.place.log)
             if tail is None or (tail.size, tail.head_hash) != head:
-                self._publish(pending)
+                # raises (the write fails, nothing stored) rather than replace the only signed
+                # record of the stored head when the log cannot take it (a full disk)
+                publish(self.place.log, pending)
+                if self.place.witness is not None:
+                    publish(self.place.witness, pending)
             self._signed = head
             return
         tail = read_tail(self.place.log)

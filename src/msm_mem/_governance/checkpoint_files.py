@@ -67,7 +67,8 @@ def publish(path: Path, checkpoint: Checkpoint) -> None:
 
     The per-commit path: the head it signs was written before the commit by :func:`write_head`
     (fsynced), so this append needs no fsync of its own; it creates the file (0600) and its
-    folder when missing.
+    folder when missing. The whole line is appended or OSError raised with the log as it was
+    (a full disk): an append is never half done.
     """
     path = Path(path)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -75,7 +76,15 @@ def publish(path: Path, checkpoint: Checkpoint) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # processes sharing the log append one line at a time
         _cut_torn_tail(fd)
-        os.write(fd, _line(checkpoint))
+        size = os.fstat(fd).st_size
+        line = _line(checkpoint)
+        try:
+            done = 0
+            while done < len(line):  # a full disk writes part of a line, then refuses the rest
+                done += os.write(fd, line[done:])
+        except OSError:
+            os.ftruncate(fd, size)  # no torn line left behind: the append did not happen
+            raise
     finally:
         os.close(fd)
 
