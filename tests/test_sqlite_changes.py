@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from msm_mem import Impression, SemanticState
-from msm_mem._storage.base import WriteBatch
+from msm_mem import EpisodicRecord, Impression, SemanticState
+from msm_mem._records import State
+from msm_mem._storage.base import StateChange, WriteBatch
 from msm_mem._storage.sqlite import SqliteStore
 from msm_mem._storage.sqlite.changes import CACHED_TABLES, MARK_KEY, ChangeMark, installed
 from msm_mem._storage.sqlite.schema import DB_NAME
@@ -121,3 +122,33 @@ def test_a_store_made_before_the_mark_gets_it_on_its_first_writable_open(tmp_pat
         with sqlite3.connect(db) as other:
             other.execute("INSERT INTO audit (seq, payload, event_hash, tenant) VALUES (2, x'00', 'h', 'default')")
         assert mark.current() == first
+
+
+def _episode(i: int, patient: str, z: np.ndarray) -> EpisodicRecord:
+    return EpisodicRecord(f"E-{i}", patient, 1e9 + i, z, "q?", f"answer {i}", study_id=f"s{i}")
+
+
+def test_appended_vectors_elsewhere_are_followed_without_rereading_every_position(tmp_path: Path) -> None:
+    """Another handle's new episodes are appended to this handle's index from its end; once
+    it retires one (an update of a vector row), every position's scope is read again."""
+    rng = np.random.default_rng(3)
+    zs = [(v / np.linalg.norm(v)).astype(np.float32) for v in rng.standard_normal((6, 4))]
+    store = with_codec(SqliteStore.create(tmp_path / "s", dim=4, encoder="t"))
+    store.write(WriteBatch(episodes=[_episode(i, "P1", zs[i]) for i in range(3)]))
+    other = with_codec(SqliteStore.open(tmp_path / "s"))
+    other.write(WriteBatch(episodes=[_episode(i, "P2", zs[i]) for i in range(3, 6)]))
+    seen = _statements(store)
+    store.sync()  # as every governed turn begins
+    found = store.search("episodic", zs[4], 3, "P2")
+    assert found[0][0] == "E-4" and {h for h, _ in found} == {"E-3", "E-4", "E-5"}
+    assert [h for h, _ in store.search("episodic", zs[0], 1, "P1")] == ["E-0"]
+    full = [s for s in seen if "FROM episodic WHERE tenant" in s and "ORDER BY pos" in s and "pos >=" not in s]
+    assert full == [] and any("pos >= 3" in s for s in seen)
+    other.write(WriteBatch(changes=[StateChange("episodic", "E-4", State.ACTIVE, State.SUPERSEDED)]))
+    other.close()
+    store.sync()
+    assert {h for h, _ in store.search("episodic", zs[4], 3, "P2")} == {"E-3", "E-5"}
+    assert any("FROM episodic WHERE tenant" in s and "pos >=" not in s for s in seen)
+    store.write(WriteBatch(episodes=[_episode(6, "P1", zs[1])]))  # positions still follow the rows
+    assert {h for h, _ in store.search("episodic", zs[1], 2, "P1")} == {"E-1", "E-6"}
+    store.close()

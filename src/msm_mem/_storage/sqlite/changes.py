@@ -16,38 +16,52 @@ and reads the row again only when that changed; the caches compare the mark, so 
 wrote only audit rows changes nothing they hold. A random value rather than a counter: a
 database restored from a copy never brings back a mark a cache was filled under.
 
-A store without the row (one opened read-only before a writer installed the triggers) falls
-back to ``data_version`` itself: every commit of another connection counts as a change.
+A second mark, ``vectors_moved``, changes only with an update or a delete of a vector row
+(episodic, visual): a position's scope or id may have changed. While it stands, the vector
+index follows another connection's commit by appending the rows past its end, instead of
+re-reading the scope and id of every position (write-back only appends).
+
+A store without the rows (one opened read-only before a writer installed the triggers) falls
+back to ``data_version`` itself: every commit of another connection counts as a change of both.
 """
 
 from __future__ import annotations
 
 import sqlite3
 
-__all__ = ["CACHED_TABLES", "MARK_KEY", "ChangeMark", "install"]
+__all__ = ["CACHED_TABLES", "MARK_KEY", "MOVED_KEY", "ChangeMark", "install"]
 
 #: the tables whose rows an open store caches in some form (vectors, read cache, consents, keys)
 CACHED_TABLES: tuple[str, ...] = ("episodic", "visual", "semantic", "entities", "consents", "keys", "pseudonyms")
-#: the ``meta`` key of the mark
+#: the ``meta`` keys of the marks: any change of a cached table; an update or delete of a vector row
 MARK_KEY = "changes"
+MOVED_KEY = "vectors_moved"
+_VECTOR_TABLES = ("episodic", "visual")
+_EVENTS = (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD"))
 _NEW = "lower(hex(randomblob(8)))"
 
 
 def _triggers() -> list[str]:
-    return [
-        f"CREATE TRIGGER IF NOT EXISTS msm_changes_{table}_{event.lower()} AFTER {event} ON {table}"
-        f" BEGIN UPDATE meta SET value = {_NEW} WHERE tenant = {row}.tenant AND key = '{MARK_KEY}'; END"
-        for table in CACHED_TABLES
-        for event, row in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD"))
-    ]
+    out = []
+    for table in CACHED_TABLES:
+        for event, row in _EVENTS:
+            keys = [MARK_KEY, *([MOVED_KEY] if table in _VECTOR_TABLES and event != "INSERT" else [])]
+            body = " ".join(
+                f"UPDATE meta SET value = {_NEW} WHERE tenant = {row}.tenant AND key = '{key}';" for key in keys
+            )
+            name = f"msm_changes_{table}_{event.lower()}"
+            out.append(f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {table} BEGIN {body} END")
+    return out
 
 
 def installed(conn: sqlite3.Connection, tenant: str) -> bool:
-    """Whether the store has its mark row and every trigger (reads only)."""
-    names = {f"msm_changes_{t}_{e}" for t in CACHED_TABLES for e in ("insert", "update", "delete")}
+    """Whether the store has its mark rows and every trigger (reads only)."""
+    names = {f"msm_changes_{t}_{e.lower()}" for t in CACHED_TABLES for e, _ in _EVENTS}
     found = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
-    row = conn.execute("SELECT 1 FROM meta WHERE tenant = ? AND key = ?", (tenant, MARK_KEY)).fetchone()
-    return row is not None and names <= found
+    rows = conn.execute(
+        "SELECT count(*) FROM meta WHERE tenant = ? AND key IN (?, ?)", (tenant, MARK_KEY, MOVED_KEY)
+    ).fetchone()
+    return int(rows[0]) == 2 and names <= found
 
 
 def install(conn: sqlite3.Connection, tenant: str) -> None:
@@ -59,9 +73,9 @@ def install(conn: sqlite3.Connection, tenant: str) -> None:
     try:
         for statement in _triggers():
             conn.execute(statement)
-        conn.execute(
+        conn.executemany(
             f"INSERT INTO meta (key, value, tenant) VALUES (?, {_NEW}, ?) ON CONFLICT (tenant, key) DO NOTHING",
-            (MARK_KEY, tenant),
+            [(MARK_KEY, tenant), (MOVED_KEY, tenant)],
         )
         conn.execute("COMMIT")
     except BaseException:
@@ -71,11 +85,11 @@ def install(conn: sqlite3.Connection, tenant: str) -> None:
 
 
 class ChangeMark:
-    """The generation of what other connections changed of the cached tables, for one
-    connection (the caller holds its lock). Caches remember the generation they were filled
-    under and empty themselves when it moved."""
+    """The generations of what other connections changed of the cached tables (and of the
+    vector rows' scopes and ids), for one connection (the caller holds its lock). Caches
+    remember the generation they were filled under and empty themselves when it moved."""
 
-    __slots__ = ("_conn", "_generation", "_tenant", "_value", "_version")
+    __slots__ = ("_conn", "_generation", "_moved", "_moved_generation", "_tenant", "_value", "_version")
 
     def __init__(self, conn: sqlite3.Connection, tenant: str | None) -> None:
         """``tenant``: the store's; None for a store of schema 2 opened for its upgrade (no
@@ -84,37 +98,54 @@ class ChangeMark:
         self._tenant = tenant
         self._version: int | None = None
         self._value: object = None
+        self._moved: object = None
         self._generation = 0
+        self._moved_generation = 0
 
-    def _read(self) -> tuple[int, object]:
+    def _read(self) -> tuple[int, object, object]:
         version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
-        row = None
+        found: dict[str, str] = {}
         if self._tenant is not None:
-            row = self._conn.execute(
-                "SELECT value FROM meta WHERE tenant = ? AND key = ?", (self._tenant, MARK_KEY)
-            ).fetchone()
-        return version, (("data_version", version) if row is None else str(row[0]))
+            rows = self._conn.execute(
+                "SELECT key, value FROM meta WHERE tenant = ? AND key IN (?, ?)", (self._tenant, MARK_KEY, MOVED_KEY)
+            )
+            found = {str(k): str(v) for k, v in rows}
+        if len(found) < 2:  # no marks (yet): every commit elsewhere changes everything
+            return version, ("data_version", version), ("data_version", version)
+        return version, found[MARK_KEY], found[MOVED_KEY]
 
     def current(self) -> int:
         """The generation: it moves whenever another connection has committed a change to a
         cached table since the last call; one ``PRAGMA`` when nothing was committed since."""
         version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
         if version != self._version:
-            version, value = self._read()
-            if value != self._value:
-                self._generation += 1
-                self._value = value
-            self._version = version
+            self._take(self._read())
         return self._generation
 
-    def seen(self) -> tuple[int, object]:
+    def moved(self) -> int:
+        """The generation of updates and deletes of vector rows as :meth:`current` last saw it
+        (call that first): while it stands, the vector rows of another connection's commits
+        were only appended."""
+        return self._moved_generation
+
+    def _take(self, seen: tuple[int, object, object]) -> None:
+        version, value, moved = seen
+        if value != self._value:
+            self._generation += 1
+            self._value = value
+        if moved != self._moved:
+            self._moved_generation += 1
+            self._moved = moved
+        self._version = version
+
+    def seen(self) -> tuple[int, object, object]:
         """Inside this connection's write transaction, before its ``COMMIT``: what the database
         will say once it commits (no other connection can commit in between)."""
         return self._read()
 
-    def committed(self, seen: tuple[int, object]) -> None:
+    def committed(self, seen: tuple[int, object, object]) -> None:
         """After this connection's own commit (``seen`` from :meth:`seen`): its own changes do
-        not move the generation (the caches followed them). Sound because the transaction
+        not move the generations (the caches followed them). Sound because the transaction
         called :meth:`current` after it began, so every earlier change of another connection
-        had already moved it."""
-        self._version, self._value = seen
+        had already moved them."""
+        self._version, self._value, self._moved = seen

@@ -103,6 +103,7 @@ class SqliteStore(FaissVectors, SqlStore):
         self.store_id = meta["store_id"]
         self.schema_version = meta.get("schema", "")
         self._seen_version = self._changes.current()  # before reading the rows: a later change is followed
+        self._seen_moved = self._changes.moved()
         self._index, self._ids, self._next = {}, {}, {}
         if not self._legacy:  # schema 1 or 2, opened for its upgrade only: nothing is searched
             self._open_indexes()

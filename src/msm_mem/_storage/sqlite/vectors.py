@@ -74,6 +74,7 @@ class FaissVectors:
     _ids: dict[VectorKind, list[str]]  # position -> record id
     _next: dict[VectorKind, int]
     _seen_version: int
+    _seen_moved: int
     _changes: ChangeMark
     _ef_search: int | None  # None: exact population search; else the HNSW graph's search depth
 
@@ -169,19 +170,40 @@ class FaissVectors:
 
     def _follow_others(self) -> None:
         """Follow what other processes committed since we last looked (the caller holds the
-        lock): their new vectors appended, the scope and id of every position re-read."""
+        lock): their new vectors appended; when they also updated or deleted vector rows, the
+        scope and id of every position re-read."""
         version = self._changes.current()
         if version == self._seen_version:
             return
+        moved = self._changes.moved()
         for kind in list(self._index):  # none in a store opened for its upgrade
             index = self._index[kind]
+            if moved == self._seen_moved:
+                self._append_others(kind, index)
+                continue
             built = self._load_rows(kind, index, index.ntotal, None)
             if built is None:  # fewer rows than vectors: only a restore from a backup does that
                 built = self._load_rows(kind, VectorIndex(self.dim, self._ef_search), 0, None)
                 assert built is not None
             self._index[kind], self._ids[kind] = built
             self._next[kind] = built[0].ntotal
-        self._seen_version = version
+        self._seen_version, self._seen_moved = version, moved
+
+    def _append_others(self, kind: VectorKind, index: VectorIndex) -> None:
+        """The rows other processes appended past the index's end (no row before it changed)."""
+        start = index.ntotal
+        cursor = self._conn.execute(
+            f"SELECT pos, id, patient_id, state, z FROM {kind} WHERE tenant = ? AND pos >= ? ORDER BY pos",
+            (self.tenant, start),
+        )
+        while chunk := cursor.fetchmany(8192):
+            if int(chunk[0][0]) != start or int(chunk[-1][0]) != start + len(chunk) - 1:
+                raise StoreError(f"{kind}: rows are not numbered {start}..; the store is damaged")
+            mat = np.frombuffer(b"".join(bytes(r[4]) for r in chunk), dtype=np.float32)
+            index.add(mat.reshape(len(chunk), self.dim), [r[2] if r[3] in _LIVE else RETIRED for r in chunk])
+            self._ids[kind].extend(str(r[1]) for r in chunk)
+            start += len(chunk)
+        self._next[kind] = index.ntotal
 
     def _save_indexes(self) -> None:
         """Persist the caches; a failure (a full disk, read-only media) only costs a rebuild."""
