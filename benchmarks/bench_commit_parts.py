@@ -5,11 +5,17 @@
 2. The change mark's triggers (``_storage/sqlite/changes.py``): rows inserted into the
    ``episodic`` table of a real store with its triggers, and of a copy with them dropped, in
    transactions of ``--batch`` rows.
+3. Following another process: a store of ``--items`` episodic and visual records (1024-d) open
+   in this process while a second handle commits; the time this handle's next turn start
+   (``Store.sync``) takes to follow it: an episode and a visual record appended (read past
+   the index's end), an episode retired (every position's scope and id read again: what any
+   commit elsewhere, audit rows alone included, cost before the change mark), and audit rows
+   alone (nothing to follow).
 
-Rounds alternate the two sides; prints the median per round (microseconds).
+Rounds alternate the sides; prints the median per round (microseconds; milliseconds for 3).
 
 Usage: python benchmarks/bench_commit_parts.py [--workdir DIR] [--rounds 3] [--writes 300]
-       [--rows 5000] [--batch 50]
+       [--rows 5000] [--batch 50] [--items 100000] [--follows 20]
 """
 
 from __future__ import annotations
@@ -24,10 +30,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
+from msm_mem import EpisodicRecord, VisualRecord
 from msm_mem._governance.checkpoint import Checkpoint
 from msm_mem._governance.checkpoint_files import write_head
+from msm_mem._governance.codec import EnvelopeCodec
+from msm_mem._governance.crypto import EnvelopeCipher
+from msm_mem._records import State
+from msm_mem._storage.base import StateChange, WriteBatch
 from msm_mem._storage.sqlite import SqliteStore
 from msm_mem._storage.sqlite.schema import DB_NAME
+from msm_mem._tier_records import AuditRow
+from msm_mem.testing import InMemoryKeyProvider
 
 
 def _old_write_head(path: Path, line: bytes) -> None:
@@ -89,12 +104,73 @@ def triggers(work: Path, rounds: int, rows: int, batch: int) -> None:
     with sqlite3.connect(work / "without" / DB_NAME, isolation_level=None) as conn:
         for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
             conn.execute(f"DROP TRIGGER {name}")
-    print(f"\n| round | no triggers, us a row | change-mark triggers, us a row |  ({batch} rows a transaction)")
+    print(f"\n{batch} rows a transaction:\n\n| round | no triggers, us a row | change-mark triggers, us a row |")
     print("|---|---|---|")
     for r in range(rounds):
         bare = _insert_rows(work / "without" / DB_NAME, r * rows, rows, batch)
         marked = _insert_rows(work / "with" / DB_NAME, r * rows, rows, batch)
         print(f"| {r + 1} | {bare:.2f} | {marked:.2f} |")
+
+
+def _records(start: int, n: int, patients: int, rng: np.random.Generator) -> WriteBatch:
+    z = rng.standard_normal((n, 1024), dtype=np.float32)
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    ids = range(start, start + n)
+    return WriteBatch(
+        episodes=[
+            EpisodicRecord(f"E-{i}", f"P{i % patients}", 1.6e9 + i, z[j], "q?", "a.", study_id=f"s{i}")
+            for j, i in enumerate(ids)
+        ],
+        visuals=[
+            VisualRecord(f"V-{i}", f"P{i % patients}", 1.6e9 + i, z[j], source_episode_id=f"E-{i}")
+            for j, i in enumerate(ids)
+        ],
+    )
+
+
+def _encrypted(store: SqliteStore, keks: InMemoryKeyProvider) -> SqliteStore:
+    store.use_codec(EnvelopeCodec(EnvelopeCipher(store.store_id, keks, store.keys()), store.keys()))
+    store.use_row_key(bytes(range(32)))
+    return store
+
+
+def follow(work: Path, rounds: int, items: int, follows: int) -> None:
+    keks = InMemoryKeyProvider()
+    rng = np.random.default_rng(0)
+    patients = max(1, items // 10)
+    store = _encrypted(SqliteStore.create(work / "follow", dim=1024, encoder="bench"), keks)
+    for start in range(0, items, 5000):
+        store.write(_records(start, min(5000, items - start), patients, rng))
+    other = _encrypted(SqliteStore.open(work / "follow"), keks)
+    store.sync()
+    added = items
+    seq = 0
+    head = "| round | follow an append, ms | follow a retirement, ms | follow audit rows alone, ms |"
+    print(f"\n{items:,} rows each:\n\n{head}")
+    print("|---|---|---|---|")
+    for r in range(rounds):
+        times: dict[str, list[float]] = {"append": [], "retire": [], "audit": []}
+        for _ in range(follows):
+            other.write(_records(added, 1, patients, rng))
+            added += 1
+            times["append"].append(_timed(store.sync))
+            change = StateChange("episodic", f"E-{added - 1}", State.ACTIVE, State.SUPERSEDED)
+            other.write(WriteBatch(changes=[change]))
+            times["retire"].append(_timed(store.sync))
+            seq += 1
+            head = other.audit_head()
+            other.write(WriteBatch(audit=[AuditRow(head[0] + 1, b"e%d" % seq, f"{head[0] + 1:064x}")]))
+            times["audit"].append(_timed(store.sync))
+        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        print(f"| {r + 1} | {med['append']:.3f} | {med['retire']:.3f} | {med['audit']:.3f} |")
+    other.close()
+    store.close()
+
+
+def _timed(fn: Callable[[], None]) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
 
 
 def main() -> None:
@@ -104,10 +180,13 @@ def main() -> None:
     ap.add_argument("--writes", type=int, default=300)
     ap.add_argument("--rows", type=int, default=5000)
     ap.add_argument("--batch", type=int, default=50)
+    ap.add_argument("--items", type=int, default=100_000)
+    ap.add_argument("--follows", type=int, default=20)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         heads(Path(tmp), args.rounds, args.writes)
         triggers(Path(tmp), args.rounds, args.rows, args.batch)
+        follow(Path(tmp), args.rounds, args.items, args.follows)
 
 
 if __name__ == "__main__":
