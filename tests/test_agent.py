@@ -1,30 +1,35 @@
-"""The online loop end to end: policy steps as audited reads, router weights, ablation flags as
-hard overrides, ask_many, failures that change nothing but the audit trail."""
+"""The online loop end to end: answers from memory, policy steps as audited reads, router
+weights, ablation flags as hard overrides, ask_many (its failures: test_agent_failures.py)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from msm_mem import BackendError, ImageError, InvalidInput
-from msm_mem._agent.agent import AgentAnswer, MemoryAgent, Query
-from msm_mem._agent.policy import BackbonePolicy, PolicyQuery, RetrievalStep, Step
+from msm_mem import InvalidInput
+from msm_mem._agent.agent import AgentAnswer
+from msm_mem._agent.policy import BackbonePolicy, Step
 from msm_mem._agent.router import ROUTER_FILE, FixedRouter, LearnedRouter, RouterExample, RouterFeatures, fit_router
 from msm_mem._api.mem import MsmMem
 from msm_mem.datasets.manifest import ManifestRow
-from msm_mem.datasets.registry import load_dataset
 from msm_mem.datasets.synthetic import generate
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
-from msm_mem.plugins.backbones.nonparametric import EMPTY_ANSWER, NonparametricBackbone
-from msm_mem.testing import FixedClock
+from msm_mem.plugins.backbones.nonparametric import EMPTY_ANSWER
+from tests.agent_support import (
+    Always,
+    Recording,
+    agent,
+    audit_since,
+    by_patient,
+    counts,
+    later,
+    open_store,
+    query,
+)
 from tests.conftest import MemFactory
-from tests.helpers import AGENT, INGEST
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+from tests.helpers import AGENT
 
 
 @pytest.fixture(scope="module")
@@ -35,91 +40,10 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> list[ManifestRow]:
     return rows
 
 
-def by_patient(rows: Sequence[ManifestRow]) -> dict[str, list[ManifestRow]]:
-    out: dict[str, list[ManifestRow]] = {}
-    for r in sorted(rows, key=lambda r: (r.patient_id, r.timestamp, r.study_id)):
-        out.setdefault(r.patient_id, []).append(r)
-    return out
-
-
-def query(row: ManifestRow, patient: str | None = None) -> Query:
-    return Query(patient or row.patient_id, row.image, row.question, timestamp=row.timestamp, study_id=row.study_id)
-
-
-def later(rows: Sequence[ManifestRow]) -> list[ManifestRow]:
-    """The second study of every patient that has one."""
-    return [rs[1] for rs in by_patient(rows).values() if len(rs) > 1]
-
-
-def open_store(new_mem: MemFactory, rows: Sequence[ManifestRow], name: str = "store") -> MsmMem:
-    """A fresh store (of the backend of ``new_mem``) holding the first study of each patient."""
-    mem = new_mem(name, clock=FixedClock())
-    mem.ingest(INGEST, [rs[0] for rs in by_patient(rows).values()])
-    return mem
-
-
 @pytest.fixture
 def mem(new_mem: MemFactory, synthetic: list[ManifestRow]) -> Iterator[MsmMem]:
     with open_store(new_mem, synthetic) as m:
         yield m
-
-
-def counts(mem: MsmMem) -> dict[str, int]:
-    claims = sum(len(mem._store.record_ids("claims", p)) for p in mem._store.patients())
-    return {
-        "episodic": mem._store.count("episodic"),
-        "visual": mem._store.count("visual"),
-        "semantic": mem._store.count("semantic"),
-        "claims": claims,
-        "stm": len(mem._store.stm_list()),
-    }
-
-
-def audit_since(mem: MsmMem, seq: int) -> list[dict[str, Any]]:
-    return [json.loads(r.payload) for r in mem._store.iter_audit(seq + 1)]
-
-
-class Recording:
-    """A backbone that records requests and answers with the nonparametric vote."""
-
-    name = "recording"
-
-    def __init__(self) -> None:
-        self.requests: list[BackboneRequest] = []
-
-    def generate(self, request: BackboneRequest) -> BackboneReply:
-        self.requests.append(request)
-        return NonparametricBackbone().generate(request)
-
-
-class Faulty:
-    """A backbone that fails in a given way."""
-
-    name = "faulty"
-
-    def __init__(self, result: object) -> None:
-        self.result = result
-
-    def generate(self, request: BackboneRequest) -> Any:
-        if isinstance(self.result, BaseException):
-            raise self.result
-        return self.result
-
-
-class Always:
-    """A policy that never stops and always asks for the same step."""
-
-    def __init__(self, step: Step) -> None:
-        self.step = step
-
-    def next(self, query: PolicyQuery, history: Sequence[RetrievalStep]) -> Step | None:
-        return self.step
-
-
-def agent(mem: MsmMem, **kwargs: Any) -> MemoryAgent:
-    """A new agent over the store's memory, with the store's directory (as MsmMem makes its own)."""
-    kwargs.setdefault("directory", mem.directory)
-    return MemoryAgent(mem._gm, mem._encoder, kwargs.pop("backbone", None), **kwargs)
 
 
 # answers -----------------------------------------------------------------------------------------
@@ -343,95 +267,3 @@ def test_ask_many_without_write_back_is_identical_in_one_store(mem: MsmMem, synt
     many = mem._agent.ask_many(AGENT, queries, use_vis=False, write_back=False)
     one = [mem._agent.ask(AGENT, q, use_vis=False, write_back=False) for q in queries]
     assert [x.to_json() for x in many] == [x.to_json() for x in one]
-
-
-# failures ----------------------------------------------------------------------------------------
-
-
-def _events(mem: MsmMem, seq: int) -> list[tuple[str, str]]:
-    return [(e["action"], e["outcome"]) for e in audit_since(mem, seq)]
-
-
-def test_an_unreadable_image_fails_and_writes_only_the_audit(
-    mem: MsmMem, synthetic: list[ManifestRow], tmp_path: Path
-) -> None:
-    """A corrupt image raises ImageError; memory is unchanged; consent and the error are audited."""
-    bad = tmp_path / "corrupt.png"
-    bad.write_bytes(b"not a png")
-    before, (seq, _) = counts(mem), mem._store.audit_head()
-    with pytest.raises(ImageError):
-        mem._agent.ask(AGENT, Query(later(synthetic)[0].patient_id, bad, "What is the impression?"))
-    assert counts(mem) == before
-    events = audit_since(mem, seq)
-    assert [(e["action"], e["outcome"]) for e in events] == [("consent", "success"), ("turn", "error")]
-    assert events[-1]["reason"] == "ImageError"
-
-
-@pytest.mark.parametrize("question", ["", "   "])
-def test_an_empty_question_fails_before_anything_happens(
-    mem: MsmMem, synthetic: list[ManifestRow], question: str
-) -> None:
-    """A blank question raises InvalidInput; nothing at all is written, not even an audit event."""
-    before, head = counts(mem), mem._store.audit_head()
-    with pytest.raises(InvalidInput, match="question"):
-        mem._agent.ask(AGENT, Query(later(synthetic)[0].patient_id, later(synthetic)[0].image, question))
-    assert (counts(mem), mem._store.audit_head()) == (before, head)
-
-
-@pytest.mark.parametrize(
-    "result",
-    [
-        BackendError("endpoint timed out"),
-        RuntimeError("socket closed"),
-        BackboneReply(""),
-        BackboneReply(123),
-        "just a string",
-        None,
-    ],  # type: ignore[arg-type]
-    ids=["backend-error", "other-exception", "empty-answer", "non-text-answer", "not-a-reply", "none"],
-)
-def test_a_failing_backbone_changes_nothing_but_the_audit(
-    mem: MsmMem, synthetic: list[ManifestRow], result: object
-) -> None:
-    """A backbone that raises or replies malformed gives BackendError; memory is unchanged; the
-    consent decision, every read and the error are audited."""
-    before, (seq, _) = counts(mem), mem._store.audit_head()
-    with pytest.raises(BackendError, match="faulty|timed out"):  # the backbone's own error passes unchanged
-        agent(mem, backbone=Faulty(result)).ask(AGENT, query(later(synthetic)[0]))
-    assert counts(mem) == before
-    assert _events(mem, seq) == [("consent", "success")] + [("read", "success")] * 3 + [("turn", "error")]
-    assert audit_since(mem, seq)[-1]["reason"] == "BackendError"
-    assert mem._audit.verify().ok
-
-
-# covid-cxr ---------------------------------------------------------------------------------------
-
-
-@pytest.mark.shared
-def test_covid_cxr_end_to_end(new_mem: MemFactory) -> None:
-    """On the real covid-cxr snapshot (a handful of patients with distinct first diagnoses): semantic
-    memory recovers each patient's earlier diagnosis; full memory cites only that patient."""
-    folder = SHARED / "data" / "covid-cxr"
-    if not (folder / "metadata.csv").is_file():
-        pytest.skip("../shared/data/covid-cxr absent")
-    rows, _ = load_dataset("covid-cxr", folder, check_images=False)
-    rows = [r for r in rows if r.question_type == "label"]  # one question per study: the finding
-    chosen: dict[str, list[ManifestRow]] = {}
-    for patient, rs in by_patient(rows).items():
-        if len(rs) > 1 and rs[0].answer not in {c[0].answer for c in chosen.values()}:
-            chosen[patient] = rs
-        if len(chosen) == 5:
-            break
-    assert len(chosen) >= 3
-    with open_store(new_mem, [r for rs in chosen.values() for r in rs]) as m:
-        for patient, rs in chosen.items():
-            sem = m._agent.ask(AGENT, query(rs[1]), use_epi=False, use_vis=False, write_back=False)
-            assert sem.answer == rs[0].answer, patient
-            full = m._agent.ask(AGENT, query(rs[1]), write_back=False)
-            episodes = m._store.get_episodes([e.id for e in full.evidence if e.kind == "episodic"])
-            assert episodes and {e.patient_id for e in episodes} == {patient}
-            assert full.answer == rs[0].answer  # the only evidence is the patient's first study
-        stranger = m._agent.ask(AGENT, query(next(iter(chosen.values()))[1], patient="covid-nobody"), write_back=False)
-        assert stranger.source == "population-prior" and stranger.evidence
-        assert {e.kind for e in stranger.evidence} == {"population-episodic"}
-        assert stranger.answer in {rs[0].answer for rs in chosen.values()}

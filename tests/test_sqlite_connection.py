@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from msm_mem import IllegalTransition, Impression, SemanticState
+from msm_mem import IllegalTransition, Impression, SemanticState, StoreError
 from msm_mem._storage.base import WriteBatch
 from msm_mem._storage.sqlite import SqliteStore
 from msm_mem._storage.sqlite.connection import audit_only
@@ -94,4 +94,40 @@ def test_a_failed_write_of_audit_rows_stores_nothing(tmp_path: Path) -> None:
     store.close()
     reopened = SqliteStore.open(tmp_path / "s")
     assert reopened.audit_head() == (3, f"{3:064x}")
+    reopened.close()
+
+
+def test_a_writer_waiting_while_the_store_closes_gets_a_clear_error(tmp_path: Path) -> None:
+    """A write of audit rows queued behind another write, when the store is closed meanwhile,
+    either commits before the close or fails as a closed store: never on a closed connection."""
+    store = _store(tmp_path / "s")
+    inside, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        inside.set()
+        assert release.wait(30)
+
+    state = SemanticState("S-2", "P1", "impression", (Impression(2e9, "new", ""),), 2, created_at=2e9, supersedes="S-1")
+    first = threading.Thread(target=store.write, args=(WriteBatch(semantic=[state]),), kwargs={"before_commit": hold})
+    first.start()
+    assert inside.wait(30)
+    outcome: list[object] = []
+
+    def queued() -> None:
+        try:
+            store.write(WriteBatch(audit=_rows(1)))
+            outcome.append("stored")
+        except StoreError as exc:
+            outcome.append(str(exc))
+
+    second = threading.Thread(target=queued)
+    second.start()
+    closing = threading.Thread(target=store.close)
+    closing.start()
+    release.set()
+    for thread in (first, second, closing):
+        thread.join(30)
+    assert outcome in (["stored"], ["the store is closed"])
+    reopened = SqliteStore.open(tmp_path / "s")
+    assert reopened.audit_head()[0] == (1 if outcome == ["stored"] else 0)
     reopened.close()

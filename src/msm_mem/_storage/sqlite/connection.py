@@ -106,6 +106,8 @@ class Held:
         store = self._store
         side = store._writing.conn
         if side is not None:
+            if store._closed:  # closed while this writer waited for its turn
+                raise StoreError("the store is closed")
             return side
         store._lock.acquire()
         if store._closed:
@@ -114,5 +116,5 @@ class Held:
         return store._conn
 
     def __exit__(self, *exc: object) -> None:
-        if self._store._writing.conn is None:
+        if self._store._writing.conn is None:  # the side connection took no lock
             self._store._lock.release()

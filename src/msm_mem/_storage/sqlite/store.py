@@ -54,7 +54,8 @@ __all__ = ["SqliteStore"]
 
 
 class SqliteStore(FaissVectors, SqlStore):
-    """The embedded store of record. Thread-safe (one connection behind a lock)."""
+    """The embedded store of record. Thread-safe: one connection behind a lock, and a side
+    connection for the writes of audit rows alone (``connection.py``)."""
 
     ORDER: ClassVar[dict[str, str]] = {
         "episodic": "pos",

@@ -1,0 +1,100 @@
+"""What the agent's tests share: the synthetic rows by patient, queries, a store holding each
+patient's first study, counts of what memory holds, the audit since a seq, fake backbones and
+policies, and a new agent over a store's memory."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from msm_mem._agent.agent import MemoryAgent, Query
+from msm_mem._agent.policy import PolicyQuery, RetrievalStep, Step
+from msm_mem._api.mem import MsmMem
+from msm_mem.datasets.manifest import ManifestRow
+from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
+from msm_mem.plugins.backbones.nonparametric import NonparametricBackbone
+from msm_mem.testing import FixedClock
+from tests.conftest import MemFactory
+from tests.helpers import INGEST
+
+
+def by_patient(rows: Sequence[ManifestRow]) -> dict[str, list[ManifestRow]]:
+    out: dict[str, list[ManifestRow]] = {}
+    for r in sorted(rows, key=lambda r: (r.patient_id, r.timestamp, r.study_id)):
+        out.setdefault(r.patient_id, []).append(r)
+    return out
+
+
+def query(row: ManifestRow, patient: str | None = None) -> Query:
+    return Query(patient or row.patient_id, row.image, row.question, timestamp=row.timestamp, study_id=row.study_id)
+
+
+def later(rows: Sequence[ManifestRow]) -> list[ManifestRow]:
+    """The second study of every patient that has one."""
+    return [rs[1] for rs in by_patient(rows).values() if len(rs) > 1]
+
+
+def open_store(new_mem: MemFactory, rows: Sequence[ManifestRow], name: str = "store") -> MsmMem:
+    """A fresh store (of the backend of ``new_mem``) holding the first study of each patient."""
+    mem = new_mem(name, clock=FixedClock())
+    mem.ingest(INGEST, [rs[0] for rs in by_patient(rows).values()])
+    return mem
+
+
+def counts(mem: MsmMem) -> dict[str, int]:
+    claims = sum(len(mem._store.record_ids("claims", p)) for p in mem._store.patients())
+    return {
+        "episodic": mem._store.count("episodic"),
+        "visual": mem._store.count("visual"),
+        "semantic": mem._store.count("semantic"),
+        "claims": claims,
+        "stm": len(mem._store.stm_list()),
+    }
+
+
+def audit_since(mem: MsmMem, seq: int) -> list[dict[str, Any]]:
+    return [json.loads(r.payload) for r in mem._store.iter_audit(seq + 1)]
+
+
+class Recording:
+    """A backbone that records requests and answers with the nonparametric vote."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.requests: list[BackboneRequest] = []
+
+    def generate(self, request: BackboneRequest) -> BackboneReply:
+        self.requests.append(request)
+        return NonparametricBackbone().generate(request)
+
+
+class Faulty:
+    """A backbone that fails in a given way."""
+
+    name = "faulty"
+
+    def __init__(self, result: object) -> None:
+        self.result = result
+
+    def generate(self, request: BackboneRequest) -> Any:
+        if isinstance(self.result, BaseException):
+            raise self.result
+        return self.result
+
+
+class Always:
+    """A policy that never stops and always asks for the same step."""
+
+    def __init__(self, step: Step) -> None:
+        self.step = step
+
+    def next(self, query: PolicyQuery, history: Sequence[RetrievalStep]) -> Step | None:
+        return self.step
+
+
+def agent(mem: MsmMem, **kwargs: Any) -> MemoryAgent:
+    """A new agent over the store's memory, with the store's directory (as MsmMem makes its own)."""
+    kwargs.setdefault("directory", mem.directory)
+    return MemoryAgent(mem._gm, mem._encoder, kwargs.pop("backbone", None), **kwargs)
