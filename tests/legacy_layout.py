@@ -29,7 +29,7 @@ def to_schema_2(directory: Path) -> None:
         db.execute("UPDATE meta SET key = 'tenant' WHERE key = 'store_id'")
         db.execute("UPDATE meta SET value = '2' WHERE key = 'schema'")
         if db.backend == "sqlite":  # schema 2 had no change mark (_storage/sqlite/changes.py)
-            db.execute("DELETE FROM meta WHERE key = 'changes'")
+            db.execute("DELETE FROM meta WHERE key IN ('changes', 'vectors_moved')")
             for (trigger,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
                 db.execute(f"DROP TRIGGER {trigger}")
             creates = {

@@ -23,7 +23,7 @@ from tests.cli_support import AUDITOR as AUDITOR_FLAGS
 from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, SYSTEM, audit_events
 from tests.helpers import png as _png
-from tests.test_audit_chain import VECTORS
+from tests.test_audit_vectors import VECTORS
 
 T0 = 1_700_000_000.0
 PATIENT = "MRN-PATIENT-998877"

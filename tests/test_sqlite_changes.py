@@ -13,7 +13,15 @@ from msm_mem import EpisodicRecord, Impression, SemanticState
 from msm_mem._records import State
 from msm_mem._storage.base import StateChange, WriteBatch
 from msm_mem._storage.sqlite import SqliteStore
-from msm_mem._storage.sqlite.changes import CACHED_TABLES, MARK_KEY, ChangeMark, installed
+from msm_mem._storage.sqlite.changes import (
+    CACHED_TABLES,
+    MARK_KEY,
+    MOVED_KEY,
+    MOVED_LIMIT,
+    ChangeMark,
+    installed,
+    moved_positions,
+)
 from msm_mem._storage.sqlite.schema import DB_NAME
 from msm_mem._tier_records import Entity
 from tests.conftest import with_codec
@@ -129,8 +137,8 @@ def _episode(i: int, patient: str, z: np.ndarray) -> EpisodicRecord:
 
 
 def test_appended_vectors_elsewhere_are_followed_without_rereading_every_position(tmp_path: Path) -> None:
-    """Another handle's new episodes are appended to this handle's index from its end; once
-    it retires one (an update of a vector row), every position's scope is read again."""
+    """Another handle's new episodes are appended to this handle's index from its end; an
+    episode it retires (an update of a vector row) is the one position read again."""
     rng = np.random.default_rng(3)
     zs = [(v / np.linalg.norm(v)).astype(np.float32) for v in rng.standard_normal((6, 4))]
     store = with_codec(SqliteStore.create(tmp_path / "s", dim=4, encoder="t"))
@@ -142,13 +150,39 @@ def test_appended_vectors_elsewhere_are_followed_without_rereading_every_positio
     found = store.search("episodic", zs[4], 3, "P2")
     assert found[0][0] == "E-4" and {h for h, _ in found} == {"E-3", "E-4", "E-5"}
     assert [h for h, _ in store.search("episodic", zs[0], 1, "P1")] == ["E-0"]
-    full = [s for s in seen if "FROM episodic WHERE tenant" in s and "ORDER BY pos" in s and "pos >=" not in s]
-    assert full == [] and any("pos >= 3" in s for s in seen)
+    assert _full_reads(seen) == [] and any("pos >= 3" in s for s in seen)
     other.write(WriteBatch(changes=[StateChange("episodic", "E-4", State.ACTIVE, State.SUPERSEDED)]))
     other.close()
     store.sync()
     assert {h for h, _ in store.search("episodic", zs[4], 3, "P2")} == {"E-3", "E-5"}
-    assert any("FROM episodic WHERE tenant" in s and "pos >=" not in s for s in seen)
+    assert _full_reads(seen) == [] and any("pos IN (4)" in s for s in seen)
     store.write(WriteBatch(episodes=[_episode(6, "P1", zs[1])]))  # positions still follow the rows
     assert {h for h, _ in store.search("episodic", zs[1], 2, "P1")} == {"E-1", "E-6"}
+    store.close()
+
+
+def _full_reads(seen: list[str]) -> list[str]:
+    """Statements reading the scope and id of every episodic position."""
+    return [s for s in seen if "FROM episodic WHERE tenant" in s and "ORDER BY pos" in s and "pos >=" not in s]
+
+
+def test_a_new_epoch_of_the_moved_mark_rereads_every_position(tmp_path: Path) -> None:
+    """A moved mark past its limit starts a new epoch; a follower that cannot tell which rows
+    changed reads every position again, and its searches see the changes."""
+    rng = np.random.default_rng(5)
+    zs = [(v / np.linalg.norm(v)).astype(np.float32) for v in rng.standard_normal((4, 4))]
+    store = with_codec(SqliteStore.create(tmp_path / "s", dim=4, encoder="t"))
+    store.write(WriteBatch(episodes=[_episode(i, "P1", zs[i]) for i in range(4)]))
+    store.sync()
+    with sqlite3.connect(tmp_path / "s" / DB_NAME, isolation_level=None) as other:
+        other.execute("UPDATE meta SET value = value || ? WHERE key = ?", ("e0," * (MOVED_LIMIT // 3 + 1), MOVED_KEY))
+        other.execute("UPDATE episodic SET state = 'superseded' WHERE id = 'E-2'")
+        value = other.execute("SELECT value FROM meta WHERE key = ?", (MOVED_KEY,)).fetchone()[0]
+    assert value.endswith("|") and len(value) < 40  # a new epoch
+    seen = _statements(store)
+    store.sync()
+    assert _full_reads(seen) != []
+    assert "E-2" not in {h for h, _ in store.search("episodic", zs[2], 4, "P1")}
+    assert moved_positions("a|e1,", "a|e1,v7,e2,") == {"episodic": [2], "visual": [7]}
+    assert moved_positions("a|e1,", "b|") is None and moved_positions(("data_version", 3), "b|") is None
     store.close()

@@ -92,3 +92,19 @@ def test_moved_positions_are_searched_in_their_new_scope_in_order() -> None:
     assert [p for p, _ in index.top_k(-z, 5, "q", range(4))] == [1, 2, 3]
     assert [p for p, _ in index.top_k(-z, 5, "p", range(4))] == [0]
     assert index.positions("q").tolist() == [1, 2, 3]
+
+
+def test_rescope_needs_no_old_scope_and_follows_earlier_moves() -> None:
+    """A position gets a new scope whatever it had, after scopes were set, added and moved."""
+    rng = np.random.default_rng(4)
+    z = random_unit(rng)
+    index = VectorIndex(DIM)
+    index.add(np.stack([z] * 3), ["p", "q", "p"])
+    index.set_scopes(["p", "q", "q"])  # every stored position re-read
+    index.add(np.stack([z]), ["r"])
+    index.move(0, "p", "r")
+    index.rescope(0, "q")
+    index.rescope(3, "q")
+    index.rescope(1, "q")  # already there: nothing moves
+    assert index.positions("q").tolist() == [0, 1, 2, 3]
+    assert index.positions("p").tolist() == [] and index.positions("r").tolist() == []

@@ -16,10 +16,13 @@ and reads the row again only when that changed; the caches compare the mark, so 
 wrote only audit rows changes nothing they hold. A random value rather than a counter: a
 database restored from a copy never brings back a mark a cache was filled under.
 
-A second mark, ``vectors_moved``, changes only with an update or a delete of a vector row
-(episodic, visual): a position's scope or id may have changed. While it stands, the vector
-index follows another connection's commit by appending the rows past its end, instead of
-re-reading the scope and id of every position (write-back only appends).
+A second mark, ``vectors_moved``, follows updates and deletes of vector rows (episodic,
+visual): a position's scope or id may have changed. Its value is a random epoch and a ``|``,
+then one ``e<pos>,`` or ``v<pos>,`` per row updated since; a delete, an update that moves a
+row's position, or a value grown past :data:`MOVED_LIMIT` characters starts a new epoch. A
+handle whose last value is a prefix of the current one re-reads only the positions named after
+it (and the rows appended past its index's end, which write-back adds); any other change of
+epoch re-reads the scope and id of every position.
 
 A store without the rows (one opened read-only before a writer installed the triggers) falls
 back to ``data_version`` itself: every commit of another connection counts as a change of both.
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import sqlite3
 
-__all__ = ["CACHED_TABLES", "MARK_KEY", "MOVED_KEY", "ChangeMark", "install"]
+__all__ = ["CACHED_TABLES", "MARK_KEY", "MOVED_KEY", "MOVED_LIMIT", "ChangeMark", "install", "moved_positions"]
 
 #: the tables whose rows an open store caches in some form (vectors, read cache, consents, keys)
 CACHED_TABLES: tuple[str, ...] = ("episodic", "visual", "semantic", "entities", "consents", "keys", "pseudonyms")
@@ -41,16 +44,47 @@ _EVENTS = (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD"))
 _NEW = "lower(hex(randomblob(8)))"
 
 
+#: past this many characters the moved mark starts a new epoch (its followers re-read everything)
+MOVED_LIMIT = 16384
+_EPOCH = f"{_NEW} || '|'"
+
+
+def _moved(table: str, event: str) -> str:
+    """The new value of the moved mark after one row of a vector table changed."""
+    if event == "DELETE":
+        return _EPOCH
+    tag = table[0]  # "e" (episodic) or "v" (visual)
+    return (
+        f"CASE WHEN length(value) > {MOVED_LIMIT} OR OLD.pos IS NOT NEW.pos THEN {_EPOCH}"
+        f" ELSE value || '{tag}' || NEW.pos || ',' END"
+    )
+
+
 def _triggers() -> list[str]:
     out = []
     for table in CACHED_TABLES:
         for event, row in _EVENTS:
-            keys = [MARK_KEY, *([MOVED_KEY] if table in _VECTOR_TABLES and event != "INSERT" else [])]
+            sets = [(MARK_KEY, _NEW)]
+            if table in _VECTOR_TABLES and event != "INSERT":
+                sets.append((MOVED_KEY, _moved(table, event)))
             body = " ".join(
-                f"UPDATE meta SET value = {_NEW} WHERE tenant = {row}.tenant AND key = '{key}';" for key in keys
+                f"UPDATE meta SET value = {value} WHERE tenant = {row}.tenant AND key = '{key}';" for key, value in sets
             )
             name = f"msm_changes_{table}_{event.lower()}"
             out.append(f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {table} BEGIN {body} END")
+    return out
+
+
+def moved_positions(seen: object, now: object) -> dict[str, list[int]] | None:
+    """The positions of each vector table (``episodic``, ``visual``) updated between two values
+    of the moved mark, ``seen`` then ``now``; None when that cannot be told (another epoch, or no
+    mark), so every position must be read again."""
+    if not isinstance(seen, str) or not isinstance(now, str) or not now.startswith(seen) or "|" not in seen:
+        return None
+    out: dict[str, list[int]] = {"episodic": [], "visual": []}
+    for item in now[len(seen) :].split(","):
+        if item:
+            out["episodic" if item[0] == "e" else "visual"].append(int(item[1:]))
     return out
 
 
@@ -73,10 +107,11 @@ def install(conn: sqlite3.Connection, tenant: str) -> None:
     try:
         for statement in _triggers():
             conn.execute(statement)
-        conn.executemany(
-            f"INSERT INTO meta (key, value, tenant) VALUES (?, {_NEW}, ?) ON CONFLICT (tenant, key) DO NOTHING",
-            [(MARK_KEY, tenant), (MOVED_KEY, tenant)],
-        )
+        for key, value in ((MARK_KEY, _NEW), (MOVED_KEY, _EPOCH)):
+            conn.execute(
+                f"INSERT INTO meta (key, value, tenant) VALUES (?, {value}, ?) ON CONFLICT (tenant, key) DO NOTHING",
+                (key, tenant),
+            )
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -85,11 +120,11 @@ def install(conn: sqlite3.Connection, tenant: str) -> None:
 
 
 class ChangeMark:
-    """The generations of what other connections changed of the cached tables (and of the
-    vector rows' scopes and ids), for one connection (the caller holds its lock). Caches
-    remember the generation they were filled under and empty themselves when it moved."""
+    """The generation of what other connections changed of the cached tables, and the moved
+    mark of the vector rows, for one connection (the caller holds its lock). Caches remember
+    the generation they were filled under and empty themselves when it moved."""
 
-    __slots__ = ("_conn", "_generation", "_moved", "_moved_generation", "_tenant", "_value", "_version")
+    __slots__ = ("_conn", "_generation", "_moved", "_tenant", "_value", "_version")
 
     def __init__(self, conn: sqlite3.Connection, tenant: str | None) -> None:
         """``tenant``: the store's; None for a store of schema 2 opened for its upgrade (no
@@ -100,7 +135,6 @@ class ChangeMark:
         self._value: object = None
         self._moved: object = None
         self._generation = 0
-        self._moved_generation = 0
 
     def _read(self) -> tuple[int, object, object]:
         version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
@@ -122,20 +156,16 @@ class ChangeMark:
             self._take(self._read())
         return self._generation
 
-    def moved(self) -> int:
-        """The generation of updates and deletes of vector rows as :meth:`current` last saw it
-        (call that first): while it stands, the vector rows of another connection's commits
-        were only appended."""
-        return self._moved_generation
+    def moved(self) -> object:
+        """The moved mark as :meth:`current` last read it (call that first); compare two with
+        :func:`moved_positions`."""
+        return self._moved
 
     def _take(self, seen: tuple[int, object, object]) -> None:
-        version, value, moved = seen
+        version, value, self._moved = seen
         if value != self._value:
             self._generation += 1
             self._value = value
-        if moved != self._moved:
-            self._moved_generation += 1
-            self._moved = moved
         self._version = version
 
     def seen(self) -> tuple[int, object, object]:
@@ -145,7 +175,8 @@ class ChangeMark:
 
     def committed(self, seen: tuple[int, object, object]) -> None:
         """After this connection's own commit (``seen`` from :meth:`seen`): its own changes do
-        not move the generations (the caches followed them). Sound because the transaction
+        not move the generation (the caches followed them). Sound because the transaction
         called :meth:`current` after it began, so every earlier change of another connection
-        had already moved them."""
+        had already moved it. (The vector index reads its own updated positions once more at
+        its next follow: the moved mark names them too.)"""
         self._version, self._value, self._moved = seen

@@ -48,6 +48,7 @@ class VectorIndex:
         self.graph = None if ef_search is None else Graph(dim, ef_search)
         self._index: faiss.IndexFlat = faiss.IndexFlatIP(dim) if self.graph is None else self.graph.storage
         self._by_scope: dict[str, array[int]] = {}
+        self._scope_of: list[str] = []  # position -> scope (the inverse of _by_scope)
         self._view: npt.NDArray[np.float32] | None = None
         self._n = 0  # mirrors self._index.ntotal (a SWIG attribute, slow to read on the hot path)
         self._version = 0  # changes whenever a position changes scope
@@ -64,6 +65,7 @@ class VectorIndex:
         self._view = None
         for offset, scope in enumerate(scopes):
             self._by_scope.setdefault(scope, array("q")).append(start + offset)
+        self._scope_of.extend(scopes)
         if self.graph is not None and self._n - self.graph.covered >= TAIL:
             self.link()
 
@@ -77,6 +79,7 @@ class VectorIndex:
     def set_scopes(self, scopes: list[str]) -> None:
         """Replace the scopes of positions ``0 .. len(scopes) - 1`` (vectors already stored)."""
         self._by_scope = {}
+        self._scope_of = list(scopes)
         self._version += 1
         for position, scope in enumerate(scopes):
             self._by_scope.setdefault(scope, array("q")).append(position)
@@ -93,6 +96,13 @@ class VectorIndex:
         bucket = self._by_scope[new_scope]
         if len(bucket) > 1 and bucket[-2] > position:
             self._by_scope[new_scope] = array("q", sorted(bucket))
+        if position < len(self._scope_of):
+            self._scope_of[position] = new_scope
+
+    def rescope(self, position: int, scope: str) -> None:
+        """Give one stored position the scope ``scope``, whatever its scope was."""
+        if self._scope_of[position] != scope:
+            self.move(position, self._scope_of[position], scope)
 
     def vectors(self) -> npt.NDArray[np.float32]:
         """A read-only zero-copy view (ntotal, dim) of the stored vectors."""

@@ -36,7 +36,7 @@ from ..batch import WriteBatch
 from ..rows import EPISODIC_COLUMNS, VISUAL_COLUMNS, check_vector
 from ..sql_core import UPSERT_META
 from ..sql_write import Moved
-from .changes import ChangeMark
+from .changes import ChangeMark, moved_positions
 from .vector_index import VectorIndex, vector_sha
 
 __all__ = ["RETIRED", "FaissVectors"]
@@ -74,7 +74,7 @@ class FaissVectors:
     _ids: dict[VectorKind, list[str]]  # position -> record id
     _next: dict[VectorKind, int]
     _seen_version: int
-    _seen_moved: int
+    _seen_moved: object
     _changes: ChangeMark
     _ef_search: int | None  # None: exact population search; else the HNSW graph's search depth
 
@@ -170,16 +170,20 @@ class FaissVectors:
 
     def _follow_others(self) -> None:
         """Follow what other processes committed since we last looked (the caller holds the
-        lock): their new vectors appended; when they also updated or deleted vector rows, the
-        scope and id of every position re-read."""
+        lock): the rows they appended are read past the index's end and the rows they updated
+        (the moved mark names them, ``changes.py``) read again; when the mark cannot name them
+        (a delete, a new epoch), the scope and id of every position are read again."""
         version = self._changes.current()
         if version == self._seen_version:
             return
         moved = self._changes.moved()
+        updated = moved_positions(self._seen_moved, moved)
         for kind in list(self._index):  # none in a store opened for its upgrade
             index = self._index[kind]
-            if moved == self._seen_moved:
+            if updated is not None:
+                start = index.ntotal
                 self._append_others(kind, index)
+                self._reread(kind, index, sorted({p for p in updated[kind] if p < start}))
                 continue
             built = self._load_rows(kind, index, index.ntotal, None)
             if built is None:  # fewer rows than vectors: only a restore from a backup does that
@@ -190,7 +194,7 @@ class FaissVectors:
         self._seen_version, self._seen_moved = version, moved
 
     def _append_others(self, kind: VectorKind, index: VectorIndex) -> None:
-        """The rows other processes appended past the index's end (no row before it changed)."""
+        """The rows other processes appended past the index's end."""
         start = index.ntotal
         cursor = self._conn.execute(
             f"SELECT pos, id, patient_id, state, z FROM {kind} WHERE tenant = ? AND pos >= ? ORDER BY pos",
@@ -204,6 +208,21 @@ class FaissVectors:
             self._ids[kind].extend(str(r[1]) for r in chunk)
             start += len(chunk)
         self._next[kind] = index.ntotal
+
+    def _reread(self, kind: VectorKind, index: VectorIndex, positions: list[int]) -> None:
+        """The scope and id of the given positions, read again (rows other processes updated)."""
+        for first in range(0, len(positions), 500):
+            chunk = positions[first : first + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._conn.execute(
+                f"SELECT pos, id, patient_id, state FROM {kind} WHERE tenant = ? AND pos IN ({marks})",
+                (self.tenant, *chunk),
+            ).fetchall()
+            if len(rows) != len(chunk):
+                raise StoreError(f"{kind}: rows the index holds are gone; the store is damaged")
+            for pos, rid, pid, state in rows:
+                self._ids[kind][int(pos)] = str(rid)
+                index.rescope(int(pos), pid if state in _LIVE else RETIRED)
 
     def _save_indexes(self) -> None:
         """Persist the caches; a failure (a full disk, read-only media) only costs a rebuild."""
