@@ -8,9 +8,9 @@
 3. Following another process: a store of ``--items`` episodic and visual records (1024-d) open
    in this process while a second handle commits; the time this handle's next turn start
    (``Store.sync``) takes to follow it: an episode and a visual record appended (read past
-   the index's end), an episode retired (every position's scope and id read again: what any
-   commit elsewhere, audit rows alone included, cost before the change mark), and audit rows
-   alone (nothing to follow).
+   the index's end), an episode retired (its position read again), audit rows alone (nothing
+   to follow), and a new epoch of the moved mark (every position's scope and id read again:
+   what any commit elsewhere, audit rows alone included, cost before the change marks).
 
 Rounds alternate the sides; prints the median per round (microseconds; milliseconds for 3).
 
@@ -40,9 +40,12 @@ from msm_mem._governance.crypto import EnvelopeCipher
 from msm_mem._records import State
 from msm_mem._storage.base import StateChange, WriteBatch
 from msm_mem._storage.sqlite import SqliteStore
+from msm_mem._storage.sqlite.changes import MARK_KEY, MOVED_KEY
 from msm_mem._storage.sqlite.schema import DB_NAME
 from msm_mem._tier_records import AuditRow
 from msm_mem.testing import InMemoryKeyProvider
+
+_FRESH = "lower(hex(randomblob(8)))"
 
 
 def _old_write_head(path: Path, line: bytes) -> None:
@@ -145,11 +148,12 @@ def follow(work: Path, rounds: int, items: int, follows: int) -> None:
     store.sync()
     added = items
     seq = 0
-    head = "| round | follow an append, ms | follow a retirement, ms | follow audit rows alone, ms |"
+    head = "| round | append, ms | retirement, ms | audit rows alone, ms | new epoch (every position), ms |"
     print(f"\n{items:,} rows each:\n\n{head}")
-    print("|---|---|---|---|")
+    print("|---|---|---|---|---|")
+    raw = sqlite3.connect(work / "follow" / DB_NAME, isolation_level=None)
     for r in range(rounds):
-        times: dict[str, list[float]] = {"append": [], "retire": [], "audit": []}
+        times: dict[str, list[float]] = {"append": [], "retire": [], "audit": [], "epoch": []}
         for _ in range(follows):
             other.write(_records(added, 1, patients, rng))
             added += 1
@@ -161,8 +165,13 @@ def follow(work: Path, rounds: int, items: int, follows: int) -> None:
             head = other.audit_head()
             other.write(WriteBatch(audit=[AuditRow(head[0] + 1, b"e%d" % seq, f"{head[0] + 1:064x}")]))
             times["audit"].append(_timed(store.sync))
+            raw.execute(f"UPDATE meta SET value = {_FRESH} WHERE key = ?", (MARK_KEY,))
+            raw.execute(f"UPDATE meta SET value = {_FRESH} || '|' WHERE key = ?", (MOVED_KEY,))
+            times["epoch"].append(_timed(store.sync))
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-        print(f"| {r + 1} | {med['append']:.3f} | {med['retire']:.3f} | {med['audit']:.3f} |")
+        cells = " | ".join(f"{med[k]:.3f}" for k in ("append", "retire", "audit", "epoch"))
+        print(f"| {r + 1} | {cells} |")
+    raw.close()
     other.close()
     store.close()
 
