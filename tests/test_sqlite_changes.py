@@ -23,7 +23,7 @@ from msm_mem._storage.sqlite.changes import (
     moved_positions,
 )
 from msm_mem._storage.sqlite.schema import DB_NAME
-from msm_mem._tier_records import Entity
+from msm_mem._tier_records import ConsentRecord, Entity
 from tests.conftest import with_codec
 
 
@@ -185,4 +185,26 @@ def test_a_new_epoch_of_the_moved_mark_rereads_every_position(tmp_path: Path) ->
     assert "E-2" not in {h for h, _ in store.search("episodic", zs[2], 4, "P1")}
     assert moved_positions("a|e1,", "a|e1,v7,e2,") == {"episodic": [2], "visual": [7]}
     assert moved_positions("a|e1,", "b|") is None and moved_positions(("data_version", 3), "b|") is None
+    store.close()
+
+
+def test_a_revocation_and_a_shred_elsewhere_reach_this_handle(tmp_path: Path) -> None:
+    """The CLI revoking a consent or shredding a patient through another handle, while this
+    handle (a service worker) holds both cached, shows at this handle's next turn."""
+    store = _filled(tmp_path / "s")
+    grant = ConsentRecord("C-1", "P1", "role:agent", "treatment", "permit", ("episodic",), 0.0)
+    store.write(WriteBatch(consents=[grant]))
+    store.sync()
+    assert [c.revoked_at for c in store.consents("P1")] == [None]
+    key = store.keys().get("P1")
+    assert key is not None and not key.shredded
+    other = with_codec(SqliteStore.open(tmp_path / "s"))
+    other.write(WriteBatch(revocations=[("C-1", 5.0)]))
+    store.sync()
+    assert [c.revoked_at for c in store.consents("P1")] == [5.0]
+    other.write(WriteBatch(shred_keys=["P1"]))
+    other.close()
+    store.sync()
+    shredded = store.keys().get("P1")
+    assert shredded is not None and shredded.shredded
     store.close()
