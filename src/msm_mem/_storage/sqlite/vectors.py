@@ -12,9 +12,10 @@ its transaction, a running digest of them (``meta``: ``vectors_<kind>`` = ``coun
 ``d_i = sha256(d_{i-1} || blob_i)`` from 32 zero bytes). On open the cached vectors plus the
 rows past them must reproduce that digest, or the cache is thrown away and rebuilt from the
 rows (a stale, truncated or overwritten cache file never serves a search). A change by another
-process to the vector tables (the store's change mark, ``changes.py``: commits of audit rows
-alone do not count) is followed before the next turn and inside every write: new rows are
-appended and the scopes of every position re-read.
+process to the vector tables (the store's change marks, ``changes.py``: commits of audit rows
+alone do not count) is followed before the next turn and inside every write: the rows appended
+are read past the index's end and the rows updated, which the moved mark names, read again;
+when it cannot name them (a delete, a new epoch), the scope and id of every position.
 """
 
 from __future__ import annotations
