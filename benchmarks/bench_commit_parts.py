@@ -184,7 +184,7 @@ def _timed(fn: Callable[[], None]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--workdir", type=Path, default=None, help="scratch folder, created if missing (default: a temp dir)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--writes", type=int, default=300)
     ap.add_argument("--rows", type=int, default=5000)
@@ -192,6 +192,8 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=100_000)
     ap.add_argument("--follows", type=int, default=20)
     args = ap.parse_args()
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         heads(Path(tmp), args.rounds, args.writes)
         triggers(Path(tmp), args.rounds, args.rows, args.batch)
