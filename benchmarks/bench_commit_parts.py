@@ -184,7 +184,7 @@ def _timed(fn: Callable[[], None]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", type=Path, default=None, help="scratch folder, created if missing (default: a temp dir)")
+    ap.add_argument("--workdir", type=Path, default=None, help="scratch folder, created if missing (default: temp)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--writes", type=int, default=300)
     ap.add_argument("--rows", type=int, default=5000)
