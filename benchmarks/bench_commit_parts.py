@@ -89,7 +89,7 @@ def _insert_rows(db: Path, start: int, rows: int, batch: int) -> float:
         conn.execute("BEGIN")
         conn.executemany(
             f"INSERT INTO episodic ({', '.join(columns)}) VALUES ({marks})",
-            [_row(columns, i) for i in range(first, first + batch)],
+            [_row(columns, i) for i in range(first, min(first + batch, start + rows))],
         )
         conn.execute("COMMIT")
     conn.close()
@@ -182,15 +182,26 @@ def _timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - t
 
 
+def _positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", type=Path, default=None, help="scratch folder, created if missing (default: temp)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--writes", type=int, default=300)
-    ap.add_argument("--rows", type=int, default=5000)
-    ap.add_argument("--batch", type=int, default=50)
-    ap.add_argument("--items", type=int, default=100_000)
-    ap.add_argument("--follows", type=int, default=20)
+    ap.add_argument("--rounds", type=_positive, default=3)
+    ap.add_argument("--writes", type=_positive, default=300)
+    ap.add_argument("--rows", type=_positive, default=5000)
+    ap.add_argument("--batch", type=_positive, default=50)
+    ap.add_argument("--items", type=_positive, default=100_000)
+    ap.add_argument("--follows", type=_positive, default=20)
     args = ap.parse_args()
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)

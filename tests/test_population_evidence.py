@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from msm_mem import ConsentRecord, ManifestRow
-from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.plugins.backbones.nonparametric import NonparametricBackbone
 from msm_mem.testing import FixedClock
+from tests.agent_support import Recording
 from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, INGEST, png
 
@@ -22,17 +22,6 @@ CONFIGS = [
     {"use_vis": False},
     {"use_sem": False, "use_vis": False},
 ]
-
-
-class Recording:
-    name = "recording"
-
-    def __init__(self) -> None:
-        self.requests: list[BackboneRequest] = []
-
-    def generate(self, request: BackboneRequest) -> BackboneReply:
-        self.requests.append(request)
-        return NonparametricBackbone().generate(request)
 
 
 def _base(new_mem: MemFactory, tmp_path: Path) -> tuple[object, Recording]:

@@ -136,8 +136,10 @@ class ChangeMark:
         self._moved: object = None
         self._generation = 0
 
-    def _read(self) -> tuple[int, object, object]:
-        version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+    def _version_now(self) -> int:
+        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def _read(self, version: int) -> tuple[int, object, object]:
         found: dict[str, str] = {}
         if self._tenant is not None:
             rows = self._conn.execute(
@@ -151,9 +153,9 @@ class ChangeMark:
     def current(self) -> int:
         """The generation: it moves whenever another connection has committed a change to a
         cached table since the last call; one ``PRAGMA`` when nothing was committed since."""
-        version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        version = self._version_now()
         if version != self._version:
-            self._take(self._read())
+            self._take(self._read(version))
         return self._generation
 
     def moved(self) -> object:
@@ -171,7 +173,7 @@ class ChangeMark:
     def seen(self) -> tuple[int, object, object]:
         """Inside this connection's write transaction, before its ``COMMIT``: what the database
         will say once it commits (no other connection can commit in between)."""
-        return self._read()
+        return self._read(self._version_now())
 
     def committed(self, seen: tuple[int, object, object]) -> None:
         """After this connection's own commit (``seen`` from :meth:`seen`): its own changes do

@@ -146,7 +146,11 @@ class SqliteStore(FaissVectors, SqlStore):
         rows += [("store_id", uuid.uuid4().hex), *initial_meta()]
         conn.executemany(insert_sql("meta"), [(*row, tenant) for row in rows])
         conn.execute("COMMIT")
-        install(conn, tenant)
+        try:
+            install(conn, tenant)
+        except BaseException:  # the store is made; its first writable open installs the marks
+            conn.close()
+            raise
         return cls(directory, conn, codec, population_search, ef_search)
 
     @classmethod
