@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -203,3 +203,21 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
+
+
+def serve_backend(backend: str, root: Path) -> Iterator[Served]:
+    """A server over a store of ``backend`` made under ``root`` (embedded: one worker;
+    PostgreSQL: two), stopped when the generator is closed; for a module's ``served`` fixture."""
+    if backend == "postgres":
+        import uuid
+
+        from tests.conftest import _SESSION, postgres_dsn
+
+        directory = make_store(root, postgres_dsn(), f"t{_SESSION}_{uuid.uuid4().hex[:12]}")
+        server = start(root, directory, workers=2)
+    else:
+        server = start(root, make_store(root))
+    try:
+        yield server
+    finally:
+        stop(server)

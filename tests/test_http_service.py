@@ -1,6 +1,6 @@
 """The service as a real process on a loopback port, over the embedded store and over a
-PostgreSQL server the tests start (two workers there): the client against it, the matrix of
-roles x endpoints x own/other patient, bad input, and what the log holds."""
+PostgreSQL server the tests start (two workers there): the client against it, bad input, and
+what the log holds (the matrix of roles x endpoints x own/other patient: test_http_scope.py)."""
 
 from __future__ import annotations
 
@@ -28,27 +28,14 @@ from tests.http_support import (
     QUESTION,
     ROLES,
     Served,
-    make_store,
-    start,
-    stop,
+    serve_backend,
 )
 
 
 @pytest.fixture(scope="module", params=[pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)])
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """One server per backend for the module (embedded: one worker; PostgreSQL: two)."""
-    root = tmp_path_factory.mktemp(f"serve-{request.param}")
-    if request.param == "postgres":
-        import uuid
-
-        from tests.conftest import _SESSION, postgres_dsn
-
-        directory = make_store(root, postgres_dsn(), f"t{_SESSION}_{uuid.uuid4().hex[:12]}")
-        server = start(root, directory, workers=2)
-    else:
-        server = start(root, make_store(root))
-    yield server
-    stop(server)
+    yield from serve_backend(request.param, tmp_path_factory.mktemp(f"serve-{request.param}"))
 
 
 def _png_bytes(seed: int, size: tuple[int, int] = (64, 64)) -> bytes:
@@ -181,59 +168,6 @@ def test_the_client_raises_the_librarys_exceptions(served: Served) -> None:
             agent.ask(OWN, _png_bytes(3)[:50], QUESTION)
     with _client(served, "researcher") as researcher, pytest.raises(ConsentDenied):
         researcher.ask(OWN, _png_bytes(4), QUESTION)
-
-
-# roles x endpoints x own/other patient ---------------------------------------------------------
-
-
-def _form(served: Served, question: bool = True) -> dict[str, Any]:
-    data = {"question": QUESTION} if question else {}
-    return {"files": {"image": ("x.png", png(served.images, 2).read_bytes(), "image/png")}, "data": data}
-
-
-#: every endpoint that names a patient: (name, method, path after /v1/patients/{p}, request)
-PATIENT_ENDPOINTS: list[tuple[str, str, str, Callable[[Served], dict[str, Any]]]] = [
-    ("ask", "POST", "/ask", lambda s: _form(s)),
-    ("retrieve", "POST", "/retrieve", lambda s: _form(s, question=False)),
-    ("observe", "POST", "/observe", lambda s: _form(s)),
-    ("consolidate", "POST", "/stm/M-none/consolidate", lambda s: {"json": {"answer": "Clear lungs noted."}}),
-    ("feedback", "POST", "/studies/S1/feedback", lambda s: {"json": {"accept": True}}),
-    ("semantic", "GET", "/semantic", lambda s: {}),
-    ("semantic history", "GET", "/semantic/history", lambda s: {}),
-    ("episodes", "GET", "/episodes", lambda s: {}),
-    ("visuals", "GET", "/visuals", lambda s: {}),
-    ("claims", "GET", "/claims", lambda s: {}),
-    ("claim history", "GET", "/claims/history", lambda s: {"params": {"key": "study:S1"}}),
-    ("stm", "GET", "/stm", lambda s: {}),
-    ("shred", "POST", "/shred", lambda s: {"json": {"reason": "erasure request"}}),
-]
-
-
-@pytest.mark.parametrize("role", sorted(ROLES))
-def test_no_role_reads_another_patient_and_every_denial_is_audited(served: Served, role: str) -> None:
-    """For each role and each patient endpoint: the other patient is refused (403) with a denial
-    in the audit trail naming the key's actor; the own patient is served or refused by role
-    (audited too); no answer ever carries the other patient's id."""
-    actor = ROLES[role].id
-    with httpx.Client(base_url=served.url, headers=served.headers(role), timeout=30) as http:
-        for name, method, path, request in PATIENT_ENDPOINTS:
-            for patient in (OTHER, OWN):
-                if name == "shred" and patient == OWN:
-                    continue  # the module's store keeps its patient
-                before = served.head_seq()
-                r = http.request(method, f"/v1/patients/{patient}{path}", **request(served))
-                assert OTHER not in r.text, (role, name, patient)
-                events = served.audit_events(before)
-                denied = [e for e in events if e["outcome"] == "denied" and e["actor"] == actor]
-                if patient == OTHER:
-                    assert r.status_code == 403, (role, name, r.text)
-                    assert r.headers["content-type"] == "application/problem+json"
-                    assert denied, f"{role} {name}: the refusal is not audited"
-                    assert not [e for e in events if e["outcome"] == "success"], (role, name)
-                elif r.status_code == 403:
-                    assert denied, f"{role} {name} on its own patient: the refusal is not audited"
-                else:
-                    assert r.status_code in (200, 201, 404, 409), (role, name, r.status_code, r.text)
 
 
 # bad input --------------------------------------------------------------------------------------
