@@ -185,6 +185,8 @@ def test_a_new_epoch_of_the_moved_mark_rereads_every_position(tmp_path: Path) ->
     assert "E-2" not in {h for h, _ in store.search("episodic", zs[2], 4, "P1")}
     assert moved_positions("a|e1,", "a|e1,v7,e2,") == {"episodic": [2], "visual": [7]}
     assert moved_positions("a|e1,", "b|") is None and moved_positions(("data_version", 3), "b|") is None
+    for bad in ("a|e1,x9,", "a|e1,e-3,", "a|e1,v,", "a|e1,e٣,"):  # not the triggers' form: read everything
+        assert moved_positions("a|e1,", bad) is None, bad
     store.close()
 
 

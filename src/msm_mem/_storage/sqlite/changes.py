@@ -77,14 +77,18 @@ def _triggers() -> list[str]:
 
 def moved_positions(seen: object, now: object) -> dict[str, list[int]] | None:
     """The positions of each vector table (``episodic``, ``visual``) updated between two values
-    of the moved mark, ``seen`` then ``now``; None when that cannot be told (another epoch, or no
-    mark), so every position must be read again."""
+    of the moved mark, ``seen`` then ``now``; None when that cannot be told (another epoch, no
+    mark, or a value not of the triggers' form), so every position must be read again."""
     if not isinstance(seen, str) or not isinstance(now, str) or not now.startswith(seen) or "|" not in seen:
         return None
     out: dict[str, list[int]] = {"episodic": [], "visual": []}
+    tables = {"e": "episodic", "v": "visual"}
     for item in now[len(seen) :].split(","):
-        if item:
-            out["episodic" if item[0] == "e" else "visual"].append(int(item[1:]))
+        if not item:
+            continue
+        if item[0] not in tables or not (item[1:].isascii() and item[1:].isdigit()):
+            return None
+        out[tables[item[0]]].append(int(item[1:]))
     return out
 
 
