@@ -1,12 +1,14 @@
-"""The embedded store's cache of decoded active semantic states and entities stays exact."""
+"""The embedded store's cache of decoded rows (active semantic states and entities per patient,
+episodic and visual records by id) stays exact."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from msm_mem import IllegalTransition, Impression, SemanticState
+from msm_mem import EpisodicRecord, IllegalTransition, Impression, NotFound, SemanticState, VisualRecord
 from msm_mem._governance.codec import SHREDDED, EnvelopeCodec
 from msm_mem._governance.crypto import EnvelopeCipher
 from msm_mem._records import State
@@ -31,9 +33,10 @@ def state(
     )
 
 
-def encrypted(path: Path) -> SqliteStore:
-    store = SqliteStore.create(path, dim=4, encoder="t")
-    cipher = EnvelopeCipher(store.store_id, InMemoryKeyProvider(), store.keys())
+def encrypted(path: Path, provider: InMemoryKeyProvider | None = None) -> SqliteStore:
+    """A new store at ``path`` (or the one there, given the provider of its keys), encrypting."""
+    store = SqliteStore.create(path, dim=4, encoder="t") if provider is None else SqliteStore.open(path)
+    cipher = EnvelopeCipher(store.store_id, provider or InMemoryKeyProvider(), store.keys())
     store.use_codec(EnvelopeCodec(cipher, store.keys()))
     store.use_row_key(ROW_KEY)
     return store
@@ -132,4 +135,97 @@ def test_reads_return_copies(tmp_path: Path) -> None:
     store.semantic_active("P1").append(state("S-9", 9, "x"))
     assert [e.entity_id for e in store.entities("P1")] == ["N-1"]
     assert store.semantic_active("P1") == []
+    store.close()
+
+
+def _episode(i: int, patient: str = "P1") -> EpisodicRecord:
+    z = np.zeros(4, np.float32)
+    z[i % 4] = 1.0
+    return EpisodicRecord(f"E-{i}", patient, 1e9 + i, z, "q?", f"answer {i}", study_id=f"s{i}")
+
+
+def _visual(i: int) -> VisualRecord:
+    z = np.zeros(4, np.float32)
+    z[i % 4] = 1.0
+    return VisualRecord(f"V-{i}", "P1", 1e9 + i, z, visual_tag=f"tag {i}", source_episode_id=f"E-{i}")
+
+
+def _statements(store: SqliteStore) -> list[str]:
+    seen: list[str] = []
+    store._conn.set_trace_callback(seen.append)
+    return seen
+
+
+def _selects(seen: list[str], table: str) -> int:
+    return sum(1 for s in seen if s.lstrip().upper().startswith("SELECT") and f"FROM {table} " in s + " ")
+
+
+def test_records_read_again_are_served_decoded(tmp_path: Path) -> None:
+    """Episodic and visual records are read and decrypted once; a later read of the same ids
+    (a retrieve's hits) reads no row, and only the ids not yet cached are read."""
+    store = encrypted(tmp_path / "s")
+    store.write(WriteBatch(episodes=[_episode(1), _episode(2)], visuals=[_visual(1)]))
+    seen = _statements(store)
+    assert [e.answer for e in store.get_episodes(["E-1"])] == ["answer 1"]
+    assert [v.visual_tag for v in store.get_visuals(["V-1"])] == ["tag 1"]
+    assert (_selects(seen, "episodic"), _selects(seen, "visual")) == (1, 1)
+    assert [e.answer for e in store.get_episodes(["E-2", "E-1", "E-1"])] == ["answer 2", "answer 1", "answer 1"]
+    assert set(store.find_episodes(["E-1", "E-missing"])) == {"E-1"}
+    assert [v.visual_tag for v in store.get_visuals(["V-1"])] == ["tag 1"]
+    assert (_selects(seen, "episodic"), _selects(seen, "visual")) == (3, 1)  # E-2, then E-missing
+    assert "E-missing" in str(pytest.raises(NotFound, store.get_episodes, ["E-1", "E-missing"]).value)
+    seen.clear()
+    assert [e.episode_id for e in store.study_episodes("P1", "s2")] == ["E-2"]  # a stored study's lookup
+    assert [s for s in seen if "SELECT *" in s] == []  # its id only: the record was cached
+    store.close()
+
+
+def test_cached_records_follow_state_changes_here_and_elsewhere(tmp_path: Path) -> None:
+    """A record superseded by this handle, or retracted and renamed in place by another one, is read
+    anew."""
+    provider = InMemoryKeyProvider()
+    store = SqliteStore.create(tmp_path / "s", dim=4, encoder="t")
+    store.close()
+    store = encrypted(tmp_path / "s", provider)
+    store.write(WriteBatch(episodes=[_episode(1), _episode(2)]))
+    assert [e.state for e in store.get_episodes(["E-1", "E-2"])] == [State.ACTIVE, State.ACTIVE]
+    store.write(WriteBatch(changes=[StateChange("episodic", "E-1", State.ACTIVE, State.SUPERSEDED)]))
+    assert store.get_episodes(["E-1"])[0].state == State.SUPERSEDED
+    other = encrypted(tmp_path / "s", provider)
+    scrubbed = tuple((name, "") for name in ("question", "answer", "decision", "media_path", "media_description"))
+    retract = StateChange(
+        "episodic", "E-2", State.ACTIVE, State.RETRACTED, new_id="E-anon", new_patient_id="", fields=scrubbed
+    )
+    other.write(WriteBatch(changes=[retract]))
+    other.close()
+    assert store.find_episodes(["E-2"]) == {}
+    anonymous = store.get_episodes(["E-anon"])[0]
+    assert (anonymous.state, anonymous.patient_id, anonymous.answer) == (State.RETRACTED, "", "")
+    store.close()
+
+
+def test_shredding_drops_cached_records(tmp_path: Path) -> None:
+    """Once a patient's key is shredded, a cached record's plaintext is no longer served."""
+    store = encrypted(tmp_path / "s")
+    store.write(WriteBatch(episodes=[_episode(1)], visuals=[_visual(1)]))
+    assert store.get_episodes(["E-1"])[0].answer == "answer 1"
+    assert store.get_visuals(["V-1"])[0].visual_tag == "tag 1"
+    store.keys().shred("P1")
+    assert store.get_episodes(["E-1"])[0].answer == SHREDDED
+    assert store.get_visuals(["V-1"])[0].visual_tag == SHREDDED
+    store.close()
+
+
+def test_records_read_inside_a_transaction_are_not_kept(tmp_path: Path) -> None:
+    """What a transaction reads may be rolled back: it neither fills nor is served from the cache."""
+    store = encrypted(tmp_path / "s")
+    store.write(WriteBatch(episodes=[_episode(1)]))
+    assert store.get_episodes(["E-1"])[0].state == State.ACTIVE
+    seen = _statements(store)
+    with pytest.raises(RuntimeError, match="rolled back"), store._db(), store._transaction():
+        store._q("UPDATE episodic SET state = 'superseded' WHERE id = 'E-1'")
+        assert store.get_episodes(["E-1"])[0].state == State.SUPERSEDED
+        raise RuntimeError("rolled back")
+    assert store.get_episodes(["E-1"])[0].state == State.ACTIVE
+    assert _selects(seen, "episodic") == 1  # the read inside; the one after is the cached record
     store.close()

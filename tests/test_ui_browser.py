@@ -357,7 +357,7 @@ def test_the_client_reads_the_audit_trail(site: tuple[Served, dict[str, str]]) -
     with MemoryClient(served.url, tokens["auditor"]) as auditor:
         page = auditor.audit_trail(limit=5)
         assert [e.seq for e in page.events] == [1, 2, 3, 4, 5] and page.next_after == 5
-        assert page.checkpoints and page.head_seq >= 50
+        assert page.checkpoints and page.head_seq > page.next_after  # a first page of a longer chain
     with MemoryClient(served.url, tokens["clinician"]) as clinician:
         mine = clinician.audit_trail(OWN, tail=True, limit=50)
         assert mine.events and len({e.patient for e in mine.events}) == 1

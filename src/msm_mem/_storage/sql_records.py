@@ -113,11 +113,16 @@ class SqlRecords(SqlCore):
     def study_episodes(self, patient_id: str, study_id: str, limit: int | None = None) -> list[EpisodicRecord]:
         if not study_id or limit == 0:
             return []  # an anonymised episode's study id is blank: it names no study
-        return self._select(
-            "SELECT * FROM episodic WHERE tenant = ? AND patient_id = ? AND study_id = ?"
+        return self._select(*self._study_query("*", patient_id, study_id, limit), r.episode_from_row)
+
+    def _study_query(
+        self, columns: str, patient_id: str, study_id: str, limit: int | None
+    ) -> tuple[str, tuple[object, ...]]:
+        """The statement and arguments of :meth:`study_episodes`, selecting ``columns``."""
+        return (
+            f"SELECT {columns} FROM episodic WHERE tenant = ? AND patient_id = ? AND study_id = ?"
             f" ORDER BY CASE WHEN state = 'active' THEN 0 ELSE 1 END, pos DESC{'' if limit is None else ' LIMIT ?'}",
             (self.tenant, patient_id, study_id, *(() if limit is None else (limit,))),
-            r.episode_from_row,
         )
 
     def decay_due(self, now: float) -> list[tuple[str, str]]:

@@ -1,24 +1,28 @@
-"""Decoded active rows per patient, kept beside one SQLite connection.
+"""Decoded rows, kept beside one SQLite connection.
 
-Every governed turn reads the patient's active semantic state and finding entities; decoding
-them (a SQL read and one AES-GCM decryption per row) cost more than the rest of the turn. The
-cache keeps them decoded, in the order the store returns them, and stays exact:
+Every governed turn reads the patient's active semantic state and finding entities, and every
+retrieve the episodic and visual records of its hits; decoding them (a SQL read and one AES-GCM
+decryption per field) cost more than the rest of the turn. The cache keeps the active semantic
+states and entities of a patient in the order the store returns them, and episodic and visual
+records by id, and stays exact:
 
 - this connection's own writes update it after they commit (new semantic versions replace
-  the key's active one, new entities are appended) and a batch it cannot follow (state
-  changes, a restore) empties it;
+  the key's active one, new entities are appended; new records need nothing, as records are
+  cached by id when read) and a batch it cannot follow (state changes, a restore) empties it;
 - a change by any other connection empties it: each read first compares the store's change
   generation (:mod:`.changes`) with the one the cache was filled under;
 - shredding a key or changing the codec empties it, so no plaintext outlives its key.
 
-Bounded to ``limit`` patients per kind (emptied when full: the working set refills it).
+Nothing is cached or served from the cache inside a transaction (a rollback could take it
+back, and the transaction may have changed the row). Bounded to ``limit`` patients per kind and
+``record_limit`` records per table (emptied when full: the working set refills it).
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..._records import SemanticState, State
 from ..._tier_records import Entity
@@ -32,17 +36,23 @@ T = TypeVar("T")
 class ReadCache:
     """Active semantic states and entities per patient; the caller holds the store lock."""
 
-    def __init__(self, conn: sqlite3.Connection, mark: Callable[[], int], limit: int = 10_000) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, mark: Callable[[], int], limit: int = 10_000, record_limit: int = 4096
+    ) -> None:
         self._conn = conn
         self._mark = mark
         self._limit = limit
+        self._record_limit = record_limit
         self._version = -1
         self._semantic: dict[str, list[SemanticState]] = {}
         self._entities: dict[str, list[Entity]] = {}
+        #: table -> record id -> decoded record (frozen, its vector read-only: safe to share)
+        self._records: dict[str, dict[str, Any]] = {}
 
     def clear(self) -> None:
         self._semantic.clear()
         self._entities.clear()
+        self._records.clear()
 
     def _fresh(self) -> None:
         version = self._mark()
@@ -57,6 +67,22 @@ class ReadCache:
     def entities(self, patient_id: str, load: Callable[[], list[Entity]]) -> list[Entity]:
         """The patient's active entities by creation time (``load`` reads them on a miss)."""
         return list(self._get(self._entities, patient_id, load))
+
+    def records(self, table: str, ids: Sequence[str], load: Callable[[Sequence[str]], dict[str, T]]) -> dict[str, T]:
+        """``id -> record`` of those ``ids`` that exist in ``table`` (``load`` reads the ids
+        not cached and returns the same mapping for them)."""
+        if self._conn.in_transaction:
+            return load(ids)
+        self._fresh()
+        cached: dict[str, T] = self._records.setdefault(table, {})
+        found = {i: r for i in ids if (r := cached.get(i)) is not None}
+        if len(found) < len(ids):
+            loaded = load([i for i in dict.fromkeys(ids) if i not in found])
+            if len(cached) + len(loaded) > self._record_limit:
+                cached.clear()
+            cached.update(loaded)
+            found.update(loaded)
+        return found
 
     def _get(self, table: dict[str, list[T]], patient_id: str, load: Callable[[], list[T]]) -> Sequence[T]:
         self._fresh()

@@ -28,11 +28,11 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from ..._errors import InvalidInput, StoreError
 from ..._private import private_dir, private_file
-from ..._records import SemanticState
+from ..._records import EpisodicRecord, SemanticState
 from ..._settings import DEFAULT_EF_SEARCH, DEFAULT_TENANT, PopulationSearch, check_population_search, check_tenant
 from ..._tier_records import ConsentRecord, Entity
 from ..base import AuditChainer, VectorKind
@@ -51,6 +51,11 @@ from .upgrade import add_tenant, read_meta
 from .vectors import FaissVectors
 
 __all__ = ["SqliteStore"]
+
+T = TypeVar("T")
+
+#: the tables whose records the read cache keeps by id
+_RECORD_TABLES = frozenset({"episodic", "visual"})
 
 
 class SqliteStore(FaissVectors, SqlStore):
@@ -351,6 +356,7 @@ class SqliteStore(FaissVectors, SqlStore):
     def _add_tenant(self) -> None:
         add_tenant(self._conn, self.tenant)
         self._legacy = False
+        self._cache.clear()  # the upgrade rewrites visual tags in this transaction
 
     def _committed(self, batch: WriteBatch, moved: list[Moved]) -> None:
         self._cache.committed(batch)
@@ -371,6 +377,25 @@ class SqliteStore(FaissVectors, SqlStore):
                 self._consent_cache.clear()
                 self._consent_version = version
             self._keys.sync(version)
+
+    def _find(self, table: str, ids: Sequence[str], conv: Callable[[Any, FieldCodec], T], at: int) -> dict[str, T]:
+        """Episodic and visual records by id come from the read cache (the hits of every
+        retrieve); other tables, and the side connection's thread, read the rows."""
+        read = super()._find
+        if table not in _RECORD_TABLES or self._writing.conn is not None:
+            return read(table, ids, conv, at)
+        with self._db():
+            return self._cache.records(table, ids, lambda missing: read(table, missing, conv, at))
+
+    def study_episodes(self, patient_id: str, study_id: str, limit: int | None = None) -> list[EpisodicRecord]:
+        """The ids in the shared order, the records by id (from the read cache): a retrieve of a
+        stored study decodes nothing it decoded before."""
+        if not study_id or limit == 0:
+            return []
+        with self._db():
+            ids = [row[0] for row in self._q(*self._study_query("id", patient_id, study_id, limit))]
+            found = self.find_episodes(ids)
+        return [found[i] for i in ids if i in found]  # one re-keyed meanwhile (anonymised) is gone
 
     def semantic_active(self, patient_id: str, category: str | None = None) -> list[SemanticState]:
         with self._db():
