@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from msm_mem import ManifestRow, MsmMem
+from msm_mem import ManifestRow, MsmMem, StoreError
 from msm_mem._governance.audit_event import GENESIS
 from msm_mem._governance.checkpoint import Checkpoint
 from msm_mem._governance.checkpoint_signer import CheckpointSigner
-from msm_mem._storage.row_digest import COLUMNS, RowDigest, row_bytes
+from msm_mem._records import State
+from msm_mem._storage.row_digest import _VERSION, COLUMNS, RowDigest, _field, row_bytes
 from msm_mem._tier_records import ConsentRecord
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.conftest import MemFactory
@@ -212,6 +213,30 @@ def test_a_known_row_and_its_term() -> None:
     assert promoted.result()["claims"].digest != ROW_TERM
     digest.remove("claims", [ROW])
     assert digest.result()["claims"].digest == "0" * 64
+
+
+@pytest.mark.parametrize("table", sorted(COLUMNS))
+def test_row_bytes_are_the_fields_as_defined_for_every_type(table: str) -> None:
+    """The per-kind encoders give exactly the bytes of the field definition, for the exact
+    types they take first and for everything else (subclasses, bools, wrong types, None); the
+    sums of several rows are the sums of their terms."""
+    kinds = [kind for _, kind in COLUMNS[table] if kind != "z"]
+    values: list[Any] = [None, "", "Edema é", State.ACTIVE, 0.5, -0.0, 1e300, 7, True, 2**62, b"x", ["a"]]
+    rows = [[values[(i * 7 + j * 5) % len(values)] for j in range(len(kinds))] for i in range(len(values) * 2)]
+    for row in rows:
+        expected = _VERSION + _field("t", table) + b"".join(_field(k, v) for k, v in zip(kinds, row, strict=True))
+        assert row_bytes(table, row) == expected
+    together, apart = RowDigest(SEED), RowDigest(SEED)
+    together.add(table, rows)
+    for row in rows:
+        apart.add(table, [row])
+    together.remove(table, rows[:3])
+    apart.remove(table, [])
+    for row in rows[:3]:
+        apart.remove(table, [row])
+    assert together.result() == apart.result() and together.changed == apart.changed == {table}
+    with pytest.raises(StoreError, match="digested columns"):
+        row_bytes(table, rows[0][:-1])
 
 
 def test_a_known_row_key_and_checkpoint_with_rows() -> None:

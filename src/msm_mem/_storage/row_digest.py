@@ -86,12 +86,39 @@ def _field(kind: str, value: Any) -> bytes:
     return b"x" + struct.pack(">Q", len(data)) + data
 
 
+_LENGTH = struct.Struct(">Q").pack
+_REAL = struct.Struct(">d").pack
+
+
+def _text(value: Any) -> bytes:
+    if value.__class__ is str:
+        data = value.encode("utf-8", "surrogatepass")
+        return b"t" + _LENGTH(len(data)) + data
+    return _field("t", value)
+
+
+def _real(value: Any) -> bytes:
+    if value.__class__ is float:
+        return b"r" + _REAL(value)
+    return _field("r", value)
+
+
+def _integer(value: Any) -> bytes:
+    return _field("i", value)
+
+
+# :func:`_field` of one kind, with the common exact types first: the same bytes, fewer checks
+_BY_KIND = {"t": _text, "r": _real, "i": _integer}
+_ENCODERS = {t: tuple(_BY_KIND[kind] for kind in kinds) for t, kinds in _KINDS.items()}
+_PREFIX = {t: _VERSION + _field("t", t) for t in COLUMNS}
+
+
 def row_bytes(table: str, row: Sequence[Any]) -> bytes:
     """The canonical bytes of one row's digested columns (``row`` in :func:`select_columns` order)."""
-    kinds = _KINDS[table]
-    if len(row) != len(kinds):
-        raise StoreError(f"a {table} row has {len(row)} digested columns, expected {len(kinds)}")
-    return _VERSION + _field("t", table) + b"".join(_field(k, v) for k, v in zip(kinds, row, strict=True))
+    encoders = _ENCODERS[table]
+    if len(row) != len(encoders):
+        raise StoreError(f"a {table} row has {len(row)} digested columns, expected {len(encoders)}")
+    return _PREFIX[table] + b"".join([encode(v) for encode, v in zip(encoders, row, strict=True)])
 
 
 def digested(table: str, full_row: Sequence[Any]) -> tuple[Any, ...]:
@@ -134,14 +161,20 @@ class RowDigest:
         self._sum = {t: int(base[t].digest, 16) for t in DIGEST_TABLES}
         self.changed: set[str] = set()
 
-    def _term(self, table: str, row: Sequence[Any]) -> int:
-        return int.from_bytes(hmac.digest(self._key, row_bytes(table, row), hashlib.sha256), "big")
+    def _terms(self, table: str, rows: Iterable[Sequence[Any]]) -> tuple[int, int]:
+        """The sum of the rows' terms (not reduced) and their count."""
+        total, count, key = 0, 0, self._key
+        for row in rows:
+            total += int.from_bytes(hmac.digest(key, row_bytes(table, row), hashlib.sha256), "big")
+            count += 1
+        return total, count
 
     def add(self, table: str, rows: Iterable[Sequence[Any]]) -> None:
         """Count rows now stored (each in :func:`select_columns` order)."""
-        for row in rows:
-            self._sum[table] = (self._sum[table] + self._term(table, row)) % _MOD
-            self._count[table] += 1
+        total, count = self._terms(table, rows)
+        if count:
+            self._sum[table] = (self._sum[table] + total) % _MOD
+            self._count[table] += count
             self.changed.add(table)
 
     def add_full(self, table: str, full_rows: Iterable[Sequence[Any]]) -> None:
@@ -150,9 +183,10 @@ class RowDigest:
 
     def remove(self, table: str, rows: Iterable[Sequence[Any]]) -> None:
         """Uncount rows about to change or go (each as read, in :func:`select_columns` order)."""
-        for row in rows:
-            self._sum[table] = (self._sum[table] - self._term(table, row)) % _MOD
-            self._count[table] -= 1
+        total, count = self._terms(table, rows)
+        if count:
+            self._sum[table] = (self._sum[table] - total) % _MOD
+            self._count[table] -= count
             self.changed.add(table)
 
     def result(self) -> dict[str, TableDigest]:
