@@ -170,6 +170,7 @@ def test_records_read_again_are_served_decoded(tmp_path: Path) -> None:
     assert [v.visual_tag for v in store.get_visuals(["V-1"])] == ["tag 1"]
     assert (_selects(seen, "episodic"), _selects(seen, "visual")) == (1, 1)
     assert [e.answer for e in store.get_episodes(["E-2", "E-1", "E-1"])] == ["answer 2", "answer 1", "answer 1"]
+    assert [e.answer for e in store.get_episodes(["E-1", "E-1"])] == ["answer 1", "answer 1"]
     assert set(store.find_episodes(["E-1", "E-missing"])) == {"E-1"}
     assert [v.visual_tag for v in store.get_visuals(["V-1"])] == ["tag 1"]
     assert (_selects(seen, "episodic"), _selects(seen, "visual")) == (3, 1)  # E-2, then E-missing

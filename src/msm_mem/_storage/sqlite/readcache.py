@@ -34,7 +34,8 @@ T = TypeVar("T")
 
 
 class ReadCache:
-    """Active semantic states and entities per patient; the caller holds the store lock."""
+    """Active semantic states and entities per patient, episodic and visual records by id; the
+    caller holds the store lock."""
 
     def __init__(
         self, conn: sqlite3.Connection, mark: Callable[[], int], limit: int = 10_000, record_limit: int = 4096
@@ -76,8 +77,9 @@ class ReadCache:
         self._fresh()
         cached: dict[str, T] = self._records.setdefault(table, {})
         found = {i: r for i in ids if (r := cached.get(i)) is not None}
-        if len(found) < len(ids):
-            loaded = load([i for i in dict.fromkeys(ids) if i not in found])
+        missing = [i for i in dict.fromkeys(ids) if i not in found]
+        if missing:
+            loaded = load(missing)
             if len(cached) + len(loaded) > self._record_limit:
                 cached.clear()
             cached.update(loaded)
