@@ -88,6 +88,7 @@ def _field(kind: str, value: Any) -> bytes:
 
 _LENGTH = struct.Struct(">Q").pack
 _REAL = struct.Struct(">d").pack
+_INTEGER = struct.Struct(">q").pack
 
 
 def _text(value: Any) -> bytes:
@@ -104,6 +105,8 @@ def _real(value: Any) -> bytes:
 
 
 def _integer(value: Any) -> bytes:
+    if value.__class__ is int:
+        return b"i" + _INTEGER(value)
     return _field("i", value)
 
 

@@ -13,9 +13,9 @@ default) and the in-memory index changes only after it commits, so a crash loses
 write that was not yet acknowledged. On open, index files that are missing, stale or do not
 match the database are caught up or rebuilt from the rows. What SQLite adds to the shared SQL
 store: the FAISS search (``vectors.py``), the key table (``keys.py``) and read caches of the
-decoded rows every turn reads (``readcache.py``, consent records), kept exact with the change
-mark that triggers keep on the cached tables (``changes.py``): another process's commit of
-audit rows alone (a read's events) empties nothing.
+decoded rows every turn reads (``readcache.py``, the reads it serves in ``cached_reads.py``),
+kept exact with the change mark that triggers keep on the cached tables (``changes.py``):
+another process's commit of audit rows alone (a read's events) empties nothing.
 """
 
 from __future__ import annotations
@@ -28,20 +28,19 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from ..._errors import InvalidInput, StoreError
 from ..._private import private_dir, private_file
-from ..._records import EpisodicRecord, SemanticState
 from ..._settings import DEFAULT_EF_SEARCH, DEFAULT_TENANT, PopulationSearch, check_population_search, check_tenant
-from ..._tier_records import ConsentRecord, Entity
+from ..._tier_records import ConsentRecord
 from ..base import AuditChainer, VectorKind
 from ..batch import WriteBatch
 from ..codec import FieldCodec
 from ..sql_core import Rows, insert_sql
 from ..sql_rows import initial_meta, schema_problem
-from ..sql_store import SqlStore
 from ..sql_write import Moved
+from .cached_reads import CachedReads
 from .changes import ChangeMark, install
 from .connection import Held, Writing, audit_only, connect, connect_read_only, writable
 from .keys import SqliteKeyTable
@@ -52,13 +51,8 @@ from .vectors import FaissVectors
 
 __all__ = ["SqliteStore"]
 
-T = TypeVar("T")
 
-#: the tables whose records the read cache keeps by id
-_RECORD_TABLES = frozenset({"episodic", "visual"})
-
-
-class SqliteStore(FaissVectors, SqlStore):
+class SqliteStore(FaissVectors, CachedReads):
     """The embedded store of record. Thread-safe: one connection behind a lock, and a side
     connection for the writes of audit rows alone (``connection.py``)."""
 
@@ -364,7 +358,7 @@ class SqliteStore(FaissVectors, SqlStore):
             self._consent_cache.clear()
         self._follow(batch, moved)
 
-    # cached reads --------------------------------------------------------------------------
+    # what other connections committed (the reads the caches serve: ``cached_reads.py``) ----
 
     def sync(self) -> None:
         """See what other connections committed (a grant, a revocation, a shred by the CLI while
@@ -377,41 +371,3 @@ class SqliteStore(FaissVectors, SqlStore):
                 self._consent_cache.clear()
                 self._consent_version = version
             self._keys.sync(version)
-
-    def _find(self, table: str, ids: Sequence[str], conv: Callable[[Any, FieldCodec], T], at: int) -> dict[str, T]:
-        """Episodic and visual records by id come from the read cache (the hits of every
-        retrieve); other tables, and the side connection's thread, read the rows."""
-        read = super()._find
-        if table not in _RECORD_TABLES or self._writing.conn is not None:
-            return read(table, ids, conv, at)
-        with self._db():
-            return self._cache.records(table, ids, lambda missing: read(table, missing, conv, at))
-
-    def study_episodes(self, patient_id: str, study_id: str, limit: int | None = None) -> list[EpisodicRecord]:
-        """The ids in the shared order, the records by id (from the read cache): a retrieve of a
-        stored study decodes nothing it decoded before."""
-        if not study_id or limit == 0:
-            return []
-        with self._db():
-            ids = [row[0] for row in self._q(*self._study_query("id", patient_id, study_id, limit))]
-            found = self.find_episodes(ids)
-        return [found[i] for i in ids if i in found]  # one re-keyed meanwhile (anonymised) is gone
-
-    def semantic_active(self, patient_id: str, category: str | None = None) -> list[SemanticState]:
-        with self._db():
-            states = self._cache.semantic(patient_id, lambda: self._load_semantic(patient_id))
-        return states if category is None else [s for s in states if s.category == category]
-
-    def entities(self, patient_id: str) -> list[Entity]:
-        with self._db():
-            return self._cache.entities(patient_id, lambda: self._load_entities(patient_id))
-
-    def consents(self, patient_id: str | None = None) -> list[ConsentRecord]:
-        with self._db():
-            if patient_id is None:
-                return self._load_consents(None)
-            if patient_id not in self._consent_cache:
-                if len(self._consent_cache) > 10_000:
-                    self._consent_cache.clear()
-                self._consent_cache[patient_id] = self._load_consents(patient_id)
-            return list(self._consent_cache[patient_id])
