@@ -64,12 +64,14 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=2_000)
     ap.add_argument("--ef", type=int, default=32, help="search depth (population_ef_search)")
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--workdir", type=Path, default=None, help="where the store is written (default: a temporary dir)")
+    ap.add_argument("--workdir", type=Path, default=None, help="scratch folder, created if missing")
     args = ap.parse_args()
     if args.rows < 1000 or args.queries < 100 or not 1 <= args.ef <= 4096 or not 1 <= args.k <= args.ef:
         ap.error("need --rows >= 1000, --queries >= 100, 1 <= --ef <= 4096 and 1 <= --k <= --ef")
-    if args.workdir is not None and args.workdir.exists() and any(args.workdir.iterdir()):
-        ap.error(f"--workdir {args.workdir} is not empty")
+    if args.workdir is not None:
+        if args.workdir.exists() and not args.workdir.is_dir():
+            ap.error(f"--workdir {args.workdir} is not a folder")
+        args.workdir.mkdir(parents=True, exist_ok=True)  # the store goes in a temporary folder inside
     with tempfile.TemporaryDirectory(dir=args.workdir) as work:
         run(args, Path(work) / "store")
 
