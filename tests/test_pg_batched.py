@@ -134,3 +134,44 @@ def test_a_batch_of_turns_costs_one_round_trip_per_turn(tmp_path: Path, postgres
         assert len(store.claims_active("P0")) == 2
     finally:
         mem.close()
+
+
+def _rows_read(store: PostgresStore) -> int:
+    """Rows of the vector tables the server has read so far, by sequential or index scans."""
+    conn = store._conn
+    conn.execute("SELECT pg_stat_force_next_flush()")  # (this backend's counts, reported now)
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT sum(seq_tup_read + idx_tup_fetch) FROM pg_stat_user_tables"
+        " WHERE schemaname = %s AND relname IN ('episodic', 'visual')",
+        (store.schema,),
+    ).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def test_a_patients_search_reads_the_patients_rows_as_the_tables_grow(postgres_url: str, schema: str) -> None:
+    """The store's statements are prepared on the server while its tables are empty; a plan
+    kept from then read every row for one patient's search once the tables had grown. Every
+    execution is planned for its own values: no prepared statement with parameters runs a
+    generic plan, and a search of a patient with one record of each kind reads two rows."""
+    mem = MsmMem.init(Path(tempfile.mkdtemp()) / "g", ADMIN, database_url=postgres_url, schema=schema)
+    try:
+        store = mem._store
+        assert isinstance(store, PostgresStore)
+        for seed in range(12):  # from empty to 600 records of each kind, every statement run often
+            _turns(mem, [f"P{seed}-{i}" for i in range(50)], seed)
+        rng = np.random.default_rng(3)
+        z = rng.standard_normal(store.dim).astype(np.float32)
+        z /= np.linalg.norm(z)
+        before = _rows_read(store)
+        for i in range(20):
+            found = store.search_many(z, [("episodic", 3), ("visual", 3)], f"P{i % 12}-{i}")
+            assert [len(hits) for hits in found] == [1, 1]
+        assert _rows_read(store) - before == 40
+        plans = store._conn.execute(
+            "SELECT sum(generic_plans), sum(custom_plans) FROM pg_prepared_statements"
+            " WHERE cardinality(parameter_types) > 0"
+        ).fetchone()
+        assert plans is not None and plans[0] == 0 and plans[1] > 0, plans
+    finally:
+        mem.close()
