@@ -10,8 +10,10 @@ versions; every figure is measured in this run.
 2. every run gets its own copy of that store (the directory; on PostgreSQL also the database,
    cloned with ``CREATE DATABASE ... TEMPLATE``), so runs do not see each other's writes;
 3. a run: ``msm-mem serve`` from one source tree (``PYTHONPATH=TREE/src``) with ``--workers N``,
-   a short warm-up, then wrk with ``--connections`` connections (a closed loop: each sends its
-   next request when its last is answered) for ``--seconds`` seconds, the studies in an order
+   a short warm-up, then wrk with C connections (each of ``--connections``; a closed loop: each
+   sends its next request when its last is answered, so below the server's capacity latency is
+   a request's own time, and once the server is saturated more connections only queue longer)
+   for ``--seconds`` seconds, the studies in an order
    that interleaves the patients (``_loadgen.interleaved``); the operations (``--ops``):
    ``retrieve``, a study's PNG POSTed as multipart to ``/v1/patients/{id}/retrieve``;
    ``retrieve-study``, the same endpoint given the stored study's id (``image_study``, a
@@ -22,7 +24,7 @@ versions; every figure is measured in this run.
    ``/proc``: a figure a busy machine inflates less than latency), with the share of their
    main threads (the event loops: HTTP parsing, routing, form parsing, the credential check,
    sending the answer; the rest is the request's work in the thread pool);
-4. ``--rounds`` rounds: each round runs every (store, workers, operation) for every tree, the
+4. ``--rounds`` rounds: each round runs every (store, workers, connections, operation) for every tree, the
    order of the trees alternating between rounds; the tables give the median over rounds;
 5. the service's overhead: one connection, one request at a time (wrk ``-c1``), against
    ``MsmMem.retrieve`` called in this process on the same store (one BLAS thread, as the
@@ -34,7 +36,7 @@ one thread). A tree that refuses a setting (an older tree and ``--workers 2`` on
 store) is reported as refused.
 
 Usage:
-    python benchmarks/bench_service.py [--patients 100] [--workers 1,2] [--connections 16]
+    python benchmarks/bench_service.py [--patients 100] [--workers 1,2] [--connections 8,16]
         [--seconds 10] [--rounds 3] [--postgres [--no-embedded]] [--baseline OTHER_TREE]
         [--ops retrieve,retrieve-study,ask] [--threads 4,8,16]
 Needs wrk on the PATH (``apt-get install wrk``); the table it reproduces is in docs/benchmarks.md.
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import itertools
 import os
 import platform
 import shutil
@@ -181,7 +184,14 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def one_run(
-    args: argparse.Namespace, tree: Tree, base: Base, workers: int, listing: Path, work: Path, run: int
+    args: argparse.Namespace,
+    tree: Tree,
+    base: Base,
+    workers: int,
+    connections: int,
+    listing: Path,
+    work: Path,
+    run: int,
 ) -> dict[str, float] | str:
     """One measured run; the reason when the tree refused to serve."""
     directory, dsn = copy_store(base, work, run)
@@ -191,9 +201,9 @@ def one_run(
         except RuntimeError as exc:
             return f"refused ({str(exc)[:80]})"
         try:
-            warm_up(url, base.token, listing, args.script, args.connections)
+            warm_up(url, base.token, listing, args.script, connections)
             cpu0, loop0 = cpu_seconds(process.pid)
-            doc = wrk(url, base.token, listing, args.script, args.connections, args.seconds)
+            doc = wrk(url, base.token, listing, args.script, connections, args.seconds)
             cpu1, loop1 = cpu_seconds(process.pid)
             doc["cpu_ms"] = (cpu1 - cpu0) * 1e3 / max(doc["requests"], 1)
             doc["loop_ms"] = (loop1 - loop0) * 1e3 / max(doc["requests"], 1)
@@ -224,7 +234,7 @@ def overhead(
 
     threadpool_limits(1)  # as the server does (interfaces/http/serve.py): one BLAS thread
     try:
-        warm_up(url, base.token, listing, args.script, args.connections)
+        warm_up(url, base.token, listing, args.script, max(args.connections))
         for b in range(args.blocks + 1):
             block = wrk(url, base.token, listing, args.script, 1, 2.0)
             ms, end, i = [], time.perf_counter() + 2.0, b * 997
@@ -242,6 +252,17 @@ def overhead(
         mem.close()
         drop_copy(base, directory, run)
     return statistics.median(http_ms), statistics.median(direct_ms)
+
+
+def _counts(text: str) -> list[int]:
+    """A comma-separated list of positive counts (an argparse type)."""
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected positive whole numbers separated by commas, got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive whole numbers separated by commas, got {text!r}")
+    return counts
 
 
 def versions() -> str:
@@ -265,38 +286,41 @@ def _median(runs: list[dict[str, float] | str], key: str) -> float | None:
 def report(
     args: argparse.Namespace,
     trees: list[Tree],
-    results: dict[tuple[str, str, int, str], list[dict[str, float] | str]],
+    results: dict[tuple[str, str, int, int, str], list[dict[str, float] | str]],
     over: dict[tuple[str, str], tuple[float, float]],
     loads: list[float],
 ) -> None:
     print(
-        f"\nwrk, {args.connections} connections, {args.seconds:.0f} s per run, "
+        f"\nwrk, {', '.join(map(str, args.connections))} connections, {args.seconds:.0f} s per run, "
         f"median of {args.rounds} interleaved rounds; {os.cpu_count()} cores shared with the load generator; "
         "load average during the runs "
         f"{min(loads):.1f} to {max(loads):.1f}\n"
     )
     print(
-        "| store | tree | workers | operation | requests/s | p50 ms | p99 ms | server CPU ms/request "
-        "| of it, event loop | refused |"
+        "| store | tree | workers | connections | operation | requests/s | p50 ms | p99 ms "
+        "| server CPU ms/request | of it, event loop | refused |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for (store, tree, workers, op), runs in results.items():
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for (store, tree, workers, conns, op), runs in results.items():
         label = LABELS[op]
         refused = [r for r in runs if isinstance(r, str)]
         if len(refused) == len(runs):
-            print(f"| {store} | {tree} | {workers} | {label} | {refused[0]} | | | | | |")
+            print(f"| {store} | {tree} | {workers} | {conns} | {label} | {refused[0]} | | | | | |")
             continue
         rps, p50, p99, cpu, loop, err = (
             _median(runs, k) for k in ("rps", "p50", "p99", "cpu_ms", "loop_ms", "refused")
         )
         figures = f"{rps:.0f} | {p50:.1f} | {p99:.1f} | {cpu:.2f} | {loop:.2f} | {err:.0f}"
-        print(f"| {store} | {tree} | {workers} | {label} | {figures} |")
+        print(f"| {store} | {tree} | {workers} | {conns} | {label} | {figures} |")
     if len(trees) >= 2:
         a, b = trees[0].name, trees[-1].name
-        print(f"\n| store | workers | operation | requests/s, {a} / {b} | p99, {b} / {a} | CPU/request, {a} / {b} |")
-        print("|---|---|---|---|---|---|")
-        for (store, tree, workers, op), runs in results.items():
-            other = results.get((store, b, workers, op))
+        print(
+            f"\n| store | workers | connections | operation | requests/s, {a} / {b} | p99, {b} / {a} "
+            f"| CPU/request, {a} / {b} |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for (store, tree, workers, conns, op), runs in results.items():
+            other = results.get((store, b, workers, conns, op))
             if tree != a or other is None:
                 continue
             a_rps, b_rps = _median(runs, "rps"), _median(other, "rps")
@@ -305,7 +329,7 @@ def report(
             if not (a_rps and b_rps and a_p99 and b_p99 and a_cpu and b_cpu):
                 continue
             ratios = f"{a_rps / b_rps:.2f}x | {b_p99 / a_p99:.2f}x | {a_cpu / b_cpu:.2f}x"
-            print(f"| {store} | {workers} | {LABELS[op]} | {ratios} |")
+            print(f"| {store} | {workers} | {conns} | {LABELS[op]} | {ratios} |")
     print("\n| store | tree | one retrieve over HTTP, median ms | MsmMem.retrieve in process, median ms | ratio |")
     print("|---|---|---|---|---|")
     for (store, tree), (h, d) in over.items():
@@ -316,8 +340,10 @@ def report(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--patients", type=int, default=100)
-    ap.add_argument("--workers", default="1,2", help="worker counts, comma-separated")
-    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--workers", type=_counts, default="1,2", help="worker counts, comma-separated")
+    ap.add_argument(
+        "--connections", type=_counts, default="16", help="wrk's connection counts, comma-separated (default 16)"
+    )
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--blocks", type=int, default=5, help="interleaved blocks of the overhead measure")
@@ -329,22 +355,24 @@ def main() -> None:
     )
     ap.add_argument(
         "--threads",
-        default="",
+        type=_counts,
+        default=None,
         help="this tree's `serve --threads` values, comma-separated, each measured as a tree of its own "
         "(default: the server's default)",
     )
     args = ap.parse_args()
+    if args.patients < 1 or args.rounds < 1 or args.blocks < 1 or not args.seconds > 0:
+        ap.error("--patients, --rounds and --blocks: at least 1; --seconds: above 0")
     if args.no_embedded and not args.postgres:
         sys.exit("--no-embedded needs --postgres")
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (Debian: apt-get install wrk)")
     trees = [Tree("this tree", THIS_TREE)]
     if args.threads:
-        counts = [int(t) for t in args.threads.split(",")]
-        trees = [Tree(f"this tree, {t} threads", THIS_TREE, ("--threads", str(t))) for t in counts]
+        trees = [Tree(f"this tree, {t} threads", THIS_TREE, ("--threads", str(t))) for t in args.threads]
     if args.baseline is not None:
         trees.append(Tree("baseline", args.baseline.resolve()))
-    workers = [int(w) for w in args.workers.split(",")]
+    workers = args.workers
     ops = args.ops.split(",")
     if not set(ops) <= set(OPS):
         sys.exit(f"--ops: choose from {', '.join(OPS)}")
@@ -364,21 +392,20 @@ def main() -> None:
         listings = {
             (b.name, op): request_list(b.directory.parent, studies, op) for b, studies in stores for op in listed
         }
-        results: dict[tuple[str, str, int, str], list[dict[str, float] | str]] = {}
+        results: dict[tuple[str, str, int, int, str], list[dict[str, float] | str]] = {}
         loads: list[float] = []
         run = 0
         for r in range(args.rounds):
             order = trees if r % 2 == 0 else trees[::-1]
             for base, _ in stores:
-                for w in workers:
-                    for op in ops:
-                        for tree in order:
-                            name = tree.name
-                            run += 1
-                            loads.append(os.getloadavg()[0])
-                            got = one_run(args, tree, base, w, listings[(base.name, op)], base.directory.parent, run)
-                            results.setdefault((base.name, name, w, op), []).append(got)
-                            print(f"round {r + 1} {base.name} {name} workers={w} {op}: {got}", file=sys.stderr)
+                for w, c, op in itertools.product(workers, args.connections, ops):
+                    for tree in order:
+                        run += 1
+                        loads.append(os.getloadavg()[0])
+                        listing = listings[(base.name, op)]
+                        got = one_run(args, tree, base, w, c, listing, base.directory.parent, run)
+                        results.setdefault((base.name, tree.name, w, c, op), []).append(got)
+                        print(f"round {r + 1} {base.name} {tree.name} workers={w} c={c} {op}: {got}", file=sys.stderr)
         over = {}
         for base, studies in stores:
             for tree in trees:

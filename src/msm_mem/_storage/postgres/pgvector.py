@@ -48,26 +48,11 @@ class _VecLoader(Loader):
 
 
 def connect(dsn: str) -> psycopg.Connection[Any]:
-    """An autocommit connection that plans every execution of a prepared statement for its own
-    values; :class:`StoreError` when the server cannot be reached.
-
-    psycopg prepares a statement on the server after a few executions, and the server would
-    then keep one generic plan for it, costed when it was made. A store's tables start empty,
-    so a patient's search planned early on reads every row through an index, and that plan
-    stays until the next ANALYZE: at 3,000 rows one search cost 0.8 ms instead of 0.05 ms,
-    and the write-back turn (two searches) ran 2 to 3 times slower. Planning each execution
-    costs tens of microseconds; the parse is still saved.
-    """
+    """An autocommit connection; :class:`StoreError` when the server cannot be reached."""
     try:
-        conn = psycopg.connect(dsn, autocommit=True)
+        return psycopg.connect(dsn, autocommit=True)
     except psycopg.Error as exc:
         raise StoreError(f"cannot connect to the PostgreSQL server: {exc}") from exc
-    try:
-        conn.execute("SET plan_cache_mode = force_custom_plan")
-    except psycopg.Error as exc:
-        conn.close()
-        raise StoreError(f"cannot set up the PostgreSQL session: {exc}") from exc
-    return conn
 
 
 def vector_schema(conn: psycopg.Connection[Any]) -> str | None:
