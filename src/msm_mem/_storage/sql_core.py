@@ -107,11 +107,8 @@ class SqlCore(Store):
         """The connection under the store's lock; StoreError once closed, driver errors mapped."""
 
     @abstractmethod
-    def _q(self, sql: str, args: Sequence[Any] = (), *, plan_each: bool = False) -> Rows:
-        """Run one statement (``?`` placeholders) on the connection; the caller holds :meth:`_db`.
-
-        ``plan_each``: the statement's text is built for this call (a list of ids), so a server
-        store plans it for its own values and does not keep it prepared (``PostgresStore._q``)."""
+    def _q(self, sql: str, args: Sequence[Any] = ()) -> Rows:
+        """Run one statement (``?`` placeholders) on the connection; the caller holds :meth:`_db`."""
 
     @abstractmethod
     def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
@@ -136,7 +133,7 @@ class SqlCore(Store):
                 part = unique[start : start + ID_CHUNK]
                 marks = ",".join("?" * len(part))
                 found += self._q(
-                    f"SELECT * FROM {table} WHERE tenant = ? AND id IN ({marks})", (self.tenant, *part), plan_each=True
+                    f"SELECT * FROM {table} WHERE tenant = ? AND id IN ({marks})", (self.tenant, *part)
                 ).fetchall()
         return found
 

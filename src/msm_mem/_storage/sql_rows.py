@@ -90,7 +90,6 @@ class SqlRowDigests(SqlCore):
             found += self._q(
                 f"SELECT {select_columns(table)} FROM {table} WHERE tenant = ? AND id IN ({marks})",
                 (self.tenant, *part),
-                plan_each=True,
             ).fetchall()
         return found
 

@@ -358,7 +358,6 @@ class SqlWriter(SqlRowDigests):
                     f"SELECT id, patient_id, {key_column} FROM {table}"
                     f" WHERE tenant = ? AND state = 'active' AND id IN ({_marks(len(part))})",
                     [tenant] + part,  # noqa: RUF005 (mypy cannot type a starred list in this generic function)
-                    plan_each=True,
                 )
                 found.update((row[0], (row[1], row[2])) for row in rows)
             for old in stored:

@@ -17,10 +17,8 @@ rows are split per patient in Python, in the statement's order. They are the onl
 module, kept together in :data:`BATCHED`.
 
 The searches (:meth:`ReadAhead.search`, its statement built once in ``_search_cursor``) live
-here too. The novelty check of each turn (the top score over the patient's E and over its V
-vectors) sends both searches in one pipeline (:meth:`ReadAhead.search_many`): one round trip a
-turn. The searches and the batched reads are planned for their values at every execution,
-never kept prepared with a generic plan (``PostgresStore._q`` says why).
+here too. The novelty check of each turn (the top score over the patient's E and over its V vectors)
+sends both searches in one pipeline (:meth:`ReadAhead.search_many`): one round trip a turn.
 """
 
 from __future__ import annotations
@@ -113,10 +111,7 @@ class ReadAhead(SqlStore):
             # transaction only makes the reads one snapshot (an error rolls it back at the sync)
             with conn.pipeline():
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                # (planned for these patients each time: see PostgresStore._q)
-                cursors = {
-                    t: conn.execute(q, (self.tenant, patients), binary=True, prepare=False) for t, q in BATCHED.items()
-                }
+                cursors = {t: conn.execute(q, (self.tenant, patients), binary=True) for t, q in BATCHED.items()}
                 conn.execute("COMMIT")
             found = {table: cur.fetchall() for table, cur in cursors.items()}
             self._keys.prefetched([g.wrapped_key_from_row(row) for row in found.pop("keys")])
@@ -199,14 +194,13 @@ class ReadAhead(SqlStore):
                         f"SELECT id, -(z <#> %(q)s), pos FROM {kind} WHERE {LIVE} AND tenant = %(t)s"
                         " ORDER BY z <#> %(q)s LIMIT %(k)s"
                     )
-                    return conn.execute(prefix + query, params, binary=True, prepare=False)
-            # planned for its own values each time (one patient's rows or all; see PostgresStore._q)
+                    return conn.execute(prefix + query, params, binary=True)
             where = LIVE + " AND tenant = %(t)s" + ("" if scope is None else " AND patient_id = %(p)s")
             query = (
                 f"WITH c AS MATERIALIZED (SELECT pos, id, z <#> %(q)s AS d FROM {kind} WHERE {where})"
                 " SELECT id, -d, pos FROM c ORDER BY d, pos LIMIT %(k)s"
             )
-            return conn.execute(prefix + query, params, binary=True, prepare=False)
+            return conn.execute(prefix + query, params, binary=True)
 
     def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
         check_vector(z, self.dim, "query")

@@ -65,6 +65,7 @@ from .pgvector import Vec, connect, use_schema, vector_schema
 from .pipeline import Pending
 from .readahead import KINDS, ReadAhead
 from .schema import FORMAT, HNSW, SCHEMA, SCHEMA_VERSION, TABLES
+from .statistics import CHECK_EVERY, analyze_grown
 from .tenancy import add_tenant, check_new_tenant, delete_tenant, has_tenant_column, read_meta
 
 __all__ = ["PostgresStore"]
@@ -125,6 +126,7 @@ class PostgresStore(ReadAhead):
         self._depth = 0  # nesting of _db: a lost connection is replaced only outside every use
         self._pipe: psycopg.Pipeline | None = None  # inside a write transaction (pipeline.py)
         self._dsn: str | None = None  # set by create/open: where to reconnect
+        self._written = 0  # statements and rows written since the last look at the table statistics
         self._init_codec(codec)
         use_schema(conn, schema)
         self.tenant = check_tenant(tenant)
@@ -309,16 +311,12 @@ class PostgresStore(ReadAhead):
             old.close()  # dropped by the server already; closing frees what is left of it here
         self._keys.sync()  # other connections may have written meanwhile
 
-    def _q(self, query: str, args: Sequence[Any] = (), *, plan_each: bool = False) -> Rows:
-        """psycopg prepares a statement on the server after five executions, and the server then
-        keeps one generic plan for it, costed with the table statistics of that moment. That
-        saves planning for the fixed statements (inserts, updates and reads by key). A
-        statement whose best plan depends on its values is sent unprepared instead
-        (``plan_each``, the searches and the read-ahead in ``readahead.py``): a store's tables
-        start empty, and a generic plan made then read every row of a grown table until the
-        next ANALYZE (a patient's search: 0.8 ms at 3,000 rows instead of 0.05 ms)."""
-        cur = self._conn.execute(_dialect(query), args or None, binary=True, prepare=False if plan_each else None)
-        return cur if self._pipe is None else Pending(cur, self._pipe)
+    def _q(self, query: str, args: Sequence[Any] = ()) -> Rows:
+        cur = self._conn.execute(_dialect(query), args or None, binary=True)
+        if self._pipe is None:
+            return cur
+        self._written += 1
+        return Pending(cur, self._pipe)
 
     def _flush(self) -> None:
         if self._pipe is not None:
@@ -326,13 +324,16 @@ class PostgresStore(ReadAhead):
 
     def _many(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
         self._conn.cursor().executemany(_dialect(query), rows)
+        self._written += len(rows)
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         """Writers queue on ``EXCLUSIVE`` table locks (readers go on), as with SQLite's ``BEGIN
         IMMEDIATE``, so positions stay dense and supersession cannot race. Its statements run
         in pipeline mode (``pipeline.py``), all answered before the commit. A connection lost
-        while the commit is sent is :class:`CommitLost` (the server may have committed)."""
+        while the commit is sent is :class:`CommitLost` (the server may have committed). Once
+        :data:`CHECK_EVERY` statements and rows were written, the tables that doubled since their last ANALYZE are
+        analyzed (``statistics.py``: the kept plans were costed for their old size)."""
         committing = False
         self._forget_ahead()  # this write may change what was read ahead
         try:
@@ -350,6 +351,10 @@ class PostgresStore(ReadAhead):
             if committing:
                 raise CommitLost(str(exc).strip()) from exc
             raise
+        if self._written >= CHECK_EVERY:
+            self._written = 0
+            with contextlib.suppress(psycopg.Error):  # (committed already; statistics only steer plans)
+                analyze_grown(self._conn, self.schema)
 
     def _write_lock(self) -> tuple[str, tuple[str, ...]]:
         """The statement writers of this tenant queue on: a row lock on the tenant's ``meta``

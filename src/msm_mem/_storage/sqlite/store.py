@@ -264,8 +264,8 @@ class SqliteStore(FaissVectors, CachedReads):
     def _db(self) -> Held:
         return self._held
 
-    def _q(self, sql: str, args: Sequence[Any] = (), *, plan_each: bool = False) -> Rows:
-        return (self._writing.conn or self._conn).execute(sql, args)  # (SQLite plans every statement it compiles)
+    def _q(self, sql: str, args: Sequence[Any] = ()) -> Rows:
+        return (self._writing.conn or self._conn).execute(sql, args)
 
     def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         (self._writing.conn or self._conn).executemany(sql, rows)
