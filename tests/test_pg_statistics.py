@@ -84,3 +84,24 @@ def test_the_store_analyzes_its_grown_tables_as_it_writes(postgres_url: str) -> 
         assert {"episodic", "visual"} <= tables, tables
     finally:
         mem.close()
+
+
+def test_a_table_another_session_is_analyzing_is_skipped_not_waited_for(
+    conn: tuple[psycopg.Connection[Any], str], postgres_url: str
+) -> None:
+    """While another session holds the lock an ANALYZE takes, the check returns at once and
+    leaves the table for later; once the lock is gone, the next check analyzes it."""
+    c, schema = conn
+    _insert(c, f"{schema}.a", 2 * MIN_CHANGED)
+    c.execute("SET lock_timeout = '5s'")  # (a check that waited would fail here, not hang)
+    analyzed = "SELECT analyze_count FROM pg_stat_user_tables WHERE relid = %s::regclass"
+    with psycopg.connect(postgres_url) as other:
+        other.execute(f"LOCK TABLE {schema}.a IN SHARE UPDATE EXCLUSIVE MODE")
+        assert analyze_grown(c, schema) == ["a"]
+        row = c.execute(analyzed, (f"{schema}.a",)).fetchone()
+        assert row is not None and row[0] == 0
+        other.rollback()
+    assert analyze_grown(c, schema) == ["a"]
+    c.execute("SELECT pg_stat_force_next_flush()")
+    row = c.execute(analyzed, (f"{schema}.a",)).fetchone()
+    assert row is not None and row[0] == 1

@@ -43,14 +43,16 @@ _GROWN = (
 
 def analyze_grown(conn: psycopg.Connection[Any], schema: str) -> list[str]:
     """ANALYZE the tables of ``schema`` whose rows changed by at least as many as they held at
-    their last ANALYZE (:data:`MIN_CHANGED` at least); returns their names.
+    their last ANALYZE (:data:`MIN_CHANGED` at least); returns the names of those it asked for.
 
     ``conn`` is an autocommit connection outside any transaction. The server reports a
     session's row counts at most once a second; this session's own are reported first. A
-    table the role may not analyze is skipped by the server with a warning."""
+    table being analyzed or vacuumed by another session at that moment is skipped (its
+    statistics are being renewed already), as is, with a warning from the server, a table the
+    role may not analyze."""
     if conn.info.server_version >= 150000:  # (pg_stat_force_next_flush is new in PostgreSQL 15)
         conn.execute("SELECT pg_stat_force_next_flush()")
     grown = [row[0] for row in conn.execute(_GROWN, (schema, MIN_CHANGED)).fetchall()]
     for table in grown:
-        conn.execute(sql.SQL("ANALYZE {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))
+        conn.execute(sql.SQL("ANALYZE (SKIP_LOCKED) {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))
     return grown
