@@ -7,7 +7,9 @@ governed tiers' tables (``schema.py``). Vectors are pgvector ``vector(dim)`` col
 query but the search and the batched reads of a batch of turns (``readahead.py``) is the
 shared SQL store's; a write transaction runs in pipeline mode (``pipeline.py``); vectors
 travel in pgvector's binary format (``pgvector.py``) and load as the native float32 bytes the
-row converters expect, bit for bit.
+row converters expect, bit for bit. The store analyzes its tables each time one doubles
+(``statistics.py``), so the plans the server keeps for its prepared statements are costed for
+the tables as they are.
 
 Search (``z <#> q`` is pgvector's negative inner product; on unit vectors, minus the cosine):
 
