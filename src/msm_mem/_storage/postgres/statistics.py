@@ -10,12 +10,12 @@ instead of 0.05 ms) until the next ANALYZE. Autovacuum runs one eventually (its 
 minute), but a busy store can multiply its rows many times within that minute.
 
 So a store checks, after the commit that brings the statements and rows it wrote inside
-transactions since its last check to :data:`CHECK_EVERY` (about a hundred turns), which tables of its
-schema have had at least as many rows inserted, updated or deleted since their last ANALYZE as
-they held then (never fewer than :data:`MIN_CHANGED`), and analyzes those. A table is analyzed
-each time it doubles: a few times in its life, each a sampled read of at most 30,000 rows. An
-ANALYZE changes the table's statistics, which makes every session drop the plans it kept for
-that table and cost them again with the new figures.
+transactions since its last check to :data:`CHECK_EVERY` (about a hundred turns), which
+tables of its schema have had at least as many rows inserted, updated or deleted since their
+last ANALYZE as they held then (never fewer than :data:`MIN_CHANGED`), and analyzes those. A
+table is analyzed each time it doubles: a few times in its life, each a sampled read of at
+most 30,000 rows. An ANALYZE changes the table's statistics, which makes every session drop
+the plans it kept for that table and cost them again with the new figures.
 
 Planning every execution instead (``plan_cache_mode = force_custom_plan``, or sending the
 searches unprepared) was tried and measured: it cost the service 0.72x to 1.00x of its

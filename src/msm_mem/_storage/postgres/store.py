@@ -334,8 +334,9 @@ class PostgresStore(ReadAhead):
         IMMEDIATE``, so positions stay dense and supersession cannot race. Its statements run
         in pipeline mode (``pipeline.py``), all answered before the commit. A connection lost
         while the commit is sent is :class:`CommitLost` (the server may have committed). Once
-        :data:`CHECK_EVERY` statements and rows were written, the tables that doubled since their last ANALYZE are
-        analyzed (``statistics.py``: the kept plans were costed for their old size)."""
+        :data:`CHECK_EVERY` statements and rows were written, the tables that doubled since
+        their last ANALYZE are analyzed (``statistics.py``: the kept plans were costed for their
+        old size)."""
         committing = False
         self._forget_ahead()  # this write may change what was read ahead
         try:
