@@ -7,8 +7,10 @@ from __future__ import annotations
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
 
 from msm_mem import ConsentRecord, MsmMem
@@ -172,5 +174,32 @@ def test_a_patients_search_reads_the_patients_rows_as_the_tables_grow(postgres_u
             "SELECT sum(generic_plans + custom_plans) FROM pg_prepared_statements WHERE statement LIKE '%<#>%'"
         ).fetchone()
         assert kept is not None and kept[0] >= 20, "the searches stay prepared (parsed once)"
+    finally:
+        mem.close()
+
+
+def test_an_audit_only_write_reads_the_head_and_the_digests_once(
+    postgres_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write of audit rows alone (every served read commits one) reads the stored head and
+    the row digests once each, the signing step included, and no vector positions."""
+    mem = MsmMem.init(Path(tempfile.mkdtemp()) / "h", ADMIN, database_url=postgres_url, schema=schema)
+    try:
+        _turns(mem, ["P1"], 0)
+        store = mem._store
+        assert isinstance(store, PostgresStore)
+        sent: list[str] = []
+        execute = psycopg.Connection.execute
+
+        def spy(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(str(query))
+            return execute(self, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", spy)
+        mem.retrieve(AGENT, "P1", np.random.default_rng(0).random((64, 64), dtype=np.float32))
+        monkeypatch.undo()
+        assert sent and not [q for q in sent if "MAX(pos)" in q]
+        assert len([q for q in sent if "FROM audit" in q and "ORDER BY seq DESC" in q]) == 1
+        assert len([q for q in sent if "'rows:'" in q]) == 1
     finally:
         mem.close()

@@ -214,3 +214,40 @@ def test_entities_and_relationships_are_retracted_by_state_change(store: Store) 
     with pytest.raises(NotFound):
         store.write(WriteBatch(changes=[StateChange("relationships", "R-9", State.ACTIVE, State.RETRACTED)]))
     assert [e.entity_id for e in store.entities("p")] == ["N-2"]
+
+
+def test_a_chained_write_continues_the_head_it_read(store: Store) -> None:
+    """A write given a chainer hands it the stored head and appends its rows; rows that do not
+    continue that head are refused and nothing of the batch is stored."""
+    store.write(WriteBatch(audit=rows(2)))
+    seen: list[tuple[int, str]] = []
+
+    def chain(seq: int, head_hash: str) -> list[AuditRow]:
+        seen.append((seq, head_hash))
+        return rows(seq + 1)[seq:]
+
+    store.write(WriteBatch(stm=[item(1)]), chain)
+    assert seen == [(2, rows(2)[-1].event_hash)] and [r.seq for r in store.iter_audit()] == [1, 2, 3]
+    with pytest.raises(InvalidInput):
+        store.write(WriteBatch(stm=[item(2)]), lambda seq, head_hash: rows(seq + 2)[seq + 1 :])
+    assert [r.seq for r in store.iter_audit()] == [1, 2, 3] and [i.item_id for i in store.stm_list(patient_id="p")] == [
+        "M-1"
+    ]
+
+
+def test_the_digests_seen_inside_a_write_are_what_it_leaves(store: Store) -> None:
+    """Inside a write's before_commit the store's row digests are those the write leaves (as
+    stored and as recomputed after the commit); after a write that fails there, they are
+    those before it again."""
+    seen: list[object] = []
+    store.write(WriteBatch(stm=[item(1)], audit=rows(1)), before_commit=lambda: seen.append(store.row_digests()))
+    assert seen == [store.row_digests()] == [store.computed_row_digests()]
+    before = store.row_digests()
+
+    def fail() -> None:
+        seen.append(store.row_digests())
+        raise RuntimeError("refused")
+
+    with pytest.raises(RuntimeError):
+        store.write(WriteBatch(stm=[item(2)]), before_commit=fail)
+    assert seen[-1] != before and store.row_digests() == before == store.computed_row_digests()

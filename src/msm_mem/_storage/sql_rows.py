@@ -3,6 +3,7 @@ write path inside its transaction, recomputed from the rows for verification."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,6 +40,11 @@ class SqlRowDigests(SqlCore):
     """The key, the stored sums and the two ways of computing them."""
 
     _row_key: bytes | None = None
+    #: the writing thread and the digests its write in progress leaves (set by
+    #: :meth:`_digest_save` inside the transaction, cleared by the writer when it ends; one
+    #: writer at a time, and only its own thread is answered with them: SQLite's writer of
+    #: audit rows alone does not hold the lock other threads read under)
+    _saved_digests: tuple[int, dict[str, TableDigest]] | None = None
 
     def use_row_key(self, key: bytes) -> None:
         """The key of the row digests (at least 32 bytes; the governed API derives it from the
@@ -65,8 +71,12 @@ class SqlRowDigests(SqlCore):
         return {t: TableDigest.from_meta(t, rows[_PREFIX + t]) for t in DIGEST_TABLES}
 
     def row_digests(self) -> dict[str, TableDigest]:
-        """The stored digests of every governed table (what the last commit left)."""
+        """The stored digests of every governed table (what the last commit left; inside a
+        write's ``before_commit``, what that write saved, without reading them back)."""
         with self._db():
+            saved = self._saved_digests
+            if saved is not None and saved[0] == threading.get_ident():
+                return dict(saved[1])
             return self._stored_digests()
 
     def _digest_begin(self) -> RowDigest:
@@ -74,6 +84,7 @@ class SqlRowDigests(SqlCore):
 
     def _digest_save(self, digest: RowDigest) -> None:
         result = digest.result()
+        self._saved_digests = (threading.get_ident(), result)
         for table in sorted(digest.changed):
             self._q(
                 "UPDATE meta SET value = ? WHERE tenant = ? AND key = ?",

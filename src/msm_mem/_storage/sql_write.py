@@ -121,6 +121,8 @@ class SqlWriter(SqlRowDigests):
                         before_commit()
             except CommitLost as exc:
                 self._after_lost_commit(batch, exc)  # returns only when the write is stored
+            finally:
+                self._saved_digests = None  # committed or rolled back: meta holds the truth again
             self._committed(batch, moved)
 
     def upgrade(
@@ -171,11 +173,14 @@ class SqlWriter(SqlRowDigests):
         # read under the write lock: the key table, the positions and the audit head are what
         # the last commit of any writer left, so concurrent writers cannot collide on them
         self._check_rewrapped(batch)
+        head: int | None = None  # the stored audit head's seq, when read here
         if chain is not None:
-            batch.audit = chain(*self.audit_head())
+            head_seq, head_hash = self.audit_head()
+            batch.audit, head = chain(head_seq, head_hash), head_seq
         d = self._digest_begin()
         codec = self._codec
-        pos = self._positions()
+        # (a batch without vectors places none: an audit-only write spares the two reads)
+        pos = self._positions() if batch.episodes or batch.visuals else {}
         vectors: tuple[tuple[VectorKind, list[tuple[Any, ...]]], ...] = (
             ("episodic", [r.episode_to_row(e, pos["episodic"] + i, codec) for i, e in enumerate(batch.episodes)]),
             ("visual", [r.visual_to_row(v, pos["visual"] + i, codec) for i, v in enumerate(batch.visuals)]),
@@ -206,7 +211,7 @@ class SqlWriter(SqlRowDigests):
             if cur.rowcount != 1:
                 raise NotFound(f"no unrevoked consent {consent_id!r}")
             done()
-        self._append_audit(batch.audit)
+        self._append_audit(batch.audit, head)
         self._insert_versions(
             "semantic", "category", batch.semantic, lambda s: r.semantic_to_row(s, codec), batch.restore, d
         )
@@ -296,12 +301,15 @@ class SqlWriter(SqlRowDigests):
                 raise IllegalTransition(f"short-term item {c.item_id!r} is {row[0]}, expected {c.expect.value}")
         done()
 
-    def _append_audit(self, audit: list[AuditRow]) -> None:
-        """Append rows that continue the stored chain; a stored row is never written again."""
+    def _append_audit(self, audit: list[AuditRow], head_seq: int | None = None) -> None:
+        """Append rows that continue the stored chain; a stored row is never written again.
+        ``head_seq``: the stored head's seq if this transaction read it already (under its
+        write lock, so it is still the head), else it is read here."""
         if not audit:
             return
-        row = self._q("SELECT seq FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1", (self.tenant,)).fetchone()
-        head_seq = int(row[0]) if row else self.audit_base()[0]
+        if head_seq is None:
+            row = self._q("SELECT seq FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1", (self.tenant,)).fetchone()
+            head_seq = int(row[0]) if row else self.audit_base()[0]
         if audit[0].seq <= head_seq:
             raise IllegalTransition(f"the audit tier is append-only: seq {audit[0].seq} is stored already")
         if audit[0].seq != head_seq + 1 or any(b.seq != a.seq + 1 for a, b in zip(audit, audit[1:], strict=False)):
