@@ -51,7 +51,7 @@ def test_key_rotation_and_its_audit_event_commit_together(tmp_path: Path, monkey
         answers = [e.answer for e in mem.episodes(AGENT, "P1")]
         before_keks, before_events = _kek_ids(mem), len(audit_events(mem._store))
 
-        def broken(self: object, audit: object) -> None:
+        def broken(self: object, audit: object, head_seq: int | None = None) -> None:
             raise StoreError("disk full")
 
         with monkeypatch.context() as m:

@@ -215,10 +215,10 @@ def test_postgres_connection_lost_mid_request_is_a_clear_error_then_works(tmp_pa
         pid = mem._store._conn.info.backend_pid  # type: ignore[attr-defined]
         original = SqlWriter._append_audit
 
-        def drop_then_append(self: SqlWriter, audit: object) -> None:
+        def drop_then_append(self: SqlWriter, audit: object, head_seq: int | None = None) -> None:
             with psycopg.connect(postgres_url, autocommit=True) as other:
                 other.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            original(self, audit)  # type: ignore[arg-type]
+            original(self, audit, head_seq)  # type: ignore[arg-type]
 
         SqlWriter._append_audit = drop_then_append  # type: ignore[method-assign]
         try:

@@ -84,8 +84,8 @@ def _during_write(hook: Callable[[], None]) -> Callable[[], None]:
     returns the function that removes the hook."""
     original = SqlWriter._append_audit
 
-    def append(self: SqlWriter, audit: Any) -> None:
-        original(self, audit)
+    def append(self: SqlWriter, audit: Any, head_seq: int | None = None) -> None:
+        original(self, audit, head_seq)
         SqlWriter._append_audit = original  # type: ignore[method-assign]
         hook()
 
