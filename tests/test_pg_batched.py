@@ -203,3 +203,37 @@ def test_an_audit_only_write_reads_the_head_and_the_digests_once(
         assert len([q for q in sent if "'rows:'" in q]) == 1
     finally:
         mem.close()
+
+
+def test_a_key_read_for_its_patient_is_then_served_by_id_without_a_read(
+    postgres_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A patient's data key read by patient is kept by its id too (one key a patient), so the
+    decryption of the patient's rows reads nothing more; a shred empties both."""
+    mem = MsmMem.init(Path(tempfile.mkdtemp()) / "k", ADMIN, database_url=postgres_url, schema=schema)
+    try:
+        _turns(mem, ["P1"], 0)
+        store = mem._store
+        assert isinstance(store, PostgresStore)
+        keys = store.keys()
+        store.sync()
+        patient_refs = [row[0] for row in store._conn.execute("SELECT patient_ref FROM keys").fetchall()]
+        assert len(patient_refs) == 1, patient_refs
+        key = keys.get(patient_refs[0])
+        assert key is not None
+        sent: list[str] = []
+        execute = psycopg.Connection.execute
+
+        def spy(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(str(query))
+            return execute(self, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", spy)
+        assert keys.get_by_id(key.key_id) == key
+        monkeypatch.undo()
+        assert sent == []
+        keys.shred(patient_refs[0])
+        got = keys.get_by_id(key.key_id)
+        assert got is not None and got.shredded and keys.get(patient_refs[0]) == got
+    finally:
+        mem.close()

@@ -58,7 +58,10 @@ class PgKeyTable:
             ).fetchone()
             key = None if row is None else wrapped_key_from_row(row)
             if key is not None and not (self._uncommitted and self._in_transaction(conn)):
-                cache[value] = key  # committed already: no rollback can take it back
+                # committed already: no rollback can take it back; kept by patient and by id (one
+                # key a patient), so decrypting the patient's rows after a turn began reads nothing
+                self._by_patient[key.patient_ref] = key
+                self._by_id[key.key_id] = key
             return key
 
     @staticmethod
