@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +180,21 @@ def test_a_patients_search_reads_the_patients_rows_as_the_tables_grow(postgres_u
         mem.close()
 
 
+@contextmanager
+def _sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The statements psycopg's ``Connection.execute`` is given inside the block."""
+    sent: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def spy(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(psycopg.Connection, "execute", spy)
+        yield sent
+
+
 def test_an_audit_only_write_reads_the_head_and_the_digests_once(
     postgres_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -188,16 +205,8 @@ def test_an_audit_only_write_reads_the_head_and_the_digests_once(
         _turns(mem, ["P1"], 0)
         store = mem._store
         assert isinstance(store, PostgresStore)
-        sent: list[str] = []
-        execute = psycopg.Connection.execute
-
-        def spy(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
-            sent.append(str(query))
-            return execute(self, query, *args, **kwargs)
-
-        monkeypatch.setattr(psycopg.Connection, "execute", spy)
-        mem.retrieve(AGENT, "P1", np.random.default_rng(0).random((64, 64), dtype=np.float32))
-        monkeypatch.undo()
+        with _sent(monkeypatch) as sent:
+            mem.retrieve(AGENT, "P1", np.random.default_rng(0).random((64, 64), dtype=np.float32))
         assert sent and not [q for q in sent if "MAX(pos)" in q]
         assert len([q for q in sent if "FROM audit" in q and "ORDER BY seq DESC" in q]) == 1
         assert len([q for q in sent if "'rows:'" in q]) == 1
@@ -221,16 +230,8 @@ def test_a_key_read_for_its_patient_is_then_served_by_id_without_a_read(
         assert len(patient_refs) == 1, patient_refs
         key = keys.get(patient_refs[0])
         assert key is not None
-        sent: list[str] = []
-        execute = psycopg.Connection.execute
-
-        def spy(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
-            sent.append(str(query))
-            return execute(self, query, *args, **kwargs)
-
-        monkeypatch.setattr(psycopg.Connection, "execute", spy)
-        assert keys.get_by_id(key.key_id) == key
-        monkeypatch.undo()
+        with _sent(monkeypatch) as sent:
+            assert keys.get_by_id(key.key_id) == key
         assert sent == []
         keys.shred(patient_refs[0])
         got = keys.get_by_id(key.key_id)
