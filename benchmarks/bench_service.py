@@ -45,14 +45,11 @@ Needs wrk on the PATH (``apt-get install wrk``); the table it reproduces is in d
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import itertools
 import os
-import platform
 import shutil
 import signal
 import socket
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -64,6 +61,7 @@ from pathlib import Path
 
 import httpx
 from _loadgen import LUA, OPS, cpu_seconds, request_list, warm_up, wrk
+from _service_report import report
 
 from msm_mem import MsmMem, Principal
 from msm_mem.datasets.synthetic import generate
@@ -73,7 +71,6 @@ ADMIN = Principal("bench-admin", "admin", "operations")
 INGEST = Principal("bench-ingest", "system", "operations")
 AGENT = Principal("bench-agent", "agent", "treatment")
 THIS_TREE = Path(__file__).resolve().parent.parent
-LABELS = {"retrieve": "retrieve (upload)", "retrieve-study": "retrieve (stored study)", "ask": "ask + write-back"}
 
 
 @dataclass(frozen=True)
@@ -265,78 +262,6 @@ def _counts(text: str) -> list[int]:
     return counts
 
 
-def versions() -> str:
-    names = ["msm-mem", "fastapi", "uvicorn", "uvloop", "httptools", "starlette", "pydantic", "httpx", "numpy"]
-    out = [f"Python {platform.python_version()}", f"SQLite {sqlite3.sqlite_version}"]
-    for name in names + ["psycopg", "pgserver"]:
-        try:
-            out.append(f"{name} {importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            if name in names:
-                out.append(f"{name} (not installed)")
-    wrk_version = subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout.split("[")[0].strip()
-    return ", ".join(out + [wrk_version or "wrk"])
-
-
-def _median(runs: list[dict[str, float] | str], key: str) -> float | None:
-    values = [r[key] for r in runs if isinstance(r, dict)]
-    return statistics.median(values) if values else None
-
-
-def report(
-    args: argparse.Namespace,
-    trees: list[Tree],
-    results: dict[tuple[str, str, int, int, str], list[dict[str, float] | str]],
-    over: dict[tuple[str, str], tuple[float, float]],
-    loads: list[float],
-) -> None:
-    print(
-        f"\nwrk, {', '.join(map(str, args.connections))} connections, {args.seconds:.0f} s per run, "
-        f"median of {args.rounds} interleaved rounds; {os.cpu_count()} cores shared with the load generator; "
-        "load average during the runs "
-        f"{min(loads):.1f} to {max(loads):.1f}\n"
-    )
-    print(
-        "| store | tree | workers | connections | operation | requests/s | p50 ms | p99 ms "
-        "| server CPU ms/request | of it, event loop | refused |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for (store, tree, workers, conns, op), runs in results.items():
-        label = LABELS[op]
-        refused = [r for r in runs if isinstance(r, str)]
-        if len(refused) == len(runs):
-            print(f"| {store} | {tree} | {workers} | {conns} | {label} | {refused[0]} | | | | | |")
-            continue
-        rps, p50, p99, cpu, loop, err = (
-            _median(runs, k) for k in ("rps", "p50", "p99", "cpu_ms", "loop_ms", "refused")
-        )
-        figures = f"{rps:.0f} | {p50:.1f} | {p99:.1f} | {cpu:.2f} | {loop:.2f} | {err:.0f}"
-        print(f"| {store} | {tree} | {workers} | {conns} | {label} | {figures} |")
-    if len(trees) >= 2:
-        a, b = trees[0].name, trees[-1].name
-        print(
-            f"\n| store | workers | connections | operation | requests/s, {a} / {b} | p99, {b} / {a} "
-            f"| CPU/request, {a} / {b} |"
-        )
-        print("|---|---|---|---|---|---|---|")
-        for (store, tree, workers, conns, op), runs in results.items():
-            other = results.get((store, b, workers, conns, op))
-            if tree != a or other is None:
-                continue
-            a_rps, b_rps = _median(runs, "rps"), _median(other, "rps")
-            a_p99, b_p99 = _median(runs, "p99"), _median(other, "p99")
-            a_cpu, b_cpu = _median(runs, "cpu_ms"), _median(other, "cpu_ms")
-            if not (a_rps and b_rps and a_p99 and b_p99 and a_cpu and b_cpu):
-                continue
-            ratios = f"{a_rps / b_rps:.2f}x | {b_p99 / a_p99:.2f}x | {a_cpu / b_cpu:.2f}x"
-            print(f"| {store} | {workers} | {conns} | {LABELS[op]} | {ratios} |")
-    print("\n| store | tree | one retrieve over HTTP, median ms | MsmMem.retrieve in process, median ms | ratio |")
-    print("|---|---|---|---|---|")
-    for (store, tree), (h, d) in over.items():
-        print(f"| {store} | {tree} | {h:.2f} | {d:.2f} | {h / d:.2f}x |")
-    print(f"\n{versions()}")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--patients", type=int, default=100)
@@ -416,7 +341,7 @@ def main() -> None:
         for base, _ in stores:
             if base.dsn is not None:
                 _psql(base.dsn, "DROP DATABASE IF EXISTS bench_base")
-    report(args, trees, results, over, loads)
+    report(args, [t.name for t in trees], results, over, loads)
 
 
 if __name__ == "__main__":
