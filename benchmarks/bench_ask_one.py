@@ -19,12 +19,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+
+from _trees import answer, run_in_tree
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,7 +33,6 @@ HERE = Path(__file__).resolve().parent
 def _worker(args: argparse.Namespace) -> None:
     from threadpoolctl import threadpool_limits
 
-    import msm_mem
     from msm_mem import MsmMem, Principal
     from msm_mem.datasets.synthetic import generate
 
@@ -52,17 +52,12 @@ def _worker(args: argparse.Namespace) -> None:
                 mem.ask(agent, patient, image, "What is the impression?")
                 if i >= args.warmup:
                     ms.append((time.perf_counter() - t0) * 1e3)
-    print(f"{statistics.median(ms)} {msm_mem.__file__}")
+    answer(statistics.median(ms))
 
 
 def _run(tree: Path, args: argparse.Namespace, url: str) -> float:
-    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
-    cmd = [sys.executable, __file__, "--worker", "--patients", str(args.patients), "--asks", str(args.asks)]
-    cmd += ["--warmup", str(args.warmup)] + (["--database-url", url] if url else [])
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout.split()
-    if not Path(out[1]).resolve().is_relative_to(tree.resolve()):
-        raise SystemExit(f"the worker imported msm_mem from {out[1]}, not from {tree}")
-    return float(out[0])
+    run = ["--patients", str(args.patients), "--asks", str(args.asks), "--warmup", str(args.warmup)]
+    return run_in_tree(tree, __file__, run + (["--database-url", url] if url else []))
 
 
 def main() -> None:

@@ -20,11 +20,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import uuid
 from pathlib import Path
+
+from _trees import answer, run_in_tree
 
 HERE = Path(__file__).resolve().parent
 
@@ -33,23 +34,16 @@ def _worker(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE))
     from bench_governance import bench_write_back
 
-    import msm_mem
-
     with tempfile.TemporaryDirectory() as tmp:
         url = args.database_url or None
         rate = bench_write_back(Path(tmp), args.interactions, args.patients[0], args.unique, database_url=url)
-    print(f"{rate} {msm_mem.__file__}")
+    answer(rate)
 
 
 def _run(tree: Path, interactions: int, patients: int, unique: bool, url: str) -> float:
-    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
-    cmd = [sys.executable, __file__, "--worker", "--interactions", str(interactions), "--patients", str(patients)]
-    cmd += ["--unique"] if unique else []
-    cmd += ["--database-url", url] if url else []
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout.split()
-    if not Path(out[1]).resolve().is_relative_to(tree.resolve()):
-        raise SystemExit(f"the worker imported msm_mem from {out[1]}, not from {tree}")
-    return float(out[0])
+    args = ["--interactions", str(interactions), "--patients", str(patients)]
+    args += ["--unique"] if unique else []
+    return run_in_tree(tree, __file__, args + (["--database-url", url] if url else []))
 
 
 def main() -> None:
