@@ -79,7 +79,7 @@ class Rows(Protocol):
 class SqlCore(Store):
     """The connection, the codec and the reads by id of a SQL store; backends fill the hooks."""
 
-    #: the column ordering each table's rows by insertion
+    #: the column ordering each table's rows by insertion (an expression of it where the planner needs one)
     ORDER: ClassVar[dict[str, str]]
     #: whether a text column can hold NUL (so a NUL in an id can match a stored row)
     HOLDS_NUL: ClassVar[bool]

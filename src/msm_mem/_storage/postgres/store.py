@@ -68,7 +68,7 @@ from .pipeline import Pending
 from .readahead import KINDS, ReadAhead
 from .schema import FORMAT, HNSW, SCHEMA, SCHEMA_VERSION, TABLES
 from .statistics import CHECK_EVERY, analyze_grown
-from .tenancy import add_tenant, check_new_tenant, delete_tenant, has_tenant_column, read_meta
+from .tenancy import add_indexes, add_tenant, check_new_tenant, delete_tenant, has_tenant_column, read_meta
 
 __all__ = ["PostgresStore"]
 
@@ -144,6 +144,8 @@ class PostgresStore(ReadAhead):
         self.store_id = meta.get("store_id") or meta.get("tenant") or uuid.uuid4().hex
         self.schema_version = meta.get("schema", "")
         self._approximate = self._approximate and self.dim <= HNSW_MAX_DIM
+        if not self._legacy:  # a store made before an index gets it now (schema 1 or 2: in its upgrade)
+            add_indexes(conn, schema)
         if self._approximate:
             for kind in KINDS:
                 conn.execute(HNSW.format(kind=kind).encode())

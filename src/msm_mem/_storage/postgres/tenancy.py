@@ -9,6 +9,7 @@ the store's tenant's, inside the upgrade's transaction.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
@@ -16,7 +17,10 @@ import psycopg
 from psycopg import sql
 
 from ..._errors import StoreError
+from ..indexes import missing_indexes
 from .schema import INDEXES, SCHEMA, TABLES
+
+_log = logging.getLogger("msm_mem")
 
 __all__ = ["add_tenant", "check_new_tenant", "delete_tenant", "has_tenant_column", "read_meta"]
 
@@ -108,3 +112,26 @@ def add_tenant(conn: psycopg.Connection[Any], tenant: str) -> None:
     for statement in INDEXES.split(";"):  # one at a time: a write transaction runs in pipeline mode,
         if statement.strip():  # which takes no string of several commands
             conn.execute(statement.strip().encode())
+
+
+def add_indexes(conn: psycopg.Connection[Any], schema: str) -> list[str]:
+    """Create the secondary indexes the tables of ``schema`` lack (a store made before them gets
+    them when it is next opened); returns the statements run. ``conn`` is an autocommit
+    connection outside any transaction. Processes opening the store at once take turns (a
+    transaction lock), so each index is built once. A role that may not create them (it does
+    not own the tables), or a read-only server, opens the store all the same, with a warning:
+    the reads are slower."""
+    found = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,)).fetchall()
+    if not missing_indexes(row[0] for row in found):
+        return []
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"msm_mem indexes {schema}",))
+            found = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,)).fetchall()
+            statements = missing_indexes(row[0] for row in found)
+            for statement in statements:
+                conn.execute(statement.encode())
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction) as exc:
+        _log.warning("the indexes of schema %s were not made (%s): reads of a patient scan the tables", schema, exc)
+        return []
+    return statements

@@ -46,7 +46,7 @@ from .connection import Held, Writing, audit_only, connect, connect_read_only, w
 from .keys import SqliteKeyTable
 from .readcache import ReadCache
 from .schema import DB_NAME, FORMAT, SCHEMA, SCHEMA_VERSION
-from .upgrade import add_tenant, read_meta
+from .upgrade import add_indexes, add_tenant, read_meta
 from .vectors import FaissVectors
 
 __all__ = ["SqliteStore"]
@@ -56,9 +56,12 @@ class SqliteStore(FaissVectors, CachedReads):
     """The embedded store of record. Thread-safe: one connection behind a lock, and a side
     connection for the writes of audit rows alone (``connection.py``)."""
 
+    # ``+pos``, an expression: SQLite, without table statistics, takes an equality on the
+    # tenant (one value in a store) for a selective one, and would read a patient's records by
+    # walking the whole (tenant, pos) key in order rather than the patient index and a sort
     ORDER: ClassVar[dict[str, str]] = {
-        "episodic": "pos",
-        "visual": "pos",
+        "episodic": "+pos",
+        "visual": "+pos",
         "semantic": "rowid",
         "claims": "rowid",
         "entities": "rowid",
@@ -195,10 +198,14 @@ class SqliteStore(FaissVectors, CachedReads):
             conn.close()
             raise
         store.read_only = read_only
-        if not read_only and not store._legacy:  # a store made before the change mark gets it now
+        if not read_only and not store._legacy:  # a store made before the change mark or an index gets it now
             try:
                 with store._db():
                     install(conn, store.tenant)
+                    add_indexes(conn)
+            except sqlite3.IntegrityError as exc:
+                store.close()
+                raise StoreError(f"{db}: an index of the schema cannot be made, the rows break it: {exc}") from exc
             except sqlite3.OperationalError as exc:
                 store.close()
                 raise StoreError(f"{db}: the store is busy or cannot be written: {exc}") from exc

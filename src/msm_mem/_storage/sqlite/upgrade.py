@@ -14,9 +14,10 @@ from pathlib import Path
 
 from ..._errors import StoreError
 from ..._settings import DEFAULT_TENANT, check_tenant
+from ..indexes import missing_indexes
 from .schema import INDEXES, SCHEMA, TABLES
 
-__all__ = ["add_tenant", "has_tenant_column", "read_meta"]
+__all__ = ["add_indexes", "add_tenant", "has_tenant_column", "read_meta"]
 
 _CREATE = {
     name: statement.strip()
@@ -75,3 +76,23 @@ def add_tenant(conn: sqlite3.Connection, tenant: str) -> None:
     for statement in INDEXES.split(";"):
         if statement.strip():
             conn.execute(statement)
+
+
+def add_indexes(conn: sqlite3.Connection) -> list[str]:
+    """Create the secondary indexes a store made before them lacks, in one transaction (the
+    caller holds no transaction; a store gets them on its first writable open). Returns the
+    statements run (none when every index is there, which is read without a write lock)."""
+    found = (row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'"))
+    statements = missing_indexes(found)
+    if not statements:
+        return []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return statements
