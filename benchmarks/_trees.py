@@ -1,15 +1,18 @@
 """Measuring one source tree beside another: a worker process per run that imports msm-mem
 from the tree asked for (``PYTHONPATH=TREE/src``) and prints one figure, checked to come from
-that tree. Used by bench_write_back_stores.py and bench_ask_one.py."""
+that tree. Used by bench_write_back_stores.py, bench_ask_one.py and bench_patient_reads.py."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["answer", "run_in_tree"]
+__all__ = ["answer", "run_in_tree", "table_head", "trees_of"]
+
+THIS_TREE = Path(__file__).resolve().parent.parent
 
 
 def run_in_tree(tree: Path, script: str, args: list[str]) -> float:
@@ -27,3 +30,22 @@ def answer(figure: float) -> None:
     import msm_mem
 
     print(f"{figure} {msm_mem.__file__}")
+
+
+def trees_of(ap: argparse.ArgumentParser, baseline: Path | None) -> list[tuple[str, Path]]:
+    """This tree, then the ``--baseline`` tree when one is given (an error unless it holds
+    ``src/msm_mem``)."""
+    trees = [("this tree", THIS_TREE)]
+    if baseline is not None:
+        if not (baseline / "src" / "msm_mem").is_dir():
+            ap.error(f"--baseline: {baseline} holds no src/msm_mem")
+        trees.append(("baseline", baseline.resolve()))
+    return trees
+
+
+def table_head(first: str, trees: list[tuple[str, Path]], cell: str) -> str:
+    """The two head lines of a Markdown table: ``first``, a column per tree (its name, then
+    ``cell``) and a ratio column when there are two trees."""
+    names = " | ".join(f"{name}, {cell}" for name, _ in trees)
+    ratio = " | ratio |" if len(trees) > 1 else " |"
+    return f"| {first} | {names}{ratio}\n" + "|---" * (1 + len(trees) + (len(trees) > 1)) + "|"

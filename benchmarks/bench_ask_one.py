@@ -25,7 +25,7 @@ import time
 import uuid
 from pathlib import Path
 
-from _trees import answer, run_in_tree
+from _trees import answer, run_in_tree, table_head, trees_of
 
 HERE = Path(__file__).resolve().parent
 
@@ -78,11 +78,7 @@ def main() -> None:
     if args.worker:
         _worker(args)
         return
-    trees = [("this tree", HERE.parent)]
-    if args.baseline is not None:
-        if not (args.baseline / "src" / "msm_mem").is_dir():
-            ap.error(f"--baseline: {args.baseline} holds no src/msm_mem")
-        trees.append(("baseline", args.baseline.resolve()))
+    trees = trees_of(ap, args.baseline)
     stores = ["embedded (SQLite)"] + (["PostgreSQL"] if args.postgres else [])
     got: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,12 +95,7 @@ def main() -> None:
                     got.setdefault((store, name), []).append(ms)
                     print(f"round {r + 1} {store} {name}: {ms:.3f} ms", file=sys.stderr)
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(
-        "| store | "
-        + " | ".join(f"{name}, ms median (range)" for name, _ in trees)
-        + (" | ratio |" if len(trees) > 1 else " |")
-    )
-    print("|---" * (1 + len(trees) + (len(trees) > 1)) + "|")
+    print(table_head("store", trees, "ms median (range)"))
     for store in stores:
         medians = [statistics.median(got[(store, name)]) for name, _ in trees]
         cells = [

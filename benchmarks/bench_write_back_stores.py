@@ -25,7 +25,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from _trees import answer, run_in_tree
+from _trees import answer, run_in_tree, table_head, trees_of
 
 HERE = Path(__file__).resolve().parent
 
@@ -64,11 +64,7 @@ def main() -> None:
         return
     if args.rounds < 1 or args.interactions < 100 or min(args.patients) < 100:
         ap.error("--rounds: at least 1; --interactions and --patients: at least 100")
-    trees = [("this tree", HERE.parent)]
-    if args.baseline is not None:
-        if not (args.baseline / "src" / "msm_mem").is_dir():
-            ap.error(f"--baseline: {args.baseline} holds no src/msm_mem")
-        trees.append(("baseline", args.baseline.resolve()))
+    trees = trees_of(ap, args.baseline)
     rows = [(p, False) for p in args.patients] + [(args.patients[0], True)]
     rates: dict[tuple[str, int, bool, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -85,9 +81,7 @@ def main() -> None:
                         rate = _run(tree, args.interactions, p, unique, url if store == "postgres" else "")
                         rates.setdefault((store, p, unique, name), []).append(rate)
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    head = "| store | write-back row | " + " | ".join(f"{name}, median (range)" for name, _ in trees)
-    print(head + (" | ratio |" if len(trees) > 1 else " |"))
-    print("|---" * (2 + len(trees) + (len(trees) > 1)) + "|")
+    print(table_head("store | write-back row", trees, "median (range)").replace("|---", "|---|---", 1))
     for store in args.stores:
         for p, unique in rows:
             answers = "every impression unique" if unique else "240 distinct impressions"
