@@ -4,13 +4,14 @@ Each tree gets its own store, grown by governed write-back turns (``bench_govern
 turns, 100 per transaction) to ``--turns`` over ``--patients`` patients (so each patient
 holds turns / patients studies: episodes, visual records, claims, entities and
 relationships). Then, in a fresh process per measurement (a store opened anew, its caches
-cold), each of the public reads below is timed for ``--reads`` patients in turn, and the
+cold), each of the public reads below is timed for ``--reads`` patients in turn (a care
+role's audit trail, which reads the whole chain, for ``--trail-reads`` of them), and the
 governed write-back is timed over ``--reads`` more turns of patients the new process has not
 read yet (a turn reads the patient's entities before it links new ones). Rounds alternate
 the trees. Prints the median of the per-round medians, in milliseconds, and their ratio.
 
 Usage: python benchmarks/bench_patient_reads.py [--turns 50000] [--patients 5000] [--reads 200]
-       [--rounds 3] [--baseline OTHER_TREE]
+       [--trail-reads 10] [--rounds 3] [--baseline OTHER_TREE]
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from _trees import answer, run_in_tree, table_head, trees_of
 HERE = Path(__file__).resolve().parent
 
 #: the measured operations, each a public call on one patient
-OPS = ("episodes", "visuals", "claims", "claim history", "write-back turn")
+OPS = ("episodes", "visuals", "claims", "claim history", "audit trail", "write-back turn")
 
 
 def _grow(directory: Path, turns: int, patients: int) -> None:
@@ -37,7 +38,7 @@ def _grow(directory: Path, turns: int, patients: int) -> None:
     bench_write_back(directory, turns, patients)
 
 
-def _measure(directory: Path, op: str, patients: int, reads: int) -> float:
+def _measure(directory: Path, op: str, patients: int, reads: int, trail_reads: int) -> float:
     import numpy as np
     from bench_governance import AGENT
 
@@ -61,6 +62,7 @@ def _measure(directory: Path, op: str, patients: int, reads: int) -> float:
             gm.commit_many([turn])
             spent.append(time.perf_counter() - t0)
     else:
+        chosen = chosen[:trail_reads] if op == "audit trail" else chosen
         keys = {name: [c.key for c in mem._store.claims_active(name)] or ["none"] for name in chosen}
         for name in chosen:
             t0 = time.perf_counter()
@@ -70,8 +72,10 @@ def _measure(directory: Path, op: str, patients: int, reads: int) -> float:
                 mem.visuals(AGENT, name, limit=20)
             elif op == "claims":
                 mem.claims(AGENT, name, limit=20)
-            else:
+            elif op == "claim history":
                 mem.claim_history(AGENT, name, keys[name][0], limit=20)
+            else:  # the patient's events, from the chain's start (every event of the chain read)
+                mem.audit_trail(AGENT, name, limit=1000)
             spent.append(time.perf_counter() - t0)
     mem.close()
     return statistics.median(spent) * 1e3
@@ -82,6 +86,9 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=50_000)
     ap.add_argument("--patients", type=int, default=5_000)
     ap.add_argument("--reads", type=int, default=200)
+    ap.add_argument(
+        "--trail-reads", type=int, default=10, help="patients whose audit trail is read (each reads the chain)"
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--baseline", type=Path, help="another source tree (holding src/msm_mem)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -93,12 +100,15 @@ def main() -> None:
             _grow(args.store, args.turns, args.patients)
             answer(0.0)
         else:
-            answer(_measure(args.store, args.op, args.patients, args.reads))
+            answer(_measure(args.store, args.op, args.patients, args.reads, args.trail_reads))
         return
-    if args.rounds < 1 or args.patients < 1 or args.turns < args.patients or not 1 <= args.reads <= args.patients:
-        ap.error("--rounds, --patients: at least 1; --turns: at least --patients; --reads: 1 to --patients")
+    if args.rounds < 1 or args.patients < 1 or args.turns < args.patients:
+        ap.error("--rounds, --patients: at least 1; --turns: at least --patients")
+    if not (1 <= args.reads <= args.patients and 1 <= args.trail_reads <= args.reads):
+        ap.error("--reads: 1 to --patients; --trail-reads: 1 to --reads")
     trees = trees_of(ap, args.baseline)
     common = ["--turns", str(args.turns), "--patients", str(args.patients), "--reads", str(args.reads)]
+    common += ["--trail-reads", str(args.trail_reads)]
     got: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         stores = {name: Path(tmp) / f"tree{i}" for i, (name, _) in enumerate(trees)}
@@ -110,6 +120,7 @@ def main() -> None:
                     ms = run_in_tree(tree, __file__, [*common, "--store", str(stores[name]), "--op", op])
                     got.setdefault((op, name), []).append(ms)
     print(f"{args.turns:,} turns over {args.patients:,} patients; {args.reads} patients a measurement")
+    print(f"(the audit trail: {args.trail_reads} patients a measurement)")
     print(table_head("call on one patient", trees, "ms"))
     for op in OPS:
         medians = [statistics.median(got[(op, name)]) for name, _ in trees]

@@ -92,3 +92,39 @@ def test_an_edited_event_stops_the_page_there(mem: Any) -> None:
     trail = mem.audit_trail(AUDITOR)
     assert trail.unreadable_seq == 4 and [e.seq for e in trail.events] == [1, 2, 3]
     assert mem.verify_audit(AUDITOR).first_bad_seq == 4
+
+
+def test_a_care_roles_view_parses_only_its_patients_events(mem: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A patient's view holds exactly the events of the whole chain that name its pseudonym,
+    and only those are parsed: the other patients' events are checked against their hash
+    only (a long chain would otherwise be parsed event by event for each such read)."""
+    p1 = next(e.patient for e in mem.audit_trail(CLINICIAN, "P1").events)
+    whole = mem.audit_trail(AUDITOR)
+    expected = [e for e in whole.events if e.patient == p1]
+    parsed: list[int] = []
+    real = AuditEvent.from_row.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[AuditEvent], seq: int, payload: bytes, event_hash: str) -> AuditEvent:
+        parsed.append(seq)
+        return real(cls, seq, payload, event_hash)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(AuditEvent, "from_row", classmethod(counting))
+    trail = mem.audit_trail(CLINICIAN, "P1")
+    assert list(trail.events) == expected and 0 < len(expected) < len(whole.events)
+    assert parsed == [e.seq for e in expected]
+
+
+def test_another_patients_edited_event_stops_a_care_roles_page(mem: Any) -> None:
+    """An edited event of another patient (its bytes no longer match its hash) is named in a
+    patient's view too, and the page ends before it."""
+    p2 = next(e.patient for e in mem.audit_trail(CLINICIAN, "P2").events)
+    whole = mem.audit_trail(AUDITOR)
+    seq = next(e.seq for e in whole.events if e.patient == p2 and e.outcome == "success")
+    raw_sql(
+        mem,
+        "UPDATE audit SET payload = CAST(replace(CAST(payload AS TEXT), 'success', 'denied') AS BLOB)"
+        f" WHERE seq = {seq}",
+    )
+    trail = mem.audit_trail(CLINICIAN, "P1")
+    assert trail.unreadable_seq == seq
+    assert trail.events and all(e.seq < seq for e in trail.events)

@@ -8,6 +8,8 @@ closed vocabularies only, never narrative. The read is itself audited.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections import deque
 from dataclasses import dataclass
 
@@ -25,6 +27,8 @@ MAX_EVENTS = 5000
 #: the most recent signed checkpoints a trail carries
 CHECKPOINTS = 20
 _AUDIT_ROLES = frozenset({Role.AUDITOR, Role.ADMIN})
+#: a pseudonym that canonical JSON writes as it is (no escapes)
+_VERBATIM = re.compile(r"[A-Za-z0-9_.:-]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +38,8 @@ class AuditTrail:
     ``events`` are the events with ``seq > after_seq`` (of one patient, for a care role), at
     most ``limit``, ascending; ``next_after`` is the ``after_seq`` of the next page (None on
     the last); ``head_seq`` is the chain's last seq; ``unreadable_seq`` is the first stored
-    event that does not parse or match its hash (the page stops there), None when all read;
+    event that does not parse or match its hash (the page stops there; in a patient's view the
+    other patients' events are checked against their hash only), None when all read;
     ``checkpoints`` are the latest signed checkpoints, newest last.
     """
 
@@ -82,7 +87,16 @@ class _Trail(_Base):
         kept: deque[AuditEvent] | list[AuditEvent] = deque(maxlen=limit) if tail else []
         unreadable: int | None = None
         more = False
+        # a patient's events name its pseudonym verbatim (canonical JSON of "pt-" and hex), so
+        # an event whose bytes do not hold it is another patient's: its hash is checked, and
+        # it is not parsed (parsing every event of a long chain cost a care role's read most)
+        needle = pseudonym.encode() if pseudonym is not None and _VERBATIM.fullmatch(pseudonym) else None
         for row in self._store.iter_audit(after_seq + 1):
+            if needle is not None and needle not in (raw := bytes(row.payload)):
+                if hashlib.sha256(raw).hexdigest() != row.event_hash:
+                    unreadable = row.seq
+                    break
+                continue
             try:
                 event = AuditEvent.from_row(row.seq, row.payload, row.event_hash)
             except AuditChainBroken:
