@@ -1,4 +1,4 @@
-"""One patient's reads on a grown embedded store, this tree beside another.
+"""One patient's reads on a grown store, this tree beside another.
 
 Each tree gets its own store, grown by governed write-back turns (``bench_governance.py``'s
 turns, 100 per transaction) to ``--turns`` over ``--patients`` patients (so each patient
@@ -10,8 +10,11 @@ governed write-back is timed over ``--reads`` more turns of patients the new pro
 read yet (a turn reads the patient's entities before it links new ones). Rounds alternate
 the trees. Prints the median of the per-round medians, in milliseconds, and their ratio.
 
+With ``--postgres`` the stores of record are schemas of a local PostgreSQL server the script
+starts (pgserver, durable settings, a Unix socket).
+
 Usage: python benchmarks/bench_patient_reads.py [--turns 50000] [--patients 5000] [--reads 200]
-       [--trail-reads 10] [--rounds 3] [--baseline OTHER_TREE]
+       [--trail-reads 10] [--rounds 3] [--baseline OTHER_TREE] [--postgres]
 """
 
 from __future__ import annotations
@@ -31,11 +34,11 @@ HERE = Path(__file__).resolve().parent
 OPS = ("episodes", "visuals", "claims", "claim history", "audit trail", "write-back turn")
 
 
-def _grow(directory: Path, turns: int, patients: int) -> None:
+def _grow(directory: Path, turns: int, patients: int, database_url: str) -> None:
     sys.path.insert(0, str(HERE))
     from bench_governance import bench_write_back
 
-    bench_write_back(directory, turns, patients)
+    bench_write_back(directory, turns, patients, database_url=database_url or None)
 
 
 def _measure(directory: Path, op: str, patients: int, reads: int, trail_reads: int) -> float:
@@ -91,13 +94,15 @@ def main() -> None:
     )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--baseline", type=Path, help="another source tree (holding src/msm_mem)")
+    ap.add_argument("--postgres", action="store_true", help="the stores on PostgreSQL (a local server started here)")
+    ap.add_argument("--database-url", default="", help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--store", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--op", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         if args.op == "grow":
-            _grow(args.store, args.turns, args.patients)
+            _grow(args.store, args.turns, args.patients, args.database_url)
             answer(0.0)
         else:
             answer(_measure(args.store, args.op, args.patients, args.reads, args.trail_reads))
@@ -112,14 +117,22 @@ def main() -> None:
     got: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         stores = {name: Path(tmp) / f"tree{i}" for i, (name, _) in enumerate(trees)}
+        url = ""
+        if args.postgres:
+            sys.path.insert(0, str(HERE.parent / "src"))
+            from msm_mem.testing import local_server
+
+            url = local_server(Path(tmp) / "pg", delete_at_exit=True)
         for name, tree in trees:  # (each tree's own store: a tree may write what the other cannot read)
-            run_in_tree(tree, __file__, [*common, "--store", str(stores[name]), "--op", "grow"])
+            grow = [*common, "--store", str(stores[name]), "--op", "grow", "--database-url", url]
+            run_in_tree(tree, __file__, grow)
         for _ in range(args.rounds):
             for op in OPS:
                 for name, tree in trees:
                     ms = run_in_tree(tree, __file__, [*common, "--store", str(stores[name]), "--op", op])
                     got.setdefault((op, name), []).append(ms)
-    print(f"{args.turns:,} turns over {args.patients:,} patients; {args.reads} patients a measurement")
+    where = "PostgreSQL" if args.postgres else "the embedded store"
+    print(f"{args.turns:,} turns over {args.patients:,} patients on {where}; {args.reads} patients a measurement")
     print(f"(the audit trail: {args.trail_reads} patients a measurement)")
     print(table_head("call on one patient", trees, "ms"))
     for op in OPS:

@@ -153,9 +153,9 @@ def _statements(backend: str, mem: MsmMem, monkeypatch: pytest.MonkeyPatch) -> I
 def test_every_statement_names_the_tenant(
     tmp_path: Path, new_mem: MemFactory, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Ingest, ask, feedback, observe, maintenance, key rotation, shredding, verification and a
-    checkpoint: every statement that reads or writes a store table carries ``tenant`` (a Citus
-    router query), on both backends."""
+    """Ingest, ask, feedback, observe, a patient's audit trail, maintenance, key rotation,
+    shredding, verification and a checkpoint: every statement that reads or writes a store
+    table carries ``tenant`` (a Citus router query), on both backends."""
     mem = new_mem("s", clock=FixedClock(T0), backbone=FixedBackbone("Stable opacity", "no change"))
     with _statements(backend, mem, monkeypatch) as seen:
         rows = [
@@ -166,6 +166,7 @@ def test_every_statement_names_the_tenant(
         mem.feedback(CLINICIAN, "P-1", "ACC-9", accept=False, correction="New left effusion")
         mem.episodes(CLINICIAN, "P-1")
         mem.claims(CLINICIAN, "P-1")
+        assert mem.audit_trail(CLINICIAN, "P-1").events
         mem.maintain(SYSTEM, at=T0 + 10 * 86400)
         mem.rotate_keys(ADMIN, "yearly rotation")
         mem.shred(ADMIN, "P-1", "erasure request")

@@ -251,3 +251,38 @@ def test_the_digests_seen_inside_a_write_are_what_it_leaves(store: Store) -> Non
     with pytest.raises(RuntimeError):
         store.write(WriteBatch(stm=[item(2)]), before_commit=fail)
     assert seen[-1] != before and store.row_digests() == before == store.computed_row_digests()
+
+
+def _raw(store: Store, statement: str, args: tuple[object, ...]) -> None:
+    """One statement (``?`` placeholders) on the store's own connection, around the store."""
+    if hasattr(store, "_conn") and not hasattr(store, "schema"):
+        store._conn.execute(statement, args)  # type: ignore[attr-defined]
+    else:
+        with store._db() as conn:  # type: ignore[attr-defined]
+            conn.execute(statement.replace("?", "%s").encode(), args)
+
+
+def test_the_rows_naming_a_needle_and_the_rows_that_fail_their_hash(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """iter_audit_naming gives, in seq order from start_seq, the rows whose bytes hold the
+    needle and the rows that no longer match their hash, and nothing else (searched a few
+    sequence numbers a statement on PostgreSQL, so its spans are crossed)."""
+    monkeypatch.setattr("msm_mem._storage.postgres.store.NAMING_SPAN", 4)
+    b = ChainBuilder()
+    common = dict(time=1.0, actor="a", role="agent", action="read", source_tier="ltm", target_tier="stm")
+    patients = ["pt-aa", "pt-bb", "pt-aa", "", "pt-bb", "pt-bb", "pt-aa", "pt-cc", "pt-bb", "pt-aa", "pt-bb"]
+    chain = [AuditRow(*b.next(**common, purpose="treatment", outcome="success", patient=p).row()) for p in patients]
+    store.write(WriteBatch(audit=chain))
+    mine = [r.seq for r in chain if b'"pt-aa"' in r.payload]
+    assert mine == [1, 3, 7, 10]
+    assert [r for r in store.iter_audit_naming(b"pt-aa")] == [chain[s - 1] for s in mine]
+    assert [r.seq for r in store.iter_audit_naming(b"pt-aa", 4)] == [7, 10]
+    assert list(store.iter_audit_naming(b"pt-zz")) == []
+    edited = chain[5].payload.replace(b"success", b"denied!")
+    _raw(store, "UPDATE audit SET payload = ? WHERE seq = ?", (edited, 6))
+    assert [r.seq for r in store.iter_audit_naming(b"pt-aa")] == [1, 3, 6, 7, 10]
+    assert [r.payload for r in store.iter_audit_naming(b"pt-aa", 5)][0] == edited
+    for bad in (b"", "pt-aa", None):
+        with pytest.raises(InvalidInput):
+            list(store.iter_audit_naming(bad))  # type: ignore[arg-type]

@@ -19,10 +19,12 @@ whole population, and ``""`` for the pool of anonymised records (patient identif
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from typing import ClassVar, Literal, Protocol
 
+from .._errors import InvalidInput
 from .._records import EpisodicRecord, SemanticState, Vector, VisualRecord
 from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
 from .batch import StateChange, WriteBatch
@@ -206,6 +208,19 @@ class Audit(Protocol):
         """Stored audit rows with seq >= start_seq, ascending."""
         for rows in self.iter_audit_batches(start_seq):
             yield from map(AuditRow._make, rows)
+
+    def iter_audit_naming(self, needle: bytes, start_seq: int = 1) -> Iterator[AuditRow]:
+        """The stored audit rows with seq >= start_seq, ascending, whose payload holds the bytes
+        ``needle`` or does not match its hash: a row is left out only when its bytes lack the
+        needle and its hash holds. A patient's view of the chain reads these (the needle its
+        pseudonym), so a changed row of another patient still shows."""
+        if type(needle) is not bytes or not needle:
+            raise InvalidInput("the needle of an audit search must be non-empty bytes")
+        for rows in self.iter_audit_batches(start_seq):
+            for seq, payload, event_hash in rows:
+                raw = bytes(payload)
+                if needle in raw or hashlib.sha256(raw).hexdigest() != event_hash:
+                    yield AuditRow(seq, raw, event_hash)
 
     @abstractmethod
     def iter_audit_batches(self, start_seq: int = 1) -> Iterator[list[tuple[int, bytes, str]]]:
