@@ -89,10 +89,9 @@ class _Trail(_Base):
         # a patient's events name its pseudonym verbatim (canonical JSON of "pt-" and hex), so
         # an event whose bytes do not hold it is another patient's: the store checks its hash
         # and leaves it out (parsing every event of a long chain cost a care role's read most)
-        verbatim = pseudonym is not None and _VERBATIM.fullmatch(pseudonym)
         rows = (
             self._store.iter_audit_naming(pseudonym.encode(), after_seq + 1)
-            if pseudonym is not None and verbatim
+            if pseudonym is not None and _VERBATIM.fullmatch(pseudonym)
             else self._store.iter_audit(after_seq + 1)
         )
         for row in rows:
