@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from msm_mem import EpisodicRecord, VisualRecord
+from msm_mem import EpisodicRecord, StoreError, VisualRecord
 from msm_mem._storage.base import WriteBatch
 from msm_mem._storage.indexes import INDEX_NAMES
 from msm_mem._storage.sqlite import SqliteStore
@@ -128,6 +128,28 @@ def test_a_store_made_before_an_index_gets_it_when_opened(make_store: StoreFacto
     assert [e.entity_id for e in again.entities("p")] == ["N-0", "N-1", "N-2"]
     assert again.record_ids("claims", "p") == ["C-0", "C-1", "C-2"]
     assert [c.claim_id for c in again.claim_history("p", "k1")] == ["C-1"]
+
+
+def test_a_unique_index_the_rows_break_fails_the_open_and_makes_nothing(
+    make_store: StoreFactory, reopen: Callable[..., Any]
+) -> None:
+    """A store whose one-active-claim index is gone and whose rows now hold two active claims
+    of one key is refused on open with a StoreError naming the index, and none of the
+    missing indexes is made."""
+    store = make_store()
+    store.write(rows_of("p", 0, 3, np.random.default_rng(5)))
+    _drop(store, ("claims_one_active", *LATER))
+    columns = "patient_id, key, content, source, confidence, evidence_tier, state, supersedes, created_at, decay_at"
+    copy = f"INSERT INTO claims (id, {columns}, tenant) SELECT 'C-dup', {columns}, tenant FROM claims WHERE id = 'C-1'"
+    if isinstance(store, SqliteStore):
+        store._conn.execute(copy)
+    else:
+        with store._db() as conn:  # type: ignore[attr-defined]
+            conn.execute(copy.encode())
+    with pytest.raises(StoreError, match="index"):
+        reopen(store)
+    assert not {"claims_one_active", *LATER} & _index_names(store)
+    assert sorted(store.record_ids("claims", "p")) == ["C-0", "C-1", "C-2", "C-dup"]
 
 
 def test_a_read_only_store_without_the_later_indexes_opens_and_reads(

@@ -120,7 +120,8 @@ def add_indexes(conn: psycopg.Connection[Any], schema: str) -> list[str]:
     connection outside any transaction. Processes opening the store at once take turns (a
     transaction lock), so each index is built once. A role that may not create them (it does
     not own the tables), or a read-only server, opens the store all the same, with a warning:
-    the reads are slower."""
+    the reads are slower. :class:`StoreError` when an index cannot be made for another reason
+    (a unique one the stored rows break); none of them is made then."""
     found = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,)).fetchall()
     if not missing_indexes(row[0] for row in found):
         return []
@@ -134,4 +135,6 @@ def add_indexes(conn: psycopg.Connection[Any], schema: str) -> list[str]:
     except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction) as exc:
         _log.warning("the indexes of schema %s were not made (%s): reads of a patient scan the tables", schema, exc)
         return []
+    except psycopg.Error as exc:  # e.g. a unique index the stored rows break: nothing is made
+        raise StoreError(f"schema {schema!r}: an index of the schema cannot be made: {exc}") from exc
     return statements
