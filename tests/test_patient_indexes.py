@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from msm_mem import EpisodicRecord, StoreError, VisualRecord
+from msm_mem import EpisodicRecord, Impression, SemanticState, StoreError, VisualRecord
 from msm_mem._storage.base import WriteBatch
 from msm_mem._storage.indexes import INDEX_NAMES
 from msm_mem._storage.sqlite import SqliteStore
-from msm_mem._tier_records import Claim, Entity, Relationship
+from msm_mem._tier_records import Claim, ConsentRecord, Entity, Relationship, StmItem, StmPayload
 from tests.conftest import DIM, StoreFactory, random_unit, with_codec
 
 #: the indexes a later release added (a store made before them lacks them)
@@ -24,7 +24,8 @@ LATER = ("claims_patient", "entities_patient", "relationships_patient")
 
 
 def rows_of(patient: str, start: int, n: int, rng: np.random.Generator) -> WriteBatch:
-    """``n`` records of each kind for ``patient``, ids numbered from ``start``."""
+    """``n`` rows of each table a patient's reads touch, for ``patient``, ids numbered from
+    ``start`` (a semantic category, a claim key a row)."""
     ids = range(start, start + n)
     return WriteBatch(
         episodes=[
@@ -34,6 +35,11 @@ def rows_of(patient: str, start: int, n: int, rng: np.random.Generator) -> Write
         claims=[Claim(f"C-{i}", patient, f"k{i}", "content", "source", 0.5, "agent", 1.0 + i, None) for i in ids],
         entities=[Entity(f"N-{i}", patient, "finding", f"finding {i}", 1.0 + i) for i in ids],
         relationships=[Relationship(f"R-{i}", patient, f"C-{i}", f"N-{i}", "asserts", 1.0 + i) for i in ids],
+        semantic=[SemanticState(f"S-{i}", patient, f"c{i}", (Impression(1e9, "stable"),)) for i in ids],
+        stm=[
+            StmItem(f"M-{i}", patient, "interaction", StmPayload("q", 1e9), 1e9, 2e9, z=random_unit(rng)) for i in ids
+        ],
+        consents=[ConsentRecord(f"K-{i}", patient, "role:agent", "treatment", "permit", ("*",), 0.0) for i in ids],
     )
 
 
@@ -45,7 +51,7 @@ def patient_reads(store: Any) -> dict[str, Callable[[], object]]:
         "semantic ids": lambda: store.record_ids("semantic", "p"),
         "claim ids": lambda: store.record_ids("claims", "p"),
         "semantic states": lambda: store._load_semantic("p"),
-        "semantic history": lambda: store.semantic_history("p", "impression"),
+        "semantic history": lambda: store.semantic_history("p", "c1"),
         "active claims": lambda: store.claims_active("p"),
         "active claim of a key": lambda: store.claims_active("p", "k1"),
         "claim history": lambda: store.claim_history("p", "k1"),
