@@ -8,7 +8,7 @@ cold), each of the public reads below is timed for ``--reads`` patients in turn 
 role's audit trail, which reads the whole chain, for ``--trail-reads`` of them), and the
 governed write-back is timed over ``--reads`` more turns of patients the new process has not
 read yet (a turn reads the patient's entities before it links new ones). Rounds alternate
-the trees. Prints the median of the per-round medians, in milliseconds, and their ratio.
+which tree goes first. Prints the median of the per-round medians, in milliseconds, and their ratio.
 
 With ``--postgres`` the stores of record are schemas of a local PostgreSQL server the script
 starts (pgserver, durable settings, a Unix socket).
@@ -126,9 +126,9 @@ def main() -> None:
         for name, tree in trees:  # (each tree's own store: a tree may write what the other cannot read)
             grow = [*common, "--store", str(stores[name]), "--op", "grow", "--database-url", url]
             run_in_tree(tree, __file__, grow)
-        for _ in range(args.rounds):
+        for r in range(args.rounds):
             for op in OPS:
-                for name, tree in trees:
+                for name, tree in trees if r % 2 == 0 else trees[::-1]:
                     ms = run_in_tree(tree, __file__, [*common, "--store", str(stores[name]), "--op", op])
                     got.setdefault((op, name), []).append(ms)
     where = "PostgreSQL" if args.postgres else "the embedded store"
