@@ -268,7 +268,7 @@ def test_the_rows_naming_a_needle_and_the_rows_that_fail_their_hash(
     """iter_audit_naming gives, in seq order from start_seq, the rows whose bytes hold the
     needle and the rows that no longer match their hash, and nothing else (searched a few
     sequence numbers a statement on PostgreSQL, so its spans are crossed)."""
-    monkeypatch.setattr("msm_mem._storage.postgres.store.NAMING_SPAN", 4)
+    monkeypatch.setattr("msm_mem._storage.postgres.audit_naming.NAMING_SPAN", 4)
     b = ChainBuilder()
     common = dict(time=1.0, actor="a", role="agent", action="read", source_tier="ltm", target_tier="stm")
     patients = ["pt-aa", "pt-bb", "pt-aa", "", "pt-bb", "pt-bb", "pt-aa", "pt-cc", "pt-bb", "pt-aa", "pt-bb"]

@@ -48,6 +48,7 @@ __all__ = [
     "Vectors",
     "WrappedKeyTable",
     "WriteBatch",
+    "check_needle",
 ]
 
 VectorKind = Literal["episodic", "visual"]
@@ -58,6 +59,12 @@ AuditChainer = Callable[[int, str], list[AuditRow]]
 #: audit rows per page of :meth:`Audit.iter_audit_batches`: one query per page costs little,
 #: and a page this small stays in the CPU caches and is freed before the cyclic GC scans it
 AUDIT_PAGE_ROWS = 1000
+
+
+def check_needle(needle: object) -> None:
+    """InvalidInput unless ``needle`` (of :meth:`Audit.iter_audit_naming`) is non-empty bytes."""
+    if type(needle) is not bytes or not needle:
+        raise InvalidInput("the needle of an audit search must be non-empty bytes")
 
 
 class Records(Protocol):
@@ -214,8 +221,7 @@ class Audit(Protocol):
         ``needle`` or does not match its hash: a row is left out only when its bytes lack the
         needle and its hash holds. A patient's view of the chain reads these (the needle its
         pseudonym), so a changed row of another patient still shows."""
-        if type(needle) is not bytes or not needle:
-            raise InvalidInput("the needle of an audit search must be non-empty bytes")
+        check_needle(needle)
         for rows in self.iter_audit_batches(start_seq):
             for seq, payload, event_hash in rows:
                 raw = bytes(payload)

@@ -58,11 +58,12 @@ from psycopg import sql
 from ..._errors import InvalidInput, StoreError
 from ..._settings import DEFAULT_TENANT, check_tenant
 from ..._tier_records import AuditRow
-from ..base import VectorKind
+from ..base import VectorKind, check_needle
 from ..codec import FieldCodec
 from ..rows import EPISODIC_COLUMNS, VISUAL_COLUMNS
 from ..sql_core import CommitLost, Rows, insert_sql
 from ..sql_rows import initial_meta, schema_problem
+from .audit_naming import rows_naming
 from .keys import PgKeyTable
 from .pgvector import Vec, connect, use_schema, vector_schema
 from .pipeline import Pending
@@ -86,15 +87,6 @@ def _dropped(conn: psycopg.Connection[Any]) -> bool:
     except (OSError, ValueError, psycopg.Error):
         return True
     return bool(readable)
-
-
-#: sequence numbers one statement of :meth:`PostgresStore.iter_audit_naming` looks through
-NAMING_SPAN = 50_000
-_AUDIT_LAST = "SELECT COALESCE(MAX(seq), 0) FROM audit WHERE tenant = %s"
-_AUDIT_NAMING = (
-    "SELECT seq, payload, event_hash FROM audit WHERE tenant = %s AND seq >= %s AND seq < %s"
-    " AND (position(%s::bytea IN payload) > 0 OR encode(sha256(payload), 'hex') <> event_hash) ORDER BY seq"
-)
 
 
 @lru_cache(maxsize=512)
@@ -287,20 +279,10 @@ class PostgresStore(ReadAhead):
         self._keys.sync()
 
     def iter_audit_naming(self, needle: bytes, start_seq: int = 1) -> Iterator[AuditRow]:
-        """As the store contract says, the test run by the server (its ``position`` and
-        ``sha256``), so only the rows asked for cross the network; one statement per
-        :data:`NAMING_SPAN` sequence numbers, so the connection is never held for long."""
-        if type(needle) is not bytes or not needle:
-            raise InvalidInput("the needle of an audit search must be non-empty bytes")
-        seq = max(start_seq, self.audit_base()[0] + 1)
-        while True:
-            with self._db() as conn:
-                (head,) = conn.execute(_AUDIT_LAST, (self.tenant,)).fetchone() or (0,)
-                rows = conn.execute(_AUDIT_NAMING, (self.tenant, seq, seq + NAMING_SPAN, needle)).fetchall()
-            yield from (AuditRow(int(r[0]), bytes(r[1]), r[2]) for r in rows)
-            seq += NAMING_SPAN
-            if seq > int(head):
-                return
+        """As the store contract says, the rows selected by the server (audit_naming.py)."""
+        check_needle(needle)
+        first = max(start_seq, self.audit_base()[0] + 1)
+        return rows_naming(self._db, self.tenant, needle, first, self.audit_head()[0])
 
     # the dialect ---------------------------------------------------------------------------
 

@@ -122,10 +122,10 @@ def add_indexes(conn: psycopg.Connection[Any], schema: str) -> list[str]:
     not own the tables), or a read-only server, opens the store all the same, with a warning:
     the reads are slower. :class:`StoreError` when an index cannot be made for another reason
     (a unique one the stored rows break); none of them is made then."""
-    found = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,)).fetchall()
-    if not missing_indexes(row[0] for row in found):
-        return []
     try:
+        found = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,)).fetchall()
+        if not missing_indexes(row[0] for row in found):
+            return []
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"msm_mem indexes {schema}",))
             found = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,)).fetchall()
