@@ -179,8 +179,9 @@ class MsmMemSystem(System):
 class MsmMemHnsw(MsmMemSystem):
     name = "msm-mem-hnsw"
     notes = (
-        "as msm-mem, with the setting population_search='hnsw' (FAISS HNSW over the stored vectors, "
-        "M=32, efConstruction=40, linked in batches of 1,024, rebuilt in one batch when it doubles); "
+        "as msm-mem, with the setting population_search='hnsw' (FAISS HNSW over 8-bit codes of the "
+        "stored vectors, M=32, efConstruction=40, the best 2k candidates scored exactly; linked in "
+        "batches of 1,024, rebuilt in one batch when it doubles); "
         "population_ef_search tuned"
     )
     mode = "hnsw"
@@ -208,17 +209,28 @@ class MsmMemHnsw(MsmMemSystem):
         return iter(())  # patient scope is exact either way: measured once, on msm-mem
 
     def population_limit(self) -> Query:
-        """The store's own FAISS HNSW graph of episodic vectors searched directly at the same
-        depth (no lock, validation, retired-row filter, tail or id mapping): msm-mem's overhead."""
+        """The store's own graph of episodic vectors searched directly at the same depth, in
+        two FAISS calls (the walk on its 8-bit codes, then the exact scores of the best 2k
+        candidates from the flat vectors) and one sort: no lock, validation, retired-row filter,
+        tail or id mapping: msm-mem's overhead."""
         import faiss
 
-        graph = self.store._index["episodic"].graph
+        from msm_mem._storage.sqlite.graph import RESCORE
+
+        vectors = self.store._index["episodic"]
+        graph = vectors.graph
         assert graph is not None
+        exact: Any = vectors._index
 
         def query(q: np.ndarray, k: int) -> list[int]:
             params = faiss.SearchParametersHNSW()
             params.efSearch = max(graph.ef_search, k)
-            _, ids = graph.hnsw.search(q[None, :], k, params=params)
-            return ids[0].tolist()
+            z = q[None, :]
+            _, ids = graph.hnsw.search(z, min(params.efSearch, RESCORE * k), params=params)
+            scores = np.empty(ids.shape, dtype=np.float32)
+            exact.compute_distance_subset(
+                1, faiss.swig_ptr(z), ids.shape[1], faiss.swig_ptr(scores), faiss.swig_ptr(ids)
+            )
+            return ids[0, np.argsort(-scores[0])[:k]].tolist()
 
         return query

@@ -19,7 +19,7 @@ from msm_mem._storage.base import StateChange, WriteBatch
 from msm_mem._storage.sqlite import SqliteStore
 from msm_mem._storage.sqlite import vector_index as vector_index_module
 from msm_mem._storage.sqlite.graph import file_sha256
-from msm_mem._storage.sqlite.vector_index import VectorIndex
+from msm_mem._storage.sqlite.vector_index import VectorIndex, graph_path
 from msm_mem.testing import FixedBackbone
 from tests.conftest import random_unit, with_codec
 from tests.helpers import ADMIN, AGENT, png
@@ -162,19 +162,26 @@ def _results(store: SqliteStore, x: np.ndarray) -> list[list[tuple[str, float]]]
     return [store.search("episodic", z, 5, None) for z in x[:20]]
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "bad-neighbour", "foreign-sidecar"])
-def test_a_corrupt_graph_file_is_rebuilt_from_the_rows(
-    tmp_path: Path, small_tail: None, damage: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A graph file that is not the one its sidecar fingerprints, or is not well-formed (a
-    neighbour id past the end, fingerprint updated to match), is rebuilt from the rows: the same
-    answers, and a warning."""
+def _saved(tmp_path: Path, seed: int, n: int, clusters: int) -> tuple[np.ndarray, list[list[tuple[str, float]]], Path]:
+    """A graph store of ``n`` clustered rows, closed (its caches saved): the rows, its answers
+    to the first 20 and the path of its flat cache file."""
     store = with_codec(SqliteStore.create(tmp_path / "s", dim=DIM, encoder="t", population_search="hnsw"))
-    x = clustered(np.random.default_rng(2), 80, 8)
+    x = clustered(np.random.default_rng(seed), n, clusters)
     write(store, x)
     want = _results(store, x)
     store.close()
-    path = tmp_path / "s" / "index" / "episodic.faiss"
+    return x, want, tmp_path / "s" / "index" / "episodic.faiss"
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "bad-neighbour", "bad-range", "foreign-sidecar", "missing"])
+def test_a_corrupt_graph_file_is_rebuilt_from_the_vectors(
+    tmp_path: Path, small_tail: None, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A graph file that is absent, not the one its sidecar fingerprints, or not well-formed (a
+    neighbour id past the end, or a dimension quantised over an empty range, the fingerprint
+    updated to match) is rebuilt from the vectors: the same answers, and a warning."""
+    x, want, path = _saved(tmp_path, 2, 80, 8)
+    path = graph_path(path)
     side_path = path.with_suffix(".json")
     data = bytearray(path.read_bytes())
     if damage == "flip":
@@ -182,27 +189,132 @@ def test_a_corrupt_graph_file_is_rebuilt_from_the_rows(
         path.write_bytes(bytes(data))
     elif damage == "truncate":
         path.write_bytes(bytes(data[: len(data) // 2]))
-    elif damage == "bad-neighbour":
+    elif damage in ("bad-neighbour", "bad-range"):
         hnsw = faiss.read_index(str(path))
-        neighbours = faiss.vector_to_array(hnsw.hnsw.neighbors)
-        neighbours[neighbours >= 0][:1] = 0
-        neighbours[np.flatnonzero(neighbours >= 0)[0]] = 10_000
-        faiss.copy_array_to_vector(neighbours, hnsw.hnsw.neighbors)
+        if damage == "bad-neighbour":
+            neighbours = faiss.vector_to_array(hnsw.hnsw.neighbors)
+            neighbours[np.flatnonzero(neighbours >= 0)[0]] = 10_000
+            faiss.copy_array_to_vector(neighbours, hnsw.hnsw.neighbors)
+        else:
+            sq = faiss.downcast_index(hnsw.storage).sq
+            ranges = faiss.vector_to_array(sq.trained)
+            ranges[DIM + 3] = 0.0
+            faiss.copy_array_to_vector(ranges, sq.trained)
         faiss.write_index(hnsw, str(path))
         side = json.loads(side_path.read_text())
-        side["graph_sha256"] = file_sha256(path)
+        side["graph_file_sha256"] = file_sha256(path)
         side_path.write_text(json.dumps(side))
+    elif damage == "missing":
+        path.unlink()
     else:
         side = json.loads(side_path.read_text())
-        side["graph_sha256"] = "0" * 64
+        side["graph_file_sha256"] = "0" * 64
         side_path.write_text(json.dumps(side))
     with caplog.at_level(logging.WARNING, logger="msm_mem"):
         reopened = hnsw_store(tmp_path / "s")
     assert "rebuilding" in caplog.text
-    assert reopened._index["episodic"].graph is not None
+    graph = reopened._index["episodic"].graph
+    assert graph is not None and graph.covered == len(x)
     got = _results(reopened, x)
     assert [[rid for rid, _ in hits] for hits in got] == [[rid for rid, _ in hits] for hits in want]
     reopened.close()
+
+
+def test_a_damaged_flat_cache_of_a_graph_store_is_rebuilt_from_the_rows(
+    tmp_path: Path, small_tail: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The flat file beside the graph, changed, is caught by the stored vectors' digest: both
+    are rebuilt from the rows, with the same answers."""
+    x, want, path = _saved(tmp_path, 4, 80, 8)
+    flat = faiss.read_index(str(path))
+    vectors = faiss.rev_swig_ptr(flat.get_xb(), flat.ntotal * DIM)
+    vectors[5] += 0.25  # one coordinate of the first vector: still a well-formed file
+    faiss.write_index(flat, str(path))
+    with caplog.at_level(logging.WARNING, logger="msm_mem"):
+        reopened = hnsw_store(tmp_path / "s")
+    assert "does not match the store; rebuilding" in caplog.text
+    assert np.array_equal(reopened._index["episodic"].vectors(), x)
+    assert _results(reopened, x) == want
+    reopened.close()
+
+
+def test_a_cache_of_the_format_before_opens(tmp_path: Path, small_tail: None, caplog: pytest.LogCaptureFixture) -> None:
+    """A store whose cache is the format before (the graph, an IndexHNSWFlat, owning the flat
+    vectors in the main file, fingerprinted by ``graph_sha256``) opens without a rebuild from
+    the rows: its vectors are taken from that file and a graph of codes is built from them."""
+    x, want, path = _saved(tmp_path, 5, 60, 6)
+    old = faiss.IndexHNSWFlat(DIM, 32, faiss.METRIC_INNER_PRODUCT)
+    old.add(x)
+    faiss.write_index(old, str(path))
+    graph_path(path).unlink()
+    side = json.loads(path.with_suffix(".json").read_text())
+    del side["graph_file_sha256"]
+    side["graph_sha256"] = file_sha256(path)
+    path.with_suffix(".json").write_text(json.dumps(side))
+    with caplog.at_level(logging.WARNING, logger="msm_mem"):
+        reopened = hnsw_store(tmp_path / "s")
+    assert "rebuilding" not in caplog.text  # neither from the rows nor a damaged graph
+    graph = reopened._index["episodic"].graph
+    assert graph is not None and graph.covered == len(x)
+    assert [[rid for rid, _ in h] for h in _results(reopened, x)] == [[rid for rid, _ in h] for h in want]
+    reopened.close()
+    assert faiss.read_index(str(path)).__class__ is faiss.IndexFlatIP  # saved in the new format
+    assert isinstance(faiss.read_index(str(graph_path(path))), faiss.IndexHNSWSQ)
+
+
+def test_graph_hits_carry_exact_cosines_and_the_tie_order(small_tail: None) -> None:
+    """The graph walks on 8-bit codes, but every score it returns is the exact inner product of
+    the query with the stored float32 vector, and hits are ordered by descending score, then
+    ascending position (copies of one vector tie)."""
+    rng = np.random.default_rng(9)
+    x = clustered(rng, 400, 8)
+    x[300:310] = x[3]  # ten copies of one vector
+    index = VectorIndex(DIM, 64)
+    index.add(x, ["p"] * len(x))
+    index.link()
+    assert index.graph is not None and index.graph.covered == len(x)
+    flat = faiss.IndexFlatIP(DIM)
+    flat.add(x)
+    for q in [x[3], *clustered(rng, 30, 8)]:
+        hits = index.population(q, 10, None)
+        positions = np.array([[p for p, _ in hits]], dtype=np.int64)
+        exact = np.empty(positions.shape, dtype=np.float32)
+        flat.compute_distance_subset(
+            1, faiss.swig_ptr(q), positions.shape[1], faiss.swig_ptr(exact), faiss.swig_ptr(positions)
+        )
+        assert [s for _, s in hits] == exact[0].tolist()
+        assert hits == sorted(hits, key=lambda h: (-h[1], h[0]))
+    top = [p for p, _ in index.population(x[3], 11, None)]
+    assert sorted(top) == [3, *range(300, 310)] and top[0] == 3
+
+
+def test_code_ranges_are_never_empty() -> None:
+    """Quantising over the range of one vector (or of identical ones) still gives every
+    dimension a positive width, so later vectors are told apart by the walk."""
+    rng = np.random.default_rng(11)
+    one = clustered(rng, 1, 1)
+    index = VectorIndex(DIM, 16)
+    index.add(one, ["p"])
+    index.link()
+    assert index.graph is not None
+    ranges = faiss.vector_to_array(faiss.downcast_index(index.graph.hnsw.storage).sq.trained)
+    assert (ranges[DIM:] > 0).all() and (ranges[:DIM] >= -1).all() and (ranges[:DIM] + ranges[DIM:] <= 1 + 1e-6).all()
+    later = clustered(rng, 3, 3)
+    index.graph.hnsw.add(later)  # linked under the first range (no rebuild)
+    _, found = index.graph.hnsw.search(later, 1)
+    assert found[:, 0].tolist() == [1, 2, 3]
+
+
+def test_a_store_reopened_exact_keeps_no_graph_file(tmp_path: Path, small_tail: None) -> None:
+    """Saved in exact mode, a store drops the graph file of its HNSW days (the codes of its
+    vectors are not left behind)."""
+    store = with_codec(SqliteStore.create(tmp_path / "s", dim=DIM, encoder="t", population_search="hnsw"))
+    write(store, clustered(np.random.default_rng(6), 40, 4))
+    store.close()
+    path = graph_path(tmp_path / "s" / "index" / "episodic.faiss")
+    assert path.is_file()
+    with_codec(SqliteStore.open(tmp_path / "s")).close()
+    assert not path.exists()
 
 
 def test_switching_modes_converts_the_cache(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ Layout of a store directory::
     DIR/msm-mem.sqlite         the store of record: records, vectors (float32 blobs), meta
     DIR/index/episodic.faiss   rebuildable IndexFlatIP caches, with a .json sidecar saying
     DIR/index/visual.faiss     how many rows they cover and the fingerprint of the last one
-                               (HNSW graphs with their vectors when population_search="hnsw")
+    DIR/index/episodic.graph   the HNSW graphs (8-bit codes of the vectors) when
+    DIR/index/visual.graph     population_search="hnsw"; fingerprinted in the sidecar
     DIR/writer.lock            where writers of several processes queue (``flock``; empty)
 
 A write is one SQLite transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``, ``synchronous=FULL`` by

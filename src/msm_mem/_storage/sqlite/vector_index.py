@@ -1,22 +1,24 @@
 """An exact in-memory cosine index over unit vectors, with per-patient position lists.
 
-Vectors live once, inside a FAISS ``IndexFlatIP`` (inner product on unit vectors = cosine), or
-inside the flat storage of an HNSW graph (``graph.py``) when approximate population search is
-on. Patient-scoped queries gather that patient's rows from the FAISS storage (through a
-zero-copy numpy view) and score them with one matrix-vector product, so they cost O(rows of the
-patient) instead of a scan of the whole index; they are exact in both modes. Population
-queries are one BLAS matrix-vector product over every row (exact; FAISS's own flat scan runs a
-single query on one thread) or, with a graph, an HNSW search plus the exact scores of the
-vectors not yet linked into it.
+Vectors live once in memory, inside a FAISS ``IndexFlatIP`` (inner product on unit vectors =
+cosine); with approximate population search on, an HNSW graph (``graph.py``) holds 8-bit codes
+of them besides. Patient-scoped queries gather that patient's rows from the FAISS storage
+(through a zero-copy numpy view) and score them with one matrix-vector product, so they cost
+O(rows of the patient) instead of a scan of the whole index; they are exact in both modes.
+Population queries are one BLAS matrix-vector product over every row (exact; FAISS's own flat
+scan runs a single query on one thread) or, with a graph, an HNSW search whose candidates are
+scored exactly, plus the exact scores of the vectors not yet linked into it.
 
 The index is a cache: the store of record rebuilds it (or catches it up) from its rows, and
-:func:`save` / :func:`load` persist it with a sidecar that says which rows it covers.
+:func:`save` / :func:`load` persist it (the flat index, the graph in a file of its own) with a
+sidecar that says which rows it covers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from array import array
 from collections.abc import Sequence
@@ -31,9 +33,10 @@ from ..._private import PRIVATE_FILE, private_file
 from ..._records import Vector
 from .graph import TAIL, Graph, file_sha256
 
-__all__ = ["VectorIndex"]
+__all__ = ["VectorIndex", "graph_path"]
 
 _L = TypeVar("_L")
+_log = logging.getLogger("msm_mem")
 
 
 class VectorIndex:
@@ -46,7 +49,7 @@ class VectorIndex:
     def __init__(self, dim: int, ef_search: int | None = None) -> None:
         self.dim = dim
         self.graph = None if ef_search is None else Graph(dim, ef_search)
-        self._index: faiss.IndexFlat = faiss.IndexFlatIP(dim) if self.graph is None else self.graph.storage
+        self._index: faiss.IndexFlat = faiss.IndexFlatIP(dim)
         self._by_scope: dict[str, array[int]] = {}
         self._scope_of: list[str] = []  # position -> scope (the inverse of _by_scope)
         self._view: npt.NDArray[np.float32] | None = None
@@ -73,8 +76,6 @@ class VectorIndex:
         """Link every vector not yet in the graph into it (no-op without a graph)."""
         if self.graph is not None and self.graph.covered < self._n:
             self.graph.extend(self.vectors())
-            self._index = self.graph.storage  # a rebuild replaces it
-            self._view = None
 
     def set_scopes(self, scopes: list[str]) -> None:
         """Replace the scopes of positions ``0 .. len(scopes) - 1`` (vectors already stored)."""
@@ -143,10 +144,10 @@ class VectorIndex:
         skip = np.zeros(0, dtype=np.int64) if excluded is None else self.positions(excluded)
         if self.graph is None:
             return self._exact(-z, k, 0, skip)
-        hits = self.graph.search(z, k, skip, self._version)
+        hits = self.graph.search(z, k, skip, self._version, self._index)
         if self.graph.covered < self._n:
             hits += self._exact(-z, k, self.graph.covered, skip)
-        hits.sort(key=lambda p: (-p[1], p[0]))
+            hits.sort(key=lambda p: (-p[1], p[0]))
         return hits[:k]
 
     def _exact(self, neg_z: Vector, k: int, start: int, skip: npt.NDArray[np.int64]) -> list[tuple[int, float]]:
@@ -201,16 +202,23 @@ class VectorIndex:
     # persistence -------------------------------------------------------------------------
 
     def save(self, path: Path, last_vector_sha: str) -> None:
-        """Write the FAISS file (the graph with its storage, every vector linked first, or the
-        flat index) and its sidecar atomically (tmp + rename)."""
+        """Write the flat index, the graph (every vector linked first) to :func:`graph_path`,
+        and their sidecar, each atomically (tmp + rename); the sidecar last, naming both."""
         tmp = path.with_suffix(path.suffix + ".tmp")
         self.link()
-        faiss.write_index(self._index if self.graph is None else self.graph.hnsw, str(tmp))
+        faiss.write_index(self._index, str(tmp))
         os.chmod(tmp, PRIVATE_FILE)
         side: dict[str, object] = {"count": self.ntotal, "dim": self.dim, "last_sha": last_vector_sha}
+        graph_file = graph_path(path)
         if self.graph is not None:
-            side["graph_sha256"] = file_sha256(tmp)
+            graph_tmp = graph_file.with_suffix(graph_file.suffix + ".tmp")
+            faiss.write_index(self.graph.hnsw, str(graph_tmp))
+            os.chmod(graph_tmp, PRIVATE_FILE)
+            side["graph_file_sha256"] = file_sha256(graph_tmp)
             side["graph_built"] = self.graph.built
+            os.replace(graph_tmp, graph_file)
+        else:
+            graph_file.unlink(missing_ok=True)  # a graph of the other mode: no stale copy kept
         os.replace(tmp, path)
         side_tmp = path.with_suffix(".json.tmp")
         private_file(side_tmp).write_text(json.dumps(side))
@@ -218,10 +226,11 @@ class VectorIndex:
 
     @classmethod
     def load(cls, path: Path, dim: int, ef_search: int | None = None) -> tuple[VectorIndex, dict[str, object]] | None:
-        """Load a saved index and its sidecar, or ``None`` when absent, unreadable or (a graph)
-        not the file its sidecar fingerprints or not well-formed. A file of the other mode is
-        converted: a graph's vectors copied into a flat index, or a flat index's linked into a
-        new graph (the time of an HNSW build)."""
+        """Load a saved index and its sidecar, or ``None`` when absent, unreadable or not the
+        file its sidecar describes. With ``ef_search`` the graph is loaded from its own file;
+        when that file is absent (a cache of exact search), damaged or not the one the sidecar
+        fingerprints, the graph is built from the vectors (the time of an HNSW build). A cache
+        of the format before, the graph's flat storage in the main file, gives its vectors."""
         side_path = path.with_suffix(".json")
         if not path.is_file() or not side_path.is_file():
             return None
@@ -229,37 +238,71 @@ class VectorIndex:
             side = json.loads(side_path.read_text())
             if not isinstance(side, dict):
                 return None
-            graph_sha = side.get("graph_sha256")
-            if graph_sha is not None and graph_sha != file_sha256(path):
+            legacy_sha = side.get("graph_sha256")
+            if legacy_sha is not None and legacy_sha != file_sha256(path):
                 return None
             index = faiss.read_index(str(path))
         except (OSError, ValueError, RuntimeError):
             return None
         if index.d != dim or side.get("count") != index.ntotal:
             return None
-        if graph_sha is not None:
-            graph = Graph.of(index, dim, ef_search or 1)
-            if graph is None:
+        if legacy_sha is not None:
+            flat = _legacy_flat(index, dim)
+            if flat is None:
                 return None
-            built = side.get("graph_built")
-            if type(built) is int and 0 < built <= graph.covered:  # else: as if built in one batch
-                graph.built = built
-            flat: faiss.IndexFlat = graph.storage
         elif isinstance(index, faiss.IndexFlatIP):
-            graph, flat = None, index
+            flat = index
         else:
             return None
-        vi = cls(dim)
-        vi._index, vi._n = flat, int(index.ntotal)
-        if graph is not None and ef_search is not None:
-            vi.graph = graph
-        elif graph is not None or ef_search is not None:  # the other mode's file
-            converted = cls(dim, ef_search)
-            converted._index.add(vi.vectors())
-            converted._n = vi._n
-            converted.link()
-            vi = converted
+        vi = cls(dim, ef_search)
+        vi._index, vi._n = flat, int(flat.ntotal)
+        if vi.graph is not None:
+            graph = _load_graph(graph_path(path), side, dim, vi.graph.ef_search, vi._n)
+            if graph is not None:
+                vi.graph = graph
+            elif legacy_sha is None and side.get("graph_file_sha256") is not None:
+                _log.warning("the graph of the %s vector cache is damaged; rebuilding it from the vectors", path.stem)
+            vi.link()
         return vi, side
+
+
+def graph_path(path: Path) -> Path:
+    """Where the graph of the index saved at ``path`` is saved."""
+    return path.with_suffix(".graph")
+
+
+def _load_graph(path: Path, side: dict[str, object], dim: int, ef_search: int, count: int) -> Graph | None:
+    """The graph the sidecar fingerprints, or None when absent, unreadable or not well-formed."""
+    sha = side.get("graph_file_sha256")
+    if not isinstance(sha, str):
+        return None
+    try:
+        if file_sha256(path) != sha:
+            return None
+        graph = Graph.of(faiss.read_index(str(path)), dim, ef_search)
+    except (OSError, ValueError, RuntimeError):
+        return None
+    if graph is None or graph.covered > count:
+        return None
+    built = side.get("graph_built")
+    if type(built) is int and 0 < built <= graph.covered:  # else: as if built in one batch
+        graph.built = built
+    return graph
+
+
+def _legacy_flat(index: faiss.Index, dim: int) -> faiss.IndexFlat | None:
+    """The vectors of a cache of the format before (an ``IndexHNSWFlat`` owning its flat
+    storage), copied into a flat index; None when the file is not one."""
+    if not isinstance(index, faiss.IndexHNSWFlat) or index.metric_type != faiss.METRIC_INNER_PRODUCT:
+        return None
+    storage = faiss.downcast_index(index.storage)
+    n = int(index.ntotal)
+    if not isinstance(storage, faiss.IndexFlatIP) or storage.ntotal != n:
+        return None
+    flat = faiss.IndexFlatIP(dim)
+    if n:
+        flat.add(np.array(faiss.rev_swig_ptr(storage.get_xb(), n * dim), dtype=np.float32).reshape(n, dim))
+    return flat
 
 
 def vector_sha(blob: bytes) -> str:

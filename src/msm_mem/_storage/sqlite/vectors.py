@@ -38,7 +38,7 @@ from ..rows import EPISODIC_COLUMNS, VISUAL_COLUMNS, check_vector
 from ..sql_core import UPSERT_META
 from ..sql_write import Moved
 from .changes import ChangeMark, moved_positions
-from .vector_index import VectorIndex, vector_sha
+from .vector_index import VectorIndex, graph_path, vector_sha
 
 __all__ = ["RETIRED", "FaissVectors"]
 
@@ -234,6 +234,7 @@ class FaissVectors:
             for kind in _KINDS:
                 for tmp in (
                     self._index_path(kind).with_suffix(".faiss.tmp"),
+                    graph_path(self._index_path(kind)).with_suffix(".graph.tmp"),
                     self._index_path(kind).with_suffix(".json.tmp"),
                 ):
                     try:
