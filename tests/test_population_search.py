@@ -173,13 +173,15 @@ def _saved(tmp_path: Path, seed: int, n: int, clusters: int) -> tuple[np.ndarray
     return x, want, tmp_path / "s" / "index" / "episodic.faiss"
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "bad-neighbour", "bad-range", "foreign-sidecar", "missing"])
+@pytest.mark.parametrize(
+    "damage", ["flip", "truncate", "bad-neighbour", "bad-range", "short-codes", "foreign-sidecar", "missing"]
+)
 def test_a_corrupt_graph_file_is_rebuilt_from_the_vectors(
     tmp_path: Path, small_tail: None, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A graph file that is absent, not the one its sidecar fingerprints, or not well-formed (a
-    neighbour id past the end, or a dimension quantised over an empty range, the fingerprint
-    updated to match) is rebuilt from the vectors: the same answers, and a warning."""
+    neighbour id past the end, a dimension quantised over an empty range, or fewer codes than
+    nodes, the fingerprint updated to match) is rebuilt from the vectors: the same answers, and a warning."""
     x, want, path = _saved(tmp_path, 2, 80, 8)
     path = graph_path(path)
     side_path = path.with_suffix(".json")
@@ -189,9 +191,12 @@ def test_a_corrupt_graph_file_is_rebuilt_from_the_vectors(
         path.write_bytes(bytes(data))
     elif damage == "truncate":
         path.write_bytes(bytes(data[: len(data) // 2]))
-    elif damage in ("bad-neighbour", "bad-range"):
+    elif damage in ("bad-neighbour", "bad-range", "short-codes"):
         hnsw = faiss.read_index(str(path))
-        if damage == "bad-neighbour":
+        if damage == "short-codes":
+            codes = faiss.downcast_index(hnsw.storage)
+            codes.codes.resize((codes.ntotal - 1) * codes.code_size)  # a search would read past the end
+        elif damage == "bad-neighbour":
             neighbours = faiss.vector_to_array(hnsw.hnsw.neighbors)
             neighbours[np.flatnonzero(neighbours >= 0)[0]] = 10_000
             faiss.copy_array_to_vector(neighbours, hnsw.hnsw.neighbors)

@@ -130,6 +130,8 @@ class Graph:
             return None
         if codes.metric_type != faiss.METRIC_INNER_PRODUCT or codes.sq.qtype != _QT or codes.sq.d != dim:
             return None
+        if codes.code_size != dim or codes.codes.size() != codes.ntotal * dim:  # (FAISS's reader checks it too)
+            return None
         ranges = faiss.vector_to_array(codes.sq.trained)
         if ranges.size != 2 * dim or not np.isfinite(ranges).all() or not (ranges[dim:] > 0).all():
             return None
