@@ -209,28 +209,16 @@ class MsmMemHnsw(MsmMemSystem):
         return iter(())  # patient scope is exact either way: measured once, on msm-mem
 
     def population_limit(self) -> Query:
-        """The store's own graph of episodic vectors searched directly at the same depth, in
-        two FAISS calls (the walk on its 8-bit codes, then the exact scores of the best 2k
-        candidates from the flat vectors) and one sort: no lock, validation, retired-row filter,
-        tail or id mapping: msm-mem's overhead."""
-        import faiss
-
-        from msm_mem._storage.sqlite.graph import RESCORE
-
+        """The store's own graph of episodic vectors searched directly at the same depth
+        (``Graph.search``: the walk on its 8-bit codes, the best 2k candidates scored exactly
+        from the flat vectors), without the lock, validation, retired-row filter, tail or id
+        mapping: msm-mem's overhead."""
         vectors = self.store._index["episodic"]
         graph = vectors.graph
         assert graph is not None
-        exact: Any = vectors._index
+        none = np.zeros(0, dtype=np.int64)
 
         def query(q: np.ndarray, k: int) -> list[int]:
-            params = faiss.SearchParametersHNSW()
-            params.efSearch = max(graph.ef_search, k)
-            z = q[None, :]
-            _, ids = graph.hnsw.search(z, min(params.efSearch, RESCORE * k), params=params)
-            scores = np.empty(ids.shape, dtype=np.float32)
-            exact.compute_distance_subset(
-                1, faiss.swig_ptr(z), ids.shape[1], faiss.swig_ptr(scores), faiss.swig_ptr(ids)
-            )
-            return ids[0, np.argsort(-scores[0])[:k]].tolist()
+            return [p for p, _ in graph.search(q, k, none, 0, vectors._index)]
 
         return query

@@ -47,6 +47,8 @@ from msm_mem.testing import FixedClock
 DIM = 1024
 
 
+#: warm-up queries, answered by every way untimed and then left out
+WARMUP = 50
 WAYS = [
     "store.search_many (the store's call)",
     "VectorIndex.population (hits and tail, sorted)",
@@ -113,7 +115,7 @@ def main() -> None:
 
 
 def _rows_and_queries(args: argparse.Namespace, work: Path, real: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    total = args.queries * len(WAYS)
+    total = WARMUP + args.queries * len(WAYS)
     if real is None:
         rng = np.random.default_rng(0)
         x = clustered(rng, args.rows, 200, 0.3)
@@ -186,12 +188,12 @@ def _timed(
         return [int(i) for i in ids[0]]
 
     ways: list[Callable[[np.ndarray], list[int]]] = [search_many, population, store_graph, codes_only, flat_peer]
-    for z in q[:50]:  # warm-up, untimed
+    for z in q[:WARMUP]:  # warm-up, untimed, on queries of their own
         for way in ways:
             way(z)
     times: list[list[int]] = [[] for _ in ways]
     found: list[float] = [0.0 for _ in ways]
-    for j, z in enumerate(q):
+    for j, z in enumerate(q[WARMUP:], start=WARMUP):
         w = (j + j // len(ways)) % len(ways)  # every way in turn, in an order that rotates
         start = time.perf_counter_ns()
         hits = ways[w](z)

@@ -135,7 +135,7 @@ def child_query(
         pair = None
         if limit is not None:
             times, got, pair = paired(main, limit, args_pop, warmup)
-            pair["limit"] = "its FAISS graph" if system.knob else "numpy"
+            pair["limit"] = "its graph searched directly" if system.knob else "numpy"
         else:
             times, got = timed(main, args_pop, warmup)
         if system.knob is not None and truth_pop is not None and chosen is not None:
@@ -146,7 +146,7 @@ def child_query(
                 system.set_knob(chosen)
                 if limit is not None:
                     times, got, pair = paired(main, limit, args_pop, warmup)
-                    pair["limit"] = "its FAISS graph"
+                    pair["limit"] = "its graph searched directly"
                 else:
                     times, got = timed(main, args_pop, warmup)
         row = {"label": system.name, "knob": system.knob, "value": chosen, **stats(times)}

@@ -229,7 +229,8 @@ class VectorIndex:
         """Load a saved index and its sidecar, or ``None`` when absent, unreadable or not the
         file its sidecar describes. With ``ef_search`` the graph is loaded from its own file;
         when that file is absent (a cache of exact search), damaged or not the one the sidecar
-        fingerprints, the graph is built from the vectors (the time of an HNSW build). A cache
+        fingerprints, the graph is left empty, for :meth:`link` to build from the vectors (the
+        time of an HNSW build) once the caller has checked them. A cache
         of the format before, the graph's flat storage in the main file, gives its vectors."""
         side_path = path.with_suffix(".json")
         if not path.is_file() or not side_path.is_file():
@@ -262,8 +263,7 @@ class VectorIndex:
                 vi.graph = graph
             elif legacy_sha is None and side.get("graph_file_sha256") is not None:
                 _log.warning("the graph of the %s vector cache is damaged; rebuilding it from the vectors", path.stem)
-            vi.link()
-        return vi, side
+        return vi, side  # a graph not loaded is built by the caller's link, after the vectors are checked
 
 
 def graph_path(path: Path) -> Path:

@@ -121,6 +121,7 @@ class FaissVectors:
             prefix = chain_digest(_GENESIS, [view[i].tobytes() for i in range(cached.ntotal)])
             built = self._load_rows(kind, cached, cached.ntotal, prefix)
             if built is not None:
+                built[0].link()  # a graph rebuilt from the vectors (load), once they are vouched for
                 return built
             _log.warning("the %s vector cache does not match the store; rebuilding it from the rows", kind)
         elif recorded is not None and self._index_path(kind).is_file():
