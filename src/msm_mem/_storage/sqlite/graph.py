@@ -24,19 +24,23 @@ exactly at every search, and are linked into the graph in one batch when the tai
 :data:`TAIL` (and before every save). So a write does not pay an HNSW insert per vector; one
 write in :data:`TAIL` vectors pays for the batch.
 
-Linking vectors in the order they arrive makes a poor graph when that order is not random. A
-patient's rows arrive spread over time, between other patients' rows; linked in such rounds
-(every patient's first row, then every patient's second, ...), the graph of 100,000 clustered
-1024-d rows (the benchmark's realistic set) recalled 0.829 of the top-10 at search depth 32
-(linked 5,000 at a time; 0.811 one by one) where the same rows linked in one batch, which
-FAISS links in a random order, recalled 0.980; on 20,000 such rows of 20 clusters linked 1,024
-at a time, 0.785 against 1.000, and 0.997 with the same rows shuffled first. So the order is
-the cause, not the batching, the construction depth (0.775 at 128) or the links a node (0.883
-at ``M`` 64). When a link would take the graph to :data:`REBUILD` times the size of its last
-full build, the whole graph is rebuilt in one batch instead: at most half its nodes were then
-linked in arrival order, every vector is linked about twice over the life of the store, and
-the write that crosses the mark pays for the rebuild (the time of an HNSW build of every
-vector; the codes are held twice while it runs).
+The tail is linked at level 0 only: its nodes' levels are preset to the base level, so the
+layers above it (the routes a walk takes down to level 0) hold only nodes of the last build in
+one batch. Linked the way FAISS links a batch, with some of its nodes raised to the upper
+layers, the tail broke those routes: on 100,000 of the benchmark's realistic 1024-d rows, drawn
+around 30 of its real images (333 patients an image, as many as 1,000,000 rows around all 299),
+a graph built in one batch over the first 75,000 and given the other 25,000 5,000 at a time
+recalled 0.931 of the top-10 at depth 16, and no more than 0.933 at depth 64 (whole patients
+out of reach of a walk), against 0.997 for the same rows built in one batch; 0.940 with the
+rows shuffled first, so it is not the order they arrive in; 0.891 on float32 vectors (FAISS's
+``IndexHNSWFlat``), so not the codes. Linked at level 0 only: 0.996, and 0.995 with half the
+graph linked that way, 0.996 with nine tenths, 0.970 with 49 parts in 50
+(``benchmarks/bench_graph_search.py --grown`` measures the store's own path). When a link
+would take the graph to :data:`REBUILD` times the size of its last full build, the whole
+graph is rebuilt in one batch instead, so at most half its nodes are linked at level 0 and
+the upper layers sample every vector: each vector is linked about twice over the life of the
+store, and the write that crosses the mark pays for the rebuild (the time of an HNSW build of
+every vector; the codes are held twice while it runs).
 
 Retired positions (superseded or retracted records, a shredded patient's among them) stay in
 the graph, which cannot delete nodes, but a bitmap selector of the live positions goes with
@@ -160,6 +164,9 @@ class Graph:
             self.hnsw, self._selector, self._search_params = fresh, None, None
             self.covered = self.built = n
             return
+        links: Any = self.hnsw.hnsw  # the SWIG struct: its vectors are not in faiss's type stubs
+        links.levels.resize(n)  # preset: the tail joins level 0 only (module docstring)
+        faiss.rev_swig_ptr(links.levels.data(), n)[self.covered :] = 1
         self.hnsw.add(np.ascontiguousarray(view[self.covered :]))
         self.covered = int(self.hnsw.ntotal)
 
