@@ -323,6 +323,58 @@ def test_graph_hits_carry_exact_cosines_and_the_tie_order(small_tail: None) -> N
     assert sorted(top) == [3, *range(300, 310)] and top[0] == 3
 
 
+def test_a_graph_search_runs_faiss_on_one_thread_and_restores_the_setting() -> None:
+    """A population search answers one query, so the graph's walk and its exact scoring run on
+    one OpenMP thread of the calling thread (a team woken for one query was left spinning
+    against the BLAS threads of the tail's numpy product, 8 ms a search instead of 0.2); the
+    caller's setting comes back after the search and after a search that fails."""
+    rng = np.random.default_rng(4)
+    x = clustered(rng, 300, 4)
+    index = VectorIndex(DIM, 16)
+    index.add(x[:250], ["p"] * 250)
+    index.link()
+    index.add(x[250:], ["p"] * 50)  # a tail, scored by numpy after the graph's hits
+    graph = index.graph
+    assert graph is not None and graph.covered == 250
+    seen: list[tuple[str, int]] = []  # (method, FAISS's thread setting when it was called)
+    walk, flat = graph.hnsw, index._index
+
+    class Spy:
+        """Records FAISS's thread setting at each call that searches or scores, then makes it."""
+
+        def __init__(self, target: object, fail: bool = False) -> None:
+            self.target, self.fail = target, fail
+
+        def __getattr__(self, attr: str) -> object:
+            method = getattr(self.target, attr)
+            if attr not in ("search", "compute_distance_subset"):
+                return method
+
+            def call(*args: object, **kwargs: object) -> object:
+                seen.append((attr, faiss.omp_get_max_threads()))
+                if self.fail:
+                    raise RuntimeError("the scoring failed")
+                return method(*args, **kwargs)
+
+            return call
+
+    before = faiss.omp_get_max_threads()
+    try:
+        faiss.omp_set_num_threads(3)
+        graph.hnsw = Spy(walk)  # type: ignore[assignment]
+        index._index = Spy(flat)  # type: ignore[assignment]
+        hits = index.population(x[260], 5, None)
+        assert hits[0][0] == 260 and seen == [("search", 1), ("compute_distance_subset", 1)]
+        assert faiss.omp_get_max_threads() == 3
+        index._index = Spy(flat, fail=True)  # type: ignore[assignment]
+        with pytest.raises(RuntimeError, match="the scoring failed"):
+            graph.search(x[0], 5, np.zeros(0, dtype=np.int64), 0, index._index)
+        assert faiss.omp_get_max_threads() == 3
+    finally:
+        graph.hnsw, index._index = walk, flat
+        faiss.omp_set_num_threads(before)
+
+
 def test_code_ranges_are_never_empty() -> None:
     """Quantising over the range of one vector (or of identical ones) still gives every
     dimension a positive width, so later vectors are told apart by the walk."""

@@ -22,7 +22,10 @@ its walk distances coarser. The graph covers the first ``covered`` positions; th
 after them (the *tail*, fewer than :data:`TAIL` unless the graph is being caught up) are scored
 exactly at every search, and are linked into the graph in one batch when the tail reaches
 :data:`TAIL` (and before every save). So a write does not pay an HNSW insert per vector; one
-write in :data:`TAIL` vectors pays for the batch.
+write in :data:`TAIL` vectors pays for the batch. On 300,000 clustered 1024-d vectors (two
+threads), a tail of 1,023 added 0.16 ms to a population search (0.22 ms with none, 0.37 with
+1,023; 0.28 with 256), and linking cost 271 us a vector 1,024 at a time, 338 us 256 at a time
+and 442 us 64 at a time (each call prepares state for every node of the graph).
 
 The tail is linked at level 0 only: its nodes' levels are preset to the base level, so the
 layers above it (the routes a walk takes down to level 0) hold only nodes of the last build in
@@ -54,6 +57,8 @@ ranges and the neighbour ids): a file that fails any check is rebuilt from the v
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -101,6 +106,23 @@ def _set_ranges(hnsw: faiss.IndexHNSWSQ, view: npt.NDArray[np.float32]) -> None:
     faiss.copy_array_to_vector(np.concatenate([lo, hi - lo]).astype(np.float32), codes.sq.trained)
     codes.is_trained = True
     hnsw.is_trained = True
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """FAISS on one OpenMP thread in the calling thread (OpenMP's setting is per thread).
+
+    A search answers one query, which FAISS cannot split over threads, but its exact scoring
+    (``compute_distance_subset``) still wakes a team of OpenMP threads, which then spin for a
+    while; a numpy product on two BLAS threads started while they spin shared the two cores with
+    them and took 8 ms instead of 0.05 (a population search with a tail of 1,023 vectors, whose
+    exact scores follow the graph's). Links keep every thread."""
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(threads)
 
 
 def file_sha256(path: Path) -> str:
@@ -186,15 +208,16 @@ class Graph:
             return []
         params = self._params(k, excluded, version)
         query = np.ascontiguousarray(z, dtype=np.float32).reshape(1, -1)
-        _, found = self.hnsw.search(query, min(params.efSearch, RESCORE * k), params=params)
-        ids = found[:, found[0] >= 0]
-        if ids.size == 0:
-            return []
-        scores = np.empty(ids.shape, dtype=np.float32)
-        exact: Any = flat  # compute_distance_subset is missing from faiss's stubs
-        exact.compute_distance_subset(
-            1, faiss.swig_ptr(query), ids.shape[1], faiss.swig_ptr(scores), faiss.swig_ptr(ids)
-        )
+        with _one_thread():
+            _, found = self.hnsw.search(query, min(params.efSearch, RESCORE * k), params=params)
+            ids = found[:, found[0] >= 0]
+            if ids.size == 0:
+                return []
+            scores = np.empty(ids.shape, dtype=np.float32)
+            exact: Any = flat  # compute_distance_subset is missing from faiss's stubs
+            exact.compute_distance_subset(
+                1, faiss.swig_ptr(query), ids.shape[1], faiss.swig_ptr(scores), faiss.swig_ptr(ids)
+            )
         top = np.lexsort((ids[0], -scores[0]))[:k]
         return list(zip(ids[0, top].tolist(), scores[0, top].tolist(), strict=True))
 
