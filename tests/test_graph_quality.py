@@ -6,7 +6,8 @@ Linked only in that order, 1,024 rows at a time (the graph before it was rebuilt
 when it doubles), the store's graph of these rows recalled 0.958 of the top-10 at depth 32
 where FAISS's build of the same rows in one batch recalled 0.997: this test failed. The rows
 are the benchmark's realistic ones (``bench_peers.py``): the shared chest X-rays' ``pixels``
-embeddings, a clustered generator around them.
+embeddings, a clustered generator around them. (The graph now also links the rows between
+builds at level 0 only; ``test_population_search.py`` checks why.)
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ after them (the *tail*, fewer than :data:`TAIL` unless the graph is being caught
 exactly at every search, and are linked into the graph in one batch when the tail reaches
 :data:`TAIL` (and before every save). So a write does not pay an HNSW insert per vector; one
 write in :data:`TAIL` vectors pays for the batch. On 300,000 clustered 1024-d vectors (two
-threads), a tail of 1,023 added 0.16 ms to a population search (0.22 ms with none, 0.37 with
-1,023; 0.28 with 256), and linking cost 271 us a vector 1,024 at a time, 338 us 256 at a time
-and 442 us 64 at a time (each call prepares state for every node of the graph).
+threads; ``benchmarks/bench_graph_tail.py``), a tail of 1,023 added 0.07 ms to a population
+search (0.20 ms with none, 0.27 with 1,023), and linking cost 279 us a vector 1,024 at a time,
+319 us 256 at a time and 391 us 64 at a time (each call prepares state for every node).
 
 The tail is linked at level 0 only: its nodes' levels are preset to the base level, so the
 layers above it (the routes a walk takes down to level 0) hold only nodes of the last build in
@@ -33,12 +33,13 @@ one batch. Linked the way FAISS links a batch, with some of its nodes raised to 
 layers, the tail broke those routes: on 100,000 of the benchmark's realistic 1024-d rows, drawn
 around 30 of its real images (333 patients an image, as many as 1,000,000 rows around all 299),
 a graph built in one batch over the first 75,000 and given the other 25,000 5,000 at a time
-recalled 0.931 of the top-10 at depth 16, and no more than 0.933 at depth 64 (whole patients
+recalled 0.930 of the top-10 at depth 16, and no more than 0.932 at depth 64 (whole patients
 out of reach of a walk), against 0.997 for the same rows built in one batch; 0.940 with the
 rows shuffled first, so it is not the order they arrive in; 0.891 on float32 vectors (FAISS's
 ``IndexHNSWFlat``), so not the codes. Linked at level 0 only: 0.996, and 0.995 with half the
 graph linked that way, 0.996 with nine tenths, 0.970 with 49 parts in 50
-(``benchmarks/bench_graph_search.py --grown`` measures the store's own path). When a link
+(``benchmarks/bench_graph_growth.py``; ``bench_graph_search.py --grown`` times a store's graph
+grown by its writes beside FAISS's). When a link
 would take the graph to :data:`REBUILD` times the size of its last full build, the whole
 graph is rebuilt in one batch instead, so at most half its nodes are linked at level 0 and
 the upper layers sample every vector: each vector is linked about twice over the life of the
@@ -114,9 +115,9 @@ def _one_thread() -> Iterator[None]:
 
     A search answers one query, which FAISS cannot split over threads, but its exact scoring
     (``compute_distance_subset``) still wakes a team of OpenMP threads, which then spin for a
-    while; a numpy product on two BLAS threads started while they spin shared the two cores with
-    them and took 8 ms instead of 0.05 (a population search with a tail of 1,023 vectors, whose
-    exact scores follow the graph's). Links keep every thread."""
+    while; numpy's product over the tail on two BLAS threads, started while they spin, shared
+    two cores with them: a population search with a tail of 1,023 vectors took 8.0 ms instead
+    of 0.27 (``benchmarks/bench_graph_tail.py``, 300,000 vectors). Links keep every thread."""
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:
