@@ -42,6 +42,10 @@ def small_tail(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vector_index_module, "TAIL", 4)
 
 
+def hnsw_store_created(path: Path) -> SqliteStore:
+    return with_codec(SqliteStore.create(path, dim=DIM, encoder="t", population_search="hnsw"))
+
+
 def hnsw_store(path: Path, **options: object) -> SqliteStore:
     return with_codec(SqliteStore.open(path, population_search="hnsw", **options))  # type: ignore[arg-type]
 
@@ -132,7 +136,7 @@ def test_a_graph_grown_by_links_keeps_its_recall(seed: int) -> None:
 def test_the_graph_follows_writes_and_never_returns_retired_records(tmp_path: Path, small_tail: None) -> None:
     """New records are found at once (tail or graph); superseded and retracted ones never, in
     the running store, after a reopen of the graph and after a reopen in exact mode."""
-    store = with_codec(SqliteStore.create(tmp_path / "s", dim=DIM, encoder="t", population_search="hnsw"))
+    store = hnsw_store_created(tmp_path / "s")
     rng = np.random.default_rng(1)
     x = clustered(rng, 60, 6)
     ids = write(store, x[:40])
@@ -162,6 +166,37 @@ def test_the_graph_follows_writes_and_never_returns_retired_records(tmp_path: Pa
     assert exact._index["episodic"].graph is None
     check(exact)
     exact.close()
+
+
+def test_a_loaded_graph_links_new_vectors_at_level_0_and_saves_them(
+    tmp_path: Path, small_tail: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Writes to a reopened store link into the graph read from its file, at level 0 (its last
+    build in one batch is the one the sidecar names), and the graph saved after them loads again
+    as it was, without a rebuild."""
+    rng = np.random.default_rng(3)
+    x = clustered(rng, 390, 6)
+    store = hnsw_store_created(tmp_path / "s")
+    ids = write(store, x[:200])
+    store.close()
+    reopened = hnsw_store(tmp_path / "s")
+    graph = reopened._index["episodic"].graph
+    assert graph is not None and graph.built == graph.covered == 200
+    ids += write(reopened, x[200:], start=200)
+    assert graph.built == 200 and graph.covered == 390  # linked, not rebuilt (390 < 2 x 200)
+    levels = faiss.vector_to_array(graph.hnsw.hnsw.levels)
+    assert (levels[200:] == 1).all() and levels[:200].max() > 1
+    for i, z in enumerate(x):
+        assert reopened.search("episodic", z, 1, None)[0][0] == ids[i]
+    reopened.close()
+    with caplog.at_level(logging.WARNING):
+        again = hnsw_store(tmp_path / "s")
+    graph = again._index["episodic"].graph
+    assert not caplog.records and graph is not None and (graph.built, graph.covered) == (200, 390)
+    assert np.array_equal(faiss.vector_to_array(graph.hnsw.hnsw.levels), levels)
+    for i, z in enumerate(x):
+        assert again.search("episodic", z, 1, None)[0][0] == ids[i]
+    again.close()
 
 
 def test_a_shredded_patients_vectors_are_never_returned(tmp_path: Path, small_tail: None) -> None:
@@ -195,7 +230,7 @@ def _results(store: SqliteStore, x: np.ndarray) -> list[list[tuple[str, float]]]
 def _saved(tmp_path: Path, seed: int, n: int, clusters: int) -> tuple[np.ndarray, list[list[tuple[str, float]]], Path]:
     """A graph store of ``n`` clustered rows, closed (its caches saved): the rows, its answers
     to the first 20 and the path of its flat cache file."""
-    store = with_codec(SqliteStore.create(tmp_path / "s", dim=DIM, encoder="t", population_search="hnsw"))
+    store = hnsw_store_created(tmp_path / "s")
     x = clustered(np.random.default_rng(seed), n, clusters)
     write(store, x)
     want = _results(store, x)
@@ -395,7 +430,7 @@ def test_code_ranges_are_never_empty() -> None:
 def test_a_store_reopened_exact_keeps_no_graph_file(tmp_path: Path, small_tail: None) -> None:
     """Saved in exact mode, a store drops the graph file of its HNSW days (the codes of its
     vectors are not left behind)."""
-    store = with_codec(SqliteStore.create(tmp_path / "s", dim=DIM, encoder="t", population_search="hnsw"))
+    store = hnsw_store_created(tmp_path / "s")
     write(store, clustered(np.random.default_rng(6), 40, 4))
     store.close()
     path = graph_path(tmp_path / "s" / "index" / "episodic.faiss")

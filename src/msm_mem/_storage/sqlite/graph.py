@@ -39,12 +39,12 @@ rows shuffled first, so it is not the order they arrive in; 0.891 on float32 vec
 ``IndexHNSWFlat``), so not the codes. Linked at level 0 only: 0.996, and 0.995 with half the
 graph linked that way, 0.996 with nine tenths, 0.970 with 49 parts in 50
 (``benchmarks/bench_graph_growth.py``; ``bench_graph_search.py --grown`` times a store's graph
-grown by its writes beside FAISS's). When a link
-would take the graph to :data:`REBUILD` times the size of its last full build, the whole
-graph is rebuilt in one batch instead, so at most half its nodes are linked at level 0 and
-the upper layers sample every vector: each vector is linked about twice over the life of the
-store, and the write that crosses the mark pays for the rebuild (the time of an HNSW build of
-every vector; the codes are held twice while it runs).
+grown by its writes beside FAISS's). When a link would take the graph to :data:`REBUILD`
+times the size of its last full build, the whole graph is rebuilt in one batch instead, so at
+most half its nodes are linked at level 0 and the upper layers are drawn again from every
+vector: each vector is linked about twice over the life of the store, and the write that
+crosses the mark pays for the rebuild (the time of an HNSW build of every vector, 53 s for
+300,000 on two threads in ``bench_graph_tail.py``; the codes are held twice while it runs).
 
 Retired positions (superseded or retracted records, a shredded patient's among them) stay in
 the graph, which cannot delete nodes, but a bitmap selector of the live positions goes with
