@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, settings
 from msm_mem._governance.codec import EnvelopeCodec
 from msm_mem._governance.crypto import EnvelopeCipher
 from msm_mem._storage.base import Store
-from msm_mem._storage.sqlite import SqliteStore
+from msm_mem._storage.sqlite import SqliteStore, vector_index
 from msm_mem.testing import FixedClock, InMemoryKeyProvider, local_server
 from tests.cli_support import clean_env, without_msm_env
 from tests.cli_support import make_store as make_cli_store
@@ -364,3 +364,9 @@ def cli_store(cli_base: tuple[Path, Path], tmp_path: Path) -> Path:
 def cli_data(cli_base: tuple[Path, Path]) -> Path:
     """The data folder of the module's command-line store (its images and manifest)."""
     return cli_base[1]
+
+
+@pytest.fixture
+def small_tail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Link vectors into the graph every 4 (the default waits for 1,024), so small stores use it."""
+    monkeypatch.setattr(vector_index, "TAIL", 4)

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import json
-import logging
 from pathlib import Path
 
 import faiss
@@ -13,55 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msm_mem import EpisodicRecord, Settings, State
+from msm_mem import Settings, State
 from msm_mem._api.mem import MsmMem
 from msm_mem._storage.base import StateChange, WriteBatch
 from msm_mem._storage.sqlite import SqliteStore
-from msm_mem._storage.sqlite import vector_index as vector_index_module
-from msm_mem._storage.sqlite.graph import file_sha256
-from msm_mem._storage.sqlite.vector_index import VectorIndex, graph_path
+from msm_mem._storage.sqlite.vector_index import VectorIndex
 from msm_mem.testing import FixedBackbone
 from tests.conftest import random_unit, with_codec
+from tests.graph_helpers import DIM, DOCUMENTED_RECALL, clustered, hnsw_store, hnsw_store_created, recall_at, write
 from tests.helpers import ADMIN, AGENT, png
-
-DIM = 32
-#: the recall@10 against exact search the default search depth reaches on clustered vectors
-DOCUMENTED_RECALL = 0.95
-
-
-def clustered(rng: np.random.Generator, n: int, clusters: int, spread: float = 0.35) -> np.ndarray:
-    """``n`` unit vectors around ``clusters`` random unit centres (embeddings are clustered)."""
-    centres = rng.standard_normal((clusters, DIM))
-    x = centres[rng.integers(clusters, size=n)] + spread * rng.standard_normal((n, DIM))
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-
-@pytest.fixture
-def small_tail(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Link vectors into the graph every 4 (the default waits for 1,024), so small stores use it."""
-    monkeypatch.setattr(vector_index_module, "TAIL", 4)
-
-
-def hnsw_store_created(path: Path) -> SqliteStore:
-    return with_codec(SqliteStore.create(path, dim=DIM, encoder="t", population_search="hnsw"))
-
-
-def hnsw_store(path: Path, **options: object) -> SqliteStore:
-    return with_codec(SqliteStore.open(path, population_search="hnsw", **options))  # type: ignore[arg-type]
-
-
-def write(store: SqliteStore, x: np.ndarray, start: int = 0, patients: int = 10) -> list[str]:
-    ids = [f"E-{start + i}" for i in range(len(x))]
-    episodes = [
-        EpisodicRecord(rid, f"p{(start + i) % patients}", 1e9, z, "q", "a")
-        for i, (rid, z) in enumerate(zip(ids, x, strict=True))
-    ]
-    store.write(WriteBatch(episodes=episodes))
-    return ids
-
-
-def recall_at(got: list[list[int]], want: list[list[int]]) -> float:
-    return float(np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got, want, strict=True)]))
 
 
 @settings(max_examples=40)
@@ -133,6 +91,35 @@ def test_a_graph_grown_by_links_keeps_its_recall(seed: int) -> None:
     assert recall_at(got, want) >= DOCUMENTED_RECALL
 
 
+def test_a_link_that_fails_leaves_the_graph_as_it_was() -> None:
+    """A link that fails (here FAISS out of memory) leaves no preset level behind for vectors
+    it never added: the graph still covers what it covered, and the next link takes the tail."""
+    x = clustered(np.random.default_rng(8), 250, 4)
+    index = VectorIndex(DIM, 16)
+    index.add(x[:200], ["p"] * 200)
+    index.link()
+    graph = index.graph
+    assert graph is not None and graph.covered == graph.built == 200
+    walk = graph.hnsw
+
+    class Failing:
+        def __getattr__(self, attr: str) -> object:
+            return getattr(walk, attr)
+
+        def add(self, *args: object) -> None:
+            raise MemoryError("no room for the links")
+
+    index.add(x[200:], ["p"] * 50)  # fewer than TAIL: the tail
+    graph.hnsw = Failing()  # type: ignore[assignment]
+    with pytest.raises(MemoryError):
+        index.link()
+    graph.hnsw = walk
+    assert graph.covered == 200 and walk.hnsw.levels.size() == walk.ntotal == 200
+    index.link()
+    assert graph.covered == 250 and (faiss.vector_to_array(walk.hnsw.levels)[200:] == 1).all()
+    assert index.population(x[240], 1, None)[0][0] == 240
+
+
 def test_the_graph_follows_writes_and_never_returns_retired_records(tmp_path: Path, small_tail: None) -> None:
     """New records are found at once (tail or graph); superseded and retracted ones never, in
     the running store, after a reopen of the graph and after a reopen in exact mode."""
@@ -168,37 +155,6 @@ def test_the_graph_follows_writes_and_never_returns_retired_records(tmp_path: Pa
     exact.close()
 
 
-def test_a_loaded_graph_links_new_vectors_at_level_0_and_saves_them(
-    tmp_path: Path, small_tail: None, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Writes to a reopened store link into the graph read from its file, at level 0 (its last
-    build in one batch is the one the sidecar names), and the graph saved after them loads again
-    as it was, without a rebuild."""
-    rng = np.random.default_rng(3)
-    x = clustered(rng, 390, 6)
-    store = hnsw_store_created(tmp_path / "s")
-    ids = write(store, x[:200])
-    store.close()
-    reopened = hnsw_store(tmp_path / "s")
-    graph = reopened._index["episodic"].graph
-    assert graph is not None and graph.built == graph.covered == 200
-    ids += write(reopened, x[200:], start=200)
-    assert graph.built == 200 and graph.covered == 390  # linked, not rebuilt (390 < 2 x 200)
-    levels = faiss.vector_to_array(graph.hnsw.hnsw.levels)
-    assert (levels[200:] == 1).all() and levels[:200].max() > 1
-    for i, z in enumerate(x):
-        assert reopened.search("episodic", z, 1, None)[0][0] == ids[i]
-    reopened.close()
-    with caplog.at_level(logging.WARNING):
-        again = hnsw_store(tmp_path / "s")
-    graph = again._index["episodic"].graph
-    assert not caplog.records and graph is not None and (graph.built, graph.covered) == (200, 390)
-    assert np.array_equal(faiss.vector_to_array(graph.hnsw.hnsw.levels), levels)
-    for i, z in enumerate(x):
-        assert again.search("episodic", z, 1, None)[0][0] == ids[i]
-    again.close()
-
-
 def test_a_shredded_patients_vectors_are_never_returned(tmp_path: Path, small_tail: None) -> None:
     """Through the governed API with the graph on: before the shred another patient's population
     retrieval finds P1's records; after it, none of them."""
@@ -221,115 +177,6 @@ def test_a_shredded_patients_vectors_are_never_returned(tmp_path: Path, small_ta
             assert found and not found & p1
     finally:
         mem.close()
-
-
-def _results(store: SqliteStore, x: np.ndarray) -> list[list[tuple[str, float]]]:
-    return [store.search("episodic", z, 5, None) for z in x[:20]]
-
-
-def _saved(tmp_path: Path, seed: int, n: int, clusters: int) -> tuple[np.ndarray, list[list[tuple[str, float]]], Path]:
-    """A graph store of ``n`` clustered rows, closed (its caches saved): the rows, its answers
-    to the first 20 and the path of its flat cache file."""
-    store = hnsw_store_created(tmp_path / "s")
-    x = clustered(np.random.default_rng(seed), n, clusters)
-    write(store, x)
-    want = _results(store, x)
-    store.close()
-    return x, want, tmp_path / "s" / "index" / "episodic.faiss"
-
-
-@pytest.mark.parametrize(
-    "damage", ["flip", "truncate", "bad-neighbour", "bad-range", "short-codes", "foreign-sidecar", "missing"]
-)
-def test_a_corrupt_graph_file_is_rebuilt_from_the_vectors(
-    tmp_path: Path, small_tail: None, damage: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A graph file that is absent, not the one its sidecar fingerprints, or not well-formed (a
-    neighbour id past the end, a dimension quantised over an empty range, or fewer codes than
-    nodes, the fingerprint updated to match) is rebuilt from the vectors: the same answers, and a warning."""
-    x, want, path = _saved(tmp_path, 2, 80, 8)
-    path = graph_path(path)
-    side_path = path.with_suffix(".json")
-    data = bytearray(path.read_bytes())
-    if damage == "flip":
-        data[len(data) // 3] ^= 0xFF
-        path.write_bytes(bytes(data))
-    elif damage == "truncate":
-        path.write_bytes(bytes(data[: len(data) // 2]))
-    elif damage in ("bad-neighbour", "bad-range", "short-codes"):
-        hnsw = faiss.read_index(str(path))
-        if damage == "short-codes":
-            codes = faiss.downcast_index(hnsw.storage)
-            codes.codes.resize((codes.ntotal - 1) * codes.code_size)  # a search would read past the end
-        elif damage == "bad-neighbour":
-            neighbours = faiss.vector_to_array(hnsw.hnsw.neighbors)
-            neighbours[np.flatnonzero(neighbours >= 0)[0]] = 10_000
-            faiss.copy_array_to_vector(neighbours, hnsw.hnsw.neighbors)
-        else:
-            sq = faiss.downcast_index(hnsw.storage).sq
-            ranges = faiss.vector_to_array(sq.trained)
-            ranges[DIM + 3] = 0.0
-            faiss.copy_array_to_vector(ranges, sq.trained)
-        faiss.write_index(hnsw, str(path))
-        side = json.loads(side_path.read_text())
-        side["graph_file_sha256"] = file_sha256(path)
-        side_path.write_text(json.dumps(side))
-    elif damage == "missing":
-        path.unlink()
-    else:
-        side = json.loads(side_path.read_text())
-        side["graph_file_sha256"] = "0" * 64
-        side_path.write_text(json.dumps(side))
-    with caplog.at_level(logging.WARNING, logger="msm_mem"):
-        reopened = hnsw_store(tmp_path / "s")
-    assert "rebuilding" in caplog.text
-    graph = reopened._index["episodic"].graph
-    assert graph is not None and graph.covered == len(x)
-    got = _results(reopened, x)
-    assert [[rid for rid, _ in hits] for hits in got] == [[rid for rid, _ in hits] for hits in want]
-    reopened.close()
-
-
-def test_a_damaged_flat_cache_of_a_graph_store_is_rebuilt_from_the_rows(
-    tmp_path: Path, small_tail: None, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The flat file beside the graph, changed, is caught by the stored vectors' digest: both
-    are rebuilt from the rows, with the same answers."""
-    x, want, path = _saved(tmp_path, 4, 80, 8)
-    flat = faiss.read_index(str(path))
-    vectors = faiss.rev_swig_ptr(flat.get_xb(), flat.ntotal * DIM)
-    vectors[5] += 0.25  # one coordinate of the first vector: still a well-formed file
-    faiss.write_index(flat, str(path))
-    with caplog.at_level(logging.WARNING, logger="msm_mem"):
-        reopened = hnsw_store(tmp_path / "s")
-    assert "does not match the store; rebuilding" in caplog.text
-    assert np.array_equal(reopened._index["episodic"].vectors(), x)
-    assert _results(reopened, x) == want
-    reopened.close()
-
-
-def test_a_cache_of_the_format_before_opens(tmp_path: Path, small_tail: None, caplog: pytest.LogCaptureFixture) -> None:
-    """A store whose cache is the format before (the graph, an IndexHNSWFlat, owning the flat
-    vectors in the main file, fingerprinted by ``graph_sha256``) opens without a rebuild from
-    the rows: its vectors are taken from that file and a graph of codes is built from them."""
-    x, want, path = _saved(tmp_path, 5, 60, 6)
-    old = faiss.IndexHNSWFlat(DIM, 32, faiss.METRIC_INNER_PRODUCT)
-    old.add(x)
-    faiss.write_index(old, str(path))
-    graph_path(path).unlink()
-    side = json.loads(path.with_suffix(".json").read_text())
-    del side["graph_file_sha256"]
-    side["graph_sha256"] = file_sha256(path)
-    path.with_suffix(".json").write_text(json.dumps(side))
-    with caplog.at_level(logging.WARNING, logger="msm_mem"):
-        reopened = hnsw_store(tmp_path / "s")
-    assert "rebuilding" not in caplog.text  # neither from the rows nor a damaged graph
-    graph = reopened._index["episodic"].graph
-    assert graph is not None and graph.covered == len(x)
-    assert [[rid for rid, _ in h] for h in _results(reopened, x)] == [[rid for rid, _ in h] for h in want]
-    reopened.close()
-    assert faiss.read_index(str(path)).__class__ is faiss.IndexFlatIP  # saved in the new format
-    assert isinstance(faiss.read_index(str(graph_path(path))), faiss.IndexHNSWSQ)
 
 
 def test_graph_hits_carry_exact_cosines_and_the_tie_order(small_tail: None) -> None:
@@ -425,35 +272,6 @@ def test_code_ranges_are_never_empty() -> None:
     index.graph.hnsw.add(later)  # linked under the first range (no rebuild)
     _, found = index.graph.hnsw.search(later, 1)
     assert found[:, 0].tolist() == [1, 2, 3]
-
-
-def test_a_store_reopened_exact_keeps_no_graph_file(tmp_path: Path, small_tail: None) -> None:
-    """Saved in exact mode, a store drops the graph file of its HNSW days (the codes of its
-    vectors are not left behind)."""
-    store = hnsw_store_created(tmp_path / "s")
-    write(store, clustered(np.random.default_rng(6), 40, 4))
-    store.close()
-    path = graph_path(tmp_path / "s" / "index" / "episodic.faiss")
-    assert path.is_file()
-    with_codec(SqliteStore.open(tmp_path / "s")).close()
-    assert not path.exists()
-
-
-def test_switching_modes_converts_the_cache(tmp_path: Path) -> None:
-    """A store made exact and reopened with the graph answers from a graph; reopened exact
-    again it answers exactly what it answered first."""
-    store = with_codec(SqliteStore.create(tmp_path / "s", dim=DIM, encoder="t"))
-    x = clustered(np.random.default_rng(3), 200, 10)
-    write(store, x)
-    exact = _results(store, x)
-    store.close()
-    approx = hnsw_store(tmp_path / "s", ef_search=200)
-    assert approx._index["episodic"].graph is not None
-    assert [[rid for rid, _ in h] for h in _results(approx, x)] == [[rid for rid, _ in h] for h in exact]
-    approx.close()
-    again = with_codec(SqliteStore.open(tmp_path / "s"))
-    assert again._index["episodic"].graph is None and _results(again, x) == exact
-    again.close()
 
 
 @pytest.mark.parametrize("options", [{"population_search": "ivf"}, {"ef_search": 0}])

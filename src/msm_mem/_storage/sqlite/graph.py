@@ -190,7 +190,11 @@ class Graph:
         links: Any = self.hnsw.hnsw  # the SWIG struct: its vectors are not in faiss's type stubs
         links.levels.resize(n)  # preset: the tail joins level 0 only (module docstring)
         faiss.rev_swig_ptr(links.levels.data(), n)[self.covered :] = 1
-        self.hnsw.add(np.ascontiguousarray(view[self.covered :]))
+        try:
+            self.hnsw.add(np.ascontiguousarray(view[self.covered :]))
+        except BaseException:
+            links.levels.resize(int(self.hnsw.ntotal))  # no preset left for nodes never added
+            raise
         self.covered = int(self.hnsw.ntotal)
 
     def search(
