@@ -1,9 +1,10 @@
 """Recall of the embedded store's population graph when part of it is linked after its last
 build in one batch, the way each part is linked: why the store links that part at level 0.
 
-Draws ``--rows`` 1024-d unit vectors as ``bench_peers.py``'s realistic generator does (10 rows
-a patient, patient i's rows i, i + P, i + 2P, ... as a patient's studies arrive), around only
-the first ``--images`` of the shared chest X-rays' embeddings, so that many patients share a
+Draws ``--rows`` 1024-d unit vectors with ``bench_peers.py``'s realistic generator (10 rows a
+patient, patient i's rows i, i + P, i + 2P, ... as a patient's studies arrive; the first rows
+the real embeddings themselves), around only the first ``--images`` of the shared chest X-rays'
+embeddings, so that many patients share a
 cluster (30 images at 100,000 rows: 333 patients an image, as many as 1,000,000 rows around all
 299). Then builds graphs of the store's kind (``graph.py``: 8-bit codes, M 32, construction
 depth 40) over the rows and measures recall@10 against exact search at each ``--ef``:
@@ -25,11 +26,13 @@ Usage: python benchmarks/bench_graph_growth.py [--rows 100000] [--images 30] [--
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
+from pathlib import Path
 
 import faiss
 import numpy as np
-from _peers_data import CXR_DIR, PATIENT_ROWS, _around, cxr_embeddings
+from _peers_data import CXR_DIR, PATIENT_ROWS, cxr_embeddings, make_data
 
 from msm_mem._storage.sqlite import graph as graph_module
 from msm_mem._storage.sqlite.graph import EF_CONSTRUCTION, Graph, M
@@ -38,11 +41,10 @@ DIM = 1024
 
 
 def rows_and_queries(args: argparse.Namespace, real: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(17)
-    patients = args.rows // PATIENT_ROWS
-    centres = _around(rng, real[np.arange(patients) % len(real)], 0.9)
-    x = _around(rng, centres[np.arange(args.rows) % patients], 0.9)
-    return x, _around(rng, centres[rng.integers(patients, size=args.queries)], 0.9)
+    """``bench_peers.py``'s cxr set drawn around ``real`` (its generator, ``make_data``)."""
+    with tempfile.TemporaryDirectory() as work:
+        make_data("cxr", args.rows, args.queries, Path(work), real)
+        return np.load(Path(work) / "x.npy"), np.load(Path(work) / "popq.npy")[: args.queries]
 
 
 def grown(x: np.ndarray, built: int, write: int, level0: bool, flat_vectors: bool = False) -> Graph:

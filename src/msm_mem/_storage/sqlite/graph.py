@@ -33,11 +33,11 @@ one batch. Linked the way FAISS links a batch, with some of its nodes raised to 
 layers, the tail broke those routes: on 100,000 of the benchmark's realistic 1024-d rows, drawn
 around 30 of its real images (333 patients an image, as many as 1,000,000 rows around all 299),
 a graph built in one batch over the first 75,000 and given the other 25,000 5,000 at a time
-recalled 0.930 of the top-10 at depth 16, and no more than 0.932 at depth 64 (whole patients
-out of reach of a walk), against 0.997 for the same rows built in one batch; 0.940 with the
-rows shuffled first, so it is not the order they arrive in; 0.891 on float32 vectors (FAISS's
-``IndexHNSWFlat``), so not the codes. Linked at level 0 only: 0.996, and 0.995 with half the
-graph linked that way, 0.996 with nine tenths, 0.970 with 49 parts in 50
+recalled 0.929 of the top-10 at depth 16, and no more than 0.933 at depth 64 (whole patients
+out of reach of a walk), against 0.988 for the same rows built in one batch; 0.938 with the
+rows shuffled first, so it is not the order they arrive in; 0.940 on float32 vectors (FAISS's
+``IndexHNSWFlat``), so not the codes. Linked at level 0 only: 0.999, and 0.995 with half the
+graph linked that way, 0.989 with nine tenths, 0.968 with 49 parts in 50
 (``benchmarks/bench_graph_growth.py``; ``bench_graph_search.py --grown`` times a store's graph
 grown by its writes beside FAISS's). When a link would take the graph to :data:`REBUILD`
 times the size of its last full build, the whole graph is rebuilt in one batch instead, so at
