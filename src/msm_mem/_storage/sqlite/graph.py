@@ -40,11 +40,25 @@ rows shuffled first, so it is not the order they arrive in; 0.940 on float32 vec
 graph linked that way, 0.989 with nine tenths, 0.968 with 49 parts in 50
 (``benchmarks/bench_graph_growth.py``; ``bench_graph_search.py --grown`` times a store's graph
 grown by its writes beside FAISS's). When a link would take the graph to :data:`REBUILD`
-times the size of its last full build, the whole graph is rebuilt in one batch instead, so at
-most half its nodes are linked at level 0 and the upper layers are drawn again from every
-vector: each vector is linked about twice over the life of the store, and the write that
-crosses the mark pays for the rebuild (the time of an HNSW build of every vector, 53 s for
-300,000 on two threads in ``bench_graph_tail.py``; the codes are held twice while it runs).
+times the size of its last build in one batch, the whole graph is rebuilt in one batch, so the
+upper layers are drawn again from every vector and at most about half its nodes are linked at
+level 0: each vector is linked about twice over the life of the store.
+
+A rebuild of fewer than :data:`BACKGROUND` vectors runs on the write that crosses the mark (a
+second or two at most). A larger one (an HNSW build of every vector: 53 s for 300,000 on two
+threads in ``bench_graph_tail.py``) runs in a background thread over a copy of the vectors,
+on one OpenMP thread fewer than the machine has, one at a time in the process; the write
+returns at once. Until it is taken, the graph of before serves searches and takes the tail at
+level 0 as usual (its links also on one thread fewer). The first write after it is done takes
+it: the vectors written since its copy are linked into it on that write when they are at most
+:data:`CATCH_UP`, else by a catch-up job in the background first (again and again while each
+gains on the writes; one that does not is finished on the write). A rebuild that fails in its
+thread (out of memory) is logged by the write that finds it, and the graph grows by links
+until twice that size. A save (every close) waits for a job in flight and takes it, so the
+file holds the rebuilt graph; an open builds a missing graph on the spot, once, over every row.
+While a rebuild runs, its copy of the vectors (float32, 4 GB at 1M 1024-d vectors) and the new
+graph are held beside the graph of before. ``benchmarks/bench_graph_rebuild.py`` times the
+writes and searches around a rebuild both ways.
 
 Retired positions (superseded or retracted records, a shredded patient's among them) stay in
 the graph, which cannot delete nodes, but a bitmap selector of the live positions goes with
@@ -58,6 +72,8 @@ ranges and the neighbour ids): a file that fails any check is rebuilt from the v
 from __future__ import annotations
 
 import hashlib
+import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,7 +83,7 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["EF_CONSTRUCTION", "M", "REBUILD", "RESCORE", "TAIL", "Graph", "file_sha256"]
+__all__ = ["BACKGROUND", "CATCH_UP", "EF_CONSTRUCTION", "M", "REBUILD", "RESCORE", "TAIL", "Graph", "file_sha256"]
 
 #: links per node (FAISS's ``M``; level 0 has ``2 M``)
 M = 32
@@ -77,6 +93,11 @@ EF_CONSTRUCTION = 40
 TAIL = 1024
 #: the graph is rebuilt in one batch when a link would take it to this many times its last build
 REBUILD = 2
+#: a rebuild of at least this many vectors runs in a background thread (fewer: on the write)
+BACKGROUND = 8192
+#: vectors written during a background job linked into its graph on the write that takes it
+#: (more: a catch-up job links them in the background first)
+CATCH_UP = 1024
 #: a search scores this many times k of the walk's best candidates exactly (at most its depth)
 RESCORE = 2
 #: the code range of a dimension is widened by this share of it on each side
@@ -84,6 +105,9 @@ PAD = 0.05
 #: rows read for the code ranges at a build (evenly spaced over the vectors)
 RANGE_SAMPLE = 65_536
 _QT: Any = faiss.ScalarQuantizer.QT_8bit  # an enum value; faiss's stubs type it as the class
+_log = logging.getLogger("msm_mem")
+#: one background build at a time in the process (each holds a copy of its vectors)
+_BUILDING = threading.Lock()
 
 
 def _new_hnsw(dim: int) -> faiss.IndexHNSWSQ:
@@ -109,6 +133,81 @@ def _set_ranges(hnsw: faiss.IndexHNSWSQ, view: npt.NDArray[np.float32]) -> None:
     hnsw.is_trained = True
 
 
+def _build(view: npt.NDArray[np.float32]) -> faiss.IndexHNSWSQ:
+    """A graph over every row of ``view``, built in one batch (its code ranges read from it)."""
+    fresh = _new_hnsw(view.shape[1])
+    _set_ranges(fresh, view)
+    fresh.add(np.ascontiguousarray(view))
+    return fresh
+
+
+def _link_level0(hnsw: faiss.IndexHNSWSQ, tail: npt.NDArray[np.float32]) -> None:
+    """Link ``tail`` into ``hnsw`` at level 0 only: the new nodes' levels are preset to the base
+    level (module docstring). A link that fails leaves no preset behind for nodes never added."""
+    links: Any = hnsw.hnsw  # the SWIG struct: its vectors are not in faiss's type stubs
+    start = int(hnsw.ntotal)
+    n = start + tail.shape[0]
+    links.levels.resize(n)
+    faiss.rev_swig_ptr(links.levels.data(), n)[start:] = 1
+    try:
+        hnsw.add(np.ascontiguousarray(tail))
+    except BaseException:
+        links.levels.resize(int(hnsw.ntotal))
+        raise
+
+
+class _Job:
+    """A build in one batch (``target`` None) or a link at level 0 into ``target``, run in a
+    thread of its own over ``vectors``, a copy (the flat index may move its storage meanwhile).
+    The thread runs FAISS on one OpenMP thread fewer than the machine has (at least one), so
+    searches and writes keep a core, and one job runs at a time in the process."""
+
+    def __init__(self, vectors: npt.NDArray[np.float32], target: faiss.IndexHNSWSQ | None, built: int) -> None:
+        self.hnsw = target
+        self.built = built  # nodes of the result's build in one batch
+        self.linking = None if target is None else vectors.shape[0]  # a catch-up: how many it links
+        self.end = built if target is None else int(target.ntotal) + vectors.shape[0]
+        self.error: BaseException | None = None
+        self._vectors: npt.NDArray[np.float32] | None = vectors
+        self._thread = threading.Thread(target=self._run, name="msm-mem graph build", daemon=False)
+        self._thread.start()
+
+    def _run(self) -> None:
+        vectors, self._vectors = self._vectors, None
+        assert vectors is not None
+        faiss.omp_set_num_threads(_spare())
+        try:
+            with _BUILDING:
+                if self.hnsw is None:
+                    self.hnsw = _build(vectors)
+                else:
+                    _link_level0(self.hnsw, vectors)
+        except BaseException as exc:  # reported to the write that adopts the job
+            self.error = exc
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def wait(self) -> None:
+        self._thread.join()
+
+
+def _spare() -> int:
+    """OpenMP threads for work beside a background job: one fewer than the machine's (at least 1)."""
+    return max(1, faiss.omp_get_max_threads() - 1)
+
+
+@contextmanager
+def _threads(count: int) -> Iterator[None]:
+    """FAISS on ``count`` OpenMP threads in the calling thread (OpenMP's setting is per thread)."""
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(count)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(threads)
+
+
 @contextmanager
 def _one_thread() -> Iterator[None]:
     """FAISS on one OpenMP thread in the calling thread (OpenMP's setting is per thread).
@@ -118,12 +217,8 @@ def _one_thread() -> Iterator[None]:
     while; numpy's product over the tail on two BLAS threads, started while they spin, shared
     two cores with them: a population search with a tail of 1,023 vectors took 8.0 ms instead
     of 0.27 (``benchmarks/bench_graph_tail.py``, 300,000 vectors). Links keep every thread."""
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    try:
+    with _threads(1):
         yield
-    finally:
-        faiss.omp_set_num_threads(threads)
 
 
 def file_sha256(path: Path) -> str:
@@ -146,6 +241,8 @@ class Graph:
         self.built = self.covered
         self._selector: tuple[tuple[int, int], faiss.IDSelectorBitmap, npt.NDArray[np.uint8]] | None = None
         self._search_params: tuple[tuple[int, tuple[int, int] | None], Any] | None = None
+        self._job: _Job | None = None  # a rebuild (or its catch-up) running in the background
+        self._retry_at = 0  # after a failed background rebuild: the size of the next attempt
 
     @classmethod
     def of(cls, hnsw: faiss.Index, dim: int, ef_search: int) -> Graph | None:
@@ -174,28 +271,66 @@ class Graph:
             return None
         return cls(dim, ef_search, hnsw)
 
-    def extend(self, view: npt.NDArray[np.float32]) -> None:
+    def extend(self, view: npt.NDArray[np.float32], wait: bool = True) -> None:
         """Link the tail (positions ``covered ..`` of ``view``, the flat index's vectors) into
-        the graph, or rebuild the graph over all of ``view`` in one batch (module docstring)."""
+        the graph, or rebuild the graph over all of ``view`` in one batch (module docstring).
+
+        With ``wait`` False (a write), a rebuild of :data:`BACKGROUND` vectors or more starts in
+        a background thread over a copy of ``view``, and the tail is linked into the current
+        graph meanwhile (:meth:`adopt` takes the new graph once it is done). With ``wait`` (a
+        save, an open) a rebuild in flight is waited for and taken, and every vector of
+        ``view`` is linked on return."""
+        self.adopt(view, wait)
         n = view.shape[0]
         if n == self.covered:
             return
-        if n >= REBUILD * self.built:
-            fresh = _new_hnsw(view.shape[1])
-            _set_ranges(fresh, view)
-            fresh.add(np.ascontiguousarray(view))
-            self.hnsw, self._selector, self._search_params = fresh, None, None
-            self.covered = self.built = n
-            return
-        links: Any = self.hnsw.hnsw  # the SWIG struct: its vectors are not in faiss's type stubs
-        links.levels.resize(n)  # preset: the tail joins level 0 only (module docstring)
-        faiss.rev_swig_ptr(links.levels.data(), n)[self.covered :] = 1
-        try:
-            self.hnsw.add(np.ascontiguousarray(view[self.covered :]))
-        except BaseException:
-            links.levels.resize(int(self.hnsw.ntotal))  # no preset left for nodes never added
-            raise
+        if self._job is None and n >= max(REBUILD * self.built, self._retry_at):
+            if wait or n < BACKGROUND:
+                self._swap(_build(view), n)
+                return
+            self._job = _Job(np.array(view, dtype=np.float32), None, n)
+        if self._job is None:
+            _link_level0(self.hnsw, view[self.covered :])
+        elif self.covered:  # (none yet: the tail stays exact until the build is taken)
+            with _threads(_spare()):  # beside the job's thread, not a team spinning against it
+                _link_level0(self.hnsw, view[self.covered :])
         self.covered = int(self.hnsw.ntotal)
+
+    def adopt(self, view: npt.NDArray[np.float32], wait: bool = False) -> None:
+        """Take the graph of a background job that is done (with ``wait``: of one in flight,
+        once done); a no-op without one. The vectors of ``view`` written since the job's copy
+        are linked into the new graph first: here when they are at most :data:`CATCH_UP` or
+        ``wait``, else by a catch-up job, the current graph serving searches meanwhile."""
+        job = self._job
+        if job is None or not (wait or job.done()):
+            return
+        job.wait()
+        self._job = None
+        if job.error is not None or job.hnsw is None:
+            self._retry_at = REBUILD * view.shape[0]
+            _log.warning(
+                "a background rebuild of the population graph failed (%s); the graph grows by links until %d vectors",
+                type(job.error).__name__,
+                self._retry_at,
+            )
+            return
+        gap = view.shape[0] - job.end
+        if gap > CATCH_UP and not wait and (job.linking is None or gap < job.linking):
+            # (a catch-up that left as many as it linked is not gaining on the writes: linked here)
+            self._job = _Job(np.array(view[job.end :], dtype=np.float32), job.hnsw, job.built)
+            return
+        if gap > 0:
+            _link_level0(job.hnsw, view[job.end :])
+        self._swap(job.hnsw, job.built)
+
+    @property
+    def rebuilding(self) -> bool:
+        """Whether a background job (a rebuild or its catch-up) is in flight or not yet taken."""
+        return self._job is not None
+
+    def _swap(self, hnsw: faiss.IndexHNSWSQ, built: int) -> None:
+        self.hnsw, self._selector, self._search_params = hnsw, None, None
+        self.built, self.covered = built, int(hnsw.ntotal)
 
     def search(
         self,
@@ -204,27 +339,39 @@ class Graph:
         excluded: npt.NDArray[np.int64],
         version: int,
         flat: faiss.IndexFlat,
+        end: int = 0,
     ) -> list[tuple[int, float]]:
         """Approximate top-k ``(position, cosine)`` among covered positions not ``excluded``
-        (``version`` names the excluded set, so its selector is built once per change): the
-        walk's best candidates scored exactly against ``flat`` (the float32 vectors), descending
+        (``version`` names the excluded set, so its selector is built once per change), and
+        with ``end`` past ``covered`` the exact top-k of the tail ``covered .. end`` besides:
+        the walk's best candidates and every tail position not excluded, scored exactly
+        against ``flat`` (the float32 vectors) in one call on one thread (a tail scored by
+        numpy's BLAS threads meanwhile waited on a core a background rebuild held), descending
         cosine, ties by ascending position."""
-        if self.covered == 0 or k <= 0:
+        if k <= 0 or max(end, self.covered) == 0:
             return []
-        params = self._params(k, excluded, version)
         query = np.ascontiguousarray(z, dtype=np.float32).reshape(1, -1)
         with _one_thread():
-            _, found = self.hnsw.search(query, min(params.efSearch, RESCORE * k), params=params)
-            ids = found[:, found[0] >= 0]
+            if self.covered:
+                params = self._params(k, excluded, version)
+                _, found = self.hnsw.search(query, min(params.efSearch, RESCORE * k), params=params)
+                ids = found[0, found[0] >= 0]
+            else:
+                ids = np.zeros(0, dtype=np.int64)
+            if end > self.covered:
+                tail = np.arange(self.covered, end, dtype=np.int64)
+                if excluded.size:
+                    tail = tail[~np.isin(tail, excluded[excluded >= self.covered])]
+                ids = np.concatenate([ids, tail])
             if ids.size == 0:
                 return []
-            scores = np.empty(ids.shape, dtype=np.float32)
+            scores = np.empty(ids.size, dtype=np.float32)
             exact: Any = flat  # compute_distance_subset is missing from faiss's stubs
             exact.compute_distance_subset(
-                1, faiss.swig_ptr(query), ids.shape[1], faiss.swig_ptr(scores), faiss.swig_ptr(ids)
+                1, faiss.swig_ptr(query), ids.size, faiss.swig_ptr(scores), faiss.swig_ptr(ids)
             )
-        top = np.lexsort((ids[0], -scores[0]))[:k]
-        return list(zip(ids[0, top].tolist(), scores[0, top].tolist(), strict=True))
+        top = np.lexsort((ids, -scores))[:k]
+        return list(zip(ids[top].tolist(), scores[top].tolist(), strict=True))
 
     def _params(self, k: int, excluded: npt.NDArray[np.int64], version: int) -> Any:
         """The search parameters (depth, live-position selector), made once per depth and

@@ -36,6 +36,9 @@ from .graph import TAIL, Graph, file_sha256
 __all__ = ["VectorIndex", "graph_path"]
 
 _L = TypeVar("_L")
+#: a tail of at most this many vectors is scored by the graph's search, on one thread, with its
+#: candidates; a longer one (the whole store while a first build runs) by a BLAS product
+SCORED_WITH_GRAPH = 4 * TAIL
 _log = logging.getLogger("msm_mem")
 
 
@@ -60,8 +63,10 @@ class VectorIndex:
     def ntotal(self) -> int:
         return self._n
 
-    def add(self, vectors: npt.NDArray[np.float32], scopes: list[str]) -> None:
-        """Append unit vectors (n, dim) and the scope (patient id) of each."""
+    def add(self, vectors: npt.NDArray[np.float32], scopes: list[str], link: bool = True) -> None:
+        """Append unit vectors (n, dim) and the scope (patient id) of each; with ``link``
+        False they stay in the exact tail until the next :meth:`add` or :meth:`link` (a
+        load of many rows links them once, at its end)."""
         start = self.ntotal
         self._index.add(np.ascontiguousarray(vectors, dtype=np.float32))
         self._n = int(self._index.ntotal)
@@ -69,12 +74,16 @@ class VectorIndex:
         for offset, scope in enumerate(scopes):
             self._by_scope.setdefault(scope, array("q")).append(start + offset)
         self._scope_of.extend(scopes)
-        if self.graph is not None and self._n - self.graph.covered >= TAIL:
-            self.link()
+        if self.graph is not None and link:
+            if self._n - self.graph.covered >= TAIL:
+                self.graph.extend(self.vectors(), wait=False)
+            elif self.graph.rebuilding:
+                self.graph.adopt(self.vectors())
 
     def link(self) -> None:
-        """Link every vector not yet in the graph into it (no-op without a graph)."""
-        if self.graph is not None and self.graph.covered < self._n:
+        """Link every vector not yet in the graph into it, after a rebuild in flight is done
+        (no-op without a graph)."""
+        if self.graph is not None and (self.graph.covered < self._n or self.graph.rebuilding):
             self.graph.extend(self.vectors())
 
     def set_scopes(self, scopes: list[str]) -> None:
@@ -144,10 +153,11 @@ class VectorIndex:
         skip = np.zeros(0, dtype=np.int64) if excluded is None else self.positions(excluded)
         if self.graph is None:
             return self._exact(-z, k, 0, skip)
-        hits = self.graph.search(z, k, skip, self._version, self._index)
-        if self.graph.covered < self._n:
-            hits += self._exact(-z, k, self.graph.covered, skip)
-            hits.sort(key=lambda p: (-p[1], p[0]))
+        covered = self.graph.covered
+        if self._n - covered <= SCORED_WITH_GRAPH:  # the tail scored in the graph's call
+            return self.graph.search(z, k, skip, self._version, self._index, self._n)
+        hits = self.graph.search(z, k, skip, self._version, self._index) + self._exact(-z, k, covered, skip)
+        hits.sort(key=lambda p: (-p[1], p[0]))
         return hits[:k]
 
     def _exact(self, neg_z: Vector, k: int, start: int, skip: npt.NDArray[np.int64]) -> list[tuple[int, float]]:

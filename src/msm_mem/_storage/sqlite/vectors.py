@@ -119,27 +119,29 @@ class FaissVectors:
             cached = loaded[0]
             view = cached.vectors()
             prefix = chain_digest(_GENESIS, [view[i].tobytes() for i in range(cached.ntotal)])
-            built = self._load_rows(kind, cached, cached.ntotal, prefix)
+            built = self._load_rows(kind, cached, cached.ntotal, prefix, link=False)
             if built is not None:
                 built[0].link()  # a graph rebuilt from the vectors (load), once they are vouched for
                 return built
             _log.warning("the %s vector cache does not match the store; rebuilding it from the rows", kind)
         elif recorded is not None and self._index_path(kind).is_file():
             _log.warning("the %s vector cache is unreadable or damaged; rebuilding it from the rows", kind)
-        built = self._load_rows(kind, VectorIndex(self.dim, self._ef_search), 0, _GENESIS)
+        built = self._load_rows(kind, VectorIndex(self.dim, self._ef_search), 0, _GENESIS, link=False)
         if built is None:
             raise StoreError(
                 f"{kind}: the stored vectors do not match the digest recorded with them; the store is damaged"
             )
+        built[0].link()  # the graph built once over every row, not at each doubling while they load
         return built
 
     def _load_rows(
-        self, kind: VectorKind, index: VectorIndex, start: int, digest: bytes | None
+        self, kind: VectorKind, index: VectorIndex, start: int, digest: bytes | None, link: bool = True
     ) -> tuple[VectorIndex, list[str]] | None:
         """``index`` (holding the vectors of positions ``< start``, whose running digest is
-        ``digest``) with the scopes of every row and the vectors past ``start`` added; None when
-        the result does not reproduce the digest the database records (``digest`` None: not
-        checked) or the index holds more vectors than there are rows."""
+        ``digest``) with the scopes of every row and the vectors past ``start`` added (linked
+        into its graph as they come only with ``link``); None when the result does not
+        reproduce the digest the database records (``digest`` None: not checked) or the index
+        holds more vectors than there are rows."""
         recorded = self._recorded_digest(kind) if digest is not None else None
         scopes: list[str] = []
         ids: list[str] = []
@@ -162,7 +164,7 @@ class FaissVectors:
             if digest is not None:
                 digest = chain_digest(digest, blobs)
             mat = np.frombuffer(b"".join(blobs), dtype=np.float32)
-            index.add(mat.reshape(len(chunk), self.dim), scopes[pos : pos + len(chunk)])
+            index.add(mat.reshape(len(chunk), self.dim), scopes[pos : pos + len(chunk)], link)
             pos += len(chunk)
         if pos != count:
             raise StoreError(f"{kind}: rows are not numbered 0..{count - 1}; the store is damaged")
