@@ -225,3 +225,56 @@ def test_an_open_without_a_graph_builds_it_once_over_every_row(tmp_path: Path, b
     assert graph is not None and graph.built == graph.covered == 10_000 and not graph.rebuilding
     assert [reopened.search("episodic", z, 1, None)[0][0] for z in x[::97]] == ids[::97]
     reopened.close()
+
+
+def test_one_background_build_at_a_time_the_other_graph_tries_again(background: None, held: threading.Lock) -> None:
+    """A graph that crosses its mark while another graph's build runs (each build holds a copy
+    of its vectors) starts none: it links at level 0 and starts its own at the first link after
+    the other's build has ended."""
+    x = clustered(np.random.default_rng(7), 420, 6)
+    first, second = VectorIndex(DIM, 64), VectorIndex(DIM, 64)
+    for index in (first, second):
+        index.add(x[:200], ["p"] * 200)
+    first.add(x[200:400], ["p"] * 200)  # the first's rebuild starts, held
+    second.add(x[200:400], ["p"] * 200)  # the second's is due, but the slot is taken
+    a, b = first.graph, second.graph
+    assert a is not None and b is not None
+    assert a.rebuilding and not b.rebuilding and b.built == 200 and b.covered == 400
+    held.release()
+    _finish(a)
+    first.add(x[400:404], ["p"] * 4)
+    assert not a.rebuilding and a.built == 400
+    second.add(x[400:404], ["p"] * 4)  # the next link: the slot is free, its rebuild starts
+    assert b.rebuilding
+    second.link()
+    assert b.built == 404 and b.covered == 404
+
+
+def test_a_rebuild_that_cannot_start_leaves_the_graph_growing_by_links(
+    background: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When the build's thread cannot be started (or its copy made), the write still succeeds:
+    the tail is linked at level 0, the failure is logged, the slot is free again, and the next
+    try is at twice the size."""
+    x = clustered(np.random.default_rng(8), 900, 6)
+    index = VectorIndex(DIM, 64)
+    index.add(x[:200], ["p"] * 200)
+
+    def cannot_start(*args: object) -> None:
+        raise RuntimeError("can't start new thread")
+
+    job = graph_module._Job
+    monkeypatch.setattr(graph_module, "_Job", cannot_start)
+    with caplog.at_level(logging.WARNING, logger="msm_mem"):
+        index.add(x[200:400], ["p"] * 200)
+    graph = index.graph
+    assert graph is not None and not graph.rebuilding and graph.built == 200 and graph.covered == 400
+    assert "could not start (RuntimeError)" in caplog.text
+    assert not graph_module._BUILD_SLOT.locked()
+    monkeypatch.setattr(graph_module, "_Job", job)
+    index.add(x[400:796], ["p"] * 396)  # under 2 x 400: linked
+    assert not graph.rebuilding and graph.covered == 796
+    index.add(x[796:], ["p"] * 104)  # 900 >= 2 x 400: tried again
+    assert graph.rebuilding
+    index.link()
+    assert graph.built == 900 and graph.covered == 900

@@ -22,10 +22,12 @@ its walk distances coarser. The graph covers the first ``covered`` positions; th
 after them (the *tail*, fewer than :data:`TAIL` unless the graph is being caught up) are scored
 exactly at every search, and are linked into the graph in one batch when the tail reaches
 :data:`TAIL` (and before every save). So a write does not pay an HNSW insert per vector; one
-write in :data:`TAIL` vectors pays for the batch. On 300,000 clustered 1024-d vectors (two
-threads; ``benchmarks/bench_graph_tail.py``), a tail of 1,023 added 0.07 ms to a population
-search (0.20 ms with none, 0.27 with 1,023), and linking cost 279 us a vector 1,024 at a time,
-319 us 256 at a time and 391 us 64 at a time (each call prepares state for every node).
+write in :data:`TAIL` vectors pays for the batch. The tail is scored in the same call as the
+walk's candidates (:meth:`Graph.search`). On 100,000 clustered 1024-d vectors
+(``benchmarks/bench_graph_tail.py``), a tail of 1,023 added 0.14 ms to a population search
+(0.22 ms with none, 0.36 with 1,023); on 300,000 (two threads), linking cost 279 us a vector
+1,024 at a time, 319 us 256 at a time and 391 us 64 at a time (each call prepares state for
+every node).
 
 The tail is linked at level 0 only: its nodes' levels are preset to the base level, so the
 layers above it (the routes a walk takes down to level 0) hold only nodes of the last build in
@@ -47,8 +49,9 @@ level 0: each vector is linked about twice over the life of the store.
 A rebuild of fewer than :data:`BACKGROUND` vectors runs on the write that crosses the mark (a
 second or two at most). A larger one (an HNSW build of every vector: 53 s for 300,000 on two
 threads in ``bench_graph_tail.py``) runs in a background thread over a copy of the vectors,
-on one OpenMP thread fewer than the machine has, one at a time in the process; the write
-returns at once. Until it is taken, the graph of before serves searches and takes the tail at
+on one OpenMP thread fewer than the machine has, one at a time in the process (a graph that
+crosses its mark while another's build runs tries again at its next link); the write returns
+at once. Until it is taken, the graph of before serves searches and takes the tail at
 level 0 as usual (its links also on one thread fewer). The first write after it is done takes
 it: the vectors written since its copy are linked into it on that write when they are at most
 :data:`CATCH_UP`, else by a catch-up job in the background first (again and again while each
@@ -106,7 +109,9 @@ PAD = 0.05
 RANGE_SAMPLE = 65_536
 _QT: Any = faiss.ScalarQuantizer.QT_8bit  # an enum value; faiss's stubs type it as the class
 _log = logging.getLogger("msm_mem")
-#: one background build at a time in the process (each holds a copy of its vectors)
+#: one background build in the process from its start (its copy of the vectors) to its end
+_BUILD_SLOT = threading.Lock()
+#: taken by a background job while it builds or links: one at a time in the process
 _BUILDING = threading.Lock()
 
 
@@ -160,7 +165,8 @@ class _Job:
     """A build in one batch (``target`` None) or a link at level 0 into ``target``, run in a
     thread of its own over ``vectors``, a copy (the flat index may move its storage meanwhile).
     The thread runs FAISS on one OpenMP thread fewer than the machine has (at least one), so
-    searches and writes keep a core, and one job runs at a time in the process."""
+    searches and writes keep a core, and one job runs at a time in the process; a build holds
+    the process's build slot (``_BUILD_SLOT``, taken by the write that starts it) until it ends."""
 
     def __init__(self, vectors: npt.NDArray[np.float32], target: faiss.IndexHNSWSQ | None, built: int) -> None:
         self.hnsw = target
@@ -184,6 +190,10 @@ class _Job:
                     _link_level0(self.hnsw, vectors)
         except BaseException as exc:  # reported to the write that adopts the job
             self.error = exc
+        finally:
+            del vectors
+            if self.linking is None:
+                _BUILD_SLOT.release()  # taken by the write that started this build
 
     def done(self) -> bool:
         return not self._thread.is_alive()
@@ -213,10 +223,11 @@ def _one_thread() -> Iterator[None]:
     """FAISS on one OpenMP thread in the calling thread (OpenMP's setting is per thread).
 
     A search answers one query, which FAISS cannot split over threads, but its exact scoring
-    (``compute_distance_subset``) still wakes a team of OpenMP threads, which then spin for a
-    while; numpy's product over the tail on two BLAS threads, started while they spin, shared
-    two cores with them: a population search with a tail of 1,023 vectors took 8.0 ms instead
-    of 0.27 (``benchmarks/bench_graph_tail.py``, 300,000 vectors). Links keep every thread."""
+    (``compute_distance_subset``) still woke a team of OpenMP threads, which then spun for a
+    while; numpy's product over the tail on two BLAS threads (how the tail was scored then),
+    started while they spun, shared two cores with them: a population search with a tail of
+    1,023 vectors took 8.0 ms instead of 0.27 (``benchmarks/bench_graph_tail.py``, 300,000
+    vectors). Links keep every thread, except beside a background job (:func:`_spare`)."""
     with _threads(1):
         yield
 
@@ -288,13 +299,34 @@ class Graph:
             if wait or n < BACKGROUND:
                 self._swap(_build(view), n)
                 return
-            self._job = _Job(np.array(view, dtype=np.float32), None, n)
+            self._job = self._start_build(view)
+        if self.covered == 0:
+            return  # no graph yet: the tail stays exact until a build (in flight, or tried again)
         if self._job is None:
             _link_level0(self.hnsw, view[self.covered :])
-        elif self.covered:  # (none yet: the tail stays exact until the build is taken)
+        else:
             with _threads(_spare()):  # beside the job's thread, not a team spinning against it
                 _link_level0(self.hnsw, view[self.covered :])
         self.covered = int(self.hnsw.ntotal)
+
+    def _start_build(self, view: npt.NDArray[np.float32]) -> _Job | None:
+        """A background build over a copy of ``view``; None while another graph's build holds
+        the process's one slot (tried again at the next link) or when the copy or its thread
+        cannot be made (logged; tried again at twice the size)."""
+        if not _BUILD_SLOT.acquire(blocking=False):
+            return None
+        try:
+            return _Job(np.array(view, dtype=np.float32), None, view.shape[0])
+        except (MemoryError, RuntimeError) as exc:  # (a thread that cannot start is a RuntimeError)
+            _BUILD_SLOT.release()
+            self._retry_at = REBUILD * view.shape[0]
+            _log.warning(
+                "the background rebuild of the population graph could not start (%s); "
+                "the graph grows by links until %d vectors",
+                type(exc).__name__,
+                self._retry_at,
+            )
+            return None
 
     def adopt(self, view: npt.NDArray[np.float32], wait: bool = False) -> None:
         """Take the graph of a background job that is done (with ``wait``: of one in flight,
