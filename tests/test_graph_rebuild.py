@@ -9,8 +9,10 @@ before it builds, so a rebuild is in flight for exactly as long as a test says."
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import faiss
@@ -49,6 +51,39 @@ def _finish(graph: Graph) -> None:
 
 def _top1(index: VectorIndex, x: np.ndarray, positions: range) -> list[int]:
     return [index.population(x[i], 1, None)[0][0] for i in positions]
+
+
+def _held_catch_up(seed: int, n: int, held: threading.Lock) -> tuple[np.ndarray, VectorIndex, Graph]:
+    """``n`` rows and an index whose graph (built over 200) has a rebuild over 400 done, taken
+    by a write of 1 into a catch-up of the 21 written since its copy, held (``held`` taken)."""
+    x = clustered(np.random.default_rng(seed), n, 6)
+    index = VectorIndex(DIM, 64)
+    index.add(x[:200], ["p"] * 200)
+    index.add(x[200:400], ["p"] * 200)  # a rebuild over 400, held
+    index.add(x[400:420], ["p"] * 20)
+    graph = index.graph
+    assert graph is not None
+    held.release()
+    _finish(graph)
+    held.acquire()
+    index.add(x[420:421], ["p"])  # the rebuild taken into a catch-up of 21, held
+    assert graph.rebuilding and graph.built == 200
+    return x, index, graph
+
+
+def _in_child(check: Callable[[], bool]) -> int:
+    """The exit code of a forked child that runs ``check`` (0: true, 2: false, 3: raised); the
+    child never returns into pytest and kills itself after 20 s."""
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            signal.alarm(20)
+            code = 0 if check() else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
 
 
 def test_a_write_past_the_mark_returns_before_the_rebuild_and_the_rebuild_is_taken_later(
@@ -133,17 +168,7 @@ def test_a_catch_up_that_does_not_gain_on_the_writes_is_finished_on_the_write(
 ) -> None:
     """A catch-up job that leaves as many vectors behind as it linked (writes as fast as its
     links) is not followed by another: the write that takes it links the rest itself."""
-    x = clustered(np.random.default_rng(6), 500, 6)
-    index = VectorIndex(DIM, 64)
-    index.add(x[:200], ["p"] * 200)
-    index.add(x[200:400], ["p"] * 200)  # a rebuild over 400, held
-    index.add(x[400:420], ["p"] * 20)
-    graph = index.graph
-    assert graph is not None
-    held.release()
-    _finish(graph)
-    held.acquire()
-    index.add(x[420:421], ["p"])  # a catch-up of 21, held
+    x, index, graph = _held_catch_up(6, 500, held)
     index.add(x[421:460], ["p"] * 39)  # 39 more written meanwhile: more than it links
     held.release()
     _finish(graph)
@@ -278,3 +303,42 @@ def test_a_rebuild_that_cannot_start_leaves_the_graph_growing_by_links(
     assert graph.rebuilding
     index.link()
     assert graph.built == 900 and graph.covered == 900
+
+
+def test_a_forked_child_has_free_locks_and_takes_no_job_of_its_parent(background: None, held: threading.Lock) -> None:
+    """A process forked while a rebuild is in flight (and the build lock held) has none of its
+    parent's threads: its build locks start free, and the job it finds reads as failed rather
+    than being waited for or taken half made. (The child touches no FAISS call: OpenMP itself
+    is not safe to use after a fork.)"""
+    x = clustered(np.random.default_rng(9), 400, 6)
+    index = VectorIndex(DIM, 64)
+    index.add(x[:200], ["p"] * 200)
+    index.add(x[200:400], ["p"] * 200)  # the rebuild starts, held
+    graph = index.graph
+    assert graph is not None and graph.rebuilding and graph_module._BUILD_SLOT.locked()
+
+    def check() -> bool:
+        free = not graph_module._BUILDING.locked() and not graph_module._BUILD_SLOT.locked()
+        graph.adopt(index.vectors())
+        return free and not graph.rebuilding and graph.built == 200 and graph.covered == 400
+
+    assert _in_child(check) == 0
+    assert graph.rebuilding  # the parent's job is untouched
+    held.release()
+    index.link()
+    assert graph.built == 400 and graph.covered == 400
+
+
+def test_a_forked_child_does_not_take_its_parents_catch_up(background: None, held: threading.Lock) -> None:
+    """A catch-up job (its target graph already made) found in a forked child is not taken there:
+    its links ran, or were to run, in the parent's thread."""
+    _, index, graph = _held_catch_up(10, 421, held)
+
+    def check() -> bool:
+        graph.adopt(index.vectors())  # nothing written since the catch-up's copy: no link needed
+        return not graph.rebuilding and graph.built == 200
+
+    assert _in_child(check) == 0
+    held.release()
+    index.link()
+    assert graph.built == 400 and graph.covered == 421

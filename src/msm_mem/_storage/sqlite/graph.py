@@ -57,10 +57,11 @@ it: the vectors written since its copy are linked into it on that write when the
 :data:`CATCH_UP`, else by a catch-up job in the background first (again and again while each
 gains on the writes; one that does not is finished on the write). A rebuild that fails in its
 thread (out of memory) is logged by the write that finds it, and the graph grows by links
-until twice that size. A save (every close) waits for a job in flight and takes it, so the
-file holds the rebuilt graph; an open builds a missing graph on the spot, once, over every row.
-While a rebuild runs, its copy of the vectors (float32, 4 GB at 1M 1024-d vectors) and the new
-graph are held beside the graph of before. ``benchmarks/bench_graph_rebuild.py`` times the
+until twice that size (so does one that cannot start, and in a forked child any job of its
+parent, whose thread is not there). A save (every close) waits for a job in flight and takes
+it, so the file holds the rebuilt graph; an open builds a missing graph on the spot, once,
+over every row. While a rebuild runs, its copy of the vectors (float32, 4 GB at 1M 1024-d
+vectors) and the new graph are held beside the graph of before. ``benchmarks/bench_graph_rebuild.py`` times the
 writes and searches around a rebuild both ways.
 
 Retired positions (superseded or retracted records, a shredded patient's among them) stay in
@@ -76,6 +77,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -113,6 +115,16 @@ _log = logging.getLogger("msm_mem")
 _BUILD_SLOT = threading.Lock()
 #: taken by a background job while it builds or links: one at a time in the process
 _BUILDING = threading.Lock()
+
+
+def _fresh_locks() -> None:
+    """A forked child has none of the parent's jobs (a job found there reads as failed): its
+    locks start free, whoever held them in the parent."""
+    global _BUILD_SLOT, _BUILDING
+    _BUILD_SLOT, _BUILDING = threading.Lock(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks)
 
 
 def _new_hnsw(dim: int) -> faiss.IndexHNSWSQ:
@@ -174,6 +186,7 @@ class _Job:
         self.linking = None if target is None else vectors.shape[0]  # a catch-up: how many it links
         self.end = built if target is None else int(target.ntotal) + vectors.shape[0]
         self.error: BaseException | None = None
+        self.pid = os.getpid()
         self._vectors: npt.NDArray[np.float32] | None = vectors
         self._thread = threading.Thread(target=self._run, name="msm-mem graph build", daemon=False)
         self._thread.start()
@@ -338,19 +351,23 @@ class Graph:
             return
         job.wait()
         self._job = None
-        if job.error is not None or job.hnsw is None:
+        forked = job.pid != os.getpid()  # (its thread ran in the parent: its graph is not whole here)
+        if forked or job.error is not None or job.hnsw is None:
             self._retry_at = REBUILD * view.shape[0]
             _log.warning(
                 "a background rebuild of the population graph failed (%s); the graph grows by links until %d vectors",
-                type(job.error).__name__,
+                "begun before this process was forked" if forked else type(job.error).__name__,
                 self._retry_at,
             )
             return
         gap = view.shape[0] - job.end
         if gap > CATCH_UP and not wait and (job.linking is None or gap < job.linking):
             # (a catch-up that left as many as it linked is not gaining on the writes: linked here)
-            self._job = _Job(np.array(view[job.end :], dtype=np.float32), job.hnsw, job.built)
-            return
+            try:
+                self._job = _Job(np.array(view[job.end :], dtype=np.float32), job.hnsw, job.built)
+                return
+            except (MemoryError, RuntimeError):
+                pass  # (no copy or no thread for the catch-up: linked here)
         if gap > 0:
             _link_level0(job.hnsw, view[job.end :])
         self._swap(job.hnsw, job.built)
