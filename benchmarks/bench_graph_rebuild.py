@@ -7,7 +7,8 @@ unit vectors (300 random centres, spread 0.6) in one batch, then writes ``--batc
 time at ``--rate`` vectors a second (a write-back's pace; a write that overruns its slot starts
 the next at once), with ``--searches`` population top-10 searches after each write, until the
 write that crosses ``--rows`` has started the rebuild and the rebuild is taken (or
-``--max-seconds``). It does that twice in one process, as the store does now (the rebuild in
+``--max-seconds``, or 4 x ``--rows`` vectors are written; ``--rate`` past what links keep up
+with shows the store under a bulk load). It does that twice in one process, as the store does now (the rebuild in
 the background) and then with the rebuild on the write (``BACKGROUND`` set past the size),
 the second writing as many vectors as the first, and prints per way: the crossing write, the
 longest write and the write median and p99 (ms); the population searches from the crossing

@@ -163,17 +163,28 @@ def test_a_rebuild_outgrown_while_it_ran_is_taken_and_the_next_one_starts(
     assert _top1(index, x, range(0, 830, 3)) == list(range(0, 830, 3))
 
 
-def test_a_catch_up_that_does_not_gain_on_the_writes_is_finished_on_the_write(
-    background: None, held: threading.Lock
+def test_a_rebuild_whose_catch_up_does_not_gain_on_the_writes_is_dropped_and_started_again(
+    background: None, held: threading.Lock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A catch-up job that leaves as many vectors behind as it linked (writes as fast as its
-    links) is not followed by another: the write that takes it links the rest itself."""
-    x, index, graph = _held_catch_up(6, 500, held)
+    links) is followed by no other, and its gap is not linked on a write either (that write
+    would wait as long): the rebuild is dropped, the graph of before (every vector linked)
+    kept, and a new rebuild starts at the next link."""
+    x, index, graph = _held_catch_up(6, 470, held)
+    before = graph.hnsw
     index.add(x[421:460], ["p"] * 39)  # 39 more written meanwhile: more than it links
     held.release()
     _finish(graph)
-    index.add(x[460:461], ["p"])
-    assert not graph.rebuilding and graph.built == 400 and graph.covered == 461
+    with caplog.at_level(logging.INFO, logger="msm_mem"):
+        index.add(x[460:461], ["p"])
+    assert "did not catch up with the writes" in caplog.text
+    assert not graph.rebuilding and graph.hnsw is before and graph.built == 200 and graph.covered == 460
+    index.add(x[461:465], ["p"] * 4)  # the next link: 465 >= 2 x 200, a new rebuild starts
+    assert graph.rebuilding and graph.hnsw is before and graph.covered == 465
+    index.add(x[465:], ["p"] * 5)
+    index.link()
+    assert graph.built == 465 and graph.covered == 470
+    assert _top1(index, x, range(470)) == list(range(470))
 
 
 def test_a_failed_rebuild_leaves_the_graph_growing_by_links(

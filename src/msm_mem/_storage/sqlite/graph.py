@@ -54,8 +54,10 @@ crosses its mark while another's build runs tries again at its next link); the w
 at once. Until it is taken, the graph of before serves searches and takes the tail at
 level 0 as usual (its links also on one thread fewer). The first write after it is done takes
 it: the vectors written since its copy are linked into it on that write when they are at most
-:data:`CATCH_UP`, else by a catch-up job in the background first (again and again while each
-gains on the writes; one that does not is finished on the write). A rebuild that fails in its
+:data:`CATCH_UP`, else by a catch-up job in the background first (again while each gains on
+the writes; when one leaves as many behind as it linked, writes come as fast as its links:
+the rebuild is dropped, the graph of before kept, and a new one started at the next link, so
+no write waits for a catch-up, and once the writes slow down a rebuild is taken). A rebuild that fails in its
 thread (out of memory) is logged by the write that finds it, and the graph grows by links
 until twice that size (so does one that cannot start, and in a forked child any job of its
 parent, whose thread is not there). A save (every close) waits for a job in flight and takes
@@ -361,8 +363,12 @@ class Graph:
             )
             return
         gap = view.shape[0] - job.end
-        if gap > CATCH_UP and not wait and (job.linking is None or gap < job.linking):
-            # (a catch-up that left as many as it linked is not gaining on the writes: linked here)
+        if gap > CATCH_UP and not wait:
+            if job.linking is not None and gap >= job.linking:
+                # writes as fast as its links: another catch-up would not gain either, and linking
+                # the gap here would hold this write as long; the graph of before stays
+                _log.info("the population graph's rebuild did not catch up with the writes; started again")
+                return
             try:
                 self._job = _Job(np.array(view[job.end :], dtype=np.float32), job.hnsw, job.built)
                 return
