@@ -217,7 +217,8 @@ class SqliteStore(FaissVectors, CachedReads):
 
     def flush(self) -> None:
         """Persist the FAISS caches (atomic replace); the database is always durable already.
-        A cache that cannot be written (a full disk, read-only media) is rebuilt on open."""
+        A cache that cannot be written (a full disk, read-only media) is rebuilt on open. A
+        population graph's rebuild in flight is waited for first, and saved (``graph.py``)."""
         if self.read_only:
             return
         with self._db():
