@@ -353,3 +353,31 @@ def test_a_forked_child_does_not_take_its_parents_catch_up(background: None, hel
     held.release()
     index.link()
     assert graph.built == 400 and graph.covered == 421
+
+
+def test_a_catch_up_that_cannot_start_drops_the_rebuild_without_holding_the_write(
+    background: None, held: threading.Lock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When the catch-up's thread cannot be started, the write does not link the gap itself:
+    the rebuild is dropped (logged), the graph of before kept, and tried again at twice the size."""
+    x = clustered(np.random.default_rng(11), 440, 6)
+    index = VectorIndex(DIM, 64)
+    index.add(x[:200], ["p"] * 200)
+    index.add(x[200:400], ["p"] * 200)  # a rebuild over 400, held
+    index.add(x[400:420], ["p"] * 20)
+    graph = index.graph
+    assert graph is not None
+    before = graph.hnsw
+    held.release()
+    _finish(graph)
+
+    def cannot_start(*args: object) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(graph_module, "_Job", cannot_start)
+    with caplog.at_level(logging.WARNING, logger="msm_mem"):
+        index.add(x[420:421], ["p"])  # takes the rebuild: 21 written since its copy, no catch-up
+    assert "catch-up of the population graph's rebuild could not start (RuntimeError)" in caplog.text
+    assert not graph.rebuilding and graph.hnsw is before and graph.built == 200 and graph.covered == 420
+    index.add(x[421:], ["p"] * 19)
+    assert graph.covered == 440 and _top1(index, x, range(0, 440, 3)) == list(range(0, 440, 3))

@@ -59,8 +59,8 @@ the writes; when one leaves as many behind as it linked, writes come as fast as 
 the rebuild is dropped, the graph of before kept, and a new one started at the next link, so
 no write waits for a catch-up, and once the writes slow down a rebuild is taken). A rebuild that fails in its
 thread (out of memory) is logged by the write that finds it, and the graph grows by links
-until twice that size (so does one that cannot start, and in a forked child any job of its
-parent, whose thread is not there). A save (every close) waits for a job in flight and takes
+until twice that size (so does one that cannot start or whose catch-up cannot, and in a
+forked child any job of its parent, whose thread is not there). A save (every close) waits for a job in flight and takes
 it, so the file holds the rebuilt graph; an open builds a missing graph on the spot, once,
 over every row. While a rebuild runs, its copy of the vectors (float32, 4 GB at 1M 1024-d
 vectors) and the new graph are held beside the graph of before. ``benchmarks/bench_graph_rebuild.py`` times the
@@ -371,9 +371,15 @@ class Graph:
                 return
             try:
                 self._job = _Job(np.array(view[job.end :], dtype=np.float32), job.hnsw, job.built)
-                return
-            except (MemoryError, RuntimeError):
-                pass  # (no copy or no thread for the catch-up: linked here)
+            except (MemoryError, RuntimeError) as exc:  # no copy or no thread: dropped, not linked here
+                self._retry_at = REBUILD * view.shape[0]
+                _log.warning(
+                    "the catch-up of the population graph's rebuild could not start (%s); "
+                    "the graph grows by links until %d vectors",
+                    type(exc).__name__,
+                    self._retry_at,
+                )
+            return
         if gap > 0:
             _link_level0(job.hnsw, view[job.end :])
         self._swap(job.hnsw, job.built)
