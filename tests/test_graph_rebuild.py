@@ -53,18 +53,25 @@ def _top1(index: VectorIndex, x: np.ndarray, positions: range) -> list[int]:
     return [index.population(x[i], 1, None)[0][0] for i in positions]
 
 
-def _held_catch_up(seed: int, n: int, held: threading.Lock) -> tuple[np.ndarray, VectorIndex, Graph]:
-    """``n`` rows and an index whose graph (built over 200) has a rebuild over 400 done, taken
-    by a write of 1 into a catch-up of the 21 written since its copy, held (``held`` taken)."""
+def _rebuilt(seed: int, n: int, held: threading.Lock) -> tuple[np.ndarray, VectorIndex, Graph]:
+    """``n`` rows and an index whose graph (built over 200) has a rebuild over 400 done, not
+    taken yet, and 20 vectors written since its copy (``held`` released)."""
     x = clustered(np.random.default_rng(seed), n, 6)
     index = VectorIndex(DIM, 64)
     index.add(x[:200], ["p"] * 200)
     index.add(x[200:400], ["p"] * 200)  # a rebuild over 400, held
     index.add(x[400:420], ["p"] * 20)
     graph = index.graph
-    assert graph is not None
+    assert graph is not None and graph.built == 200
     held.release()
     _finish(graph)
+    return x, index, graph
+
+
+def _held_catch_up(seed: int, n: int, held: threading.Lock) -> tuple[np.ndarray, VectorIndex, Graph]:
+    """As :func:`_rebuilt`, the rebuild then taken by a write of 1 into a catch-up of the 21
+    written since its copy, held (``held`` taken again)."""
+    x, index, graph = _rebuilt(seed, n, held)
     held.acquire()
     index.add(x[420:421], ["p"])  # the rebuild taken into a catch-up of 21, held
     assert graph.rebuilding and graph.built == 200
@@ -360,16 +367,8 @@ def test_a_catch_up_that_cannot_start_drops_the_rebuild_without_holding_the_writ
 ) -> None:
     """When the catch-up's thread cannot be started, the write does not link the gap itself:
     the rebuild is dropped (logged), the graph of before kept, and tried again at twice the size."""
-    x = clustered(np.random.default_rng(11), 440, 6)
-    index = VectorIndex(DIM, 64)
-    index.add(x[:200], ["p"] * 200)
-    index.add(x[200:400], ["p"] * 200)  # a rebuild over 400, held
-    index.add(x[400:420], ["p"] * 20)
-    graph = index.graph
-    assert graph is not None
+    x, index, graph = _rebuilt(11, 440, held)
     before = graph.hnsw
-    held.release()
-    _finish(graph)
 
     def cannot_start(*args: object) -> None:
         raise RuntimeError("can't start new thread")
