@@ -3,7 +3,7 @@ rebuild mark starts the rebuild in a background thread and returns; the graph of
 searches and takes new vectors until the rebuild is taken, with the vectors written meanwhile
 linked into it; a save waits for it; a failed one leaves the graph growing by links.
 
-The tests hold the process's build lock (``graph._BUILDING``), which every background job takes
+The tests hold the process's build lock (``graph_build.BUILDING``), which every background job takes
 before it builds, so a rebuild is in flight for exactly as long as a test says."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from msm_mem._storage.sqlite import graph as graph_module
+from msm_mem._storage.sqlite import graph_build
 from msm_mem._storage.sqlite.graph import Graph
 from msm_mem._storage.sqlite.vector_index import VectorIndex
 from tests.graph_helpers import DIM, clustered, hnsw_store, hnsw_store_created, write
@@ -35,7 +36,7 @@ def background(monkeypatch: pytest.MonkeyPatch, small_tail: None) -> None:
 @pytest.fixture
 def held() -> Iterator[threading.Lock]:
     """The build lock, held by the test until it releases it (released at the end in any case)."""
-    lock = graph_module._BUILDING
+    lock = graph_build.BUILDING
     lock.acquire()
     yield lock
     if lock.locked():
@@ -209,15 +210,15 @@ def test_a_failed_rebuild_leaves_the_graph_growing_by_links(
     def fails(view: np.ndarray) -> faiss.IndexHNSWSQ:
         raise MemoryError("no room for the graph")
 
-    build = graph_module._build
-    monkeypatch.setattr(graph_module, "_build", fails)
+    build = graph_build.build
+    monkeypatch.setattr(graph_build, "build", fails)
     index.add(x[200:400], ["p"] * 200)
     _finish(graph)
     with caplog.at_level(logging.WARNING, logger="msm_mem"):
         index.add(x[400:404], ["p"] * 4)
     assert "rebuild of the population graph failed (MemoryError)" in caplog.text
     assert not graph.rebuilding and graph.built == 200 and graph.covered == 404
-    monkeypatch.setattr(graph_module, "_build", build)
+    monkeypatch.setattr(graph_build, "build", build)
     index.add(x[404:800], ["p"] * 396)  # under 2 x 404: linked, no new attempt yet
     assert not graph.rebuilding and graph.covered == 800
     assert _top1(index, x, range(0, 800, 9)) == list(range(0, 800, 9))
@@ -306,15 +307,15 @@ def test_a_rebuild_that_cannot_start_leaves_the_graph_growing_by_links(
     def cannot_start(*args: object) -> None:
         raise RuntimeError("can't start new thread")
 
-    job = graph_module._Job
-    monkeypatch.setattr(graph_module, "_Job", cannot_start)
+    job = graph_build.Job
+    monkeypatch.setattr(graph_build, "Job", cannot_start)
     with caplog.at_level(logging.WARNING, logger="msm_mem"):
         index.add(x[200:400], ["p"] * 200)
     graph = index.graph
     assert graph is not None and not graph.rebuilding and graph.built == 200 and graph.covered == 400
     assert "could not start (RuntimeError)" in caplog.text
-    assert not graph_module._BUILD_SLOT.locked()
-    monkeypatch.setattr(graph_module, "_Job", job)
+    assert not graph_build.BUILD_SLOT.locked()
+    monkeypatch.setattr(graph_build, "Job", job)
     index.add(x[400:796], ["p"] * 396)  # under 2 x 400: linked
     assert not graph.rebuilding and graph.covered == 796
     index.add(x[796:], ["p"] * 104)  # 900 >= 2 x 400: tried again
@@ -333,10 +334,10 @@ def test_a_forked_child_has_free_locks_and_takes_no_job_of_its_parent(background
     index.add(x[:200], ["p"] * 200)
     index.add(x[200:400], ["p"] * 200)  # the rebuild starts, held
     graph = index.graph
-    assert graph is not None and graph.rebuilding and graph_module._BUILD_SLOT.locked()
+    assert graph is not None and graph.rebuilding and graph_build.BUILD_SLOT.locked()
 
     def check() -> bool:
-        free = not graph_module._BUILDING.locked() and not graph_module._BUILD_SLOT.locked()
+        free = not graph_build.BUILDING.locked() and not graph_build.BUILD_SLOT.locked()
         graph.adopt(index.vectors())
         return free and not graph.rebuilding and graph.built == 200 and graph.covered == 400
 
@@ -373,7 +374,7 @@ def test_a_catch_up_that_cannot_start_drops_the_rebuild_without_holding_the_writ
     def cannot_start(*args: object) -> None:
         raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(graph_module, "_Job", cannot_start)
+    monkeypatch.setattr(graph_build, "Job", cannot_start)
     with caplog.at_level(logging.WARNING, logger="msm_mem"):
         index.add(x[420:421], ["p"])  # takes the rebuild: 21 written since its copy, no catch-up
     assert "catch-up of the population graph's rebuild could not start (RuntimeError)" in caplog.text

@@ -208,14 +208,14 @@ def test_graph_hits_carry_exact_cosines_and_the_tie_order(small_tail: None) -> N
 def test_a_graph_search_runs_faiss_on_one_thread_and_restores_the_setting() -> None:
     """A population search answers one query, so the graph's walk and its exact scoring run on
     one OpenMP thread of the calling thread (a team woken for one query was left spinning
-    against the BLAS threads of the tail's numpy product, 8 ms a search instead of 0.2); the
+    against the BLAS threads of the tail's numpy product then, 8 ms a search instead of 0.2); the
     caller's setting comes back after the search and after a search that fails."""
     rng = np.random.default_rng(4)
     x = clustered(rng, 300, 4)
     index = VectorIndex(DIM, 16)
     index.add(x[:250], ["p"] * 250)
     index.link()
-    index.add(x[250:], ["p"] * 50)  # a tail, scored by numpy after the graph's hits
+    index.add(x[250:], ["p"] * 50)  # a tail, scored in the same call as the graph's hits
     graph = index.graph
     assert graph is not None and graph.covered == 250
     seen: list[tuple[str, int]] = []  # (method, FAISS's thread setting when it was called)

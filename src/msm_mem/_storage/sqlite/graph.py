@@ -16,7 +16,7 @@ in 0.68x to 0.80x its time (``benchmarks/bench_graph_search.py``): the walk is b
 traffic, and a code is a quarter of a vector.
 
 The codes are quantised per dimension over a range read from the vectors at each build in one
-batch (their minimum and maximum, widened by :data:`PAD` of the range and at least
+batch (their minimum and maximum, widened by ``graph_build.PAD`` of the range and at least
 ``0.5 / sqrt(dim)``); a vector linked later that falls outside it is clamped, which only makes
 its walk distances coarser. The graph covers the first ``covered`` positions; the vectors added
 after them (the *tail*, fewer than :data:`TAIL` unless the graph is being caught up) are scored
@@ -48,23 +48,23 @@ level 0: each vector is linked about twice over the life of the store.
 
 A rebuild of fewer than :data:`BACKGROUND` vectors runs on the write that crosses the mark (a
 second or two at most). A larger one (an HNSW build of every vector: 53 s for 300,000 on two
-threads in ``bench_graph_tail.py``) runs in a background thread over a copy of the vectors,
-on one OpenMP thread fewer than the machine has, one at a time in the process (a graph that
-crosses its mark while another's build runs tries again at its next link); the write returns
-at once. Until it is taken, the graph of before serves searches and takes the tail at
-level 0 as usual (its links also on one thread fewer). The first write after it is done takes
-it: the vectors written since its copy are linked into it on that write when they are at most
-:data:`CATCH_UP`, else by a catch-up job in the background first (again while each gains on
-the writes; when one leaves as many behind as it linked, writes come as fast as its links:
-the rebuild is dropped, the graph of before kept, and a new one started at the next link, so
-no write waits for a catch-up, and once the writes slow down a rebuild is taken). A rebuild that fails in its
-thread (out of memory) is logged by the write that finds it, and the graph grows by links
-until twice that size (so does one that cannot start or whose catch-up cannot, and in a
-forked child any job of its parent, whose thread is not there). A save (every close) waits for a job in flight and takes
-it, so the file holds the rebuilt graph; an open builds a missing graph on the spot, once,
-over every row. While a rebuild runs, its copy of the vectors (float32, 4 GB at 1M 1024-d
-vectors) and the new graph are held beside the graph of before. ``benchmarks/bench_graph_rebuild.py`` times the
-writes and searches around a rebuild both ways.
+threads in ``bench_graph_tail.py``) runs in a background thread over a copy of the vectors
+(``graph_build.py``), on one OpenMP thread fewer than the machine has, one at a time in the
+process (a graph that crosses its mark while another's build runs tries again at its next link);
+the write returns at once. Until it is taken, the graph of before serves searches and takes the
+tail at level 0 as usual (its links also on one thread fewer). The first write after it is done
+takes it: the vectors written since its copy are linked into it on that write when they are at
+most :data:`CATCH_UP`, else by a catch-up job in the background first (again while each gains on
+the writes; when one leaves as many behind as it linked, writes come as fast as its links: the
+rebuild is dropped, the graph of before kept, and a new one started at the next link, so no
+write waits for a catch-up, and once the writes slow down a rebuild is taken). A rebuild that
+fails in its thread (out of memory) is logged by the write that finds it, and the graph grows by
+links until twice that size (so does one that cannot start or whose catch-up cannot, and in a
+forked child any job of its parent, whose thread is not there). A save (every close) waits for a
+job in flight and takes it, so the file holds the rebuilt graph; an open builds a missing graph
+on the spot, once, over every row. While a rebuild runs, its copy of the vectors (float32, 4 GB
+at 1M 1024-d vectors) and the new graph are held beside the graph of before.
+``benchmarks/bench_graph_rebuild.py`` times the writes and searches around a rebuild both ways.
 
 Retired positions (superseded or retracted records, a shredded patient's among them) stay in
 the graph, which cannot delete nodes, but a bitmap selector of the live positions goes with
@@ -80,22 +80,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import faiss
 import numpy as np
 import numpy.typing as npt
 
+from . import graph_build
+from .graph_build import EF_CONSTRUCTION, QT, M, codes, link_level0, new_hnsw, spare, threads
+
 __all__ = ["BACKGROUND", "CATCH_UP", "EF_CONSTRUCTION", "M", "REBUILD", "RESCORE", "TAIL", "Graph", "file_sha256"]
 
-#: links per node (FAISS's ``M``; level 0 has ``2 M``)
-M = 32
-#: candidate list depth while linking a node
-EF_CONSTRUCTION = 40
 #: vectors kept out of the graph (and scored exactly) before they are linked in one batch
 TAIL = 1024
 #: the graph is rebuilt in one batch when a link would take it to this many times its last build
@@ -107,144 +103,7 @@ BACKGROUND = 8192
 CATCH_UP = 1024
 #: a search scores this many times k of the walk's best candidates exactly (at most its depth)
 RESCORE = 2
-#: the code range of a dimension is widened by this share of it on each side
-PAD = 0.05
-#: rows read for the code ranges at a build (evenly spaced over the vectors)
-RANGE_SAMPLE = 65_536
-_QT: Any = faiss.ScalarQuantizer.QT_8bit  # an enum value; faiss's stubs type it as the class
 _log = logging.getLogger("msm_mem")
-#: one background build in the process from its start (its copy of the vectors) to its end
-_BUILD_SLOT = threading.Lock()
-#: taken by a background job while it builds or links: one at a time in the process
-_BUILDING = threading.Lock()
-
-
-def _fresh_locks() -> None:
-    """A forked child has none of the parent's jobs (a job found there reads as failed): its
-    locks start free, whoever held them in the parent."""
-    global _BUILD_SLOT, _BUILDING
-    _BUILD_SLOT, _BUILDING = threading.Lock(), threading.Lock()
-
-
-os.register_at_fork(after_in_child=_fresh_locks)
-
-
-def _new_hnsw(dim: int) -> faiss.IndexHNSWSQ:
-    hnsw = faiss.IndexHNSWSQ(dim, _QT, M, faiss.METRIC_INNER_PRODUCT)
-    hnsw.hnsw.efConstruction = EF_CONSTRUCTION
-    return hnsw
-
-
-def _codes(hnsw: faiss.IndexHNSW) -> faiss.IndexScalarQuantizer:
-    return cast(faiss.IndexScalarQuantizer, faiss.downcast_index(hnsw.storage))
-
-
-def _set_ranges(hnsw: faiss.IndexHNSWSQ, view: npt.NDArray[np.float32]) -> None:
-    """Quantise each dimension over the range of ``view`` (a sample of it), widened (module)."""
-    n, dim = view.shape
-    sample = view[:: max(1, n // RANGE_SAMPLE)]
-    lo, hi = sample.min(axis=0).astype(np.float64), sample.max(axis=0).astype(np.float64)
-    pad = np.maximum(PAD * (hi - lo), 0.5 / np.sqrt(dim))
-    lo, hi = np.maximum(lo - pad, -1.0), np.minimum(hi + pad, 1.0)
-    codes = _codes(hnsw)
-    faiss.copy_array_to_vector(np.concatenate([lo, hi - lo]).astype(np.float32), codes.sq.trained)
-    codes.is_trained = True
-    hnsw.is_trained = True
-
-
-def _build(view: npt.NDArray[np.float32]) -> faiss.IndexHNSWSQ:
-    """A graph over every row of ``view``, built in one batch (its code ranges read from it)."""
-    fresh = _new_hnsw(view.shape[1])
-    _set_ranges(fresh, view)
-    fresh.add(np.ascontiguousarray(view))
-    return fresh
-
-
-def _link_level0(hnsw: faiss.IndexHNSWSQ, tail: npt.NDArray[np.float32]) -> None:
-    """Link ``tail`` into ``hnsw`` at level 0 only: the new nodes' levels are preset to the base
-    level (module docstring). A link that fails leaves no preset behind for nodes never added."""
-    links: Any = hnsw.hnsw  # the SWIG struct: its vectors are not in faiss's type stubs
-    start = int(hnsw.ntotal)
-    n = start + tail.shape[0]
-    links.levels.resize(n)
-    faiss.rev_swig_ptr(links.levels.data(), n)[start:] = 1
-    try:
-        hnsw.add(np.ascontiguousarray(tail))
-    except BaseException:
-        links.levels.resize(int(hnsw.ntotal))
-        raise
-
-
-class _Job:
-    """A build in one batch (``target`` None) or a link at level 0 into ``target``, run in a
-    thread of its own over ``vectors``, a copy (the flat index may move its storage meanwhile).
-    The thread runs FAISS on one OpenMP thread fewer than the machine has (at least one), so
-    searches and writes keep a core, and one job runs at a time in the process; a build holds
-    the process's build slot (``_BUILD_SLOT``, taken by the write that starts it) until it ends."""
-
-    def __init__(self, vectors: npt.NDArray[np.float32], target: faiss.IndexHNSWSQ | None, built: int) -> None:
-        self.hnsw = target
-        self.built = built  # nodes of the result's build in one batch
-        self.linking = None if target is None else vectors.shape[0]  # a catch-up: how many it links
-        self.end = built if target is None else int(target.ntotal) + vectors.shape[0]
-        self.error: BaseException | None = None
-        self.pid = os.getpid()
-        self._vectors: npt.NDArray[np.float32] | None = vectors
-        self._thread = threading.Thread(target=self._run, name="msm-mem graph build", daemon=False)
-        self._thread.start()
-
-    def _run(self) -> None:
-        vectors, self._vectors = self._vectors, None
-        assert vectors is not None
-        faiss.omp_set_num_threads(_spare())
-        try:
-            with _BUILDING:
-                if self.hnsw is None:
-                    self.hnsw = _build(vectors)
-                else:
-                    _link_level0(self.hnsw, vectors)
-        except BaseException as exc:  # reported to the write that adopts the job
-            self.error = exc
-        finally:
-            del vectors
-            if self.linking is None:
-                _BUILD_SLOT.release()  # taken by the write that started this build
-
-    def done(self) -> bool:
-        return not self._thread.is_alive()
-
-    def wait(self) -> None:
-        self._thread.join()
-
-
-def _spare() -> int:
-    """OpenMP threads for work beside a background job: one fewer than the machine's (at least 1)."""
-    return max(1, faiss.omp_get_max_threads() - 1)
-
-
-@contextmanager
-def _threads(count: int) -> Iterator[None]:
-    """FAISS on ``count`` OpenMP threads in the calling thread (OpenMP's setting is per thread)."""
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(count)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(threads)
-
-
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """FAISS on one OpenMP thread in the calling thread (OpenMP's setting is per thread).
-
-    A search answers one query, which FAISS cannot split over threads, but its exact scoring
-    (``compute_distance_subset``) still woke a team of OpenMP threads, which then spun for a
-    while; numpy's product over the tail on two BLAS threads (how the tail was scored then),
-    started while they spun, shared two cores with them: a population search with a tail of
-    1,023 vectors took 8.0 ms instead of 0.27 (``benchmarks/bench_graph_tail.py``, 300,000
-    vectors). Links keep every thread, except beside a background job (:func:`_spare`)."""
-    with _threads(1):
-        yield
 
 
 def file_sha256(path: Path) -> str:
@@ -260,14 +119,14 @@ class Graph:
 
     def __init__(self, dim: int, ef_search: int, hnsw: faiss.IndexHNSWSQ | None = None) -> None:
         self.dim = dim
-        self.hnsw = _new_hnsw(dim) if hnsw is None else hnsw
+        self.hnsw = new_hnsw(dim) if hnsw is None else hnsw
         self.ef_search = ef_search
         self.covered = int(self.hnsw.ntotal)
         #: nodes at the last build in one batch (a loaded graph: as its sidecar says)
         self.built = self.covered
         self._selector: tuple[tuple[int, int], faiss.IDSelectorBitmap, npt.NDArray[np.uint8]] | None = None
         self._search_params: tuple[tuple[int, tuple[int, int] | None], Any] | None = None
-        self._job: _Job | None = None  # a rebuild (or its catch-up) running in the background
+        self._job: graph_build.Job | None = None  # a rebuild (or its catch-up) running in the background
         self._retry_at = 0  # after a failed background rebuild: the size of the next attempt
 
     @classmethod
@@ -275,14 +134,16 @@ class Graph:
         """A graph read from a cache file, or None when it is not a well-formed one of ``dim``."""
         if not isinstance(hnsw, faiss.IndexHNSWSQ) or hnsw.d != dim or not hnsw.is_trained:
             return None
-        codes = _codes(hnsw)
-        if hnsw.metric_type != faiss.METRIC_INNER_PRODUCT or codes.ntotal != hnsw.ntotal:
+        quantiser = codes(hnsw)
+        if hnsw.metric_type != faiss.METRIC_INNER_PRODUCT or quantiser.ntotal != hnsw.ntotal:
             return None
-        if codes.metric_type != faiss.METRIC_INNER_PRODUCT or codes.sq.qtype != _QT or codes.sq.d != dim:
+        if quantiser.metric_type != faiss.METRIC_INNER_PRODUCT or quantiser.sq.qtype != QT or quantiser.sq.d != dim:
             return None
-        if codes.code_size != dim or codes.codes.size() != codes.ntotal * dim:  # (FAISS's reader checks it too)
+        if (
+            quantiser.code_size != dim or quantiser.codes.size() != quantiser.ntotal * dim
+        ):  # (FAISS's reader checks it too)
             return None
-        ranges = faiss.vector_to_array(codes.sq.trained)
+        ranges = faiss.vector_to_array(quantiser.sq.trained)
         if ranges.size != 2 * dim or not np.isfinite(ranges).all() or not (ranges[dim:] > 0).all():
             return None
         n = int(hnsw.ntotal)
@@ -312,35 +173,29 @@ class Graph:
             return
         if self._job is None and n >= max(REBUILD * self.built, self._retry_at):
             if wait or n < BACKGROUND:
-                self._swap(_build(view), n)
+                self._swap(graph_build.build(view), n)
                 return
             self._job = self._start_build(view)
         if self.covered == 0:
             return  # no graph yet: the tail stays exact until a build (in flight, or tried again)
         if self._job is None:
-            _link_level0(self.hnsw, view[self.covered :])
+            link_level0(self.hnsw, view[self.covered :])
         else:
-            with _threads(_spare()):  # beside the job's thread, not a team spinning against it
-                _link_level0(self.hnsw, view[self.covered :])
+            with threads(spare()):  # beside the job's thread, not a team spinning against it
+                link_level0(self.hnsw, view[self.covered :])
         self.covered = int(self.hnsw.ntotal)
 
-    def _start_build(self, view: npt.NDArray[np.float32]) -> _Job | None:
+    def _start_build(self, view: npt.NDArray[np.float32]) -> graph_build.Job | None:
         """A background build over a copy of ``view``; None while another graph's build holds
         the process's one slot (tried again at the next link) or when the copy or its thread
         cannot be made (logged; tried again at twice the size)."""
-        if not _BUILD_SLOT.acquire(blocking=False):
+        if not graph_build.BUILD_SLOT.acquire(blocking=False):
             return None
         try:
-            return _Job(np.array(view, dtype=np.float32), None, view.shape[0])
+            return graph_build.Job(np.array(view, dtype=np.float32), None, view.shape[0])
         except (MemoryError, RuntimeError) as exc:  # (a thread that cannot start is a RuntimeError)
-            _BUILD_SLOT.release()
-            self._retry_at = REBUILD * view.shape[0]
-            _log.warning(
-                "the background rebuild of the population graph could not start (%s); "
-                "the graph grows by links until %d vectors",
-                type(exc).__name__,
-                self._retry_at,
-            )
+            graph_build.BUILD_SLOT.release()
+            self._give_up("the background rebuild of the population graph could not start", exc, view)
             return None
 
     def adopt(self, view: npt.NDArray[np.float32], wait: bool = False) -> None:
@@ -355,12 +210,8 @@ class Graph:
         self._job = None
         forked = job.pid != os.getpid()  # (its thread ran in the parent: its graph is not whole here)
         if forked or job.error is not None or job.hnsw is None:
-            self._retry_at = REBUILD * view.shape[0]
-            _log.warning(
-                "a background rebuild of the population graph failed (%s); the graph grows by links until %d vectors",
-                "begun before this process was forked" if forked else type(job.error).__name__,
-                self._retry_at,
-            )
+            why = "begun before this process was forked" if forked else job.error
+            self._give_up("a background rebuild of the population graph failed", why, view)
             return
         gap = view.shape[0] - job.end
         if gap > CATCH_UP and not wait:
@@ -370,19 +221,20 @@ class Graph:
                 _log.info("the population graph's rebuild did not catch up with the writes; started again")
                 return
             try:
-                self._job = _Job(np.array(view[job.end :], dtype=np.float32), job.hnsw, job.built)
+                self._job = graph_build.Job(np.array(view[job.end :], dtype=np.float32), job.hnsw, job.built)
             except (MemoryError, RuntimeError) as exc:  # no copy or no thread: dropped, not linked here
-                self._retry_at = REBUILD * view.shape[0]
-                _log.warning(
-                    "the catch-up of the population graph's rebuild could not start (%s); "
-                    "the graph grows by links until %d vectors",
-                    type(exc).__name__,
-                    self._retry_at,
-                )
+                self._give_up("the catch-up of the population graph's rebuild could not start", exc, view)
             return
         if gap > 0:
-            _link_level0(job.hnsw, view[job.end :])
+            link_level0(job.hnsw, view[job.end :])
         self._swap(job.hnsw, job.built)
+
+    def _give_up(self, what: str, why: BaseException | str | None, view: npt.NDArray[np.float32]) -> None:
+        """Log a background rebuild given up (``why``: its exception or a reason) and grow the
+        graph by links until twice the size of ``view`` (the next try)."""
+        self._retry_at = REBUILD * view.shape[0]
+        reason = why if isinstance(why, str) else type(why).__name__
+        _log.warning("%s (%s); the graph grows by links until %d vectors", what, reason, self._retry_at)
 
     @property
     def rebuilding(self) -> bool:
@@ -406,13 +258,20 @@ class Graph:
         (``version`` names the excluded set, so its selector is built once per change), and
         with ``end`` past ``covered`` the exact top-k of the tail ``covered .. end`` besides:
         the walk's best candidates and every tail position not excluded, scored exactly
-        against ``flat`` (the float32 vectors) in one call on one thread (a tail scored by
-        numpy's BLAS threads meanwhile waited on a core a background rebuild held), descending
-        cosine, ties by ascending position."""
+        against ``flat`` (the float32 vectors) in one call, descending cosine, ties by
+        ascending position.
+
+        FAISS runs on one OpenMP thread of the calling thread here (the setting is per thread;
+        links keep every thread, or one fewer beside a background job). One query cannot be
+        split over threads, but the exact scoring still woke a team of OpenMP threads, left
+        spinning against the two BLAS threads numpy then scored the tail on: 8.0 ms a search
+        with a tail of 1,023 instead of 0.27 (``benchmarks/bench_graph_tail.py``, 300,000
+        vectors). The tail is scored in this call, not by numpy, since a BLAS thread also waited
+        for the core a background rebuild held (a search's p99 8.0 ms, against 0.66 now)."""
         if k <= 0 or max(end, self.covered) == 0:
             return []
         query = np.ascontiguousarray(z, dtype=np.float32).reshape(1, -1)
-        with _one_thread():
+        with threads(1):
             if self.covered:
                 params = self._params(k, excluded, version)
                 _, found = self.hnsw.search(query, min(params.efSearch, RESCORE * k), params=params)
