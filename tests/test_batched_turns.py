@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from msm_mem import ConsentRecord, MsmMem
-from msm_mem._errors import ConsentDenied, IllegalTransition, InvalidInput
+from msm_mem._errors import ConsentDenied, IllegalTransition, InvalidInput, InvalidVector
 from msm_mem._records import SemanticState, new_id
 from msm_mem._storage.base import WriteBatch
 from msm_mem.testing import FixedClock
@@ -33,20 +33,33 @@ def _vectors(mem: MsmMem, n: int, seed: int = 0) -> np.ndarray:
     return out
 
 
-def _stage(mem: MsmMem, turns: Sequence[Any], round_: int, z: np.ndarray) -> None:
+def _stage(mem: MsmMem, turns: Sequence[Any], round_: int, z: np.ndarray) -> list[tuple[Any, ...]]:
+    """Observe and consolidate one image a turn; the gate's decision of each."""
+    decisions = []
     for i, turn in enumerate(turns):
         item = mem._gm.observe(turn, z[i], "What is the impression?", timestamp=T0 + round_, study_id=f"S{round_}")
-        mem._gm.consolidate(turn, item, ANSWERS[(i + round_) % len(ANSWERS)], decision="treat")
+        result = mem._gm.consolidate(turn, item, ANSWERS[(i + round_) % len(ANSWERS)], decision="treat")
+        decisions.append((result.gate.written, result.gate.reasons, result.gate.max_cosine))
+    return decisions
 
 
-def _run(mem: MsmMem, batched: bool, rounds: int = 3) -> None:
-    """Three batches over the same patients: the later ones supersede semantic states and claims."""
+def _run(mem: MsmMem, batched: bool, rounds: int = 3, ahead: bool = False) -> list[tuple[Any, ...]]:
+    """Batches over the same patients: the later ones supersede semantic states and claims, and
+    the third shows the images of the first again (the gate's novelty check finds them);
+    ``ahead``: the novelty searches are read ahead with the batch. The gate's decisions."""
     gm = mem._gm
+    decisions = []
     for round_ in range(rounds):
-        z = _vectors(mem, len(PATIENTS), seed=round_)
-        turns = gm.begin_many(AGENT, PATIENTS) if batched else [gm.begin(AGENT, p) for p in PATIENTS]
-        _stage(mem, turns, round_, z)
+        z = _vectors(mem, len(PATIENTS), seed=round_ % 2)
+        if not batched:
+            turns = [gm.begin(AGENT, p) for p in PATIENTS]
+        elif ahead:
+            turns = gm.begin_many(AGENT, PATIENTS, novelty=list(zip(PATIENTS, z, strict=True)))
+        else:
+            turns = gm.begin_many(AGENT, PATIENTS)
+        decisions += _stage(mem, turns, round_, z)
         gm.commit_many(turns)
+    return decisions
 
 
 def _content(mem: MsmMem) -> dict[str, Any]:
@@ -86,12 +99,46 @@ def test_batched_turns_store_what_single_turns_store(new_mem: MemFactory) -> Non
             ADMIN,
             [ConsentRecord(new_id("C"), PATIENTS[1], "role:agent", "treatment", "permit", ("*",), 0.0, None, T0)],
         )
-    _run(single, batched=False)
-    _run(batched, batched=True)
+    decided = _run(single, batched=False)
+    assert _run(batched, batched=True) == decided
     assert _content(batched) == _content(single)
     assert _content(batched)["counts"][2] == 3 * len(PATIENTS)  # every round superseded the last
     for mem in (single, batched):
         _digests_verify(mem)
+
+
+def test_novelty_read_ahead_gives_the_gate_what_each_search_gives(new_mem: MemFactory) -> None:
+    """The novelty searches read ahead with a batch give the gate the scores the turns' own
+    searches give (the third round's images are the first round's: the gate holds them)."""
+    single = new_mem("single", clock=FixedClock(T0))
+    ahead = new_mem("ahead", clock=FixedClock(T0))
+    decided = _run(single, batched=False)
+    assert _run(ahead, batched=True, ahead=True) == decided
+    assert _content(ahead) == _content(single)
+    seen = decided[2 * len(PATIENTS) :]
+    assert all(score is not None and score > 0.999 and not written for written, _, score in seen)
+    assert all(d[2] is None for d in decided[: len(PATIENTS)])  # no stored image at first
+    _digests_verify(ahead)
+
+
+def test_novelty_read_ahead_refuses_bad_pairs(new_mem: MemFactory) -> None:
+    """``novelty`` takes (patient of the batch, embedding) pairs; anything else is refused
+    before anything is read or audited."""
+    mem = new_mem("bad-novelty")
+    gm = mem._gm
+    z = _vectors(mem, 1)[0]
+    before = len(audit_events(mem._store))
+    for novelty, error, message in (
+        ([("P9", z)], InvalidInput, "no turn in this batch"),
+        ([("P1",)], InvalidInput, "pairs"),
+        ("P1", InvalidInput, "pairs"),
+        ([["P1", z, z]], InvalidInput, "pairs"),
+        ([("P1", z[:-1])], InvalidVector, "dimension"),
+        ([("P1", np.full_like(z, np.nan))], InvalidVector, "NaN"),
+    ):
+        with pytest.raises(error, match=message):
+            gm.begin_many(AGENT, ["P1", "P2"], novelty=novelty)  # type: ignore[arg-type]
+    assert len(audit_events(mem._store)) == before
 
 
 def test_reads_of_a_batch_are_the_reads_of_single_turns(new_mem: MemFactory) -> None:

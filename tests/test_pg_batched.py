@@ -30,13 +30,15 @@ def _mem(path: Path, url: str, schema: str) -> MsmMem:
     return MsmMem.init(path, ADMIN, clock=FixedClock(T0), database_url=url, schema=schema)
 
 
-def _turns(mem: MsmMem, patients: list[str], seed: int) -> None:
+def _turns(mem: MsmMem, patients: list[str], seed: int, ahead: bool = False) -> None:
+    """One batch of a turn a patient; ``ahead``: its novelty searches read ahead with it."""
     gm = mem._gm
-    rng = np.random.default_rng(seed)
-    turns = gm.begin_many(AGENT, patients)
+    z = np.random.default_rng(seed).standard_normal((len(patients), mem._store.dim)).astype(np.float32)
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    novelty = list(zip(patients, z, strict=True)) if ahead else []
+    turns = gm.begin_many(AGENT, patients, novelty=novelty)
     for i, turn in enumerate(turns):
-        z = rng.standard_normal(mem._store.dim).astype(np.float32)
-        item = gm.observe(turn, z / np.linalg.norm(z), "Impression?", timestamp=T0, study_id=f"S{seed}-{i}")
+        item = gm.observe(turn, z[i], "Impression?", timestamp=T0, study_id=f"S{seed}-{i}")
         gm.consolidate(turn, item, "Right lower lobe consolidation, likely pneumonia.", decision="treat")
     gm.commit_many(turns)
 
@@ -136,6 +138,13 @@ def test_a_batch_of_turns_costs_one_round_trip_per_turn(tmp_path: Path, postgres
         per_batch = _round_trips(trace) - len(patients)
         assert 0 < per_batch <= 16, per_batch
         assert len(store.claims_active("P0")) == 2
+        # with the novelty searches read ahead, the batch's searches cost no round trip of their own
+        with trace.open("w") as f:
+            store._conn.pgconn.trace(f.fileno())
+            _turns(mem, patients, 7, ahead=True)
+            store._conn.pgconn.untrace()
+        assert _round_trips(trace) == per_batch
+        assert len(store.claims_active("P0")) == 3
     finally:
         mem.close()
 

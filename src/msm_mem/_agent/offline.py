@@ -113,7 +113,9 @@ def ingest_rows(
             if good:
                 vectors = encoder.encode(images)
                 patients = list(dict.fromkeys(row.patient_id for row in good))
-                turns: dict[str, Turn] = dict(zip(patients, gm.begin_many(principal, patients), strict=True))
+                novelty = [(row.patient_id, z) for row, z in zip(good, vectors, strict=True)]
+                begun = gm.begin_many(principal, patients, novelty=novelty)
+                turns: dict[str, Turn] = dict(zip(patients, begun, strict=True))
                 for row, z in zip(good, vectors, strict=True):
                     turn = turns[row.patient_id]
                     item = gm.observe(

@@ -19,6 +19,7 @@ from .._governance.audit_event import AuditSpec
 from .._governance.consent import DATA_CLASSES, evaluate
 from .._limits import check_id
 from .._principal import Principal
+from .._records import Vector
 from .._storage.base import Store
 from .turn import Turn
 
@@ -54,14 +55,22 @@ class TurnBeginning:
         return self._begin(principal, patient_id, classes)
 
     def begin_many(
-        self, principal: Principal, patient_ids: Sequence[str], classes: Sequence[str] = DATA_CLASSES
+        self,
+        principal: Principal,
+        patient_ids: Sequence[str],
+        classes: Sequence[str] = DATA_CLASSES,
+        *,
+        novelty: Sequence[tuple[str, object]] = (),
     ) -> list[Turn]:
         """:meth:`begin` for several patients at once, in order: the turns of one batch for
         :meth:`commit_many`. One sync for the batch, then what the turns will read of the store
         (consent, keys, semantic states, claims, entities) is read ahead where that saves round
         trips (``Store.prefetch``: one on a server, whose turns then see the store as it was at
-        this call until the batch commits). The first denial is audited and raises
-        :class:`ConsentDenied`, as :meth:`begin` does."""
+        this call until the batch commits). ``novelty`` names the ``(patient id, image
+        embedding)`` of each observation the turns will consolidate: the gate's novelty
+        searches of those are read ahead with the rest (an observation not named searches when
+        it is consolidated). The first denial is audited and raises :class:`ConsentDenied`, as
+        :meth:`begin` does."""
         if isinstance(patient_ids, str):
             raise InvalidInput("patient_ids must be a sequence of patient ids, not one string")
         patients = list(patient_ids)
@@ -69,9 +78,31 @@ class TurnBeginning:
             _check_begin(principal, patient_id, classes)
         if len(set(patients)) != len(patients):
             raise InvalidInput("begin_many takes different patients (one turn each)")
+        queries = self._novelty_queries(patients, novelty)
         self.store.sync()
-        self.store.prefetch(patients)
+        self.store.prefetch(patients, queries)
         return [self._begin(principal, patient_id, classes) for patient_id in patients]
+
+    def _novelty_queries(
+        self, patients: Sequence[str], novelty: Sequence[tuple[str, object]]
+    ) -> list[tuple[str, Vector]]:
+        """``novelty`` checked: pairs of a patient of the batch and a valid embedding, each
+        embedding as the novelty check of its consolidation will search with it."""
+        if isinstance(novelty, (str, bytes)) or not isinstance(novelty, Sequence):
+            raise InvalidInput("novelty must be a sequence of (patient id, embedding) pairs")
+        batch, queries = set(patients), []
+        for pair in novelty:
+            if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+                raise InvalidInput("novelty must be a sequence of (patient id, embedding) pairs")
+            patient_id, z = pair
+            if patient_id not in batch:
+                raise InvalidInput("novelty names a patient that has no turn in this batch")
+            queries.append((patient_id, self._novelty_query(z)))
+        return queries
+
+    @abstractmethod
+    def _novelty_query(self, z: object) -> Vector:
+        """The vector the novelty check of an observation of ``z`` searches with."""
 
     def _begin(self, principal: Principal, patient_id: str, classes: Sequence[str]) -> Turn:
         role, purpose = principal.role.value, principal.purpose.value

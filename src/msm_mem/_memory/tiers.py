@@ -26,7 +26,7 @@ from .._governance.audit import AuditLog
 from .._governance.audit_event import AuditSpec
 from .._governance.group_commit import GroupCommit
 from .._limits import MAX_TEXT_CHARS, check_observation, check_path, check_text
-from .._records import new_id
+from .._records import Vector, new_id
 from .._storage.base import WriteBatch
 from .._tier_records import Claim, StmChange, StmItem, StmPayload, StmState
 from .beginning import TurnBeginning
@@ -143,6 +143,11 @@ class GovernedMemory(TurnBeginning):
         turn.batch.stm.append(item)
         self._event(turn, "write", "source", "stm", [item.item_id])
         return item
+
+    def _novelty_query(self, z: object) -> Vector:
+        # observe keeps z normalised in the short-term item, and staging the consolidation
+        # validates (normalises) the item's vector again: the vector its novelty search takes
+        return self.memory.vector(self.memory.vector(z))
 
     def refresh(self, turn: Turn, item_id: str, *, ttl_s: float | None = None) -> float:
         """Extend an active STM item of the turn's patient by ``ttl_s`` (default: the setting)

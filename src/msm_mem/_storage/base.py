@@ -300,11 +300,15 @@ class Store(Records, Vectors, Tiers, Audit, Keys, Consents, ABC):
     def sync(self) -> None:  # noqa: B027  (an optional hook: a store without caches has nothing to do)
         """Drop read caches made stale by other connections' commits (default: none kept)."""
 
-    def prefetch(self, patient_ids: Sequence[str]) -> None:  # noqa: B027  (an optional hook, as sync)
+    def prefetch(  # noqa: B027  (an optional hook, as sync)
+        self, patient_ids: Sequence[str], queries: Sequence[tuple[str, Vector]] = ()
+    ) -> None:
         """Read ahead what governed turns of these patients will read (consent records, data keys,
-        active semantic states, claims and entities), where that saves round trips to a server;
-        kept until the next :meth:`sync` or write. Reads then return what they would have
-        returned at this call. Default: nothing (an embedded store reads locally)."""
+        active semantic states, claims and entities), and the novelty searches of ``queries``
+        (for each ``(patient id, query)``, the top hit over the patient's episodic and over
+        its visual vectors, as :meth:`max_cosine` asks), where that saves round trips to a
+        server; kept until the next :meth:`sync` or write. Reads then return what they would
+        have returned at this call. Default: nothing (an embedded store reads locally)."""
 
     @abstractmethod
     def use_codec(self, codec: FieldCodec) -> None:

@@ -17,8 +17,13 @@ rows are split per patient in Python, in the statement's order. They are the onl
 module, kept together in :data:`BATCHED`.
 
 The searches (:meth:`ReadAhead.search`, its statement built once in ``_search_cursor``) live
-here too. The novelty check of each turn (the top score over the patient's E and over its V vectors)
-sends both searches in one pipeline (:meth:`ReadAhead.search_many`): one round trip a turn.
+here too. The novelty check of each turn (the top score over the patient's E and over its V
+vectors) sends both searches in one pipeline (:meth:`ReadAhead.search_many`): one round trip a
+turn. When the batch names its turns' query vectors (``queries``: the offline ingest and any
+caller of ``begin_many(..., novelty=...)`` know them before the turns begin), those searches
+go in the read-ahead's pipeline too, with the same statement, in the same snapshot, and a
+turn's novelty check is then answered from them (matched by patient, kind and the query's
+exact bytes; top 1 only): no round trip of its own.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import psycopg
 from psycopg.pq import TransactionStatus
 
@@ -60,6 +66,8 @@ BATCHED: dict[str, str] = {
 KINDS: tuple[VectorKind, ...] = ("episodic", "visual")
 #: at most this many patients are read ahead (a larger batch reads the rest one by one)
 MAX_PATIENTS = 10_000
+#: at most this many novelty queries are read ahead (with more, each turn searches by itself)
+MAX_QUERIES = 2_000
 
 
 def hits(rows: list[Any]) -> list[tuple[str, float]]:
@@ -68,11 +76,36 @@ def hits(rows: list[Any]) -> list[tuple[str, float]]:
     return [(str(r[0]), float(r[1])) for r in rows]
 
 
-class _Rows:
-    """The rows read ahead, per table and patient (a patient with none has an empty list)."""
+#: a novelty search read ahead: (patient, vector kind, the query vector's bytes)
+_SearchKey = tuple[str, VectorKind, bytes]
 
-    def __init__(self, patients: Sequence[str], found: dict[str, list[Any]]) -> None:
+
+def _novelty_searches(
+    patients: Sequence[str], queries: Sequence[tuple[str, Vector]], dim: int
+) -> dict[_SearchKey, Vector]:
+    """The novelty searches (top 1 over E, and over V) of the ``(patient, query)`` pairs whose
+    patient is read ahead, each pair once; none when there are more than :data:`MAX_QUERIES`."""
+    if len(queries) > MAX_QUERIES:
+        return {}
+    kept = set(patients)
+    searches: dict[_SearchKey, Vector] = {}
+    for patient_id, z in queries:
+        if patient_id in kept:
+            check_vector(z, dim, "query")
+            for kind in KINDS:
+                searches[(patient_id, kind, z.tobytes())] = z
+    return searches
+
+
+class _Rows:
+    """The rows read ahead, per table and patient (a patient with none has an empty list), and
+    the novelty searches read ahead (their hits by :data:`_SearchKey`)."""
+
+    def __init__(
+        self, patients: Sequence[str], found: dict[str, list[Any]], searched: dict[_SearchKey, list[tuple[str, float]]]
+    ) -> None:
         self.patients = frozenset(patients)
+        self.searched = searched
         self._by: dict[str, dict[str, list[Any]]] = {}
         for table, rows in found.items():
             by: dict[str, list[Any]] = {p: [] for p in self.patients}
@@ -98,10 +131,12 @@ class ReadAhead(SqlStore):
     _ahead: _Rows | None = None
     _approximate: bool
 
-    def prefetch(self, patient_ids: Sequence[str]) -> None:
-        """Read ahead what governed turns of these patients read, in one round trip (see the
-        module). Nothing is read inside an open transaction (its writes could roll back)."""
+    def prefetch(self, patient_ids: Sequence[str], queries: Sequence[tuple[str, Vector]] = ()) -> None:
+        """Read ahead what governed turns of these patients read, and the novelty searches of
+        ``queries``, in one round trip (see the module). Nothing is read inside an open
+        transaction (its writes could roll back)."""
         patients = list(dict.fromkeys(p for p in patient_ids if isinstance(p, str) and "\x00" not in p))
+        searches = _novelty_searches(patients, queries, self.dim)
         with self._db():
             self._ahead = None
             conn = self._conn  # (the one _db holds)
@@ -112,10 +147,11 @@ class ReadAhead(SqlStore):
             with conn.pipeline():
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 cursors = {t: conn.execute(q, (self.tenant, patients), binary=True) for t, q in BATCHED.items()}
+                sent = {key: self._search_cursor(key[1], z, 1, key[0]) for key, z in searches.items()}
                 conn.execute("COMMIT")
             found = {table: cur.fetchall() for table, cur in cursors.items()}
             self._keys.prefetched([g.wrapped_key_from_row(row) for row in found.pop("keys")])
-            self._ahead = _Rows(patients, found)
+            self._ahead = _Rows(patients, found, {key: hits(cur.fetchall()) for key, cur in sent.items()})
 
     def _in_transaction(self) -> bool:
         return self._conn.info.transaction_status != TransactionStatus.IDLE
@@ -163,7 +199,11 @@ class ReadAhead(SqlStore):
     def search_many(
         self, z: Vector, requests: Sequence[tuple[VectorKind, int]], scope: str | None
     ) -> list[list[tuple[str, float]]]:
-        """:meth:`search` for each ``(kind, k)``, the statements sent in one pipeline: one round trip."""
+        """:meth:`search` for each ``(kind, k)``, the statements sent in one pipeline: one round
+        trip; none when every search was read ahead (the novelty check of a turn of a batch)."""
+        ahead = self._searched_ahead(z, requests, scope)
+        if ahead is not None:
+            return ahead
         if len(requests) < 2 or (scope is None and self._approximate):  # (that path sets ef_search first)
             return super().search_many(z, requests, scope)
         check_vector(z, self.dim, "query")
@@ -173,6 +213,23 @@ class ReadAhead(SqlStore):
             with self._conn.pipeline():  # answered at its end (one sync), the rows fetched after it
                 sent = [self._search_cursor(kind, z, k, scope) if k > 0 else None for kind, k in requests]
             return [[] if cur is None else hits(cur.fetchall()) for cur in sent]
+
+    def _searched_ahead(
+        self, z: Vector, requests: Sequence[tuple[VectorKind, int]], scope: str | None
+    ) -> list[list[tuple[str, float]]] | None:
+        """The hits of every request read ahead for exactly this query and scope, or None when
+        one of them was not (top 1 only: what the novelty check asks)."""
+        ahead = self._ahead
+        if ahead is None or not ahead.searched or scope is None or not isinstance(z, np.ndarray):
+            return None
+        key = z.tobytes()
+        found = []
+        for kind, k in requests:
+            hits_ahead = ahead.searched.get((scope, kind, key)) if k == 1 else None
+            if hits_ahead is None:
+                return None
+            found.append(list(hits_ahead))
+        return found
 
     # the search statement ----------------------------------------------------------------------------
 
