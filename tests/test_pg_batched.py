@@ -15,8 +15,10 @@ import numpy as np
 import psycopg
 import pytest
 
-from msm_mem import ConsentRecord, MsmMem
+from msm_mem import ConsentRecord, EpisodicRecord, MsmMem, VisualRecord
 from msm_mem._records import new_id
+from msm_mem._settings import Settings
+from msm_mem._storage.base import VectorKind, WriteBatch
 from msm_mem._storage.postgres import PostgresStore
 from msm_mem.testing import FixedClock
 from tests.helpers import ADMIN, AGENT
@@ -104,6 +106,53 @@ def test_search_many_answers_as_search_does(postgres_url: str, schema: str) -> N
                 requests = [("episodic", 3), ("visual", 1), ("episodic", 0)]
                 one_by_one = [store.search(kind, z, k, scope) for kind, k in requests]  # type: ignore[arg-type]
                 assert store.search_many(z, requests, scope) == one_by_one  # type: ignore[arg-type]
+    finally:
+        mem.close()
+
+
+def test_novelty_read_ahead_answers_as_the_searches_do(tmp_path: Path, postgres_url: str, schema: str) -> None:
+    """The novelty searches read ahead (one statement a kind for the whole batch) give each
+    (patient, query) the top hit the search itself gives: in a store with the HNSW index on
+    (where a plain filtered ordering would be approximate), for a patient holding most rows, a
+    query equal to a stored vector, and nothing for a patient without rows; the batch's
+    novelty checks then cost no round trip."""
+    mem = MsmMem.init(
+        tmp_path / "h", ADMIN, settings=Settings(population_search="hnsw"), database_url=postgres_url, schema=schema
+    )
+    try:
+        store = mem._store
+        assert isinstance(store, PostgresStore)
+        rng = np.random.default_rng(11)
+        owners = ["P-big"] * 360 + [f"P{i % 4}" for i in range(40)]
+        z = rng.standard_normal((len(owners), store.dim)).astype(np.float32)
+        z /= np.linalg.norm(z, axis=1, keepdims=True)
+        for start in range(0, len(owners), 100):
+            part = range(start, start + 100)
+            episodes = [
+                EpisodicRecord(f"E-{i}", owners[i], T0 + i, z[i], "Q?", "A.", "", f"img/{i}.png", "", f"s{i}")
+                for i in part
+            ]
+            visuals = [VisualRecord(f"V-{i}", owners[i], T0 + i, z[i], f"img/{i}.png", "PA", f"E-{i}") for i in part]
+            store.write(WriteBatch(episodes=episodes, visuals=visuals))
+        asked = rng.standard_normal((3, store.dim)).astype(np.float32)
+        asked /= np.linalg.norm(asked, axis=1, keepdims=True)
+        patients = ["P-big", "P0", "P3", "P-none"]
+        queries = [(p, q) for p in patients for q in [*asked, z[0], z[365]]]
+        requests: list[tuple[VectorKind, int]] = [("episodic", 1), ("visual", 1)]
+        store.sync()
+        expected = [store.search_many(q, requests, p) for p, q in queries]
+        assert expected[3] == [[("E-0", pytest.approx(1.0))], [("V-0", pytest.approx(1.0))]]
+        assert expected[-1] == [[], []]
+        store.sync()
+        store.prefetch(patients, queries)
+        trace = tmp_path / "trace.txt"
+        with trace.open("w") as f:
+            store._conn.pgconn.trace(f.fileno())
+            answered = [store.search_many(q, requests, p) for p, q in queries]
+            store._conn.pgconn.untrace()
+        assert answered == expected
+        assert _round_trips(trace) == 0
+        assert store.search_many(asked[0], [("episodic", 2)], "P0") == [store.search("episodic", asked[0], 2, "P0")]
     finally:
         mem.close()
 

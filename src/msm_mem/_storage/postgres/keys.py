@@ -48,7 +48,20 @@ class PgKeyTable:
             self._by_id.clear()
             self._uncommitted = False
 
+    def forget(self) -> None:
+        """Drop every cached key without a round trip (the store is closing: nothing may be
+        answered from them afterwards)."""
+        self._by_patient.clear()
+        self._by_id.clear()
+
     def _cached(self, cache: dict[str, WrappedKey], where: str, value: str) -> WrappedKey | None:
+        # a key cached is answered without the store's lock (one atomic dict read): a put or
+        # shred changes the caches under the lock, and a read racing it is a read just before
+        # it, as a read that took the lock first would be; every turn reads its patient's key
+        # once or twice per encrypted field
+        found = cache.get(value)
+        if found is not None:
+            return found
         # under the store's lock, so a put or shred cannot slip between the read and the caching
         with self._db() as conn:
             if value in cache:

@@ -19,7 +19,7 @@ from psycopg.types import TypeInfo
 
 from ..._errors import StoreError
 
-__all__ = ["Vec", "connect", "use_schema", "vector_schema"]
+__all__ = ["Vec", "Vecs", "connect", "use_schema", "vector_schema"]
 
 
 class Vec:
@@ -37,6 +37,32 @@ class _VecDumper(Dumper):
     def dump(self, obj: Vec) -> Buffer:
         f = np.frombuffer(obj.blob, dtype=np.float32)
         return struct.pack(">HH", f.size, 0) + f.astype(">f4").tobytes()
+
+
+class Vecs:
+    """Float32 vectors (native-endian bytes each, all of one dimension) sent as a pgvector
+    ``vector[]``: one parameter for many query vectors."""
+
+    __slots__ = ("blobs",)
+
+    def __init__(self, blobs: list[bytes]) -> None:
+        self.blobs = blobs
+
+
+class _VecsDumper(Dumper):
+    """PostgreSQL's binary array (one dimension, no NULLs) of pgvector's binary vectors."""
+
+    format = Format.BINARY
+    element_oid = 0
+
+    def dump(self, obj: Vecs) -> Buffer:
+        if not obj.blobs:
+            return struct.pack(">iiI", 0, 0, self.element_oid)  # an empty array has no dimension
+        parts = [struct.pack(">iiIii", 1, 0, self.element_oid, len(obj.blobs), 1)]
+        for blob in obj.blobs:
+            f = np.frombuffer(blob, dtype=np.float32)
+            parts.append(struct.pack(">iHH", 4 + 4 * f.size, f.size, 0) + f.astype(">f4").tobytes())
+        return b"".join(parts)
 
 
 class _VecLoader(Loader):
@@ -66,7 +92,8 @@ def vector_schema(conn: psycopg.Connection[Any]) -> str | None:
 def use_schema(conn: psycopg.Connection[Any], schema: str) -> None:
     """Point the session at ``schema`` (then pgvector's schema) and register the vector adapters.
 
-    Vectors are then dumped from :class:`Vec` and loaded, in binary results, as float32 bytes.
+    Vectors are then dumped from :class:`Vec` (arrays of them from :class:`Vecs`) and loaded,
+    in binary results, as float32 bytes.
     """
     ext = vector_schema(conn)
     if ext is None:
@@ -77,4 +104,6 @@ def use_schema(conn: psycopg.Connection[Any], schema: str) -> None:
     if info is None:  # pragma: no cover - the extension was found just above
         raise StoreError("the pgvector type 'vector' is not visible")
     conn.adapters.register_dumper(Vec, type("VecDumper", (_VecDumper,), {"oid": info.oid}))
+    vecs = {"oid": info.array_oid, "element_oid": info.oid}
+    conn.adapters.register_dumper(Vecs, type("VecsDumper", (_VecsDumper,), vecs))
     conn.adapters.register_loader(info.oid, _VecLoader)

@@ -249,6 +249,7 @@ class PostgresStore(ReadAhead):
     def close(self) -> None:
         with self._lock:
             if not self._closed:
+                self._keys.forget()
                 self._conn.close()
                 self._closed = True
 
