@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_governance import unit
 
 import msm_mem
 from msm_mem import EpisodicRecord, MsmMem, Principal, VisualRecord
@@ -38,12 +39,6 @@ ADMIN = Principal("bench-admin", "admin", "operations")
 BATCH = 100
 WARM_UP = 4
 REQUESTS: list[tuple[VectorKind, int]] = [("episodic", 1), ("visual", 1)]
-
-
-def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
-    z = rng.standard_normal((n, dim)).astype(np.float32)
-    out: np.ndarray = z / np.linalg.norm(z, axis=1, keepdims=True)
-    return out
 
 
 def main() -> None:
@@ -63,7 +58,7 @@ def main() -> None:
             rng = np.random.default_rng(0)
             for start in range(0, args.records, 1000):
                 ids = range(start, min(args.records, start + 1000))
-                z = unit(rng, len(ids), store.dim)
+                z = unit(rng, len(ids))
                 owner = [f"P{i % args.patients}" for i in ids]
                 episodes = [
                     EpisodicRecord(f"E-{i}", owner[j], 1.7e9 + i, z[j], "Q?", "A.", "", f"i/{i}.png", "", f"s{i}")
@@ -79,7 +74,7 @@ def main() -> None:
             spent: dict[str, list[tuple[float, float]]] = {way: [] for way in ways}
             for b in range(args.batches):
                 patients = [f"P{(b * BATCH + j) % args.patients}" for j in range(BATCH)]
-                queries = list(zip(patients, unit(rng, BATCH, store.dim), strict=True))
+                queries = list(zip(patients, unit(rng, BATCH), strict=True))
                 for way in ways if b % 2 else ways[::-1]:
                     store.sync()
                     c0, t0 = time.process_time(), time.perf_counter()

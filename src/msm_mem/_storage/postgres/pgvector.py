@@ -31,12 +31,17 @@ class Vec:
         self.blob = blob
 
 
+def _binary(blob: bytes) -> bytes:
+    """pgvector's binary form of one vector of native float32 bytes."""
+    f = np.frombuffer(blob, dtype=np.float32)
+    return struct.pack(">HH", f.size, 0) + f.astype(">f4").tobytes()
+
+
 class _VecDumper(Dumper):
     format = Format.BINARY
 
     def dump(self, obj: Vec) -> Buffer:
-        f = np.frombuffer(obj.blob, dtype=np.float32)
-        return struct.pack(">HH", f.size, 0) + f.astype(">f4").tobytes()
+        return _binary(obj.blob)
 
 
 class Vecs:
@@ -60,8 +65,8 @@ class _VecsDumper(Dumper):
             return struct.pack(">iiI", 0, 0, self.element_oid)  # an empty array has no dimension
         parts = [struct.pack(">iiIii", 1, 0, self.element_oid, len(obj.blobs), 1)]
         for blob in obj.blobs:
-            f = np.frombuffer(blob, dtype=np.float32)
-            parts.append(struct.pack(">iHH", 4 + 4 * f.size, f.size, 0) + f.astype(">f4").tobytes())
+            element = _binary(blob)
+            parts += [struct.pack(">i", len(element)), element]
         return b"".join(parts)
 
 

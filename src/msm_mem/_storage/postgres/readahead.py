@@ -81,18 +81,16 @@ def hits(rows: list[Any]) -> list[tuple[str, float]]:
 _SearchKey = tuple[str, VectorKind, bytes]
 
 
-def _novelty_searches(
-    patients: Sequence[str], queries: Sequence[tuple[str, Vector]], dim: int
-) -> dict[VectorKind, list[tuple[str, Vector]]]:
-    """The novelty searches (top 1 over E, and over V) of the ``(patient, query)`` pairs whose
-    patient is read ahead, each pair once, by kind; none when there are more than
-    :data:`MAX_QUERIES`."""
-    kept, pairs = set(patients), {}
+def _novelty_pairs(patients: Sequence[str], queries: Sequence[tuple[str, Vector]], dim: int) -> list[tuple[str, bytes]]:
+    """The ``(patient, query's bytes)`` of the queries whose novelty searches are read ahead
+    (their patient is), each once; none when there are more than :data:`MAX_QUERIES`."""
+    kept = set(patients)
+    pairs: dict[tuple[str, bytes], None] = {}
     for patient_id, z in queries if len(queries) <= MAX_QUERIES else ():
         if patient_id in kept:
             check_vector(z, dim, "query")
-            pairs[(patient_id, z.tobytes())] = (patient_id, z)
-    return {kind: list(pairs.values()) for kind in KINDS}
+            pairs[(patient_id, z.tobytes())] = None
+    return list(pairs)
 
 
 class _Rows:
@@ -134,7 +132,7 @@ class ReadAhead(SqlStore):
         ``queries``, in one round trip (see the module). Nothing is read inside an open
         transaction (its writes could roll back)."""
         patients = list(dict.fromkeys(p for p in patient_ids if isinstance(p, str) and "\x00" not in p))
-        searches = _novelty_searches(patients, queries, self.dim)
+        pairs = _novelty_pairs(patients, queries, self.dim)
         with self._db():
             self._ahead = None
             conn = self._conn  # (the one _db holds)
@@ -145,17 +143,16 @@ class ReadAhead(SqlStore):
             with conn.pipeline():
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 cursors = {t: conn.execute(q, (self.tenant, patients), binary=True) for t, q in BATCHED.items()}
-                sent = {kind: self._novelty_cursor(kind, pairs) for kind, pairs in searches.items() if pairs}
+                sent = {kind: self._novelty_cursor(kind, pairs) for kind in KINDS} if pairs else {}
                 conn.execute("COMMIT")
             found = {table: cur.fetchall() for table, cur in cursors.items()}
             self._keys.prefetched([g.wrapped_key_from_row(row) for row in found.pop("keys")])
             searched: dict[_SearchKey, list[tuple[str, float]]] = {}
-            for kind, pairs in searches.items():
-                for patient_id, z in pairs:
-                    searched[(patient_id, kind, z.tobytes())] = []  # (no row: the patient has none)
-                for i, record_id, score, pos in sent[kind].fetchall() if pairs else ():
-                    patient_id, z = pairs[i - 1]
-                    searched[(patient_id, kind, z.tobytes())] = hits([(record_id, score, pos)])
+            for kind, cur in sent.items():
+                searched.update({(p, kind, key): [] for p, key in pairs})  # (no row: the patient has none)
+                for i, record_id, score, pos in cur.fetchall():
+                    patient_id, key = pairs[i - 1]
+                    searched[(patient_id, kind, key)] = hits([(record_id, score, pos)])
             self._ahead = _Rows(patients, found, searched)
 
     def _in_transaction(self) -> bool:
@@ -264,21 +261,23 @@ class ReadAhead(SqlStore):
             )
             return conn.execute(prefix + query, params, binary=True)
 
-    def _novelty_cursor(self, kind: VectorKind, pairs: Sequence[tuple[str, Vector]]) -> Rows:
-        """The top hit of each ``(patient, query)`` among the patient's vectors of ``kind``, as
-        :meth:`_search_cursor` finds it (k = 1: the same score, ties by position), all in one
-        statement: rows ``(i, id, cosine, pos)``, ``i`` the pair's place from 1, none for a
-        patient without vectors. The ``+ 0`` keeps the ordering off the HNSW index
-        (approximate) of a store in that mode, as the single search's ``MATERIALIZED`` fence
-        does: ``EXPLAIN`` over 20,000 rows, 90% one patient's, planned the ordering by the
-        distance alone as a scan of that index inside the lateral join."""
+    def _novelty_cursor(self, kind: VectorKind, pairs: Sequence[tuple[str, bytes]]) -> Rows:
+        """The top hit of each ``(patient, query's bytes)`` among the patient's vectors of
+        ``kind``, as :meth:`_search_cursor` finds it (k = 1: the same score, ties by position),
+        all in one statement: rows ``(i, id, cosine, pos)``, ``i`` the pair's place in
+        ``pairs`` from 1, none for a patient without vectors. The ``+ 0`` keeps the ordering
+        off the HNSW index (approximate) of a store in that mode, as the single search's
+        ``MATERIALIZED`` fence does: ``EXPLAIN`` over 20,000 rows, 90% one patient's, planned
+        the ordering by the distance alone as a scan of that index inside the lateral join
+        (with ``pos`` as second key it did not, nor in the tests; the fence keeps exactness
+        from resting on the planner's choice)."""
         query = (
             "SELECT q.i, h.id, h.s, h.pos FROM unnest(%(p)s::text[], %(z)s) WITH ORDINALITY AS q(p, z, i)"
             f" CROSS JOIN LATERAL (SELECT e.id, -(e.z <#> q.z) AS s, e.pos FROM {kind} e"
             f" WHERE {LIVE} AND e.tenant = %(t)s AND e.patient_id = q.p"
             " ORDER BY (e.z <#> q.z) + 0, e.pos LIMIT 1) h"
         )
-        params = {"p": [p for p, _ in pairs], "z": Vecs([z.tobytes() for _, z in pairs]), "t": self.tenant}
+        params = {"p": [p for p, _ in pairs], "z": Vecs([key for _, key in pairs]), "t": self.tenant}
         return self._conn.execute(query, params, binary=True)
 
     def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
