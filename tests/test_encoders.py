@@ -119,6 +119,41 @@ def test_affine_intensity_change_is_invariant(enc: PixelsEncoder) -> None:
     assert float(z[0] @ z[1]) > 0.9999
 
 
+def _float64_pixels(img: np.ndarray) -> np.ndarray:
+    """The pixels vector computed plainly, all in float64 (np.gradient, np.hypot, the scaled
+    float64 projection), as the encoder was first written: the reference of the fast path."""
+    from msm_mem.plugins.encoders.pixels import SEED
+    from msm_mem.plugins.images import resize
+
+    words = np.random.PCG64(SEED).random_raw(512 * 4096 // 64).astype("<u8")
+    signs = 1.0 - 2.0 * np.unpackbits(words.view(np.uint8), bitorder="little").astype(np.float64)
+    proj = (signs / np.sqrt(512)).reshape(512, 4096)
+    x = resize(img, 64).astype(np.float64)
+    x = (x - x.mean()) / x.std()
+
+    def unit(v: np.ndarray) -> np.ndarray:
+        return v / np.linalg.norm(v)
+
+    def blocks(a: np.ndarray) -> np.ndarray:
+        return a.reshape(16, 4, 16, 4).mean(axis=(1, 3)).ravel()
+
+    edges = blocks(np.hypot(*np.gradient(x)))
+    z = np.concatenate([unit(blocks(x)), unit(edges - edges.mean()), unit(proj @ x.ravel())]) / np.sqrt(3.0)
+    return z / np.linalg.norm(z)
+
+
+def test_pixels_matches_its_float64_reference(enc: PixelsEncoder) -> None:
+    """Every coordinate within 1e-6 of the all-float64 computation (1 - cosine < 1e-10), for
+    phantoms, noise and small or oblong images: the float32 projection changes no vector."""
+    rng = np.random.default_rng(21)
+    imgs = [phantom(s) for s in range(6)] + [phantom(7, size=300)[:, :120], phantom(8, size=40)]
+    imgs += [rng.random((int(rng.integers(5, 200)), int(rng.integers(5, 200)))).astype(np.float32) for _ in range(6)]
+    got = enc.encode(imgs).astype(np.float64)
+    want = np.stack([_float64_pixels(img) for img in imgs])
+    assert float(np.abs(got - want).max()) < 1e-6
+    assert float((1.0 - np.sum(got * want, axis=1) / np.linalg.norm(got, axis=1)).max()) < 1e-10
+
+
 def test_unrelated_images_score_clearly_lower(enc: PixelsEncoder) -> None:
     """A radiograph-like image vs. a rotated other one, noise, stripes: each cosine < 0.5."""
     img = phantom(5)
