@@ -104,6 +104,25 @@ def test_png_16bit_uses_full_16bit_range(tmp_path: Path) -> None:
     np.testing.assert_allclose(load_image(p), arr / 65535.0, atol=1e-6)
 
 
+def test_every_grey_level_is_the_float32_of_its_float64_fraction() -> None:
+    """8-bit, 16-bit (either byte order) and grey-with-alpha PNGs holding every level load as
+    exactly float32(v / max) computed in float64, C-contiguous: the table path is exact."""
+    levels8 = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    levels16 = np.arange(65536, dtype=np.uint32).astype(np.uint16).reshape(256, 256)
+    cases = [
+        (Image.fromarray(levels8), levels8, 255.0),
+        (Image.fromarray(np.stack([levels8, levels8[::-1]], axis=2), mode="LA"), levels8, 255.0),
+        (Image.fromarray(levels16), levels16, 65535.0),
+        (Image.frombytes("I;16B", (256, 256), levels16.astype(">u2").tobytes()), levels16, 65535.0),
+    ]
+    for pil, values, top in cases:
+        buf = io.BytesIO()
+        pil.save(buf, format="PNG")
+        img = load_image_bytes(buf.getvalue(), "levels.png")
+        assert img.dtype == np.float32 and img.flags.c_contiguous
+        assert np.array_equal(img, (values.astype(np.float64) / top).astype(np.float32)), pil.mode
+
+
 def test_colour_png_uses_bt601_luma_and_ignores_alpha(tmp_path: Path) -> None:
     """Red, green, blue and white pixels map to 0.299, 0.587, 0.114 and 1; alpha is ignored."""
     rgba = np.zeros((1, 4, 4), dtype=np.uint8)
