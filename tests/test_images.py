@@ -106,14 +106,15 @@ def test_png_16bit_uses_full_16bit_range(tmp_path: Path) -> None:
 
 def test_every_grey_level_is_the_float32_of_its_float64_fraction() -> None:
     """8-bit, 16-bit (either byte order) and grey-with-alpha PNGs holding every level load as
-    exactly float32(v / max) computed in float64, C-contiguous: the table path is exact."""
-    levels8 = np.arange(256, dtype=np.uint8).reshape(16, 16)
-    levels16 = np.arange(65536, dtype=np.uint32).astype(np.uint16).reshape(256, 256)
+    exactly float32(v / max) computed in float64, C-contiguous: the blocked path is exact,
+    over more pixels than one block (a partial last block included)."""
+    levels8 = (np.arange(257 * 300) % 256).astype(np.uint8).reshape(257, 300)
+    levels16 = (np.arange(257 * 300) % 65536).astype(np.uint16).reshape(257, 300)
     cases = [
         (Image.fromarray(levels8), levels8, 255.0),
         (Image.fromarray(np.stack([levels8, levels8[::-1]], axis=2), mode="LA"), levels8, 255.0),
         (Image.fromarray(levels16), levels16, 65535.0),
-        (Image.frombytes("I;16B", (256, 256), levels16.astype(">u2").tobytes()), levels16, 65535.0),
+        (Image.frombytes("I;16B", (300, 257), levels16.astype(">u2").tobytes()), levels16, 65535.0),
     ]
     for pil, values, top in cases:
         buf = io.BytesIO()
