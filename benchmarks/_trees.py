@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["answer", "run_in_tree", "table_head", "trees_of"]
+__all__ = ["answer", "run_in_tree", "table_head", "tree_arguments", "trees_of"]
 
 THIS_TREE = Path(__file__).resolve().parent.parent
 
@@ -30,6 +30,12 @@ def answer(figure: float) -> None:
     import msm_mem
 
     print(f"{figure} {msm_mem.__file__}")
+
+
+def tree_arguments(ap: argparse.ArgumentParser) -> None:
+    """``--baseline OTHER_TREE`` and the hidden ``--worker`` (the measuring process's flag)."""
+    ap.add_argument("--baseline", type=Path, help="another source tree (holding src/msm_mem) to measure beside")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
 
 
 def trees_of(ap: argparse.ArgumentParser, baseline: Path | None) -> list[tuple[str, Path]]:

@@ -25,7 +25,7 @@ import time
 import uuid
 from pathlib import Path
 
-from _trees import answer, run_in_tree, table_head, trees_of
+from _trees import answer, run_in_tree, table_head, tree_arguments, trees_of
 
 HERE = Path(__file__).resolve().parent
 
@@ -67,10 +67,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--postgres", action="store_true", help="PostgreSQL too (a local server started here)")
-    ap.add_argument(
-        "--baseline", type=Path, help="another source tree (holding src/msm_mem) to measure beside this one"
-    )
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    tree_arguments(ap)
     ap.add_argument("--database-url", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.patients < 1 or args.rounds < 1 or args.warmup < 0 or args.asks <= args.warmup:

@@ -22,10 +22,9 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-from _trees import answer, run_in_tree, table_head, trees_of
+from _trees import answer, run_in_tree, table_head, tree_arguments, trees_of
 
 #: (label, side in pixels, bits per pixel)
 IMAGES = [("128 x 128, 8-bit", 128, 8), ("512 x 512, 8-bit", 512, 8), ("2048 x 2048, 8-bit", 2048, 8)]
@@ -78,10 +77,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--images", type=int, default=200, help="images timed per process (a tenth at 2048 x 2048)")
-    ap.add_argument(
-        "--baseline", type=Path, help="another source tree (holding src/msm_mem) to measure beside this one"
-    )
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    tree_arguments(ap)
     ap.add_argument("--side", type=int, default=128, help=argparse.SUPPRESS)
     ap.add_argument("--bits", type=int, default=8, help=argparse.SUPPRESS)
     ap.add_argument("--measure", default="decode", help=argparse.SUPPRESS)

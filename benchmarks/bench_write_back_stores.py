@@ -25,7 +25,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from _trees import answer, run_in_tree, table_head, trees_of
+from _trees import answer, run_in_tree, table_head, tree_arguments, trees_of
 
 HERE = Path(__file__).resolve().parent
 
@@ -52,10 +52,7 @@ def main() -> None:
     ap.add_argument("--patients", type=int, nargs="+", default=[1000, 100])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--stores", nargs="+", choices=["sqlite", "postgres"], default=["sqlite", "postgres"])
-    ap.add_argument(
-        "--baseline", type=Path, help="another source tree (holding src/msm_mem) to measure beside this one"
-    )
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    tree_arguments(ap)
     ap.add_argument("--unique", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--database-url", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
