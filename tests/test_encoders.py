@@ -188,6 +188,18 @@ def test_invalid_images_raise_invalid_input(enc: PixelsEncoder, bad: np.ndarray)
         enc.encode([phantom(0), bad])
 
 
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [(np.nan, "NaN or infinity"), (np.inf, "NaN or infinity"), (-np.inf, "NaN or infinity"), (1.5, r"\[0, 1\]")],
+)
+def test_an_invalid_pixel_is_named(enc: PixelsEncoder, value: float, problem: str) -> None:
+    """One NaN or infinite pixel is refused as such, one out of range as out of [0, 1]."""
+    img = phantom(3)
+    img[10, 20] = value
+    with pytest.raises(InvalidInput, match=problem):
+        enc.encode([img])
+
+
 def _write_pngs(tmp_path: Path, n: int) -> list[Path]:
     paths = []
     for i in range(n):
