@@ -119,9 +119,11 @@ def test_every_grey_level_is_the_float32_of_its_float64_fraction() -> None:
     for pil, values, top in cases:
         buf = io.BytesIO()
         pil.save(buf, format="PNG")
-        img = load_image_bytes(buf.getvalue(), "levels.png")
-        assert img.dtype == np.float32 and img.flags.c_contiguous
-        assert np.array_equal(img, (values.astype(np.float64) / top).astype(np.float32)), pil.mode
+        want = (values.astype(np.float64) / top).astype(np.float32)
+        # through a PNG file, and straight from the decoded image (a PNG may reopen as I;16)
+        for img in (load_image_bytes(buf.getvalue(), "levels.png"), images._pil_gray(pil, "levels")):
+            assert img.dtype == np.float32 and img.flags.c_contiguous
+            assert np.array_equal(img, want), pil.mode
 
 
 def test_colour_png_uses_bt601_luma_and_ignores_alpha(tmp_path: Path) -> None:
