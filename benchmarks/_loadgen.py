@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 
 import httpx
 
-__all__ = ["BOUNDARY", "LUA", "OPS", "cpu_seconds", "interleaved", "request_list", "warm_up", "wrk"]
+__all__ = ["BOUNDARY", "LUA", "OPS", "context_switches", "cpu_seconds", "interleaved", "request_list", "warm_up", "wrk"]
 
 QUESTION = "What is the impression?"
 BOUNDARY = "msmbenchboundary7d1e"
@@ -102,6 +102,36 @@ def cpu_seconds(root: int) -> tuple[float, float]:
     ``/proc``): all their threads, and their main threads alone (a server process's main thread
     runs its event loop: the HTTP side of a request, where the other threads do its work)."""
     tick = os.sysconf("SC_CLK_TCK")
+    total, main = 0.0, 0.0
+    for pid, cpu in _tree(root, tick):
+        total += cpu
+        try:
+            main += _parent_and_cpu(Path(f"/proc/{pid}/task/{pid}/stat"), tick)[1]
+        except OSError:
+            pass
+    return total, main
+
+
+_SWITCHES = ("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")
+
+
+def context_switches(root: int) -> int:
+    """Context switches so far (voluntary and not) of every live thread of ``root`` and its
+    child processes (Linux ``/proc``): a thread that blocks (on the interpreter lock, a lock,
+    a condition, I/O) counts one each time, and the scheduler's preemptions count too."""
+    count = 0
+    for pid, _ in _tree(root, os.sysconf("SC_CLK_TCK")):
+        for task in Path(f"/proc/{pid}/task").glob("*/status"):
+            try:
+                lines = task.read_text().splitlines()
+            except OSError:
+                continue
+            count += sum(int(line.split()[1]) for line in lines if line.startswith(_SWITCHES))
+    return count
+
+
+def _tree(root: int, tick: int) -> list[tuple[int, float]]:
+    """``(pid, CPU seconds)`` of ``root`` and its live child processes."""
     stats: dict[int, tuple[int, float]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -109,16 +139,12 @@ def cpu_seconds(root: int) -> tuple[float, float]:
                 stats[int(entry.name)] = _parent_and_cpu(entry / "stat", tick)
             except OSError:
                 continue
-    tree, total, main = {root}, 0.0, 0.0
+    tree, out = {root}, []
     for pid in sorted(stats):  # children have larger pids than their parents here
         if pid in tree or stats[pid][0] in tree:
             tree.add(pid)
-            total += stats[pid][1]
-            try:
-                main += _parent_and_cpu(Path(f"/proc/{pid}/task/{pid}/stat"), tick)[1]
-            except OSError:
-                pass
-    return total, main
+            out.append((pid, stats[pid][1]))
+    return out
 
 
 def _parent_and_cpu(stat: Path, tick: int) -> tuple[int, float]:

@@ -49,19 +49,19 @@ def report(
     )
     print(
         "| store | tree | workers | connections | operation | requests/s | p50 ms | p99 ms "
-        "| server CPU ms/request | of it, event loop | refused |"
+        "| server CPU ms/request | of it, event loop | context switches/request | refused |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (store, tree, workers, conns, op), runs in results.items():
         label = LABELS[op]
         refused = [r for r in runs if isinstance(r, str)]
         if len(refused) == len(runs):
-            print(f"| {store} | {tree} | {workers} | {conns} | {label} | {refused[0]} | | | | | |")
+            print(f"| {store} | {tree} | {workers} | {conns} | {label} | {refused[0]} | | | | | | |")
             continue
-        rps, p50, p99, cpu, loop, err = (
-            _median(runs, k) for k in ("rps", "p50", "p99", "cpu_ms", "loop_ms", "refused")
+        rps, p50, p99, cpu, loop, switches, err = (
+            _median(runs, k) for k in ("rps", "p50", "p99", "cpu_ms", "loop_ms", "switches", "refused")
         )
-        figures = f"{rps:.0f} | {p50:.1f} | {p99:.1f} | {cpu:.2f} | {loop:.2f} | {err:.0f}"
+        figures = f"{rps:.0f} | {p50:.1f} | {p99:.1f} | {cpu:.2f} | {loop:.2f} | {switches:.0f} | {err:.0f}"
         print(f"| {store} | {tree} | {workers} | {conns} | {label} | {figures} |")
     if len(trees) >= 2:
         a, b = trees[0], trees[-1]

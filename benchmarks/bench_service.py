@@ -23,7 +23,10 @@ versions; every figure is measured in this run.
    of 400 or more), and the CPU seconds the server's processes used per request (from
    ``/proc``: a figure a busy machine inflates less than latency), with the share of their
    main threads (the event loops: HTTP parsing, routing, form parsing, the credential check,
-   sending the answer; the rest is the request's work in the thread pool);
+   sending the answer; the rest is the request's work in the thread pool), and the context
+   switches of all their threads per request (a count, which a busy machine's speed changes
+   less than it changes seconds: a thread that blocks, on the interpreter lock, a lock, a
+   condition or I/O, counts one each time);
 4. ``--rounds`` rounds: each round runs every (store, workers, connections, operation) for every tree, the
    order of the trees alternating between rounds; the tables give the median over rounds;
 5. the service's overhead: one connection, one request at a time (wrk ``-c1``), against
@@ -60,7 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from _loadgen import LUA, OPS, cpu_seconds, request_list, warm_up, wrk
+from _loadgen import LUA, OPS, context_switches, cpu_seconds, request_list, warm_up, wrk
 from _service_report import report
 
 from msm_mem import MsmMem, Principal
@@ -200,10 +203,13 @@ def one_run(
         try:
             warm_up(url, base.token, listing, args.script, connections)
             cpu0, loop0 = cpu_seconds(process.pid)
+            switches0 = context_switches(process.pid)
             doc = wrk(url, base.token, listing, args.script, connections, args.seconds)
             cpu1, loop1 = cpu_seconds(process.pid)
+            switches1 = context_switches(process.pid)
             doc["cpu_ms"] = (cpu1 - cpu0) * 1e3 / max(doc["requests"], 1)
             doc["loop_ms"] = (loop1 - loop0) * 1e3 / max(doc["requests"], 1)
+            doc["switches"] = (switches1 - switches0) / max(doc["requests"], 1)
             return doc
         finally:
             stop(process)
