@@ -20,7 +20,7 @@ from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, ge
 
 from msm_mem._errors import ImageError, InvalidInput, MissingExtra
 from msm_mem._limits import MAX_IMAGE_PIXELS
-from msm_mem.plugins import images
+from msm_mem.plugins import _gray, images
 from msm_mem.plugins.images import (
     detect_format,
     load_image,
@@ -121,7 +121,7 @@ def test_every_grey_level_is_the_float32_of_its_float64_fraction() -> None:
         pil.save(buf, format="PNG")
         want = (values.astype(np.float64) / top).astype(np.float32)
         # through a PNG file, and straight from the decoded image (a PNG may reopen as I;16)
-        for img in (load_image_bytes(buf.getvalue(), "levels.png"), images._pil_gray(pil, "levels")):
+        for img in (load_image_bytes(buf.getvalue(), "levels.png"), _gray.pil_gray(pil, "levels")):
             assert img.dtype == np.float32 and img.flags.c_contiguous
             assert np.array_equal(img, want), pil.mode
 

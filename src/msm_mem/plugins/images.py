@@ -47,6 +47,7 @@ from PIL import Image, ImageOps
 from .._errors import ImageError, MissingExtra
 from .._files import read_regular, regular_path
 from .._limits import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, MAX_VIDEO_BYTES
+from ._gray import GrayImage, array_to_gray, finish, minmax, pil_gray
 
 __all__ = [
     "GrayImage",
@@ -58,18 +59,11 @@ __all__ = [
     "to_rgb_uint8",
 ]
 
-GrayImage = npt.NDArray[np.float32]
-"""A grayscale image: float32, shape (height, width), values in [0, 1]."""
 
 _PNG = b"\x89PNG\r\n\x1a\n"
 _JPEG = b"\xff\xd8\xff"
 _DICOM_EXTS = {".dcm", ".dicom", ".dic"}
 _VIDEO_EXTS = {".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg"}
-_BT601 = np.array([0.299, 0.587, 0.114], dtype=np.float64)
-
-
-#: grey levels converted at a time: their float64 quotients (512 KiB) stay in the cache
-_CHUNK = 1 << 16
 
 
 def detect_format(head: bytes, name: str = "") -> str | None:
@@ -151,7 +145,7 @@ def load_image_bytes(data: bytes, name: str, *, max_pixels: int = MAX_IMAGE_PIXE
             os.unlink(tmp)
     else:
         raise ImageError(f"{name}: unsupported format (expected PNG, JPEG, DICOM or video)")
-    return _finish(img, name)
+    return finish(img, name)
 
 
 def load_keyframe(
@@ -185,7 +179,7 @@ def load_keyframe(
             raise ImageError(f"{label}: video has no decodable frames")
         for i, frame in enumerate(frames()):
             if i == n // 2:
-                return _finish(_array_to_gray(np.asarray(frame), label), label)
+                return finish(array_to_gray(np.asarray(frame), label), label)
     except ImageError:
         raise
     except Exception as exc:  # decoders raise many unrelated types; all mean "unreadable"
@@ -247,58 +241,13 @@ def _decode_pillow(data: bytes, name: str, kind: str, max_pixels: int) -> GrayIm
                 if width * height > max_pixels:
                     raise _too_large(name, f"{width}x{height}", width * height, max_pixels)
                 opened.load()
-                return _pil_gray(ImageOps.exif_transpose(opened), name)
+                return pil_gray(ImageOps.exif_transpose(opened), name)
     except ImageError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise ImageError(f"{name}: image too large ({exc})") from exc
     except Exception as exc:  # a decoder meets malformed data with many unrelated types
         raise ImageError(f"{name}: cannot decode image ({exc})") from exc
-
-
-def _pil_gray(pil: Image.Image, name: str) -> GrayImage:
-    """A decoded image as a GrayImage. 8- and 16-bit grey (the modes of radiographs): each
-    level divided by the largest in float64 and rounded to float32, as the general path does,
-    a block of levels at a time, so no full-size float64 copy is made, checked or clipped (a
-    2048 x 2048 image: about 4 ms instead of 20). Other modes take the general path."""
-    if pil.mode in ("L", "LA", "I;16", "I;16B", "I;16L"):
-        levels = np.asarray(pil.getchannel("L") if pil.mode == "LA" else pil)
-        if levels.ndim == 2 and levels.size and levels.dtype.kind == "u" and levels.dtype.itemsize in (1, 2):
-            top = float(np.iinfo(levels.dtype).max)
-            flat = np.ascontiguousarray(levels).reshape(-1)
-            out = np.empty(flat.size, dtype=np.float32)
-            quotients = np.empty(min(flat.size, _CHUNK), dtype=np.float64)
-            for start in range(0, flat.size, _CHUNK):
-                part = quotients[: min(_CHUNK, flat.size - start)]
-                np.divide(flat[start : start + _CHUNK], top, out=part)
-                out[start : start + _CHUNK] = part
-            return out.reshape(levels.shape)
-    return _finish(_pil_to_gray(pil), name)
-
-
-def _pil_to_gray(pil: Image.Image) -> npt.NDArray[np.float64]:
-    mode = pil.mode
-    if mode == "L":
-        return np.asarray(pil, dtype=np.float64) / 255.0
-    if mode == "LA":
-        return np.asarray(pil.getchannel("L"), dtype=np.float64) / 255.0
-    if mode in ("I;16", "I;16B", "I;16L", "I"):
-        # 16-bit PNGs open as I;16 or I; their full range is 0..65535.
-        return np.asarray(pil, dtype=np.float64) / 65535.0
-    if mode == "F":
-        return _minmax(np.asarray(pil, dtype=np.float64))
-    return _array_to_gray(np.asarray(pil.convert("RGB")), "")
-
-
-def _array_to_gray(a: npt.NDArray[Any], name: str) -> npt.NDArray[np.float64]:
-    if a.ndim == 2:
-        gray = a.astype(np.float64)
-        return gray / 255.0 if a.dtype == np.uint8 else _minmax(gray)
-    if a.ndim == 3 and a.shape[2] in (3, 4):
-        rgb = a[:, :, :3].astype(np.float64)
-        luma = rgb @ _BT601
-        return luma / 255.0 if a.dtype == np.uint8 else _minmax(luma)
-    raise ImageError(f"{name}: unexpected pixel array of shape {a.shape}")
 
 
 def _declared(ds: Any, keyword: str, default: int) -> int:
@@ -328,7 +277,7 @@ def _decode_dicom(data: bytes, name: str, max_pixels: int) -> npt.NDArray[np.flo
     if frames > 1:
         arr = arr[frames // 2]
     if samples == 3:
-        return _array_to_gray(arr.astype(np.float64), name)  # colour DICOM: luma, min-max
+        return array_to_gray(arr.astype(np.float64), name)  # colour DICOM: luma, min-max
     if arr.ndim != 2:
         raise ImageError(f"{name}: unexpected DICOM pixel array of shape {arr.shape}")
     values = arr.astype(np.float64)
@@ -336,7 +285,7 @@ def _decode_dicom(data: bytes, name: str, max_pixels: int) -> npt.NDArray[np.flo
     intercept = float(ds.get("RescaleIntercept", 0.0) or 0.0)
     values = values * slope + intercept
     window = _first_window(ds)
-    out = _voi_window(values, *window) if window is not None else _minmax(values)
+    out = _voi_window(values, *window) if window is not None else minmax(values)
     if str(ds.get("PhotometricInterpretation", "")).strip().upper() == "MONOCHROME1":
         out = 1.0 - out
     return out
@@ -364,23 +313,6 @@ def _voi_window(x: npt.NDArray[np.float64], c: float, w: float) -> npt.NDArray[n
     if w == 1.0:
         return (x > c - 0.5).astype(np.float64)
     return np.clip((x - (c - 0.5)) / (w - 1.0) + 0.5, 0.0, 1.0)
-
-
-def _minmax(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    if x.size == 0 or not np.all(np.isfinite(x)):
-        return x
-    lo, hi = float(x.min()), float(x.max())
-    if hi <= lo:
-        return np.zeros_like(x)
-    return (x - lo) / (hi - lo)
-
-
-def _finish(img: npt.NDArray[np.float64], name: str) -> GrayImage:
-    if img.ndim != 2 or img.shape[0] == 0 or img.shape[1] == 0:
-        raise ImageError(f"{name}: image has no pixels (shape {img.shape})")
-    if not np.all(np.isfinite(img)):
-        raise ImageError(f"{name}: image contains non-finite pixel values")
-    return np.ascontiguousarray(np.clip(img, 0.0, 1.0), dtype=np.float32)
 
 
 # --- video backends ---------------------------------------------------------------------
