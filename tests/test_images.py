@@ -20,7 +20,7 @@ from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, ge
 
 from msm_mem._errors import ImageError, InvalidInput, MissingExtra
 from msm_mem._limits import MAX_IMAGE_PIXELS
-from msm_mem.plugins import _gray, images
+from msm_mem.plugins import images
 from msm_mem.plugins.images import (
     detect_format,
     load_image,
@@ -102,28 +102,6 @@ def test_png_16bit_uses_full_16bit_range(tmp_path: Path) -> None:
     p = tmp_path / "a16.png"
     p.write_bytes(_png_bytes(arr))
     np.testing.assert_allclose(load_image(p), arr / 65535.0, atol=1e-6)
-
-
-def test_every_grey_level_is_the_float32_of_its_float64_fraction() -> None:
-    """8-bit, 16-bit (either byte order) and grey-with-alpha PNGs holding every level load as
-    exactly float32(v / max) computed in float64, C-contiguous: the blocked path is exact,
-    over more pixels than one block (a partial last block included)."""
-    levels8 = (np.arange(257 * 300) % 256).astype(np.uint8).reshape(257, 300)
-    levels16 = (np.arange(257 * 300) % 65536).astype(np.uint16).reshape(257, 300)
-    cases = [
-        (Image.fromarray(levels8), levels8, 255.0),
-        (Image.fromarray(np.stack([levels8, levels8[::-1]], axis=2), mode="LA"), levels8, 255.0),
-        (Image.fromarray(levels16), levels16, 65535.0),
-        (Image.frombytes("I;16B", (300, 257), levels16.astype(">u2").tobytes()), levels16, 65535.0),
-    ]
-    for pil, values, top in cases:
-        buf = io.BytesIO()
-        pil.save(buf, format="PNG")
-        want = (values.astype(np.float64) / top).astype(np.float32)
-        # through a PNG file, and straight from the decoded image (a PNG may reopen as I;16)
-        for img in (load_image_bytes(buf.getvalue(), "levels.png"), _gray.pil_gray(pil, "levels")):
-            assert img.dtype == np.float32 and img.flags.c_contiguous
-            assert np.array_equal(img, want), pil.mode
 
 
 def test_colour_png_uses_bt601_luma_and_ignores_alpha(tmp_path: Path) -> None:
