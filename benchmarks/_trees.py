@@ -34,7 +34,9 @@ def answer(figure: float) -> None:
 
 def tree_arguments(ap: argparse.ArgumentParser) -> None:
     """``--baseline OTHER_TREE`` and the hidden ``--worker`` (the measuring process's flag)."""
-    ap.add_argument("--baseline", type=Path, help="another source tree (holding src/msm_mem) to measure beside")
+    ap.add_argument(
+        "--baseline", type=Path, help="another source tree (holding src/msm_mem) to measure beside this one"
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
 
 
