@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import httpx
 
 from msm_mem import ManifestRow, MsmMem, Principal
-from msm_mem.interfaces.http.apikeys import ApiKeyStore
+from msm_mem.interfaces.auth.apikeys import ApiKeyStore
 from tests.helpers import ADMIN, INGEST, png, raw_sql
 
 #: the patients of the service tests (distinctive, so a log or an error body naming one is found)

@@ -13,8 +13,8 @@ import msm_mem
 from msm_mem import InvalidInput, MsmMemError, Principal
 from msm_mem._client import decode
 from msm_mem._problems import LIBRARY, PROBLEMS, problem_for
+from msm_mem.interfaces.auth.apikeys import ApiKeyStore, parse_patients
 from msm_mem.interfaces.cli import main
-from msm_mem.interfaces.http.apikeys import ApiKeyStore, parse_patients
 from msm_mem.interfaces.http.app import openapi_document
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "openapi.json"

@@ -16,7 +16,7 @@ import jwt
 from mcp.shared.exceptions import MCPError
 
 from msm_mem import Principal
-from msm_mem.interfaces.http.apikeys import ApiKeyStore
+from msm_mem.interfaces.auth.apikeys import ApiKeyStore
 from tests.http_support import JWT_AUDIENCE, JWT_ISSUER, JWT_SECRET, OTHER, OWN, events, head
 from tests.mcp_support import (
     McpHttp,

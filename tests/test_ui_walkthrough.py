@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from msm_mem import MsmMem, Principal
-from msm_mem.interfaces.http.apikeys import ApiKeyStore
+from msm_mem.interfaces.auth.apikeys import ApiKeyStore
 from msm_mem.interfaces.http.app import create_app
 from msm_mem.interfaces.http.config import ServeConfig
 from msm_mem.interfaces.http.ui.gif import render_gif

@@ -11,7 +11,7 @@ import numpy as np
 from PIL import Image, ImageFilter
 
 from msm_mem import FixedClock, ManifestRow, MsmMem, Principal
-from msm_mem.interfaces.http.apikeys import ApiKeyStore
+from msm_mem.interfaces.auth.apikeys import ApiKeyStore
 from tests.helpers import ADMIN, CLINICIAN, CRITIC, INGEST, SYSTEM
 from tests.http_support import OTHER, OWN, Served, start
 

@@ -8,12 +8,14 @@ only, never patient data. A refusal is :class:`AccessDenied` and is itself audit
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from enum import StrEnum
+from types import MappingProxyType
 
 from .._errors import AccessDenied, InvalidInput
 from .._principal import Principal, Role
 
-__all__ = ["OPERATIONS", "Operation", "require"]
+__all__ = ["OPERATIONS", "Operation", "OperationTable", "require"]
 
 
 class Operation(StrEnum):
@@ -47,33 +49,65 @@ _CARE = frozenset({Role.AGENT, Role.CLINICIAN})
 _READERS = frozenset({Role.AGENT, Role.CLINICIAN, Role.CRITIC, Role.SYSTEM})
 _AUDIT = frozenset({Role.AUDITOR, Role.ADMIN})
 
+
+class OperationTable(Mapping[Operation, frozenset[Role]]):
+    """The roles allowed to call each operation: read-only (no item or attribute can be set),
+    so an importer cannot widen a role."""
+
+    __slots__ = ("_roles",)
+    _roles: Mapping[Operation, frozenset[Role]]
+
+    def __init__(self, roles: Mapping[Operation, frozenset[Role]]) -> None:
+        object.__setattr__(self, "_roles", MappingProxyType(dict(roles)))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("the operation table is read-only")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("the operation table is read-only")
+
+    def __getitem__(self, op: Operation) -> frozenset[Role]:
+        return self._roles[op]
+
+    def __iter__(self) -> Iterator[Operation]:
+        return iter(self._roles)
+
+    def __len__(self) -> int:
+        return len(self._roles)
+
+    def __repr__(self) -> str:
+        return f"OperationTable({dict(self._roles)!r})"
+
+
 #: the roles allowed to call each operation
-OPERATIONS: dict[Operation, frozenset[Role]] = {
-    Operation.INIT: frozenset({Role.ADMIN}),
-    Operation.INGEST: frozenset({Role.SYSTEM, Role.CLINICIAN}),
-    Operation.ASK: _CARE,
-    Operation.RETRIEVE: _READERS,
-    Operation.OBSERVE: _CARE | {Role.SYSTEM},
-    Operation.CONSOLIDATE: _CARE | {Role.SYSTEM},
-    Operation.FEEDBACK: frozenset({Role.CRITIC, Role.CLINICIAN}),
-    Operation.READ: _READERS,
-    Operation.CONSENT_GRANT: frozenset({Role.ADMIN}),
-    Operation.CONSENT_REVOKE: frozenset({Role.ADMIN}),
-    Operation.CONSENT_LIST: frozenset({Role.ADMIN, Role.AUDITOR}),
-    Operation.KEY_ROTATE: frozenset({Role.ADMIN}),
-    Operation.SHRED: frozenset({Role.ADMIN}),
-    Operation.AUDIT_VERIFY: _AUDIT,
-    Operation.AUDIT_CHECKPOINT: _AUDIT | {Role.SYSTEM},
-    Operation.AUDIT_EXPORT: _AUDIT,
-    # a care role reads only the events of a patient it may read (see _api/trail.py)
-    Operation.AUDIT_READ: _AUDIT | {Role.AGENT, Role.CLINICIAN, Role.CRITIC},
-    Operation.MAINTAIN: frozenset({Role.SYSTEM}),
-    Operation.EXPORT: frozenset({Role.CLINICIAN, Role.ADMIN}),
-    Operation.IMPORT: frozenset({Role.ADMIN, Role.SYSTEM}),
-    # an interface's record that an admin overrides its credential's patient scope
-    Operation.BREAK_GLASS: frozenset({Role.ADMIN}),
-    Operation.STORE_UPGRADE: frozenset({Role.ADMIN}),
-}
+OPERATIONS = OperationTable(
+    {
+        Operation.INIT: frozenset({Role.ADMIN}),
+        Operation.INGEST: frozenset({Role.SYSTEM, Role.CLINICIAN}),
+        Operation.ASK: _CARE,
+        Operation.RETRIEVE: _READERS,
+        Operation.OBSERVE: _CARE | {Role.SYSTEM},
+        Operation.CONSOLIDATE: _CARE | {Role.SYSTEM},
+        Operation.FEEDBACK: frozenset({Role.CRITIC, Role.CLINICIAN}),
+        Operation.READ: _READERS,
+        Operation.CONSENT_GRANT: frozenset({Role.ADMIN}),
+        Operation.CONSENT_REVOKE: frozenset({Role.ADMIN}),
+        Operation.CONSENT_LIST: frozenset({Role.ADMIN, Role.AUDITOR}),
+        Operation.KEY_ROTATE: frozenset({Role.ADMIN}),
+        Operation.SHRED: frozenset({Role.ADMIN}),
+        Operation.AUDIT_VERIFY: _AUDIT,
+        Operation.AUDIT_CHECKPOINT: _AUDIT | {Role.SYSTEM},
+        Operation.AUDIT_EXPORT: _AUDIT,
+        # a care role reads only the events of a patient it may read (see _api/trail.py)
+        Operation.AUDIT_READ: _AUDIT | {Role.AGENT, Role.CLINICIAN, Role.CRITIC},
+        Operation.MAINTAIN: frozenset({Role.SYSTEM}),
+        Operation.EXPORT: frozenset({Role.CLINICIAN, Role.ADMIN}),
+        Operation.IMPORT: frozenset({Role.ADMIN, Role.SYSTEM}),
+        # an interface's record that an admin overrides its credential's patient scope
+        Operation.BREAK_GLASS: frozenset({Role.ADMIN}),
+        Operation.STORE_UPGRADE: frozenset({Role.ADMIN}),
+    }
+)
 
 
 def require(principal: object, op: Operation) -> Principal:

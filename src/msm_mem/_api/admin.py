@@ -35,7 +35,7 @@ def _reason(reason: str, what: str) -> str:
 class _Admin(_Base):
     # consent -------------------------------------------------------------------------------
 
-    def grant(self, principal: object, consents: list[ConsentRecord]) -> None:
+    def grant(self, principal: Principal, consents: list[ConsentRecord]) -> None:
         """Store consent records (admin only; audited, one event each, in one transaction with
         the records). Each is validated first: unknown data classes, roles or purposes are
         refused, and nothing is stored."""
@@ -61,7 +61,7 @@ class _Admin(_Base):
         ]
         self._audit.write(WriteBatch(consents=consents), specs)
 
-    def revoke(self, principal: object, consent_id: str) -> None:
+    def revoke(self, principal: Principal, consent_id: str) -> None:
         """Revoke a consent from now on (admin only; audited with the revocation)."""
         p = self._allow(principal, Operation.CONSENT_REVOKE)
         if not any(c.consent_id == consent_id for c in self._store.consents()):
@@ -78,7 +78,7 @@ class _Admin(_Base):
 
     def consents(
         self,
-        principal: object,
+        principal: Principal,
         patient_id: str | None = None,
         *,
         within: Iterable[str] | None = None,
@@ -112,7 +112,7 @@ class _Admin(_Base):
 
     # keys ----------------------------------------------------------------------------------
 
-    def rotate_keys(self, principal: object, reason: str) -> int:
+    def rotate_keys(self, principal: Principal, reason: str) -> int:
         """A new key-encryption key; every data key rewrapped under it and stored with the audit
         event in one transaction (admin only). Returns how many data keys were rewrapped."""
         p = self._allow(principal, Operation.KEY_ROTATE)
@@ -124,7 +124,7 @@ class _Admin(_Base):
         self._cipher.retire_unused()  # committed: the old KEKs wrap nothing stored any more
         return len(keys)
 
-    def shred(self, principal: object, patient_id: str, reason: str) -> int:
+    def shred(self, principal: Principal, patient_id: str, reason: str) -> int:
         """Crypto-shred a patient (admin only, with a reason): every record retracted, STM
         purged, the data key destroyed; the audit chain still verifies. Returns the number of
         records retracted."""
@@ -137,7 +137,7 @@ class _Admin(_Base):
 
     # audit ---------------------------------------------------------------------------------
 
-    def verify_audit(self, principal: object, *, full: bool = True, processes: int | None = None) -> VerifyResult:
+    def verify_audit(self, principal: Principal, *, full: bool = True, processes: int | None = None) -> VerifyResult:
         """Verify the hash chain (fully, or hashes and links only) and the signed checkpoints
         (auditor or admin). Read-only: verification writes nothing. A full verification of a
         long chain checks its rows in ``processes`` worker processes that hold no key (None:
@@ -145,14 +145,14 @@ class _Admin(_Base):
         self._allow(principal, Operation.AUDIT_VERIFY, tier="audit")
         return self._audit.verify(full=full, processes=processes)
 
-    def checkpoint(self, principal: object) -> tuple[int, str]:
+    def checkpoint(self, principal: Principal) -> tuple[int, str]:
         """Sign the current head of the chain (auditor, admin or system); returns (size, head)."""
         p = self._allow(principal, Operation.AUDIT_CHECKPOINT, tier="audit")
         size, head = self._audit.checkpoint()
         self._event(p, "checkpoint", "audit", "audit", reason=f"signed size {size}")
         return size, head
 
-    def export_fhir(self, principal: object, out: str | Path) -> int:
+    def export_fhir(self, principal: Principal, out: str | Path) -> int:
         """Write every audit event as a FHIR R5 AuditEvent (IHE BALP), one JSON object a line
         (auditor or admin). Events hold ids and pseudonyms only, never PHI. A broken chain is
         refused. The export is audited. Returns the number of resources."""
@@ -188,7 +188,7 @@ class _Admin(_Base):
 
     # maintenance ---------------------------------------------------------------------------
 
-    def maintain(self, principal: object, *, at: float | None = None) -> MaintenanceReport:
+    def maintain(self, principal: Principal, *, at: float | None = None) -> MaintenanceReport:
         """Expire STM, consolidate aged STM, decay LTM, checkpoint the audit chain, as
         ``principal`` (role system), as of the UTC time ``at`` (default: the store's clock;
         for replays and tests). The audit events carry the store's clock."""
@@ -202,7 +202,7 @@ class _Admin(_Base):
 
     # the paper's layout --------------------------------------------------------------------
 
-    def export_paper(self, principal: object, out: str | Path) -> dict[str, int]:
+    def export_paper(self, principal: Principal, out: str | Path) -> dict[str, int]:
         """Write the paper's layout (decrypted) into ``out`` (clinician or admin, purpose
         export): only patients whose consent permits this principal to export are written
         (anonymised records, which have no patient, always are). Audited."""
@@ -231,7 +231,7 @@ class _Admin(_Base):
         self._event(p, "export", "ltm", "source", reason=f"paper layout; {refused} patients without consent left out")
         return counts
 
-    def import_paper(self, principal: object, src: str | Path) -> dict[str, int]:
+    def import_paper(self, principal: Principal, src: str | Path) -> dict[str, int]:
         """Read the paper's layout from ``src`` into this (empty) store (admin or system); the
         records and the audit event are written in one transaction."""
         p = self._allow(principal, Operation.IMPORT)

@@ -35,7 +35,7 @@ class _Base:
     def _maintainer(self, system: Principal | None = None, at: float | None = None) -> Maintainer:
         raise NotImplementedError
 
-    def _allow(self, principal: object, op: Operation, *, tier: str = "ltm") -> Principal:
+    def _allow(self, principal: Principal, op: Operation, *, tier: str = "ltm") -> Principal:
         """``principal`` when its role may call ``op``; a refusal is audited, then raised."""
         try:
             return require(principal, op)

@@ -15,6 +15,7 @@ from .._errors import IllegalTransition, InvalidInput, MsmMemError, NotFound
 from .._limits import MAX_TEXT_CHARS, check_id, check_observation, check_text
 from .._memory.corrections import Corrections
 from .._memory.msm import WriteResult
+from .._principal import Principal
 from .._records import EpisodicRecord, ManifestRow, SemanticState, VisualRecord
 from .._tier_records import Claim, StmItem, StmState
 from .access import Operation
@@ -46,7 +47,7 @@ class Retrieved:
 
 
 class _Care(_Base):
-    def ingest(self, principal: object, rows: Sequence[ManifestRow], *, progress: bool = False) -> IngestReport:
+    def ingest(self, principal: Principal, rows: Sequence[ManifestRow], *, progress: bool = False) -> IngestReport:
         """Encode and store manifest rows as base memory, as ``principal`` (system or clinician):
         consent-checked per patient, each batch one transaction with its audit events."""
         p = self._allow(principal, Operation.INGEST)
@@ -54,7 +55,7 @@ class _Care(_Base):
 
     def ask(
         self,
-        principal: object,
+        principal: Principal,
         patient_id: str,
         image: object,
         question: str,
@@ -87,7 +88,7 @@ class _Care(_Base):
 
     def ask_many(
         self,
-        principal: object,
+        principal: Principal,
         queries: Sequence[Query],
         *,
         write_back: bool = True,
@@ -102,7 +103,7 @@ class _Care(_Base):
 
     def retrieve(
         self,
-        principal: object,
+        principal: Principal,
         patient_id: str,
         image: object = None,
         *,
@@ -150,7 +151,7 @@ class _Care(_Base):
 
     def observe(
         self,
-        principal: object,
+        principal: Principal,
         patient_id: str,
         image: object,
         question: str,
@@ -185,7 +186,7 @@ class _Care(_Base):
         return item
 
     def consolidate(
-        self, principal: object, patient_id: str, item_id: str, answer: str, *, decision: str = ""
+        self, principal: Principal, patient_id: str, item_id: str, answer: str, *, decision: str = ""
     ) -> WriteResult:
         """Move an active short-term item of the patient into long-term memory with its
         ``answer``, through the write-back gate (held items stay in STM); the semantic state
@@ -209,7 +210,7 @@ class _Care(_Base):
 
     def feedback(
         self,
-        principal: object,
+        principal: Principal,
         patient_id: str,
         study_id: str,
         *,

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from .. import _transitions as tr
 from .._errors import InvalidInput
+from .._principal import Principal
 from .._records import EpisodicRecord, SemanticState, VisualRecord
 from .._tier_records import Claim, StmItem, StmState
 from .access import Operation
@@ -64,7 +65,7 @@ def _all(listed: Sequence[Any]) -> Sequence[Any]:
 class _Reads(_Base):
     def _read(
         self,
-        principal: object,
+        principal: Principal,
         patient_id: str,
         data_class: str,
         listing: Callable[[], Sequence[Any]],
@@ -88,7 +89,7 @@ class _Reads(_Base):
 
     def semantic_state(
         self,
-        principal: object,
+        principal: Principal,
         patient_id: str,
         category: str | None = None,
         *,
@@ -108,7 +109,7 @@ class _Reads(_Base):
 
     def semantic_history(
         self,
-        principal: object,
+        principal: Principal,
         patient_id: str,
         category: str = "impression",
         *,
@@ -127,7 +128,7 @@ class _Reads(_Base):
         )
 
     def episodes(
-        self, principal: object, patient_id: str, *, offset: int = 0, limit: int | None = None
+        self, principal: Principal, patient_id: str, *, offset: int = 0, limit: int | None = None
     ) -> RecordPage[EpisodicRecord]:
         """The patient's episodic records (every state; superseded ones name their successor
         through ``supersedes`` of the newer record); only the page's records are loaded."""
@@ -142,7 +143,7 @@ class _Reads(_Base):
         )
 
     def visuals(
-        self, principal: object, patient_id: str, *, offset: int = 0, limit: int | None = None
+        self, principal: Principal, patient_id: str, *, offset: int = 0, limit: int | None = None
     ) -> RecordPage[VisualRecord]:
         """The patient's visual records; only the page's records are loaded."""
         return self._read(
@@ -156,7 +157,13 @@ class _Reads(_Base):
         )
 
     def claims(
-        self, principal: object, patient_id: str, key: str | None = None, *, offset: int = 0, limit: int | None = None
+        self,
+        principal: Principal,
+        patient_id: str,
+        key: str | None = None,
+        *,
+        offset: int = 0,
+        limit: int | None = None,
     ) -> RecordPage[Claim]:
         """The patient's active claims (or those under ``key``, e.g. ``study:<id>``)."""
         return self._read(
@@ -169,7 +176,7 @@ class _Reads(_Base):
         )
 
     def claim_history(
-        self, principal: object, patient_id: str, key: str, *, offset: int = 0, limit: int | None = None
+        self, principal: Principal, patient_id: str, key: str, *, offset: int = 0, limit: int | None = None
     ) -> RecordPage[Claim]:
         """The supersession chain of one claim key, oldest first."""
         return self._read(
@@ -183,7 +190,7 @@ class _Reads(_Base):
 
     def stm_items(
         self,
-        principal: object,
+        principal: Principal,
         patient_id: str,
         state: StmState | None = None,
         *,

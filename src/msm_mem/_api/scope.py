@@ -25,7 +25,7 @@ def _operation(operation: Operation | str) -> Operation:
 class _Scope(_Base):
     def refuse(
         self,
-        principal: object,
+        principal: Principal,
         operation: Operation | str,
         patient_id: str = "",
         *,
@@ -41,7 +41,7 @@ class _Scope(_Base):
         self._event(principal, op.value, "ltm", "ltm", outcome="denied", patient=patient_id, reason=reason)
         raise AccessDenied(f"{op.value} refused: {reason}")
 
-    def break_glass(self, principal: object, operation: Operation | str, patient_id: str, reason: str) -> None:
+    def break_glass(self, principal: Principal, operation: Operation | str, patient_id: str, reason: str) -> None:
         """Record that ``principal`` (an admin) overrides its credential's patient scope for
         ``operation`` on ``patient_id`` ("*": every patient), with a stated ``reason`` (a short
         phrase without identifiers). Audited as ``break_glass``; any other role is refused (and

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .._errors import AuditChainBroken, InvalidInput
 from .._governance.audit_event import AuditEvent
 from .._governance.checkpoint import Checkpoint, CheckpointLog
-from .._principal import Role
+from .._principal import Principal, Role
 from .access import Operation
 from .base import _Base
 
@@ -52,7 +52,7 @@ class AuditTrail:
 class _Trail(_Base):
     def audit_trail(
         self,
-        principal: object,
+        principal: Principal,
         patient_id: str | None = None,
         *,
         after_seq: int = 0,

@@ -82,7 +82,7 @@ def cmd_api_key(args: argparse.Namespace) -> int:
     break-glass reason). Only an argon2 hash of it is stored, in DIR/keys/api-keys.json (mode
     0600). Whoever can write DIR can already read its key file: these are the store owner's."""
     from ... import MsmMem, Principal
-    from ..http.apikeys import ApiKeyStore, parse_patients
+    from ..auth.apikeys import ApiKeyStore, parse_patients
     from .identity import USUAL_PURPOSE
 
     if not MsmMem.exists(args.dir):

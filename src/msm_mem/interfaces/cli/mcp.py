@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ... import InvalidInput, MissingExtra, Role
-from ..http.apikeys import parse_patients
-from ..http.auth import Unauthenticated, Verifier
+from ..auth.apikeys import parse_patients
+from ..auth.credentials import Unauthenticated, Verifier
 from . import identity
 from .registry import TENANT_HELP, command, open_mem
 
@@ -126,7 +126,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         jwt_audience=args.jwt_audience,
     )
     config = McpConfig(serve, tuple(args.image_root))
-    verifier = Verifier(serve)
+    verifier = serve.verifier()
     who: Identity = HttpIdentity() if args.transport == "http" else _stdio_identity(args, verifier)
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"

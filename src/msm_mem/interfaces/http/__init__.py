@@ -4,8 +4,8 @@ A thin layer like the command line: each endpoint parses its request, calls one 
 operation as the principal of the verified credential, and renders the result.
 
 - :mod:`.config`: the frozen server settings (store, limits, token verification).
-- :mod:`.apikeys`: API keys, stored only as argon2 hashes in ``DIR/keys/api-keys.json``.
-- :mod:`.auth`: the credential of a request (API key or JWT) -> principal and patient scope.
+- :mod:`msm_mem.interfaces.auth`: the credential of a request (API key or JWT) -> principal
+  and patient scope, shared with the MCP server.
 - :mod:`.problems`: every error as an RFC 9457 problem, in one place.
 - :mod:`.models`: the validated request and response bodies.
 - :mod:`.uploads`: an uploaded image's format and size checked before decoding (no web framework).
@@ -13,6 +13,6 @@ operation as the principal of the verified credential, and renders the result.
 - :mod:`.routes`: one module per group of endpoints.
 - :mod:`.app`: the app factory; :mod:`.serve`: uvicorn.
 
-Importing :mod:`.apikeys` needs only ``argon2-cffi``; everything else needs the ``server`` extra,
+Everything here needs the ``server`` extra,
 imported only when a server is made (``msm-mem serve`` imports it lazily).
 """

@@ -25,7 +25,6 @@ from fastapi.openapi.utils import get_openapi
 from ... import MsmMem, __version__
 from ..._problems import slug
 from ..._settings import Settings
-from .auth import Verifier
 from .config import ServeConfig
 from .forms import form_schemas
 from .problems import MEDIA_TYPE, install
@@ -198,7 +197,7 @@ def create_app(config: ServeConfig, *, mem: MsmMem | None = None) -> FastAPI:
         mem = MsmMem.open(
             config.store, settings=Settings.from_env(), database_url=config.database_url, tenant=config.tenant
         )
-    state = ServerState(config, mem, Verifier(config), threading.Lock())
+    state = ServerState(config, mem, config.verifier(), threading.Lock())
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import InvalidInput
+from ..auth.credentials import Verifier
 
 __all__ = ["ENV", "ServeConfig"]
 
@@ -43,8 +44,7 @@ class ServeConfig:
     max_page: int = 500
     #: threads of a worker process that run requests' work (decode, store, audit commit); reads
     #: finishing together share one audit commit, and more threads also contend for the
-    #: interpreter (2 threads served 0.6x to 0.7x the retrieves of 8 in bench_service; 4, 8
-    #: and 16 were within 10% of each other)
+    #: interpreter; ``bench_service.py --threads`` measures the trade (docs/performance.md)
     max_threads: int = 8
     jwt_key: Path | None = None
     jwt_issuer: str | None = None
@@ -61,6 +61,10 @@ class ServeConfig:
             value = getattr(self, f.name)
             if f.name.startswith("max_") and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise InvalidInput(f"{f.name} must be a positive integer, got {value!r}")
+
+    def verifier(self) -> Verifier:
+        """The verifier of this server's bearer tokens (its store's API keys, its JWT key)."""
+        return Verifier(self.store, jwt_key=self.jwt_key, issuer=self.jwt_issuer, audience=self.jwt_audience)
 
     def to_env(self) -> dict[str, str]:
         """The settings as the environment of a worker process."""

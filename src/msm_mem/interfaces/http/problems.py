@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ... import AuditChainBroken, InvalidInput, ManifestError, MissingExtra, MsmMemError
 from ..._problems import Problem, problem_for, slug
-from .auth import Unauthenticated
+from ..auth.credentials import Unauthenticated
 
 __all__ = ["MEDIA_TYPE", "HttpProblem", "install", "problem_response"]
 

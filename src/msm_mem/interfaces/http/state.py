@@ -20,8 +20,8 @@ from fastapi import Depends, Header, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from ... import MsmMem
-from .apikeys import ALL_PATIENTS
-from .auth import Caller, Verifier
+from ..auth.apikeys import ALL_PATIENTS
+from ..auth.credentials import Caller, Verifier
 from .config import ServeConfig
 from .problems import HttpProblem
 from .uploads import check_text, decode_upload

@@ -2,7 +2,7 @@
 
 - **Streamable HTTP**: every request carries ``Authorization: Bearer <token>``, checked by the
   SDK's bearer middleware through :class:`BearerVerifier`, which is the service's own
-  :class:`~msm_mem.interfaces.http.auth.Verifier` (API keys stored as argon2 hashes with their
+  :class:`~msm_mem.interfaces.auth.credentials.Verifier` (API keys stored as argon2 hashes with their
   principal and patient scope, or JWTs checked for signature, expiry, issuer and audience). A
   missing, unknown, revoked or expired token is answered 401 before any tool runs; a key
   revoked while a client is connected is refused from its next request on.
@@ -25,7 +25,7 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 
 from ... import Principal
-from ..http.auth import Caller, Unauthenticated, Verifier
+from ..auth.credentials import Caller, Unauthenticated, Verifier
 
 __all__ = ["BearerVerifier", "ConfiguredIdentity", "HttpIdentity", "Identity", "TokenIdentity", "caller_of"]
 

@@ -23,7 +23,7 @@ from pydantic_core import ErrorDetails
 
 from ... import AuditChainBroken, InvalidInput, MissingExtra, MsmMemError
 from ..._problems import Problem, problem_for, slug
-from ..http.auth import Unauthenticated
+from ..auth.credentials import Unauthenticated
 
 __all__ = ["arguments_problem", "ok", "problem", "resource_error", "tool_error"]
 

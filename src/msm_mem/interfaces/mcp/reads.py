@@ -10,7 +10,7 @@ from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from ... import RecordPage, SemanticState
-from ..http.auth import Caller
+from ..auth.credentials import Caller
 from ..http.models import Page, SemanticOut, VerifyOut, WhoAmIOut
 from .state import McpState
 from .tools import PatientId

@@ -16,7 +16,7 @@ from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel
 
 from ... import InvalidInput
-from ..http.auth import Caller
+from ..auth.credentials import Caller
 from ..http.models import ClaimOut, EpisodeOut, SemanticOut, StmItemOut
 from .state import McpState
 

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ... import __version__
-from ..http.auth import Verifier
+from ..auth.credentials import Verifier
 from . import reads, resources, tools
 from .identity import BearerVerifier
 from .problems import arguments_problem

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from ... import InvalidInput, MsmMem
 from ..._limits import check_id
-from ..http.auth import Caller
+from ..auth.credentials import Caller
 from .config import McpConfig
 from .identity import Identity
 from .problems import ok, resource_error, tool_error

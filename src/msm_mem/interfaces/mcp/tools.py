@@ -11,7 +11,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from ..http.auth import Caller
+from ..auth.credentials import Caller
 from ..http.models import AnswerOut, ClaimOut, RetrievedOut, StmItemOut, WriteResultOut
 from ..http.uploads import check_text
 from .images import image_of

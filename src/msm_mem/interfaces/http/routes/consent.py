@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi import Path as PathParam
 
 from .... import ConsentRecord
-from ..apikeys import ALL_PATIENTS
+from ...auth.apikeys import ALL_PATIENTS
 from ..models import ConsentOut, GrantIn, Page
 from ..state import CallerDep, Paging, authorize, paging, require_json, server
 from . import PROBLEM_RESPONSES

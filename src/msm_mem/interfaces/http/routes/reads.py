@@ -10,7 +10,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Depends, Query, Request
 
 from .... import RecordPage, StmState
-from ..auth import Caller
+from ...auth.credentials import Caller
 from ..models import ClaimOut, EpisodeOut, Page, SemanticOut, StmItemOut, VisualOut
 from ..state import CallerDep, Paging, authorize, paging, server
 from . import PROBLEM_RESPONSES, PatientId

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from .... import AuditTrail, Checkpoint, ImageError, InvalidInput
 from ....plugins.images import load_image
-from ..auth import Caller
+from ...auth.credentials import Caller
 from ..routes import PROBLEM_RESPONSES, PatientId
 from ..state import CallerDep, authorize, server
 from .gif import SPEEDS, render_gif

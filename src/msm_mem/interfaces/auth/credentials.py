@@ -4,7 +4,7 @@ Two kinds of token, told apart by their form:
 
 - an API key (``msmk_...``, see :mod:`.apikeys`): its stored record names the principal and
   the scope;
-- a JWT, when the server has a JWT key (:class:`~.config.ServeConfig`): signature, expiry
+- a JWT, when the server has a JWT key: signature, expiry
   (``exp``), issuer (``iss``) and audience (``aud``) are checked, and the claims ``sub`` (the
   actor), ``role``, ``purpose`` and ``patients`` (a list of ids, or ``"*"``) name the principal
   and the scope. A token without them is refused.
@@ -22,7 +22,6 @@ from pathlib import Path
 
 from ... import InvalidInput, Principal
 from .apikeys import ALL_PATIENTS, ApiKeyStore, parse_patients
-from .config import ServeConfig
 
 __all__ = ["Caller", "Unauthenticated", "Verifier"]
 
@@ -71,15 +70,19 @@ def _jwt_key(path: Path) -> tuple[object, list[str]]:
 
 
 class Verifier:
-    """Verifies bearer tokens for one server (its API key file, and its JWT key if any)."""
+    """Verifies bearer tokens for one server: the API keys of the store at ``store``, and JWTs
+    when ``jwt_key`` names a verification key (a PEM public key or an HMAC secret of at least
+    32 bytes), checked against ``issuer`` and ``audience``."""
 
-    def __init__(self, config: ServeConfig) -> None:
-        self.keys = ApiKeyStore(config.store)
+    def __init__(
+        self, store: Path, *, jwt_key: Path | None = None, issuer: str | None = None, audience: str | None = None
+    ) -> None:
+        self.keys = ApiKeyStore(store)
         self._jwt: tuple[object, list[str]] | None = None
-        if config.jwt_key is not None:
-            self._jwt = _jwt_key(config.jwt_key)
-        self._issuer = config.jwt_issuer
-        self._audience = config.jwt_audience
+        if jwt_key is not None:
+            self._jwt = _jwt_key(jwt_key)
+        self._issuer = issuer
+        self._audience = audience
 
     def caller(self, authorization: str | None) -> Caller:
         """The caller of a request with this ``Authorization`` header; Unauthenticated otherwise."""
