@@ -11,9 +11,8 @@ from hypothesis import strategies as st
 from msm_mem._errors import InvalidInput
 from msm_mem.eval.metrics import (
     BLEU_EPSILON,
-    bleu4,
     bootstrap_ci,
-    corpus_bleu4,
+    corpus_bleu,
     exact_match,
     normalize_answer,
     rouge_l,
@@ -87,6 +86,11 @@ def test_token_f1_edge_cases() -> None:
 # ---------------------------------------------------------------- BLEU
 
 
+def bleu4(prediction: str, reference: str) -> float:
+    """Corpus BLEU-4 of a corpus of one pair."""
+    return corpus_bleu([prediction], [reference])
+
+
 def test_bleu4_one_substitution() -> None:
     """A last-token substitution gives the geometric mean of 5/6, 4/5, 3/4, 2/3."""
     # c = r = 6, BP = 1; product = (5*4*3*2)/(6*5*4*3) = 120/360 = 1/3; BLEU = 3 ** -0.25
@@ -116,10 +120,11 @@ def test_bleu4_smoothing_on_repeated_tokens() -> None:
     assert expected == pytest.approx(0.08034, abs=1e-5)
 
 
-def test_bleu4_short_identical_sentence_is_smoothed() -> None:
-    """A 3-token prediction has no 4-grams, so even an exact copy scores eps ** (1/4)."""
-    # p1 = p2 = p3 = 1; p4 = eps / max(0, 1) = 0.1; BLEU = 0.1 ** 0.25 = 0.5623...
-    assert bleu4("right lower lobe", "Right lower lobe.") == pytest.approx(0.1**0.25)
+def test_bleu4_short_identical_sentence_has_no_four_grams() -> None:
+    """A corpus of 3-token predictions has no 4-grams, so even an exact copy scores 0 at
+    order 4 (sacreBLEU's rule) and 1 at order 3."""
+    assert bleu4("right lower lobe", "Right lower lobe.") == 0.0
+    assert corpus_bleu(["right lower lobe"], ["Right lower lobe."], max_order=3) == 1.0
 
 
 def test_bleu4_identical_long_sentence_is_one() -> None:
@@ -142,15 +147,15 @@ def test_corpus_bleu4_sums_counts() -> None:
     # product = (9*7*5*3)/(10*8*6*4) = 945/1920; BLEU = (945/1920) ** 0.25 = 0.8376...
     preds = ["one two three four five seven", "one two three four"]
     refs = ["one two three four five six", "one two three four"]
-    assert corpus_bleu4(preds, refs) == pytest.approx((945 / 1920) ** 0.25)
+    assert corpus_bleu(preds, refs) == pytest.approx((945 / 1920) ** 0.25)
 
 
 def test_corpus_bleu4_rejects_bad_input() -> None:
     """Mismatched lengths and an empty corpus raise InvalidInput (a ValueError)."""
     with pytest.raises(InvalidInput):
-        corpus_bleu4(["a"], [])
+        corpus_bleu(["a"], [])
     with pytest.raises(ValueError):
-        corpus_bleu4([], [])
+        corpus_bleu([], [])
 
 
 # ---------------------------------------------------------------- ROUGE-L

@@ -11,22 +11,22 @@ one patient are correlated and treating them as independent would make intervals
 
 from __future__ import annotations
 
+import functools
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from rouge_score import rouge_scorer
+from sacrebleu.metrics.bleu import BLEU
 
 from msm_mem._errors import InvalidInput
 from msm_mem._memory.answers import _tokens, exact_match, normalize_answer, token_f1
 
 __all__ = [
     "BLEU_EPSILON",
-    "bleu4",
     "bootstrap_ci",
     "class_f1",
     "corpus_bleu",
-    "corpus_bleu4",
     "exact_match",
     "normalize_answer",
     "rouge_l",
@@ -34,66 +34,31 @@ __all__ = [
     "yes_no",
 ]
 
-#: Chen & Cherry (2014) smoothing method 1: an n-gram order with no match counts
+#: sacreBLEU's floor smoothing (Chen & Cherry method 1): an n-gram order with no match counts
 #: ``BLEU_EPSILON`` matches instead of 0, so one missing order does not zero the score.
 BLEU_EPSILON = 0.1
 
 
-def _ngrams(tokens: Sequence[str], n: int) -> Counter[tuple[str, ...]]:
-    return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
-
-
-def _bleu_stats(pred: Sequence[str], ref: Sequence[str]) -> list[tuple[int, int]]:
-    """(clipped matches, candidate n-gram count) for n = 1..4."""
-    stats = []
-    for n in range(1, 5):
-        cand = _ngrams(pred, n)
-        clipped = sum((cand & _ngrams(ref, n)).values())
-        stats.append((clipped, max(len(pred) - n + 1, 0)))
-    return stats
-
-
-def _bleu_from_stats(stats: Sequence[tuple[int, int]], hyp_len: int, ref_len: int) -> float:
-    if hyp_len == 0:
-        return float(ref_len == 0)
-    log_p = 0.0
-    for matches, total in stats:
-        # Method 1: zero matches -> epsilon; an order with no candidate n-grams (a hypothesis
-        # shorter than n) has denominator 0, taken as 1 as in the reference implementation.
-        log_p += math.log((matches if matches > 0 else BLEU_EPSILON) / max(total, 1))
-    brevity = 1.0 if hyp_len > ref_len else math.exp(1.0 - ref_len / hyp_len)
-    return brevity * math.exp(log_p / 4)
-
-
-def bleu4(prediction: str, reference: str) -> float:
-    """Return sentence-level BLEU-4 in [0, 1] on normalised tokens, against one reference.
-
-    Geometric mean of the clipped 1- to 4-gram precisions (uniform weights 1/4) times the brevity
-    penalty ``exp(1 - r/c)`` when the prediction (``c`` tokens) is not longer than the reference
-    (``r`` tokens). Smoothing is Chen & Cherry method 1: an order with zero matches uses
-    :data:`BLEU_EPSILON` matches. So a prediction of fewer than 4 tokens scores below 1 even
-    when identical to the reference (``"right lower lobe"`` vs itself gives ``0.1 ** 0.25``).
-    Both empty gives 1.0; exactly one empty gives 0.0.
-    """
-    pred, ref = _tokens(prediction), _tokens(reference)
-    if not ref:
-        return float(not pred)
-    return _bleu_from_stats(_bleu_stats(pred, ref), len(pred), len(ref))
+@functools.cache
+def _bleu(max_order: int) -> BLEU:
+    return BLEU(
+        max_ngram_order=max_order, tokenize="none", smooth_method="floor", smooth_value=BLEU_EPSILON, force=True
+    )
 
 
 def corpus_bleu(predictions: Sequence[str], references: Sequence[str], *, max_order: int = 4) -> float:
     """Return corpus-level BLEU-``max_order`` (1..4) in [0, 1]: n-gram matches and lengths
-    summed over all pairs (not the mean of sentence scores).
+    summed over all pairs (not the mean of sentence scores), computed by sacreBLEU.
 
-    This is sacreBLEU's corpus BLEU (``BLEU(max_ngram_order=max_order, tokenize="none",
-    smooth_method="floor", smooth_value=0.1)`` on the :func:`normalize_answer` tokens joined by
-    spaces, divided by 100; a test holds the two together): uniform weights, the brevity
-    penalty ``exp(1 - r/c)`` when the predictions (``c`` tokens) are not longer than the
-    references (``r``), and Chen & Cherry method 1 smoothing (an order with no match counts
-    :data:`BLEU_EPSILON` matches). No matching unigram gives 0, and so does an order with no
-    n-gram at all (every prediction shorter than it). All references and predictions empty
-    gives 1.0. Raises :class:`InvalidInput` when the sequences differ in length, are empty, or
-    ``max_order`` is not 1..4.
+    sacreBLEU's ``BLEU(max_ngram_order=max_order, tokenize="none", smooth_method="floor",
+    smooth_value=0.1)`` on the :func:`normalize_answer` tokens joined by spaces, divided by 100:
+    uniform weights, the brevity penalty ``exp(1 - r/c)`` when the predictions (``c`` tokens)
+    are not longer than the references (``r``), and Chen & Cherry method 1 smoothing (an order
+    with no match counts :data:`BLEU_EPSILON` matches). No matching unigram gives 0, and so does
+    an order with no n-gram at all (every prediction shorter than it). All references empty
+    gives 1.0 when every prediction is empty too, else 0.0 (SQuAD's convention). Raises
+    :class:`InvalidInput` when the sequences differ in length, are empty, or ``max_order`` is
+    not 1..4.
     """
     if len(predictions) != len(references):
         raise InvalidInput(f"{len(predictions)} predictions but {len(references)} references")
@@ -101,28 +66,12 @@ def corpus_bleu(predictions: Sequence[str], references: Sequence[str], *, max_or
         raise InvalidInput("corpus BLEU of an empty corpus is undefined")
     if max_order not in (1, 2, 3, 4):
         raise InvalidInput(f"max_order must be 1, 2, 3 or 4, got {max_order!r}")
-    totals = [[0, 0] for _ in range(4)]
-    hyp_len = ref_len = 0
-    for p, r in zip(predictions, references, strict=True):
-        pred, ref = _tokens(p), _tokens(r)
-        hyp_len += len(pred)
-        ref_len += len(ref)
-        for acc, (matches, total) in zip(totals, _bleu_stats(pred, ref), strict=True):
-            acc[0] += matches
-            acc[1] += total
-    if ref_len == 0:
-        return float(hyp_len == 0)
-    used = totals[:max_order]
-    if hyp_len == 0 or used[0][0] == 0 or any(total == 0 for _, total in used):
-        return 0.0
-    log_p = sum(math.log((m if m > 0 else BLEU_EPSILON) / t) for m, t in used)
-    brevity = 1.0 if hyp_len >= ref_len else math.exp(1.0 - ref_len / hyp_len)
-    return brevity * math.exp(log_p / max_order)
-
-
-def corpus_bleu4(predictions: Sequence[str], references: Sequence[str]) -> float:
-    """Return corpus-level BLEU-4 in [0, 1]: :func:`corpus_bleu` with ``max_order=4``."""
-    return corpus_bleu(predictions, references, max_order=4)
+    preds = [" ".join(_tokens(p)) for p in predictions]
+    refs = [" ".join(_tokens(r)) for r in references]
+    if not any(refs):
+        return float(not any(preds))
+    # sacreBLEU works in percent through exp/log: a perfect score can come back as 100.00000000000004
+    return min(1.0, float(_bleu(max_order).corpus_score(preds, [refs]).score) / 100)
 
 
 #: normalised answers read as yes or no (anything else is neither: a wrong yes/no answer)
@@ -159,34 +108,33 @@ def class_f1(predictions: Sequence[str], references: Sequence[str]) -> float:
     return sum(scores) / len(scores)
 
 
-def _lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
-    if len(a) < len(b):
-        a, b = b, a
-    prev = [0] * (len(b) + 1)
-    for x in a:
-        cur = [0]
-        for j, y in enumerate(b, start=1):
-            cur.append(prev[j - 1] + 1 if x == y else max(prev[j], cur[j - 1]))
-        prev = cur
-    return prev[-1]
+class _Tokens:
+    """rouge-score's tokenizer protocol: the :func:`normalize_answer` tokens, joined by spaces."""
+
+    def tokenize(self, text: str) -> list[str]:
+        return text.split()
+
+
+_ROUGE_L = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_Tokens())
 
 
 def rouge_l(prediction: str, reference: str, *, beta: float = 1.0) -> float:
-    """Return ROUGE-L F in [0, 1] from the longest common subsequence of normalised tokens.
+    """Return ROUGE-L F in [0, 1] from the longest common subsequence of normalised tokens,
+    its precision and recall computed by rouge-score.
 
     ``P = LCS/len(prediction)``, ``R = LCS/len(reference)``,
-    ``F = (1 + beta**2) P R / (R + beta**2 P)``; ``beta = 1`` is the harmonic mean.
-    Both empty gives 1.0; exactly one empty, or no common token, gives 0.0.
+    ``F = (1 + beta**2) P R / (R + beta**2 P)``; ``beta = 1`` is the harmonic mean (rouge-score's
+    F-measure). Both empty gives 1.0; exactly one empty, or no common token, gives 0.0.
     """
     if beta <= 0 or not math.isfinite(beta):
         raise InvalidInput(f"beta must be a positive finite number, got {beta!r}")
     pred, ref = _tokens(prediction), _tokens(reference)
     if not pred or not ref:
         return float(pred == ref)
-    lcs = _lcs_length(pred, ref)
-    if lcs == 0:
+    score = _ROUGE_L.score(" ".join(ref), " ".join(pred))["rougeL"]
+    precision, recall = float(score.precision), float(score.recall)
+    if precision == 0.0:
         return 0.0
-    precision, recall = lcs / len(pred), lcs / len(ref)
     b2 = beta * beta
     return (1 + b2) * precision * recall / (recall + b2 * precision)
 
