@@ -24,7 +24,7 @@ __all__ = [
 
 #: how population (cross-patient) search runs: exact, or an approximate HNSW graph
 PopulationSearch = Literal["exact", "hnsw"]
-#: HNSW candidate depth of the embedded store's population search (recall in docs/benchmarks.md)
+#: HNSW candidate depth of the embedded store's population search (recall: docs/performance.md)
 DEFAULT_EF_SEARCH = 128
 MAX_EF_SEARCH = 100_000
 #: the tenant of a store made without one
@@ -88,7 +88,7 @@ class Settings:
     - ``population_search``: how population (cross-patient) retrieval searches, in the policy's
       population step and ``retrieve(scope="population")``: ``"exact"`` (default; one
       matrix-vector product over every stored vector) or ``"hnsw"`` (an approximate HNSW
-      graph: sub-linear, may miss some of the true top-k; recall in ``docs/benchmarks.md``).
+      graph: sub-linear, may miss some of the true top-k; recall in ``docs/performance.md``).
       Patient-scoped retrieval is exact either way. On PostgreSQL ``"hnsw"`` is pgvector's.
     - ``population_ef_search``: the embedded store's HNSW search depth (candidates kept while
       searching, at least k): larger is slower and finds more of the true top-k.

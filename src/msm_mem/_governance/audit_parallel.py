@@ -49,8 +49,9 @@ __all__ = [
 CHUNK_ROWS = 20_000
 #: below this many events, starting the workers costs more than they save
 PARALLEL_MIN_EVENTS = 200_000
-#: with fewer cores the parent's reading and sending competes with the workers: one process is
-#: faster (docs/benchmarks.md), so the default takes workers only from this many cores
+#: with fewer cores the parent's reading and sending competes with the workers, which gain
+#: little or lose on a busy machine (docs/performance.md), so the default takes workers only
+#: from this many cores
 PARALLEL_MIN_CORES = 3
 _log = logging.getLogger("msm_mem")
 _Chunk = tuple[int, list[Row], "Future[tuple[int, str, str]] | None"]

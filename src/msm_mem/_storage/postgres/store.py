@@ -17,9 +17,9 @@ Search (``z <#> q`` is pgvector's negative inner product; on unit vectors, minus
   z <#> q, pos LIMIT k`` outside it. The CTE fences the ordering off from the HNSW index: a
   filtered HNSW scan returns at most ``hnsw.ef_search`` candidates before filtering, so it can
   miss the best rows or return fewer than k, and the planner does pick it for the plain
-  ``WHERE patient_id = p ORDER BY z <#> q LIMIT k`` when one patient holds most rows
-  (measured: 90% of 20,000). Here the rows come from the btree on ``patient_id`` (a sequential
-  scan when the patient is most of the table) and are scored exactly: O(rows of the patient).
+  ``WHERE patient_id = p ORDER BY z <#> q LIMIT k`` when one patient holds most rows. Here
+  the rows come from the btree on ``patient_id`` (a sequential scan when the patient is most of
+  the table) and are scored exactly: O(rows of the patient).
   :meth:`explain_search` shows the plan.
 - population scope (``None``): by default the same exact CTE over every live row, a sequential
   scan, O(rows); this keeps the contract (exact top-k, ties by insertion order). With

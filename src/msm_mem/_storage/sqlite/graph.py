@@ -4,16 +4,13 @@ its candidates scored exactly.
 Chosen by the setting ``population_search="hnsw"`` (exact search is the default). The graph
 (``faiss.IndexHNSWSQ``, inner product, :data:`M` links a node, construction depth
 :data:`EF_CONSTRUCTION`) keeps its own copy of each vector as 8-bit codes (one byte a
-dimension, a quarter of the float32 vector), and the walk through it reads only those. Its
-best :data:`RESCORE` times k candidates (at most the search depth) are then scored exactly
-against the float32 vectors of the flat index the patient-scoped search reads, and the top k of
-those exact scores is the answer: the scores a search returns are exact cosines, and only
-which vectors are found is approximate. On 100,000 of the benchmark's realistic 1024-d rows,
-both graphs built in one batch, this search found as much of the true top-10 as the same walk
-on float32 vectors (FAISS's ``IndexHNSWFlat``, the same M and construction depth) at every
-depth (0.964 against 0.957 at depth 16, 0.974 against 0.972 at 32, 0.986 against 0.988 at 64)
-in 0.68x to 0.80x its time (``benchmarks/bench_graph_search.py``): the walk is bound by memory
-traffic, and a code is a quarter of a vector.
+dimension, a quarter of the float32 vector), and the walk through it reads only those: the walk
+is bound by memory traffic, so reading a quarter of the bytes makes it faster at the same
+recall. Its best :data:`RESCORE` times k candidates (at most the search depth) are then scored
+exactly against the float32 vectors of the flat index the patient-scoped search reads, and the
+top k of those exact scores is the answer: the scores a search returns are exact cosines in
+[-1, 1], and only which vectors are found is approximate. Recall and latency against FAISS's
+own HNSW are in ``docs/performance.md``.
 
 The codes are quantised per dimension over a range read from the vectors at each build in one
 batch (their minimum and maximum, widened by ``graph_build.PAD`` of the range and at least
@@ -22,49 +19,37 @@ its walk distances coarser. The graph covers the first ``covered`` positions; th
 after them (the *tail*, fewer than :data:`TAIL` unless the graph is being caught up) are scored
 exactly at every search, and are linked into the graph in one batch when the tail reaches
 :data:`TAIL` (and before every save). So a write does not pay an HNSW insert per vector; one
-write in :data:`TAIL` vectors pays for the batch. The tail is scored in the same call as the
-walk's candidates (:meth:`Graph.search`). On 100,000 clustered 1024-d vectors
-(``benchmarks/bench_graph_tail.py``), a tail of 1,023 added 0.14 ms to a population search
-(0.22 ms with none, 0.36 with 1,023); on 300,000 (two threads), linking cost 279 us a vector
-1,024 at a time, 319 us 256 at a time and 391 us 64 at a time (each call prepares state for
-every node).
+write in :data:`TAIL` vectors pays for the batch (a link call prepares state for every node, so
+smaller batches cost more a vector). The tail is scored in the same call as the walk's
+candidates (:meth:`Graph.search`), so a vector's score is the same in the tail or in the graph.
 
 The tail is linked at level 0 only: its nodes' levels are preset to the base level, so the
 layers above it (the routes a walk takes down to level 0) hold only nodes of the last build in
-one batch. Linked the way FAISS links a batch, with some of its nodes raised to the upper
-layers, the tail broke those routes: on 100,000 of the benchmark's realistic 1024-d rows, drawn
-around 30 of its real images (333 patients an image, as many as 1,000,000 rows around all 299),
-a graph built in one batch over the first 75,000 and given the other 25,000 5,000 at a time
-recalled 0.929 of the top-10 at depth 16, and no more than 0.933 at depth 64 (whole patients
-out of reach of a walk), against 0.988 for the same rows built in one batch; 0.938 with the
-rows shuffled first, so it is not the order they arrive in; 0.940 on float32 vectors (FAISS's
-``IndexHNSWFlat``), so not the codes. Linked at level 0 only: 0.999, and 0.995 with half the
-graph linked that way, 0.989 with nine tenths, 0.968 with 49 parts in 50
-(``benchmarks/bench_graph_growth.py``; ``bench_graph_search.py --grown`` times a store's graph
-grown by its writes beside FAISS's). When a link would take the graph to :data:`REBUILD`
-times the size of its last build in one batch, the whole graph is rebuilt in one batch, so the
-upper layers are drawn again from every vector and at most about half its nodes are linked at
-level 0: each vector is linked about twice over the life of the store.
+one batch. Nodes linked later and raised into the upper layers, as FAISS raises some nodes of
+every batch it adds, break those routes and leave whole patients out of reach of a walk, at any
+depth; nodes held to level 0 do not. When a link would take the graph to :data:`REBUILD` times
+the size of its last build in one batch, the whole graph is rebuilt in one batch, so the upper
+layers are drawn again from every vector and at most about half its nodes are linked at level
+0: each vector is linked about twice over the life of the store.
 
-A rebuild of fewer than :data:`BACKGROUND` vectors runs on the write that crosses the mark (a
-second or two at most). A larger one (an HNSW build of every vector: 53 s for 300,000 on two
-threads in ``bench_graph_tail.py``) runs in a background thread over a copy of the vectors
-(``graph_build.py``), on one OpenMP thread fewer than the machine has, one at a time in the
-process (a graph that crosses its mark while another's build runs tries again at its next link);
-the write returns at once. Until it is taken, the graph of before serves searches and takes the
-tail at level 0 as usual (its links also on one thread fewer). The first write after it is done
-takes it: the vectors written since its copy are linked into it on that write when they are at
-most :data:`CATCH_UP`, else by a catch-up job in the background first (again while each gains on
-the writes; when one leaves as many behind as it linked, writes come as fast as its links: the
-rebuild is dropped, the graph of before kept, and a new one started at the next link, so no
-write waits for a catch-up, and once the writes slow down a rebuild is taken). A rebuild that
-fails in its thread (out of memory) is logged by the write that finds it, and the graph grows by
-links until twice that size (so does one that cannot start or whose catch-up cannot, and in a
-forked child any job of its parent, whose thread is not there). A save (every close) waits for a
-job in flight and takes it, so the file holds the rebuilt graph; an open builds a missing graph
-on the spot, once, over every row. While a rebuild runs, its copy of the vectors (float32, 4 GB
-at 1M 1024-d vectors) and the new graph are held beside the graph of before.
-``benchmarks/bench_graph_rebuild.py`` times the writes and searches around a rebuild both ways.
+A rebuild of fewer than :data:`BACKGROUND` vectors runs on the write that crosses the mark. A
+larger one (an HNSW build of every vector) runs in a background thread over a copy of the
+vectors (``graph_build.py``), on one OpenMP thread fewer than the machine has, one at a time in
+the process (a graph that crosses its mark while another's build runs tries again at its next
+link); the write returns at once. Until it is taken, the graph of before serves searches and
+takes the tail at level 0 as usual (its links also on one thread fewer). The first write after
+it is done takes it: the vectors written since its copy are linked into it on that write when
+they are at most :data:`CATCH_UP`, else by a catch-up job in the background first (again while
+each gains on the writes; when one leaves as many behind as it linked, writes come as fast as
+its links: the rebuild is dropped, the graph of before kept, and a new one started at the next
+link, so no write waits for a catch-up, and once the writes slow down a rebuild is taken). A
+rebuild that fails in its thread (out of memory) is logged by the write that finds it, and the
+graph grows by links until twice that size (so does one that cannot start or whose catch-up
+cannot, and in a forked child any job of its parent, whose thread is not there). A save (every
+close) waits for a job in flight and takes it, so the file holds the rebuilt graph; an open
+builds a missing graph on the spot, once, over every row. While a rebuild runs, its copy of the
+vectors (float32, 4 bytes a dimension: about 4 GB at 1M 1024-d vectors) and the new graph are held
+beside the graph of before.
 
 Retired positions (superseded or retracted records, a shredded patient's among them) stay in
 the graph, which cannot delete nodes, but a bitmap selector of the live positions goes with
@@ -263,11 +248,9 @@ class Graph:
 
         FAISS runs on one OpenMP thread of the calling thread here (the setting is per thread;
         links keep every thread, or one fewer beside a background job). One query cannot be
-        split over threads, but the exact scoring still woke a team of OpenMP threads, left
-        spinning against the two BLAS threads numpy then scored the tail on: 8.0 ms a search
-        with a tail of 1,023 instead of 0.27 (``benchmarks/bench_graph_tail.py``, 300,000
-        vectors). The tail is scored in this call, not by numpy, since a BLAS thread also waited
-        for the core a background rebuild held (a search's p99 8.0 ms, against 0.66 now)."""
+        split over threads, and a team of OpenMP threads woken for the exact scoring would spin
+        against any other thread on the cores. The tail is scored in this call, not by numpy,
+        so no BLAS thread waits for a core a background rebuild holds."""
         if k <= 0 or max(end, self.covered) == 0:
             return []
         query = np.ascontiguousarray(z, dtype=np.float32).reshape(1, -1)

@@ -28,9 +28,8 @@ distribution samplers whose streams NumPy may change between versions. The arith
 float64 and the result is cast to float32, except the detail projection: one float32
 matrix-vector product (the signs are exact in float32; the standardised image is rounded to
 float32 and its sums accumulate in float32), since the matrix is read whole for every image
-and a float32 one is half the bytes (8 MiB instead of 16: about a quarter of the time of the
-float64 product with the matrix in cache, under two thirds with it evicted, and less of the
-rest of a server's cache evicted). Against the same blocks computed all in float64, a vector
+and a float32 one is half the bytes (8 MiB): less memory traffic a product, and less of the
+rest of a server's cache evicted. Against the same blocks computed all in float64, a vector
 differs by at most about 1e-7 in any coordinate (``1 - cosine`` below 1e-13 over the test
 images), so vectors stored by a version that projected in float64 stay comparable with new
 ones; BLAS builds that sum in another order differ at that level too. The same input gives
