@@ -60,7 +60,7 @@ test-vision: $(VISION)/.installed
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check src tests benchmarks
 	$(PY) -m ruff format --check src tests benchmarks
-	$(PY) -m mypy --strict src
+	$(PY) -m mypy --strict src benchmarks
 	$(VENV)/bin/lint-imports
 
 # the memory explorer's screenshots in docs/screenshots/ (1280x800 and 390x844), taken by its

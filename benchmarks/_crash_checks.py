@@ -1,6 +1,9 @@
 """The parent's checks of the crash-safety run (``crash_safety.py``), after each kill: settle
 the call that was in flight (all there or not at all), then find every acknowledged write
-exactly once and nothing half-written; the chain and the checkpoints verify."""
+exactly once and nothing half-written; the chain and the checkpoints verify.
+
+The store is opened through the public API; whether its vectors, rows and key table agree is
+checked on the store itself (private attributes: no public call exposes them)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The impressions the write-back and labeler benchmarks use (no project imports, so the labeler
-benchmark also runs against the modules of older commits)."""
+"""The impressions the write-back and labeler benchmarks use (no project imports)."""
 
 from __future__ import annotations
 

@@ -153,6 +153,8 @@ def _parent_and_cpu(stat: Path, tick: int) -> tuple[int, float]:
 
 
 def wrk(url: str, token: str, listing: Path, script: Path, connections: int, seconds: float) -> dict[str, float]:
+    """wrk's summary of ``seconds`` (whole, at least 1) of load: requests, refused, p50 and p99
+    ms, and ``rps``, the requests per second answered with a success."""
     env = {**os.environ, "BENCH_TOKEN": token, "BENCH_LIST": str(listing), "BENCH_BOUNDARY": BOUNDARY}
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s", "-s", str(script), url]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
@@ -162,9 +164,9 @@ def wrk(url: str, token: str, listing: Path, script: Path, connections: int, sec
     return doc
 
 
-def warm_up(url: str, token: str, listing: Path, script: Path, connections: int) -> None:
+def warm_up(url: str, token: str, listing: Path, script: Path, connections: int, seconds: float = 3.0) -> None:
     """Requests one at a time until one is answered (the first ones verify the key, load the
-    caches), then a few seconds of the run's load: the workers all answer before measuring."""
+    caches), then ``seconds`` of the run's load: the workers all answer before measuring."""
     path, body, kind = listing.read_text().splitlines()[0].split(" ")
     headers = {"Authorization": f"Bearer {token}", "Content-Type": FORM if kind == "form" else MULTIPART}
     for _ in range(5):
@@ -173,4 +175,4 @@ def warm_up(url: str, token: str, listing: Path, script: Path, connections: int)
                 break
         except httpx.TransportError:
             pass
-    wrk(url, token, listing, script, connections, 3.0)
+    wrk(url, token, listing, script, connections, seconds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(14, 10))
-    panels = [
+    panels: list[tuple[Any, str, Callable[[dict[str, Any]], list[tuple[str, float]]]]] = [
         (axes[0][0], "patient-scoped top-5, median ms", lambda r: [(x["label"], x["median_ms"]) for x in r["patient"]]),
         (
             axes[0][1],

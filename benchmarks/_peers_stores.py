@@ -4,6 +4,7 @@ for the contract every system follows)."""
 from __future__ import annotations
 
 import shutil
+import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -12,6 +13,35 @@ from typing import Any
 
 import numpy as np
 from _peers_systems import DIM, NPROBES, PG_EF_VALUES, PatientQuery, Query, System, batches
+
+
+class Vector:
+    """A float32 vector as pgvector's binary form (``int16 dim, int16 0``, big-endian float4)."""
+
+    __slots__ = ("blob",)
+
+    def __init__(self, z: np.ndarray) -> None:
+        self.blob = struct.pack(">HH", len(z), 0) + z.astype(">f4").tobytes()
+
+
+def register_vector(conn: Any) -> int:
+    """Send :class:`Vector` as pgvector's ``vector`` on ``conn`` (binary); the type's oid."""
+    from psycopg.adapt import Buffer, Dumper
+    from psycopg.pq import Format
+    from psycopg.types import TypeInfo
+
+    info = TypeInfo.fetch(conn, "vector")
+    assert info is not None, "the pgvector extension is not installed"
+
+    class VectorDumper(Dumper):
+        format = Format.BINARY
+        oid = info.oid
+
+        def dump(self, obj: Vector) -> Buffer:
+            return obj.blob
+
+    conn.adapters.register_dumper(Vector, VectorDumper)
+    return int(info.oid)
 
 
 class Chroma(System):
@@ -107,7 +137,8 @@ class Lance(System):
 
         def query(q: np.ndarray, p: int, k: int) -> list[int]:
             s = table.search(q).distance_type("dot").where(f"patient = {p}", prefilter=True).limit(k).select(["id"])
-            return s.to_arrow().column("id").to_pylist()
+            ids: list[int] = s.to_arrow().column("id").to_pylist()
+            return ids
 
         return query
 
@@ -133,7 +164,8 @@ class Lance(System):
 
         def query(q: np.ndarray, k: int) -> list[int]:
             s = table.table.search(q).distance_type("dot").nprobes(table.nprobes).refine_factor(10)
-            return s.limit(k).select(["id"]).to_arrow().column("id").to_pylist()
+            ids: list[int] = s.limit(k).select(["id"]).to_arrow().column("id").to_pylist()
+            return ids
 
         return query
 
@@ -157,48 +189,38 @@ class Pgvector(System):
     def _connect(self, d: Path) -> Any:
         import psycopg
 
-        from msm_mem._storage.postgres.pgvector import use_schema
         from msm_mem.testing import local_server
 
         conn = psycopg.connect(local_server(d / "pg"), autocommit=True)
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        use_schema(conn, "public")
+        self.oid = register_vector(conn)
         return conn
 
     def build(self, d: Path, x: np.ndarray, patients: np.ndarray) -> dict[str, float]:
-        from psycopg.types import TypeInfo
-
-        from msm_mem._storage.postgres.pgvector import Vec
-
         conn = self._connect(d)
-        info = TypeInfo.fetch(conn, "vector")
-        assert info is not None
         conn.execute(f"CREATE TABLE items (id int4 PRIMARY KEY, patient int4 NOT NULL, z vector({DIM}) NOT NULL)")
         conn.execute("CREATE INDEX items_patient ON items (patient)")
         t0 = time.perf_counter()  # the rows, not the server's start
         with conn.cursor() as cur:
             for a, b in batches(len(x), 10_000):
                 with cur.copy("COPY items (id, patient, z) FROM STDIN (FORMAT BINARY)") as copy:
-                    copy.set_types(["int4", "int4", info.oid])
+                    copy.set_types(["int4", "int4", self.oid])
                     for i in range(a, b):
-                        copy.write_row((i, int(patients[i]), Vec(x[i].tobytes())))
+                        copy.write_row((i, int(patients[i]), Vector(x[i])))
         conn.execute("VACUUM ANALYZE items")
         build_s = time.perf_counter() - t0
         conn.close()
         return {"build_s": build_s}
 
     def open(self, d: Path) -> None:
-        from msm_mem._storage.postgres.pgvector import Vec
-
         self.conn = self._connect(d)
-        self.vec = Vec
 
     def patient_variants(self, d: Path) -> Iterator[tuple[str, PatientQuery, dict[str, float]]]:
-        conn, vec = self.conn, self.vec
+        conn = self.conn
         sql = "SELECT id FROM items WHERE patient = %s ORDER BY z <#> %s LIMIT %s"
 
         def query(q: np.ndarray, p: int, k: int) -> list[int]:
-            return [r[0] for r in conn.execute(sql, (p, vec(q.tobytes()), k), prepare=True).fetchall()]
+            return [r[0] for r in conn.execute(sql, (p, Vector(q), k), prepare=True).fetchall()]
 
         yield "pgvector `WHERE patient`", query, {}
 
@@ -212,11 +234,11 @@ class Pgvector(System):
         self.conn.execute(f"SET hnsw.ef_search = {int(value)}")
 
     def population(self) -> Query:
-        conn, vec = self.conn, self.vec
+        conn = self.conn
         sql = "SELECT id FROM items ORDER BY z <#> %s LIMIT %s"
 
         def query(q: np.ndarray, k: int) -> list[int]:
-            return [r[0] for r in conn.execute(sql, (vec(q.tobytes()), k), prepare=True).fetchall()]
+            return [r[0] for r in conn.execute(sql, (Vector(q), k), prepare=True).fetchall()]
 
         return query
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
 DIM = 1024
-ADMIN = ("bench-admin", "admin", "operations")
-AGENT = ("bench-agent", "agent", "treatment")
 #: values tried for each approximate system's search knob, ascending, until recall@10 >= target
 EF_VALUES = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 PG_EF_VALUES = [16, 32, 64, 128, 256, 512, 1000]  # pgvector caps hnsw.ef_search at 1000
@@ -99,7 +98,8 @@ class NumpyLimit(System):
         def query(q: np.ndarray, p: int, k: int) -> list[int]:
             r = rows[p]
             s = x.take(r, 0) @ q
-            return r[np.argsort(-s, kind="stable")[:k]].tolist()
+            top: list[int] = r[np.argsort(-s, kind="stable")[:k]].tolist()
+            return top
 
         yield "numpy over the patient's rows", query, {}
 
@@ -109,7 +109,8 @@ class NumpyLimit(System):
         def query(q: np.ndarray, k: int) -> list[int]:
             s = x @ q
             top = np.argpartition(-s, k)[:k]
-            return top[np.argsort(-s[top], kind="stable")].tolist()
+            ranked: list[int] = top[np.argsort(-s[top], kind="stable")].tolist()
+            return ranked
 
         return query
 
@@ -147,7 +148,8 @@ class FaissFlat(System):
         index, rows = self.index, self.rows
 
         def query(q: np.ndarray, p: int, k: int) -> list[int]:
-            params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(rows[p]))
+            # faiss's stubs lack the keywords its Python wrapper of SearchParameters accepts
+            params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(rows[p]))  # type: ignore[call-arg]
             _, ids = index.search(q[None, :], k, params=params)
             return [int(i) for i in ids[0] if i >= 0]
 
@@ -158,7 +160,8 @@ class FaissFlat(System):
 
         def query(q: np.ndarray, k: int) -> list[int]:
             _, ids = index.search(q[None, :], k)
-            return ids[0].tolist()
+            top: list[int] = ids[0].tolist()
+            return top
 
         return query
 
@@ -179,7 +182,7 @@ class FaissHnsw(System):
         index = faiss.IndexHNSWFlat(DIM, 32, faiss.METRIC_INNER_PRODUCT)
         # one batch, as the store's graph is built from its rows: FAISS links a batch in a
         # random order, where batches in the data set's order (a round of every patient, then
-        # the next) make a worse graph (the store's graph module says by how much)
+        # the next) make a worse graph
         index.add(np.ascontiguousarray(x))
         d.mkdir(parents=True, exist_ok=True)
         faiss.write_index(index, str(d / "hnsw.faiss"))
@@ -188,7 +191,7 @@ class FaissHnsw(System):
     def open(self, d: Path) -> None:
         import faiss
 
-        self.index = faiss.read_index(str(d / "hnsw.faiss"))
+        self.index = cast(faiss.IndexHNSWFlat, faiss.read_index(str(d / "hnsw.faiss")))
 
     def set_knob(self, value: int) -> None:
         self.index.hnsw.efSearch = value
@@ -198,7 +201,8 @@ class FaissHnsw(System):
 
         def query(q: np.ndarray, k: int) -> list[int]:
             _, ids = index.search(q[None, :], k)
-            return ids[0].tolist()
+            top: list[int] = ids[0].tolist()
+            return top
 
         return query
 
@@ -243,7 +247,8 @@ class Hnswlib(System):
 
         def query(q: np.ndarray, k: int) -> list[int]:
             labels, _ = index.knn_query(q, k=k)
-            return labels[0].tolist()
+            ids: list[int] = labels[0].tolist()
+            return ids
 
         return query
 

@@ -31,7 +31,7 @@ def timed(query: Any, args: list[tuple[Any, ...]], warmup: int) -> tuple[list[fl
 
 def paired(
     query: Any, limit: Any, args: list[tuple[Any, ...]], warmup: int
-) -> tuple[list[float], list[list[int]], dict[str, float]]:
+) -> tuple[list[float], list[list[int]], dict[str, Any]]:
     """``query`` timed as :func:`timed` does, with ``limit`` timed alternately on the same
     arguments (which one goes first alternating too): their ratio is measured side by side,
     whatever the load does."""

@@ -1,5 +1,5 @@
-"""The tables bench_service.py prints: each run's medians over rounds, the two trees' ratios,
-the service's overhead over an in-process call, and the library versions."""
+"""The tables bench_service.py prints: each run's medians over rounds, the service's overhead
+over an in-process call, and the library versions."""
 
 from __future__ import annotations
 
@@ -36,7 +36,6 @@ def _median(runs: list[dict[str, float] | str], key: str) -> float | None:
 
 def report(
     args: argparse.Namespace,
-    trees: list[str],
     results: dict[tuple[str, str, int, int, str], list[dict[str, float] | str]],
     over: dict[tuple[str, str], tuple[float, float]],
     loads: list[float],
@@ -48,41 +47,26 @@ def report(
         f"{min(loads):.1f} to {max(loads):.1f}\n"
     )
     print(
-        "| store | tree | workers | connections | operation | requests/s | p50 ms | p99 ms "
+        "| store | server setting | workers | connections | operation | requests/s | p50 ms | p99 ms "
         "| server CPU ms/request | of it, event loop | context switches/request | refused |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for (store, tree, workers, conns, op), runs in results.items():
+    for (store, setting, workers, conns, op), runs in results.items():
         label = LABELS[op]
         refused = [r for r in runs if isinstance(r, str)]
         if len(refused) == len(runs):
-            print(f"| {store} | {tree} | {workers} | {conns} | {label} | {refused[0]} | | | | | | |")
+            print(f"| {store} | {setting} | {workers} | {conns} | {label} | {refused[0]} | | | | | | |")
             continue
         rps, p50, p99, cpu, loop, switches, err = (
             _median(runs, k) for k in ("rps", "p50", "p99", "cpu_ms", "loop_ms", "switches", "refused")
         )
         figures = f"{rps:.0f} | {p50:.1f} | {p99:.1f} | {cpu:.2f} | {loop:.2f} | {switches:.0f} | {err:.0f}"
-        print(f"| {store} | {tree} | {workers} | {conns} | {label} | {figures} |")
-    if len(trees) >= 2:
-        a, b = trees[0], trees[-1]
-        print(
-            f"\n| store | workers | connections | operation | requests/s, {a} / {b} | p99, {b} / {a} "
-            f"| CPU/request, {a} / {b} |"
-        )
-        print("|---|---|---|---|---|---|---|")
-        for (store, tree, workers, conns, op), runs in results.items():
-            other = results.get((store, b, workers, conns, op))
-            if tree != a or other is None:
-                continue
-            a_rps, b_rps = _median(runs, "rps"), _median(other, "rps")
-            a_p99, b_p99 = _median(runs, "p99"), _median(other, "p99")
-            a_cpu, b_cpu = _median(runs, "cpu_ms"), _median(other, "cpu_ms")
-            if not (a_rps and b_rps and a_p99 and b_p99 and a_cpu and b_cpu):
-                continue
-            ratios = f"{a_rps / b_rps:.2f}x | {b_p99 / a_p99:.2f}x | {a_cpu / b_cpu:.2f}x"
-            print(f"| {store} | {workers} | {conns} | {LABELS[op]} | {ratios} |")
-    print("\n| store | tree | one retrieve over HTTP, median ms | MsmMem.retrieve in process, median ms | ratio |")
+        print(f"| {store} | {setting} | {workers} | {conns} | {label} | {figures} |")
+    print(
+        "\n| store | server setting | one retrieve over HTTP, median ms | MsmMem.retrieve in process, median ms "
+        "| ratio |"
+    )
     print("|---|---|---|---|---|")
-    for (store, tree), (h, d) in over.items():
-        print(f"| {store} | {tree} | {h:.2f} | {d:.2f} | {h / d:.2f}x |")
+    for (store, setting), (h, d) in over.items():
+        print(f"| {store} | {setting} | {h:.2f} | {d:.2f} | {h / d:.2f}x |")
     print(f"\n{versions()}")

@@ -1,21 +1,21 @@
-"""Full and hash-only re-verification of a long audit chain, this tree beside another one.
+"""Full and hash-only re-verification of a long audit chain, each in a fresh interpreter.
 
 Makes (or reuses, with ``--workdir``) a store of ``--events`` audit events written as
 ``bench_governance.py`` writes them (1,000 per transaction, each commit signed), except that
 the clock ticks 137 us per event, so every event has its own fractional time as a real store
-has. Then times ``MsmMem.verify_audit`` in fresh interpreters, one verification each, the
-trees and modes interleaved round by round (``--repeat`` rounds; medians printed): full
+has. Then times the public ``MsmMem.verify_audit`` in fresh interpreters, one verification
+each, the modes interleaved round by round (``--repeat`` rounds; medians printed): full
 verification in one process and with each ``--processes`` count of workers, and hash-only.
-``--baseline SRC`` is another tree's ``src`` folder: its code writes the same events into a
-store of its own (an older tree cannot open a store of a newer schema) and verifies it, full
-and hash-only, with its defaults.
+The events are appended with the audit log's own write (private: no public call appends audit
+events alone, and a million public reads would take hours to make them).
 
 Wall is the verification call's elapsed time. CPU is the CPU time of every process the call
 used: its own, and with workers the forkserver's and its workers' (the server's start, which
 imports the package, included). Prints a Markdown table and the load average before and after.
 
 Usage: python benchmarks/bench_audit_verify.py [--events 1000000] [--workdir DIR]
-       [--baseline SRC] [--processes 2] [--repeat 3]
+       [--processes 2] [--repeat 3]
+(``--events 2000 --repeat 1``: a run of seconds.)
 """
 
 from __future__ import annotations
@@ -31,36 +31,20 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-SRC = HERE.parent.parent / "src"
 
 
 def make_store(directory: Path, events: int) -> None:
-    from msm_mem import MsmMem, Principal
-    from msm_mem._storage.base import WriteBatch
-    from msm_mem.testing import FixedClock
+    """A new store in ``directory`` holding ``events`` audit events."""
+    from bench_governance import ADMIN, append_events
+
+    from msm_mem import FixedClock, MsmMem
 
     class TickingClock(FixedClock):
         def now(self) -> float:
             return self.advance(0.000137)
 
-    mem = MsmMem.init(directory, Principal("bench-admin", "admin", "operations"), clock=TickingClock(1.7e9))
-    spec = dict(
-        actor="bench",
-        role="agent",
-        action="read",
-        source_tier="ltm",
-        target_tier="stm",
-        purpose="treatment",
-        record_ids=("E-" + "a" * 32, "V-" + "b" * 32),
-        patient="P1",
-        consent_id="C-1",
-    )
-    head = mem._store.audit_head()[0]
-    while head < events:
-        n = min(1000, events - head)
-        mem._audit.write(WriteBatch(), [mem._audit.spec(**spec) for _ in range(n)])
-        head += n
-    mem.close()
+    with MsmMem.init(directory, ADMIN, clock=TickingClock(1.7e9)) as mem:
+        append_events(mem, events - mem._store.audit_head()[0])  # (init audited a few events)
 
 
 def _forkserver_cpu() -> float:
@@ -76,32 +60,30 @@ def _forkserver_cpu() -> float:
 
 def child(directory: Path, mode: str, processes: int) -> None:
     """One verification in this fresh interpreter; prints one JSON line."""
-    from msm_mem import MsmMem, Principal
+    from msm_mem import MsmMem, Principal, Purpose, Role
 
-    auditor = Principal("bench-auditor", "auditor", "audit")
-    options = {"processes": processes} if processes else {}
+    auditor = Principal("bench-auditor", Role.AUDITOR, Purpose.AUDIT)
     with MsmMem.open(directory) as mem:
         t0, c0 = time.perf_counter(), time.process_time()
-        result = mem.verify_audit(auditor, full=mode == "full", **options)
+        result = mem.verify_audit(auditor, full=mode == "full", processes=processes or None)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     print(json.dumps({"ok": result.ok, "count": result.count, "wall": wall, "cpu": cpu + _forkserver_cpu()}))
 
 
-def made(src: Path, directory: Path, events: int) -> Path:
-    """``directory``, made by the code of ``src`` in a fresh interpreter unless it exists."""
+def made(directory: Path, events: int) -> Path:
+    """``directory`` with ``events`` events, made in a fresh interpreter unless it exists."""
     if not directory.exists():
-        env = {**os.environ, "PYTHONPATH": str(src)}
-        subprocess.run([sys.executable, str(HERE), "--make", str(directory), str(events)], env=env, check=True)
+        subprocess.run([sys.executable, str(HERE), "--make", str(directory), str(events)], check=True)
     return directory
 
 
-def run(src: Path, directory: Path, mode: str, processes: int) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
+def run(directory: Path, mode: str, processes: int) -> dict[str, float]:
+    """The figures of one verification in a fresh interpreter; exits when the chain fails."""
     command = [sys.executable, str(HERE), "--child", str(directory), mode, str(processes)]
-    out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     figures: dict[str, float] = json.loads(out.strip().splitlines()[-1])
     if not figures["ok"]:
-        raise SystemExit(f"{src}: the chain did not verify: {out}")
+        raise SystemExit(f"the chain did not verify: {out}")
     return figures
 
 
@@ -109,7 +91,6 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--workdir", type=Path, help="keep the store here (made if missing) to reuse it")
-    ap.add_argument("--baseline", type=Path, help="another tree's src folder, verified beside this one")
     ap.add_argument("--processes", type=int, nargs="+", default=[2], help="worker counts to measure (besides 1)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
@@ -126,39 +107,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        stores = {SRC: made(SRC, work / f"audit-{args.events}", args.events)}
-        runs: list[tuple[str, Path, str, int]] = []
-        if args.baseline is not None:
-            stores[args.baseline] = made(args.baseline, work / f"audit-{args.events}-baseline", args.events)
-            runs += [("baseline", args.baseline, "full", 0), ("baseline", args.baseline, "hash", 0)]
-        runs += [("this tree", SRC, "full", 1), *[("this tree", SRC, "full", p) for p in args.processes]]
-        runs += [("this tree", SRC, "hash", 0)]
-        figures: dict[tuple[str, Path, str, int], list[dict[str, float]]] = {r: [] for r in runs}
+        store = made(work / f"audit-{args.events}", args.events)
+        runs = [("full", 1), *[("full", p) for p in args.processes], ("hash", 0)]
+        figures: dict[tuple[str, int], list[dict[str, float]]] = {r: [] for r in runs}
         load_before = os.getloadavg()
         for round_ in range(args.repeat):  # interleaved, the order turned every round
-            for r in runs if round_ % 2 == 0 else runs[::-1]:
-                figures[r].append(run(r[1], stores[r[1]], r[2], r[3]))
+            for mode, processes in runs if round_ % 2 == 0 else runs[::-1]:
+                figures[(mode, processes)].append(run(store, mode, processes))
         load_after = os.getloadavg()
     print(f"{args.events:,} events; {len(os.sched_getaffinity(0))} cores; medians of {args.repeat} runs")
     before, after = (f"{a[0]:.1f} / {a[1]:.1f}" for a in (load_before, load_after))
     print(f"load average (1 / 5 min) before {before}, after {after}")
-    print("| tree | verification | wall s | CPU s (all processes) | wall range |")
-    print("|---|---|---|---|---|")
-    for (name, _, mode, processes), found in figures.items():
+    print("| verification | wall s | CPU s (all processes) | wall range |")
+    print("|---|---|---|---|")
+    for (mode, processes), found in figures.items():
         what = "hash-only" if mode == "hash" else "full"
-        if mode == "full" and processes:
+        if mode == "full":
             what += ", one process" if processes == 1 else f", {processes} workers"
         walls = [f["wall"] for f in found]
         cpu = statistics.median(f["cpu"] for f in found)
-        print(f"| {name} | {what} | {statistics.median(walls):.2f} | {cpu:.2f} | {min(walls):.2f}-{max(walls):.2f} |")
-    if args.baseline is not None:
-        for mode, mine in [("full", (SRC, "full", p)) for p in [1, *args.processes]] + [("hash", (SRC, "hash", 0))]:
-            base, this = figures[("baseline", args.baseline, mode, 0)], figures[("this tree", *mine)]
-            ratios = [
-                statistics.median(f[k] for f in base) / statistics.median(f[k] for f in this) for k in ("wall", "cpu")
-            ]
-            label = "hash-only" if mode == "hash" else f"full, {mine[2]} process(es)"
-            print(f"baseline / this tree, {label}: wall {ratios[0]:.2f}x, CPU {ratios[1]:.2f}x")
+        print(f"| {what} | {statistics.median(walls):.2f} | {cpu:.2f} | {min(walls):.2f}-{max(walls):.2f} |")
 
 
 if __name__ == "__main__":

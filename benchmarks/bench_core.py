@@ -1,4 +1,4 @@
-"""Benchmark of the memory core on the embedded store (issue: foundation and memory core).
+"""Benchmark of the memory core on the embedded store.
 
 For each size N (episodic items; as many visual items; one semantic state per patient;
 N/10 patients of about 10 studies each, 1024-d vectors) it measures, in one process per size:
@@ -13,11 +13,15 @@ N/10 patients of about 10 studies each, 1024-d vectors) it measures, in one proc
   numpy brute force over that patient's vectors (given the patient's row numbers: gather with
   ``take``, one matrix-vector product, argsort), same patients, same run, interleaved, so the
   ratio is measured side by side. Each of the two is timed right after a retrieve of the same
-  patient and query, in alternating order (whichever runs first after a retrieve pays for
-  colder caches, about 10 us here), and their answers are checked to be equal.
+  patient and query, in alternating order (whichever runs first after a retrieve finds colder
+  caches), and their answers are checked to be equal.
 
-Usage: python benchmarks/bench_core.py [--sizes 10000 100000 1000000] [--out DIR]
-Prints one Markdown table row per size.
+It measures internals, so it imports private modules: the store (``SqliteStore``, written in
+bulk with precomputed vectors), its envelope codec, the memory core (``Memory``) and the
+store's vector cache, which no public call exposes.
+
+Usage: python benchmarks/bench_core.py [--sizes 10000 100000 1000000] [--workdir DIR]
+Prints one Markdown table row per size (``--sizes 2000``: a run of seconds).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ def peak_rss_bytes() -> int:
 
 
 def run_one(n: int, workdir: Path) -> dict[str, float]:
+    """The figures of one size, measured in this process (``--one``)."""
     from msm_mem import EpisodicRecord, Impression, SemanticState, VisualRecord
     from msm_mem._governance.codec import EnvelopeCodec
     from msm_mem._governance.crypto import EnvelopeCipher
@@ -66,10 +71,8 @@ def run_one(n: int, workdir: Path) -> dict[str, float]:
     keks = InMemoryKeyProvider()
 
     def encrypted(store: SqliteStore) -> SqliteStore:  # a store holds PHI only through the envelope codec
-        store_id = getattr(store, "store_id", None) or store.tenant  # older code named the store's id tenant
-        store.use_codec(EnvelopeCodec(EnvelopeCipher(store_id, keks, store.keys()), store.keys()))
-        if hasattr(store, "use_row_key"):  # the row digests' key (MsmMem derives it); older code has none
-            store.use_row_key(bytes(range(32)))
+        store.use_codec(EnvelopeCodec(EnvelopeCipher(store.store_id, keks, store.keys()), store.keys()))
+        store.use_row_key(bytes(range(32)))  # the row digests' key (MsmMem derives it)
         return store
 
     patients = max(1, n // 10)
@@ -129,17 +132,21 @@ def run_one(n: int, workdir: Path) -> dict[str, float]:
     queries = qrng.standard_normal((len(sample), DIM), dtype=np.float32)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     # brute-force baseline: each sampled patient's vectors gathered in advance
-    epi_vecs = store._index["episodic"].vectors()  # noqa: SLF001  (benchmark reads the cache directly)
-    vis_vecs = store._index["visual"].vectors()  # noqa: SLF001
+    epi_vecs = store._index["episodic"].vectors()  # the store's cache, read in place
+    vis_vecs = store._index["visual"].vectors()
     mats = {}
     for p in sample:
-        pos = store._index["episodic"].positions(f"P{p}")  # noqa: SLF001
-        vpos = store._index["visual"].positions(f"P{p}")  # noqa: SLF001
+        pos = store._index["episodic"].positions(f"P{p}")
+        vpos = store._index["visual"].positions(f"P{p}")
         mats[p] = (pos.copy(), vpos.copy())
 
-    full, search, brute = [], [], []
+    full: list[float] = []
+    search: list[float] = []
+    brute: list[float] = []
     for _ in range(2):  # warm-up pass, then measured pass
-        full.clear(), search.clear(), brute.clear()
+        full.clear()
+        search.clear()
+        brute.clear()
         for i, (p, zq) in enumerate(zip(sample, queries, strict=True)):
             pid, (e, v) = f"P{p}", mats[p]
             # store and brute force each run right after a retrieve of the same patient and

@@ -1,10 +1,12 @@
-"""Images per second of each offline encoder on this machine (issue: agent loop).
+"""Images per second of each offline encoder on this machine.
 
-Encodes 64 synthetic 512x512 grayscale PNGs with ``encode_paths`` (batch 32), after one
-warm-up pass; reports the median of 3 timed passes. Encoders whose extras are not installed
-are listed as such. torch is limited to the machine's cores (2 here).
+Encodes ``--images`` synthetic 512x512 grayscale PNGs with ``encode_paths`` (batch 32), after
+one warm-up pass; reports the median of 3 timed passes. Encoders whose extras are not
+installed are listed as such. The adapters that load hub weights run with random weights
+(no network is assumed).
 
-Usage: python benchmarks/bench_encoders.py [--images 64]
+Usage: python benchmarks/bench_encoders.py [--images 64] [--encoders NAME ...]
+(``--images 4 --encoders pixels``: a run of seconds.)
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -21,11 +24,21 @@ from PIL import Image
 from msm_mem import MissingExtra, get_encoder
 from msm_mem.plugins.encoders import known_encoders
 
+#: hub weights cannot be fetched here: these adapters run with random weights
+OPTIONS: dict[str, dict[str, Any]] = {
+    "torchxrayvision": {"weights": None},
+    "open_clip": {"pretrained": None},
+    "imagebind": {"pretrained": False},
+}
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=64)
+    ap.add_argument("--encoders", nargs="+", choices=known_encoders(), default=known_encoders())
     args = ap.parse_args()
+    if args.images < 1:
+        ap.error("--images: at least 1")
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
@@ -36,15 +49,9 @@ def main() -> None:
             paths.append(path)
         print("| encoder | dim | weights | images/s (median of 3) |")
         print("|---|---|---|---|")
-        for name in known_encoders():
-            # hub weights cannot be fetched here: the adapters run with random weights
-            options = {
-                "torchxrayvision": {"weights": None},
-                "open_clip": {"pretrained": None},
-                "imagebind": {"pretrained": False},
-            }.get(name, {})
+        for name in args.encoders:
             try:
-                encoder = get_encoder(name, **options)
+                encoder = get_encoder(name, **OPTIONS.get(name, {}))
             except (MissingExtra, ValueError) as exc:
                 print(f"| {name} | - | - | not installed here ({type(exc).__name__}) |")
                 continue

@@ -2,11 +2,13 @@
 
 Labels every impression and report text of the IU X-ray archive (3,955 reports shipped inside
 the torchxrayvision wheel, read without importing torch), then the 4,800 short impressions of
-the write-back benchmark's unique row, with the memo emptied, and prints the median over five
-passes of the time per text. Run it at two commits to compare them; the
-labels themselves are fixed by tests/test_labeler.py.
+the write-back benchmark's unique row, with the memo emptied, and prints the median over
+``--passes`` passes of the time per text. The labeler is an internal of the memory layer, so
+it is imported from its private module (and its memo emptied there). The labels themselves
+are fixed by tests/test_labeler.py.
 
-Usage: python benchmarks/bench_labeler.py [--passes 5]
+Usage: python benchmarks/bench_labeler.py [--passes 5] [--texts N]
+(``--passes 1 --texts 200``: a run of seconds.)
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from msm_mem.datasets import iu_xray
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--passes", type=int, default=5)
+    ap.add_argument("--texts", type=int, default=None, help="label only the first N texts of each set")
     args = ap.parse_args()
-    if args.passes < 1:
-        ap.error("--passes must be at least 1")
+    if args.passes < 1 or (args.texts is not None and args.texts < 1):
+        ap.error("--passes and --texts must be at least 1")
     rows, _ = iu_xray.load()
     sets = {
         "IU X-ray impressions and reports": [t for r in rows for t in (r.answer, r.report) if t.strip()],
@@ -37,7 +40,8 @@ def main() -> None:
     }
     print("| texts | median us per text (no memo) |")
     print("|---|---|")
-    for name, texts in sets.items():
+    for name, every in sets.items():
+        texts = every[: args.texts]
         times = []
         for _ in range(args.passes):
             labeler._label.cache_clear()

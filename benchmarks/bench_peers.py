@@ -1,4 +1,4 @@
-"""msm-mem beside the vector stores an engineer would pick instead, on the same data (issue 17).
+"""msm-mem beside the vector stores an engineer would pick instead, on the same data.
 
 For each data set and size N it writes one data set (N x 1024 unit float32 vectors, a patient
 label per row, 10 rows per patient, queries), then builds every system from it and queries it,
@@ -28,10 +28,18 @@ Data sets (``--data``):
   rows and queries at cosine ~0.9 from that centre. Skipped with a message when the images are
   absent.
 
-Usage (in an environment with the ``peers``, ``postgres`` and ``plots`` extras):
+msm-mem is measured through its public, audited ``MsmMem.retrieve`` and, apart, through its
+internals (the store's search, the memory core's retrieve: private imports, see
+``_peers_msm.py``).
+
+Usage (in an environment with the ``peers``, ``postgres`` and ``plots`` extras; numpy,
+faiss-flat, msm-mem and msm-mem-hnsw need none of them):
 
     python benchmarks/bench_peers.py [--sizes 10000 100000 1000000] [--data random cxr]
         [--systems ...] [--cap SYSTEM=N ...] [--workdir DIR] [--out DIR]
+
+(``--sizes 2000 --data random --systems numpy faiss-flat msm-mem --queries 20 --warmup 2``:
+a run of seconds.)
 
 Systems whose build would take hours at the largest sizes are capped (``CAPS``; the reason is
 printed); ``--cap NAME=0`` lifts a cap. Prints Markdown tables; ``--out`` also gets
@@ -212,7 +220,8 @@ def run_child(
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{name} {phase} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(result.read_text())
+    figures: dict[str, Any] = json.loads(result.read_text())
+    return figures
 
 
 def caps(overrides: list[str]) -> dict[str, tuple[int, str]]:

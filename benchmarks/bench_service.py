@@ -1,48 +1,47 @@
-"""Benchmark of the HTTP service (issue 15): real ``msm-mem serve`` processes on loopback ports,
-loaded by wrk (a standard HTTP load generator in C, Debian package ``wrk``), side by side with
-an optional baseline source tree, in interleaved rounds. Prints Markdown tables and the library
-versions; every figure is measured in this run.
+"""Benchmark of the HTTP service: real ``msm-mem serve`` processes on loopback ports, loaded by
+wrk (a standard HTTP load generator in C, Debian package ``wrk``), in interleaved rounds. Prints
+Markdown tables and the library versions; every figure is measured in this run.
 
-1. a store is made and a synthetic set ingested (``datasets.synthetic.generate``: ``--patients``
-   patients, 2 to 5 studies each) with this tree's code, once per backend: the embedded store,
-   and with ``--postgres`` a PostgreSQL server this script starts (``testing.local_server``);
-   an API key (an agent, treatment, every patient) is created in it;
+1. a store is made and a synthetic set ingested through the public API
+   (``datasets.synthetic.generate``: ``--patients`` patients, 2 to 5 studies each), once per
+   backend: the embedded store, and with ``--postgres`` a PostgreSQL server this script starts
+   (``testing.local_server``); an API key (an agent, treatment, every patient) is created in it;
 2. every run gets its own copy of that store (the directory; on PostgreSQL also the database,
    cloned with ``CREATE DATABASE ... TEMPLATE``), so runs do not see each other's writes;
-3. a run: ``msm-mem serve`` from one source tree (``PYTHONPATH=TREE/src``) with ``--workers N``,
-   a short warm-up, then wrk with C connections (each of ``--connections``; a closed loop: each
+3. a run: ``msm-mem serve`` (the package this interpreter imports) with ``--workers N``, a
+   short warm-up, then wrk with C connections (each of ``--connections``; a closed loop: each
    sends its next request when its last is answered, so below the server's capacity latency is
    a request's own time, and once the server is saturated more connections only queue longer)
-   for ``--seconds`` seconds, the studies in an order
-   that interleaves the patients (``_loadgen.interleaved``); the operations (``--ops``):
-   ``retrieve``, a study's PNG POSTed as multipart to ``/v1/patients/{id}/retrieve``;
-   ``retrieve-study``, the same endpoint given the stored study's id (``image_study``, a
-   urlencoded form: the server reads the patient's episodes to find the image, audited, then
-   retrieves with it); ``ask``, the PNG with the question and ``write_back=true`` to ``/ask``;
-   requests/s answered with a success, p50/p99 latency from wrk, the answers refused (a status
-   of 400 or more), and the CPU seconds the server's processes used per request (from
-   ``/proc``: a figure a busy machine inflates less than latency), with the share of their
-   main threads (the event loops: HTTP parsing, routing, form parsing, the credential check,
-   sending the answer; the rest is the request's work in the thread pool), and the context
-   switches of all their threads per request (a count, which a busy machine's speed changes
-   less than it changes seconds: a thread that blocks, on the interpreter lock, a lock, a
-   condition or I/O, counts one each time);
-4. ``--rounds`` rounds: each round runs every (store, workers, connections, operation) for every tree, the
-   order of the trees alternating between rounds; the tables give the median over rounds;
+   for ``--seconds`` seconds, the studies in an order that interleaves the patients
+   (``_loadgen.interleaved``); the operations (``--ops``): ``retrieve``, a study's PNG POSTed as
+   multipart to ``/v1/patients/{id}/retrieve``; ``retrieve-study``, the same endpoint given the
+   stored study's id (``image_study``, a urlencoded form: the server reads the patient's
+   episodes to find the image, audited, then retrieves with it); ``ask``, the PNG with the
+   question and ``write_back=true`` to ``/ask``; requests/s answered with a success, p50/p99
+   latency from wrk, the answers refused (a status of 400 or more), and the CPU seconds the
+   server's processes used per request (from ``/proc``: a figure a busy machine inflates less
+   than latency), with the share of their main threads (the event loops: HTTP parsing, routing,
+   form parsing, the credential check, sending the answer; the rest is the request's work in
+   the thread pool), and the context switches of all their threads per request (a count, which
+   a busy machine's speed changes less than it changes seconds);
+4. ``--rounds`` rounds: each round runs every (store, server setting, workers, connections,
+   operation), the order of the settings alternating between rounds; the tables give the
+   median over rounds;
 5. the service's overhead: one connection, one request at a time (wrk ``-c1``), against
    ``MsmMem.retrieve`` called in this process on the same store (one BLAS thread, as the
    server runs), in interleaved blocks; the ratio of the two medians.
 
-``--threads`` measures this tree once per ``serve --threads`` value, each as a tree of its own.
-The load generator runs on the same machine as the server and shares its cores (wrk is light:
-one thread). A tree that refuses a setting (an older tree and ``--workers 2`` on the embedded
-store) is reported as refused.
+``--threads`` measures the server once per ``serve --threads`` value, each a setting of its
+own. The load generator runs on the same machine as the server and shares its cores (wrk is
+light: one thread). A setting the server refuses is reported as refused. To compare two
+versions of msm-mem, run the script in each checkout (with its own environment).
 
 Usage:
     python benchmarks/bench_service.py [--patients 100] [--workers 1,2] [--connections 8,16]
-        [--seconds 10] [--rounds 3] [--postgres [--no-embedded]] [--baseline OTHER_TREE]
+        [--seconds 10] [--rounds 3] [--postgres [--no-embedded]]
         [--ops retrieve,retrieve-study,ask] [--threads 4,8,16]
-Needs wrk on the PATH (``apt-get install wrk``); the table it reproduces is in docs/benchmarks.md.
+(``--patients 2 --workers 1 --connections 1 --seconds 1 --rounds 1 --blocks 1 --ops retrieve``:
+a run of seconds.) Needs wrk on the PATH (``apt-get install wrk``).
 """
 
 from __future__ import annotations
@@ -66,22 +65,20 @@ import httpx
 from _loadgen import LUA, OPS, context_switches, cpu_seconds, request_list, warm_up, wrk
 from _service_report import report
 
-from msm_mem import MsmMem, Principal
+from msm_mem import MsmMem, Principal, Purpose, Role
 from msm_mem.datasets.synthetic import generate
-from msm_mem.interfaces.http.apikeys import ApiKeyStore
+from msm_mem.interfaces.auth.apikeys import ApiKeyStore
 
-ADMIN = Principal("bench-admin", "admin", "operations")
-INGEST = Principal("bench-ingest", "system", "operations")
-AGENT = Principal("bench-agent", "agent", "treatment")
-THIS_TREE = Path(__file__).resolve().parent.parent
+ADMIN = Principal("bench-admin", Role.ADMIN, Purpose.OPERATIONS)
+INGEST = Principal("bench-ingest", Role.SYSTEM, Purpose.OPERATIONS)
+AGENT = Principal("bench-agent", Role.AGENT, Purpose.TREATMENT)
 
 
 @dataclass(frozen=True)
-class Tree:
-    """A source tree to serve from (``PYTHONPATH=path/src``), with its own ``serve`` options."""
+class Setting:
+    """A server setting to measure: a name and its ``serve`` options."""
 
     name: str
-    path: Path
     options: tuple[str, ...] = ()
 
 
@@ -106,10 +103,10 @@ def build(work: Path, name: str, patients: int, dsn: str | None) -> tuple[Base, 
     of every study."""
     rows, _ = generate(work / "data", patients=patients, seed=0)
     directory = work / "base"
-    kwargs = {} if dsn is None else {"database_url": _with_db(dsn, "bench_base")}
+    url = None if dsn is None else _with_db(dsn, "bench_base")
     if dsn is not None:
         _psql(dsn, "CREATE DATABASE bench_base")
-    with MsmMem.init(directory, ADMIN, **kwargs) as mem:  # type: ignore[arg-type]
+    with MsmMem.init(directory, ADMIN, database_url=url) as mem:
         mem.ingest(INGEST, rows)
     token, _ = ApiKeyStore(directory).create(AGENT, ["*"])
     return Base(name, directory, dsn, token), [(r.patient_id, r.image, r.study_id) for r in rows]
@@ -125,7 +122,7 @@ def _psql(dsn: str, statement: str) -> None:
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(statement)  # type: ignore[arg-type]
+        conn.execute(statement.encode())
 
 
 def copy_store(base: Base, work: Path, run: int) -> tuple[Path, str | None]:
@@ -145,20 +142,17 @@ def drop_copy(base: Base, directory: Path, run: int) -> None:
 
 
 def serve(
-    tree: Path, directory: Path, dsn: str | None, workers: int, log: Path, extra: Sequence[str] = ()
+    directory: Path, dsn: str | None, workers: int, log: Path, extra: Sequence[str] = ()
 ) -> tuple[str, subprocess.Popen[bytes]]:
-    """``msm-mem serve`` from ``tree`` (with the options ``extra``); waits (bounded) until it is
-    ready. RuntimeError when it exits."""
+    """``msm-mem serve`` (with the options ``extra``); waits (bounded) until it is ready.
+    RuntimeError when it exits."""
     port = free_port()
     cmd = [sys.executable, "-m", "msm_mem", "serve", str(directory), "--port", str(port)]
     cmd += ["--workers", str(workers), "--log-level", "warning", *extra]
     if dsn is not None:
         cmd += ["--database-url", dsn]
-    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     with log.open("wb") as out:
-        process = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=log.parent, start_new_session=True
-        )
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=log.parent, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):  # at most about two minutes on a busy machine
         if process.poll() is not None:
@@ -185,7 +179,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 def one_run(
     args: argparse.Namespace,
-    tree: Tree,
+    setting: Setting,
     base: Base,
     workers: int,
     connections: int,
@@ -193,15 +187,15 @@ def one_run(
     work: Path,
     run: int,
 ) -> dict[str, float] | str:
-    """One measured run; the reason when the tree refused to serve."""
+    """One measured run; the reason when the server refused the setting."""
     directory, dsn = copy_store(base, work, run)
     try:
         try:
-            url, process = serve(tree.path, directory, dsn, workers, work / f"server{run}.log", tree.options)
+            url, process = serve(directory, dsn, workers, work / f"server{run}.log", setting.options)
         except RuntimeError as exc:
             return f"refused ({str(exc)[:80]})"
         try:
-            warm_up(url, base.token, listing, args.script, connections)
+            warm_up(url, base.token, listing, args.script, connections, min(3.0, args.seconds))
             cpu0, loop0 = cpu_seconds(process.pid)
             switches0 = context_switches(process.pid)
             doc = wrk(url, base.token, listing, args.script, connections, args.seconds)
@@ -219,7 +213,7 @@ def one_run(
 
 def overhead(
     args: argparse.Namespace,
-    tree: Tree,
+    setting: Setting,
     base: Base,
     studies: list[tuple[str, str, str]],
     listing: Path,
@@ -229,18 +223,20 @@ def overhead(
     """Median ms of one retrieve at a time over HTTP (wrk -c1, per-block p50) and of
     ``MsmMem.retrieve`` in this process on the same store, in interleaved blocks."""
     directory, dsn = copy_store(base, work, run)
-    kwargs = {} if dsn is None else {"database_url": dsn}
-    mem = MsmMem.open(directory, **kwargs)  # type: ignore[arg-type]
-    url, process = serve(tree.path, directory, dsn, 1, work / f"server{run}.log", tree.options)
-    http_ms, direct_ms = [], []
+    mem = MsmMem.open(directory, database_url=dsn)
+    url, process = serve(directory, dsn, 1, work / f"server{run}.log", setting.options)
+    http_ms: list[float] = []
+    direct_ms: list[float] = []
+    block_s = min(2.0, args.seconds)
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)  # as the server does (interfaces/http/serve.py): one BLAS thread
     try:
-        warm_up(url, base.token, listing, args.script, max(args.connections))
+        warm_up(url, base.token, listing, args.script, max(args.connections), min(3.0, args.seconds))
         for b in range(args.blocks + 1):
-            block = wrk(url, base.token, listing, args.script, 1, 2.0)
-            ms, end, i = [], time.perf_counter() + 2.0, b * 997
+            block = wrk(url, base.token, listing, args.script, 1, block_s)
+            ms: list[float] = []
+            end, i = time.perf_counter() + block_s, b * 997
             while time.perf_counter() < end:
                 patient, path, _ = studies[i % len(studies)]
                 t0 = time.perf_counter()
@@ -282,13 +278,10 @@ def main() -> None:
     ap.add_argument("--postgres", action="store_true")
     ap.add_argument("--no-embedded", action="store_true", help="with --postgres: PostgreSQL only")
     ap.add_argument(
-        "--baseline", type=Path, help="another source tree (holding src/msm_mem) to measure beside this one"
-    )
-    ap.add_argument(
         "--threads",
         type=_counts,
         default=None,
-        help="this tree's `serve --threads` values, comma-separated, each measured as a tree of its own "
+        help="`serve --threads` values, comma-separated, each measured as a setting of its own "
         "(default: the server's default)",
     )
     args = ap.parse_args()
@@ -298,11 +291,9 @@ def main() -> None:
         sys.exit("--no-embedded needs --postgres")
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (Debian: apt-get install wrk)")
-    trees = [Tree("this tree", THIS_TREE)]
+    settings = [Setting("default")]
     if args.threads:
-        trees = [Tree(f"this tree, {t} threads", THIS_TREE, ("--threads", str(t))) for t in args.threads]
-    if args.baseline is not None:
-        trees.append(Tree("baseline", args.baseline.resolve()))
+        settings = [Setting(f"{t} threads", ("--threads", str(t))) for t in args.threads]
     workers = args.workers
     ops = args.ops.split(",")
     if not set(ops) <= set(OPS):
@@ -327,27 +318,29 @@ def main() -> None:
         loads: list[float] = []
         run = 0
         for r in range(args.rounds):
-            order = trees if r % 2 == 0 else trees[::-1]
+            order = settings if r % 2 == 0 else settings[::-1]
             for base, _ in stores:
                 for w, c, op in itertools.product(workers, args.connections, ops):
-                    for tree in order:
+                    for setting in order:
                         run += 1
                         loads.append(os.getloadavg()[0])
                         listing = listings[(base.name, op)]
-                        got = one_run(args, tree, base, w, c, listing, base.directory.parent, run)
-                        results.setdefault((base.name, tree.name, w, c, op), []).append(got)
-                        print(f"round {r + 1} {base.name} {tree.name} workers={w} c={c} {op}: {got}", file=sys.stderr)
+                        got = one_run(args, setting, base, w, c, listing, base.directory.parent, run)
+                        results.setdefault((base.name, setting.name, w, c, op), []).append(got)
+                        print(
+                            f"round {r + 1} {base.name} {setting.name} workers={w} c={c} {op}: {got}", file=sys.stderr
+                        )
         over = {}
         for base, studies in stores:
-            for tree in trees:
+            for setting in settings:
                 run += 1
-                over[(base.name, tree.name)] = overhead(
-                    args, tree, base, studies, listings[(base.name, "retrieve")], base.directory.parent, run
+                over[(base.name, setting.name)] = overhead(
+                    args, setting, base, studies, listings[(base.name, "retrieve")], base.directory.parent, run
                 )
         for base, _ in stores:
             if base.dsn is not None:
                 _psql(base.dsn, "DROP DATABASE IF EXISTS bench_base")
-    report(args, [t.name for t in trees], results, over, loads)
+    report(args, results, over, loads)
 
 
 if __name__ == "__main__":

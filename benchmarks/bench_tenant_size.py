@@ -6,10 +6,12 @@ images) with one ask (write-back) per study, on PostgreSQL 16 + pgvector started
 (pgserver), HNSW population indexes on; ``pg_total_relation_size`` of each table (heap,
 TOAST, indexes) after ``VACUUM ANALYZE``. Scaling is linear in studies: every table but
 ``meta`` and ``consents`` (the default policy) grows by rows per study (``keys`` and
-``pseudonyms`` per patient).
+``pseudonyms`` per patient). The tables are the store schema's tables with a ``tenant``
+column, found in PostgreSQL's catalog.
 
 Usage: python benchmarks/bench_tenant_size.py [--patients 50] [--studies 4]
        [--scale-patients 10000] [--scale-studies 20]
+(``--patients 2 --studies 1``: a run of seconds.)
 """
 
 from __future__ import annotations
@@ -21,14 +23,20 @@ from pathlib import Path
 import numpy as np
 import psycopg
 from PIL import Image
+from psycopg import sql
 
-from msm_mem import ManifestRow, MsmMem, Principal, Settings
-from msm_mem._storage.postgres.schema import TABLES
-from msm_mem.testing import FixedBackbone, FixedClock, local_server
+from msm_mem import FixedClock, ManifestRow, MsmMem, Principal, Purpose, Role, Settings
+from msm_mem.testing import FixedBackbone, local_server
 
-ADMIN = Principal("admin", "admin", "operations")
-SYSTEM = Principal("ingest", "system", "operations")
-AGENT = Principal("agent", "agent", "treatment")
+ADMIN = Principal("admin", Role.ADMIN, Purpose.OPERATIONS)
+SYSTEM = Principal("ingest", Role.SYSTEM, Purpose.OPERATIONS)
+AGENT = Principal("agent", Role.AGENT, Purpose.TREATMENT)
+SCHEMA = "msm_mem"
+#: the store's tables: those of its schema with a tenant column
+TABLES = (
+    "SELECT table_name FROM information_schema.columns WHERE table_schema = %s AND column_name = 'tenant' "
+    "ORDER BY table_name"
+)
 T0 = 1_700_000_000.0
 QUESTION = "Is the right lower lobe opacity changing?"
 PER_PATIENT = ("keys", "pseudonyms")
@@ -51,6 +59,7 @@ def measure(work: Path, url: str, patients: int, studies: int) -> dict[str, tupl
         ADMIN,
         settings=settings,
         database_url=url,
+        schema=SCHEMA,
         clock=FixedClock(T0),
         backbone=FixedBackbone("Right lower lobe opacity, stable", "no change"),
     )
@@ -67,16 +76,18 @@ def measure(work: Path, url: str, patients: int, studies: int) -> dict[str, tupl
                 mem.ask(AGENT, f"P{p}", image, QUESTION, study_id=f"ACC-{p}-{s}")
     out = {}
     with psycopg.connect(url, autocommit=True) as conn:
-        for table in TABLES:
-            conn.execute(f"VACUUM ANALYZE msm_mem.{table}")
-            count = conn.execute(f"SELECT count(*) FROM msm_mem.{table} WHERE tenant = 'north'").fetchone()
-            size = conn.execute("SELECT pg_total_relation_size(%s)", (f"msm_mem.{table}",)).fetchone()
+        tables = [str(row[0]) for row in conn.execute(TABLES, (SCHEMA,)).fetchall()]
+        for table in tables:
+            name = sql.Identifier(SCHEMA, table)
+            conn.execute(sql.SQL("VACUUM ANALYZE {}").format(name))
+            count = conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE tenant = 'north'").format(name)).fetchone()
+            size = conn.execute("SELECT pg_total_relation_size(%s)", (f"{SCHEMA}.{table}",)).fetchone()
             out[table] = (int(count[0]) if count else 0, int(size[0]) if size else 0)
     return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--patients", type=int, default=50)
     parser.add_argument("--studies", type=int, default=4)
     parser.add_argument("--scale-patients", type=int, default=10_000)
