@@ -46,7 +46,7 @@ import numpy.typing as npt
 from _impressions import impressions
 
 from msm_mem import EpisodicRecord, MsmMem, Principal, Purpose, Role, Settings, VisualRecord
-from msm_mem._governance.audit_chain import verify_hashes_in_batches
+from msm_mem._governance.audit.verify import verify_hashes_in_batches
 from msm_mem._storage.base import WriteBatch
 from msm_mem.plugins.encoders import BaseEncoder
 from msm_mem.testing import FixedBackbone, FixedClock

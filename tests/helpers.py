@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 
 from msm_mem import Principal, Purpose, Role
-from msm_mem._governance.audit_event import AuditEvent
+from msm_mem._governance.audit.event import AuditEvent
 from msm_mem._storage.base import Store
 
 

@@ -18,7 +18,7 @@ from hypothesis import event
 from hypothesis.stateful import RuleBasedStateMachine, invariant
 
 from msm_mem import AccessDenied, ConsentDenied, ConsentRecord, MsmMem, Principal, Purpose, Role
-from msm_mem._governance.audit_event import AuditEvent
+from msm_mem._governance.audit.event import AuditEvent
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.testing import FixedClock
 from tests import strategies as s

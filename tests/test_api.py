@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from msm_mem import ConsentRecord, IllegalTransition, ImageError, InvalidInput, MsmMem, StoreError
-from msm_mem._governance.audit_event import AuditEvent
+from msm_mem._governance.audit.event import AuditEvent
 from tests.helpers import ADMIN, AGENT, CLINICIAN, CRITIC, EXPORTER, SYSTEM, audit_events, png
 from tests.strategies import png_declaring
 

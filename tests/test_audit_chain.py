@@ -1,4 +1,4 @@
-"""Tests for msm_mem._governance.audit_event and audit_chain: events, the builder and both verifiers."""
+"""Tests for msm_mem._governance.audit.event and audit_chain: events, the builder and both verifiers."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from msm_mem._errors import AuditChainBroken, CanonicalJSONError, InvalidInput
-from msm_mem._governance.audit_chain import (
-    ChainBuilder,
+from msm_mem._governance.audit.chain import ChainBuilder
+from msm_mem._governance.audit.event import GENESIS, PAYLOAD_FIELDS, AuditEvent, Row, payload_bytes
+from msm_mem._governance.audit.jcs import canonicalize
+from msm_mem._governance.audit.verify import (
     VerifyResult,
     verify_chain,
     verify_hashes_in_batches,
     verify_hashes_only,
 )
-from msm_mem._governance.audit_event import GENESIS, PAYLOAD_FIELDS, AuditEvent, Row, payload_bytes
-from msm_mem._governance.jcs import canonicalize
 
 Verifier = Callable[..., VerifyResult]
 

@@ -12,9 +12,9 @@ import pytest
 from msm_mem import Principal, Purpose, Role
 from msm_mem._api.mem import MsmMem
 from msm_mem._errors import AccessDenied, IllegalTransition, NotFound
-from msm_mem._governance.audit import RETENTION_S
-from msm_mem._governance.audit_chain import ChainBuilder
-from msm_mem._governance.audit_event import AuditSpec
+from msm_mem._governance.audit.chain import ChainBuilder
+from msm_mem._governance.audit.event import AuditSpec
+from msm_mem._governance.audit.log import RETENTION_S
 from msm_mem._storage.base import WriteBatch
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from msm_mem._api.mem import MsmMem
-from msm_mem._governance.audit_chain import ChainBuilder, VerifyResult
-from msm_mem._governance.audit_event import AuditEvent
+from msm_mem._governance.audit.chain import ChainBuilder
+from msm_mem._governance.audit.event import AuditEvent
+from msm_mem._governance.audit.verify import VerifyResult
 from msm_mem._storage.base import AUDIT_PAGE_ROWS, WriteBatch
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock

@@ -16,17 +16,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from msm_mem._errors import InvalidInput
-from msm_mem._governance import audit_parallel
-from msm_mem._governance.audit_chain import (
-    ChainBuilder,
+from msm_mem._governance.audit import parallel as audit_parallel
+from msm_mem._governance.audit.chain import ChainBuilder
+from msm_mem._governance.audit.event import GENESIS, Row
+from msm_mem._governance.audit.parallel import verify_chain_parallel
+from msm_mem._governance.audit.scan import scan
+from msm_mem._governance.audit.verify import (
     VerifyResult,
     row_problem,
     verify_chain,
     verify_chain_in_batches,
 )
-from msm_mem._governance.audit_event import GENESIS, Row
-from msm_mem._governance.audit_parallel import verify_chain_parallel
-from msm_mem._governance.audit_scan import scan
 from msm_mem._storage.base import AUDIT_PAGE_ROWS, WriteBatch
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedClock

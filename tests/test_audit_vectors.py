@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from msm_mem._governance.audit_chain import ChainBuilder, verify_chain
-from msm_mem._governance.audit_event import GENESIS, AuditSpec
+from msm_mem._governance.audit.chain import ChainBuilder
+from msm_mem._governance.audit.event import GENESIS, AuditSpec
+from msm_mem._governance.audit.verify import verify_chain
 from msm_mem._principal import Purpose, Role
 
 #: two events chained from GENESIS, with their payloads and hashes as stores hold them

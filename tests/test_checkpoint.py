@@ -1,4 +1,4 @@
-"""Tests for msm_mem._governance.checkpoint: signing, the JSONL log and chain comparison."""
+"""Tests for msm_mem._governance.audit.checkpoint: signing, the JSONL log and chain comparison."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from msm_mem._errors import AuditChainBroken, CanonicalJSONError, InvalidInput, StoreError
-from msm_mem._governance.audit_chain import ChainBuilder
-from msm_mem._governance.audit_event import GENESIS
-from msm_mem._governance.checkpoint import Checkpoint, CheckpointLog, ed25519_verify, verify_against_checkpoints
-from msm_mem._governance.checkpoint_signer import CheckpointSigner
+from msm_mem._governance.audit.chain import ChainBuilder
+from msm_mem._governance.audit.checkpoint import Checkpoint, CheckpointLog, ed25519_verify, verify_against_checkpoints
+from msm_mem._governance.audit.checkpoint_signer import CheckpointSigner
+from msm_mem._governance.audit.event import GENESIS
 
 WYCHEPROOF = Path(__file__).resolve().parents[1].parent / "shared" / "testvectors" / "wycheproof"
 POSIX = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX-only")

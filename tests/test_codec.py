@@ -192,7 +192,7 @@ def test_cli_rotate_keeps_every_record_readable(store_dir: Path, capsys: pytest.
     con.close()
     assert len(after) == 1 and not (after & keks)
     with MsmMem.open(store_dir) as mem:
-        from msm_mem._governance.audit_event import AuditEvent
+        from msm_mem._governance.audit.event import AuditEvent
 
         last = [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in mem._store.iter_audit()][-1]
         assert (last.action, last.role) == ("key_rotate", "admin")

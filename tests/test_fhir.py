@@ -1,4 +1,4 @@
-"""Tests of msm_mem._governance.fhir: the audit tier as FHIR R5 AuditEvent resources (IHE BALP),
+"""Tests of msm_mem._governance.audit.fhir: the audit tier as FHIR R5 AuditEvent resources (IHE BALP),
 event by event (the export of a whole store, its verification and the command line are in
 ``tests/test_fhir_export.py``)."""
 
@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from msm_mem import InvalidInput
-from msm_mem._governance.audit_chain import ChainBuilder
-from msm_mem._governance.audit_event import AuditEvent
-from msm_mem._governance.fhir import to_fhir
+from msm_mem._governance.audit.chain import ChainBuilder
+from msm_mem._governance.audit.event import AuditEvent
+from msm_mem._governance.audit.fhir import to_fhir
 
 OUTCOME_SYSTEM = "http://terminology.hl7.org/CodeSystem/audit-event-outcome"
 DCM = "http://dicom.nema.org/resources/ontology/DCM"

@@ -1,4 +1,4 @@
-"""Tests of msm_mem._governance.fhir on a whole store: the export as FHIR R5 AuditEvent resources
+"""Tests of msm_mem._governance.audit.fhir on a whole store: the export as FHIR R5 AuditEvent resources
 (IHE BALP patterns, no patient identifier, the chain carried and re-verified), the verification
 of an exported file, writing it, and ``msm-mem audit export`` (the mapping event by event is in
 ``tests/test_fhir.py``)."""
@@ -20,9 +20,9 @@ from PIL import Image
 
 import msm_mem
 from msm_mem import AuditChainBroken, ConsentDenied, InvalidInput, ManifestRow, Principal, Purpose, Role
-from msm_mem._governance.audit_chain import ChainBuilder
-from msm_mem._governance.audit_event import GENESIS, AuditEvent
-from msm_mem._governance.fhir import CHAIN_EXTENSION, export_fhir, iter_fhir, verify_fhir
+from msm_mem._governance.audit.chain import ChainBuilder
+from msm_mem._governance.audit.event import GENESIS, AuditEvent
+from msm_mem._governance.audit.fhir import CHAIN_EXTENSION, export_fhir, iter_fhir, verify_fhir
 from msm_mem._storage.base import Store
 from msm_mem._storage.location import open_store
 from msm_mem._tier_records import ConsentRecord

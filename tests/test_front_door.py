@@ -14,7 +14,7 @@ import pytest
 import msm_mem
 from msm_mem import AccessDenied, ConsentDenied, ManifestRow, MsmMem, MsmMemError, Principal, Purpose, Role
 from msm_mem._agent.agent import MemoryAgent
-from msm_mem._governance.audit import AuditLog
+from msm_mem._governance.audit.log import AuditLog
 from msm_mem._governance.crypto import EnvelopeCipher
 from msm_mem._memory.maintenance import Maintainer
 from msm_mem._memory.msm import Memory

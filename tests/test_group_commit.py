@@ -1,4 +1,4 @@
-"""Tests of the group commit of audit-only writes (msm_mem._governance.group_commit): concurrent
+"""Tests of the group commit of audit-only writes (msm_mem._governance.audit.group_commit): concurrent
 reads' events share a transaction, no caller returns before its events are committed, and a
 failing caller's events never fail another's."""
 
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from msm_mem import ManifestRow, MsmMem, StoreError
-from msm_mem._governance.audit_event import AuditSpec
-from msm_mem._governance.group_commit import GroupCommit
+from msm_mem._governance.audit.event import AuditSpec
+from msm_mem._governance.audit.group_commit import GroupCommit
 from msm_mem._storage.base import WriteBatch
 from tests.conftest import MemFactory
 from tests.helpers import AGENT, AUDITOR, INGEST, audit_events, png

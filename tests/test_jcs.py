@@ -1,4 +1,4 @@
-"""Tests for msm_mem._governance.jcs: RFC 8785 canonical JSON and the strict reader."""
+"""Tests for msm_mem._governance.audit.jcs: RFC 8785 canonical JSON and the strict reader."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from msm_mem._errors import CanonicalJSONError
-from msm_mem._governance.jcs import MAX_SAFE_INTEGER, canonicalize, loads_strict, number_text
+from msm_mem._governance.audit.jcs import MAX_SAFE_INTEGER, canonicalize, loads_strict, number_text
 
 JCS = Path(__file__).resolve().parents[1].parent / "shared" / "testvectors" / "jcs"
 VECTORS = sorted(p.name for p in (JCS / "input").glob("*.json")) if JCS.is_dir() else []

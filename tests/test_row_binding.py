@@ -15,9 +15,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from msm_mem import ManifestRow, MsmMem, StoreError
-from msm_mem._governance.audit_event import GENESIS
-from msm_mem._governance.checkpoint import Checkpoint
-from msm_mem._governance.checkpoint_signer import CheckpointSigner
+from msm_mem._governance.audit.checkpoint import Checkpoint
+from msm_mem._governance.audit.checkpoint_signer import CheckpointSigner
+from msm_mem._governance.audit.event import GENESIS
 from msm_mem._records import State
 from msm_mem._storage.row_digest import _VERSION, COLUMNS, RowDigest, _field, row_bytes
 from msm_mem._tier_records import ConsentRecord

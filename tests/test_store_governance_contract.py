@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from msm_mem import IllegalTransition, InvalidInput, NotFound, SemanticState, State, StmPayload
-from msm_mem._governance.audit_chain import ChainBuilder, verify_hashes_in_batches, verify_hashes_only
-from msm_mem._governance.audit_event import GENESIS
+from msm_mem._governance.audit.chain import ChainBuilder
+from msm_mem._governance.audit.event import GENESIS
+from msm_mem._governance.audit.verify import verify_hashes_in_batches, verify_hashes_only
 from msm_mem._storage.base import AUDIT_PAGE_ROWS, StateChange, Store, WriteBatch
 from msm_mem._tier_records import (
     AuditRow,

@@ -17,10 +17,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from msm_mem import CheckpointKeyMissing, MsmMem, StoreError
 from msm_mem._errors import AuditChainBroken
-from msm_mem._governance.audit_chain import ChainBuilder
-from msm_mem._governance.audit_event import GENESIS, AuditEvent
-from msm_mem._governance.checkpoint import Checkpoint
-from msm_mem._governance.checkpoint_signer import CheckpointSigner
+from msm_mem._governance.audit.chain import ChainBuilder
+from msm_mem._governance.audit.checkpoint import Checkpoint
+from msm_mem._governance.audit.checkpoint_signer import CheckpointSigner
+from msm_mem._governance.audit.event import GENESIS, AuditEvent
 from msm_mem._governance.crypto import _field_aad, _unb64url, is_token
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.conftest import MemFactory

@@ -108,7 +108,7 @@ def test_an_old_chain_that_fails_is_not_adopted(tmp_path: Path, new_mem: MemFact
 
 
 def _upgrade_and_die(directory: Path) -> None:  # pragma: no cover  (runs in the child)
-    import msm_mem._governance.audit as audit
+    import msm_mem._governance.audit.log as audit
 
     def killed(*_: object) -> None:  # SIGKILL just before the upgrade's transaction commits
         os.kill(os.getpid(), signal.SIGKILL)

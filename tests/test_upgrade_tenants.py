@@ -184,7 +184,7 @@ def test_a_server_store_is_upgraded_to_its_store_json_tenant(tmp_path: Path, pos
 
 
 def _upgrade_and_die(directory: Path) -> None:  # pragma: no cover  (runs in the child)
-    import msm_mem._governance.audit as audit
+    import msm_mem._governance.audit.log as audit
 
     def killed(*_: object) -> None:  # SIGKILL just before the upgrade's transaction commits
         os.kill(os.getpid(), signal.SIGKILL)

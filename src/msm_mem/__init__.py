@@ -40,9 +40,9 @@ from ._errors import (
     NotFound,
     StoreError,
 )
-from ._governance.audit_chain import VerifyResult
-from ._governance.audit_event import AuditEvent
-from ._governance.checkpoint import Checkpoint
+from ._governance.audit.checkpoint import Checkpoint
+from ._governance.audit.event import AuditEvent
+from ._governance.audit.verify import VerifyResult
 from ._memory.gate import GateDecision
 from ._memory.maintenance import MaintenanceReport
 from ._memory.msm import WriteResult

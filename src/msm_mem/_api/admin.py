@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .._errors import AccessDenied, AuditChainBroken, InvalidInput, NotFound
-from .._governance.audit_chain import VerifyResult
+from .._governance.audit.verify import VerifyResult
 from .._governance.consent import check_record, evaluate
 from .._governance.upgrade import upgrade_store
 from .._limits import check_id
@@ -156,7 +156,7 @@ class _Admin(_Base):
         """Write every audit event as a FHIR R5 AuditEvent (IHE BALP), one JSON object a line
         (auditor or admin). Events hold ids and pseudonyms only, never PHI. A broken chain is
         refused. The export is audited. Returns the number of resources."""
-        from .._governance.fhir import export_fhir
+        from .._governance.audit.fhir import export_fhir
 
         p = self._allow(principal, Operation.AUDIT_EXPORT, tier="audit")
         result = self._audit.verify()

@@ -8,7 +8,7 @@ from pathlib import Path
 from .._agent.agent import MemoryAgent
 from .._clock import Clock
 from .._errors import AccessDenied
-from .._governance.audit import AuditLog
+from .._governance.audit.log import AuditLog
 from .._governance.crypto import EnvelopeCipher
 from .._memory.maintenance import Maintainer
 from .._memory.tiers import GovernedMemory

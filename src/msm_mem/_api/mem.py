@@ -31,8 +31,9 @@ from typing import Any
 from .._agent.agent import MemoryAgent
 from .._clock import Clock, SystemClock
 from .._errors import EncoderMismatch, InvalidInput
-from .._governance.audit import AuditLog, CheckpointPlace, load_signer
-from .._governance.checkpoint_signer import CheckpointSigner, SigningKey
+from .._governance.audit.checkpoint_files import CheckpointPlace, load_signer
+from .._governance.audit.checkpoint_signer import CheckpointSigner, SigningKey
+from .._governance.audit.log import AuditLog
 from .._governance.codec import EnvelopeCodec
 from .._governance.consent import default_policy
 from .._governance.crypto import EnvelopeCipher

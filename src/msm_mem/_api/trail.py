@@ -13,8 +13,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from .._errors import AuditChainBroken, InvalidInput
-from .._governance.audit_event import AuditEvent
-from .._governance.checkpoint import Checkpoint, CheckpointLog
+from .._governance.audit.checkpoint import Checkpoint, CheckpointLog
+from .._governance.audit.event import AuditEvent
 from .._principal import Principal, Role
 from .access import Operation
 from .base import _Base

@@ -11,9 +11,9 @@ from .._agent.agent import AgentAnswer, Evidence
 from .._api.care import Retrieved, RetrievedItem
 from .._api.trail import AuditTrail
 from .._errors import AuditChainBroken, ManifestError, MissingExtra, MsmMemError
-from .._governance.audit_chain import VerifyResult
-from .._governance.audit_event import AuditEvent
-from .._governance.checkpoint import Checkpoint
+from .._governance.audit.checkpoint import Checkpoint
+from .._governance.audit.event import AuditEvent
+from .._governance.audit.verify import VerifyResult
 from .._memory.gate import GateDecision
 from .._memory.maintenance import MaintenanceReport
 from .._memory.msm import WriteResult

@@ -17,7 +17,7 @@ from .._agent.agent import AgentAnswer
 from .._api.care import Retrieved
 from .._api.reads import RecordPage
 from .._api.trail import AuditTrail
-from .._governance.audit_chain import VerifyResult
+from .._governance.audit.verify import VerifyResult
 from .._memory.maintenance import MaintenanceReport
 from .._memory.msm import WriteResult
 from .._principal import Principal

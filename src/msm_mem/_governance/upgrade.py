@@ -23,10 +23,10 @@ from pathlib import Path
 
 from .._errors import AccessDenied, AuditChainBroken, CanonicalJSONError, InvalidInput, NotFound
 from .._storage.base import AuditChainer
-from .audit import AuditLog
-from .audit_chain import verify_chain
-from .audit_event import AuditSpec
-from .checkpoint import Checkpoint, CheckpointLog, verify_against_checkpoints
+from .audit.checkpoint import Checkpoint, CheckpointLog, verify_against_checkpoints
+from .audit.event import AuditSpec
+from .audit.log import AuditLog
+from .audit.verify import verify_chain
 from .crypto import TOKEN_PREFIX, EnvelopeCipher, _b64url, is_token
 
 __all__ = ["check_adoptable", "upgrade_store"]

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from .._clock import Clock
 from .._errors import AccessDenied, ConsentDenied, InvalidInput
-from .._governance.audit import AuditLog
-from .._governance.audit_event import AuditSpec
+from .._governance.audit.event import AuditSpec
+from .._governance.audit.log import AuditLog
 from .._governance.consent import DATA_CLASSES, evaluate
 from .._limits import check_id
 from .._principal import Principal

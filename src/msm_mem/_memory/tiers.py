@@ -22,9 +22,9 @@ from dataclasses import replace
 
 from .. import _transitions as tr
 from .._errors import IllegalTransition, InvalidInput, MsmMemError
-from .._governance.audit import AuditLog
-from .._governance.audit_event import AuditSpec
-from .._governance.group_commit import GroupCommit
+from .._governance.audit.event import AuditSpec
+from .._governance.audit.group_commit import GroupCommit
+from .._governance.audit.log import AuditLog
 from .._limits import MAX_TEXT_CHARS, check_observation, check_path, check_text
 from .._records import Vector, new_id
 from .._storage.base import WriteBatch

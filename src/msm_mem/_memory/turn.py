@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .._governance.audit_event import AuditSpec
+from .._governance.audit.event import AuditSpec
 from .._principal import Principal
 from .._records import Hit
 from .._storage.base import WriteBatch

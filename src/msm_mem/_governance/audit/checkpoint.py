@@ -39,10 +39,10 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from .._errors import AuditChainBroken, CanonicalJSONError, InvalidInput
-from .audit_chain import VerifyResult
-from .audit_event import GENESIS
+from ..._errors import AuditChainBroken, CanonicalJSONError, InvalidInput
+from .event import GENESIS
 from .jcs import MAX_SAFE_INTEGER, canonicalize, loads_strict
+from .verify import VerifyResult
 
 __all__ = ["Checkpoint", "CheckpointLog", "TableRows", "ed25519_verify", "verify_against_checkpoints"]
 
@@ -350,7 +350,7 @@ def verify_against_checkpoints(
     """Check the stored chain (``chain_size`` events) against signed checkpoints, in log order.
 
     ``hashes_by_seq(n)`` returns the stored ``event_hash`` of event ``n`` (None if missing);
-    call this after :func:`~msm_mem._governance.audit_chain.verify_chain` has accepted the rows.
+    call this after :func:`~.verify.verify_chain` has accepted the rows.
 
     When ``origin`` is given only its checkpoints are checked (a log may hold several chains);
     without it every checkpoint must belong to the same chain. Failures, first found wins:

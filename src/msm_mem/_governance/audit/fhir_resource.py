@@ -83,8 +83,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .._errors import InvalidInput
-from .audit_event import AuditEvent
+from ..._errors import InvalidInput
+from .event import AuditEvent
 
 __all__ = ["CHAIN_EXTENSION", "to_fhir"]
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._storage.base import Store
-from .audit_chain import VerifyResult
+from ..._storage.base import Store
 from .checkpoint import Checkpoint, PublicKeyLike, TableRows
+from .verify import VerifyResult
 
 __all__ = ["check_rows", "covering", "signed_rows"]
 

@@ -4,7 +4,7 @@
 consent); :class:`AuditEvent` is the same event once chained (``seq``, ``prev_hash``,
 ``event_hash``). The payload is the RFC 8785 canonical JSON of the event without
 ``event_hash``, with exactly :data:`PAYLOAD_FIELDS`; its bytes are what the chain hashes, so they
-never change (existing stores must still verify). :mod:`msm_mem._governance.audit_chain` builds
+never change (existing stores must still verify). :mod:`.chain` builds
 and verifies chains of them.
 """
 
@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import AuditChainBroken, CanonicalJSONError, InvalidInput
+from ..._errors import AuditChainBroken, CanonicalJSONError, InvalidInput
 from .jcs import MAX_SAFE_INTEGER, canonicalize, loads_strict, number_text
 
 __all__ = [
@@ -136,7 +136,7 @@ class AuditSpec:
     ``time`` is UTC seconds; ``role`` and ``purpose`` may be the :class:`~msm_mem._principal.Role`
     and :class:`~msm_mem._principal.Purpose` enums or their string values (the stored bytes are
     the same); ``patient`` is the patient's pseudonym, never an identifier. ``seq``,
-    ``prev_hash`` and ``event_hash`` come when :class:`~msm_mem._governance.audit_chain.ChainBuilder`
+    ``prev_hash`` and ``event_hash`` come when :class:`~.chain.ChainBuilder`
     chains it; the fields are checked then (:class:`InvalidInput` for a bad one).
     """
 

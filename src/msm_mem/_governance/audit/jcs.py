@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-from .._errors import CanonicalJSONError
+from ..._errors import CanonicalJSONError
 
 __all__ = ["MAX_SAFE_INTEGER", "canonicalize", "loads_strict", "number_text"]
 

@@ -16,7 +16,7 @@ edited and rehashed event or a deleted head with a forged base no longer matches
 :mod:`.coverage`). A write refuses to continue a chain whose head no checkpoint signs.
 
 Where they live: by default ``DIR/audit/`` and the key ``DIR/keys/checkpoint.key`` (mode
-0600); both can be elsewhere (:class:`CheckpointPlace`, a :class:`~.checkpoint.SigningKey`).
+0600); both can be elsewhere (:class:`CheckpointPlace`, a :class:`~.checkpoint_signer.SigningKey`).
 A missing key is :class:`~msm_mem._errors.CheckpointKeyMissing` and is never regenerated.
 Verification only reads.
 """
@@ -31,24 +31,25 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from .. import _transitions as tr
-from .._clock import Clock
-from .._errors import AccessDenied, AuditChainBroken, CanonicalJSONError, InvalidInput, NotFound
-from .._principal import as_role
-from .._storage.base import AuditChainer, Store, WriteBatch
-from .._tier_records import AuditRow
-from .audit_chain import ChainBuilder, VerifyResult, verify_hashes_in_batches
-from .audit_event import GENESIS, AuditEvent, AuditSpec
-from .audit_parallel import verify_full
+from ... import _transitions as tr
+from ..._clock import Clock
+from ..._errors import AccessDenied, AuditChainBroken, CanonicalJSONError, InvalidInput, NotFound
+from ..._principal import as_role
+from ..._storage.base import AuditChainer, Store, WriteBatch
+from ..._tier_records import AuditRow
+from ..crypto import EnvelopeCipher
+from ..deid import find_identifiers
+from .chain import ChainBuilder
 from .checkpoint import Checkpoint, CheckpointLog
 from .checkpoint_files import CheckpointPlace, load_signer, publish, read_head, read_tail, write_head
 from .checkpoint_signer import CheckpointSigner
 from .coverage import check_coverage
-from .crypto import EnvelopeCipher
-from .deid import find_identifiers
+from .event import GENESIS, AuditEvent, AuditSpec
+from .parallel import verify_full
 from .row_check import check_rows, covering, signed_rows
+from .verify import VerifyResult, verify_hashes_in_batches
 
-__all__ = ["RETENTION_S", "AuditLog", "CheckpointPlace", "load_signer"]
+__all__ = ["RETENTION_S", "AuditLog"]
 
 #: audit events are kept at least six years (the HIPAA documentation floor)
 RETENTION_S = 6 * 365.25 * 86400
@@ -179,7 +180,7 @@ class AuditLog:
         """:meth:`write` for any write of the store: ``apply(chain, sign)`` runs one transaction
         that calls ``chain(seq, prev)`` for the audit rows and ``sign()`` just before it commits.
         ``adopt`` signs the new head even if no checkpoint signed the one it continues (a store
-        upgrade, once its chain was checked: :mod:`.upgrade`)."""
+        upgrade, once its chain was checked: :mod:`msm_mem._governance.upgrade`)."""
         with self._lock:
             heads: list[tuple[int, str]] = []
             started: list[tuple[int, str]] = []
@@ -319,7 +320,7 @@ class AuditLog:
         lock is created, so a store on read-only media verifies.
 
         A full verification of a long chain checks the rows in worker processes that hold no
-        key (:mod:`.audit_parallel`; same result): ``processes`` None for one per core (from
+        key (:mod:`.parallel`; same result): ``processes`` None for one per core (from
         200,000 events and 3 cores), 1 for one process, N for N workers. Hash-only
         verification runs in one process."""
         base_seq, base_hash = self.store.audit_base()

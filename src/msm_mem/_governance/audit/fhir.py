@@ -1,6 +1,6 @@
 """Export the audit tier as FHIR R5 ``AuditEvent`` resources, and verify an export alone.
 
-Each stored event becomes the resource :func:`~msm_mem._governance.fhir_resource.to_fhir`
+Each stored event becomes the resource :func:`~.fhir_resource.to_fhir`
 makes of it (IHE BALP shapes; the mapping is documented there), with the hashed payload in an
 extension, so :func:`verify_fhir` re-verifies the chain from the file alone.
 
@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .._errors import AuditChainBroken, InvalidInput
-from .._storage.base import Store
-from .audit_chain import VerifyResult, verify_chain
-from .audit_event import GENESIS, AuditEvent
+from ..._errors import AuditChainBroken, InvalidInput
+from ..._storage.base import Store
+from .event import GENESIS, AuditEvent
 from .fhir_resource import CHAIN_EXTENSION, to_fhir
+from .verify import VerifyResult, verify_chain
 
 __all__ = ["CHAIN_EXTENSION", "export_fhir", "iter_fhir", "to_fhir", "verify_fhir"]
 
@@ -121,7 +121,7 @@ def verify_fhir(
     """Re-verify the audit chain from an NDJSON export alone.
 
     Every line must carry its hashed payload; the chain is verified as by
-    :func:`~msm_mem._governance.audit_chain.verify_chain` (hashes, links, schema, canonical form)
+    :func:`~.verify.verify_chain` (hashes, links, schema, canonical form)
     and every resource must equal :func:`to_fhir` of its payload, so no readable field can
     disagree with what was hashed. The chain starts at ``start_seq``/``start_prev`` (default:
     the seq and prev_hash of the first line, for exports of purged stores); anchor the result

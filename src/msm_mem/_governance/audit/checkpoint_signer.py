@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from .._errors import CheckpointKeyMissing, InvalidInput, StoreError
+from ..._errors import CheckpointKeyMissing, InvalidInput, StoreError
 from .checkpoint import Checkpoint, TableRows, _check_fields, _fsync_dir, _message, ed25519_verify
 
 __all__ = ["CheckpointSigner", "SigningKey"]

@@ -2,15 +2,15 @@
 
 The parent reads the pages of rows from the store, as the one-process walk does, groups them
 into chunks of :data:`CHUNK_ROWS` and hands each chunk to a worker, which runs the fast path
-of every check of full verification over it (:func:`.audit_scan.scan_chunk`: seq column,
+of every check of full verification over it (:func:`.scan.scan_chunk`: seq column,
 hash, canonical payload, payload seq, the links inside the chunk) and returns three values:
 how many rows passed, the first row's link and the last row's hash. The parent takes the
 chunks in order and accepts one when all its rows passed and its first link is the hash the
 chunk before ended with. Any other chunk (a break anywhere in it, at its first row, or a link
 across chunks) it verifies again itself with the one-process walk, from the seq and hash the
 chunks before it left: so the verdict, count, head, first bad seq and reason are exactly those
-of :func:`~.audit_chain.verify_chain_in_batches`. Signatures, checkpoints and row digests stay
-in the parent (:meth:`.audit.AuditLog.verify`).
+of :func:`~.verify.verify_chain_in_batches`. Signatures, checkpoints and row digests stay
+in the parent (:meth:`.log.AuditLog.verify`).
 
 The workers hold no key. They come from a forkserver: a fresh interpreter that imports this
 module's dependencies and never sees the parent's memory, so neither the key-encryption key,
@@ -31,10 +31,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from .._errors import InvalidInput
-from .audit_chain import VerifyResult, check_start, verify_chain_in_batches
-from .audit_event import Row
-from .audit_scan import scan_chunk
+from ..._errors import InvalidInput
+from .event import Row
+from .scan import scan_chunk
+from .verify import VerifyResult, check_start, verify_chain_in_batches
 
 __all__ = [
     "CHUNK_ROWS",
@@ -151,7 +151,7 @@ def verify_chain_parallel(
     processes: int,
     chunk_rows: int = CHUNK_ROWS,
 ) -> VerifyResult:
-    """:func:`~.audit_chain.verify_chain_in_batches` of ``batches`` with ``processes`` workers:
+    """:func:`~.verify.verify_chain_in_batches` of ``batches`` with ``processes`` workers:
     the same result, first bad seq and reason included (see the module docstring)."""
     check_start(start_seq, start_prev)
     walk = _Walk(start_seq, start_prev)

@@ -1,24 +1,15 @@
-"""The hash chain of the audit tier: one event per read, write, transition or consent decision.
+"""Verification of the audit hash chain (:mod:`.chain`): the rows, walked in the order given.
 
-Stored row format (one row per event; the store keeps exactly these three columns)::
-
-    seq         INTEGER  primary key, 1, 2, 3, ... with no gaps
-    payload     BYTES    RFC 8785 canonical JSON of the event WITHOUT "event_hash"
-    event_hash  TEXT     sha256(payload) as 64 lowercase hex digits
-
-The payload holds ``seq`` and ``prev_hash`` (the ``event_hash`` of event ``seq - 1``, or
-:data:`GENESIS` for the first event), so each event commits to the whole history before it.
-Rows are read back ``ORDER BY seq``.
-
-Two verifiers walk the rows in the order given:
+Two verifiers:
 
 * :func:`verify_hashes_only` checks the seq column, ``sha256(payload) == event_hash`` and the
   ``seq``/``prev_hash`` links found in the payload bytes, without parsing JSON. It proves that
   no stored byte changed and no event was dropped, added or moved since it was hashed.
 * :func:`verify_chain` additionally parses every payload strictly, checks the schema (exact
-  fields and types) and that the payload is byte-for-byte canonical. It first matches each
-  row against the canonical form with one pattern (:mod:`.audit_scan`) and parses only a row
-  the pattern does not accept; :mod:`.audit_parallel` runs that pattern in worker processes.
+  fields and types) and that the payload is byte for byte its canonical payload
+  (:func:`.event.canonical_payload`). It first matches each row against the canonical form
+  with one pattern (:mod:`.scan`) and parses only a row the pattern does not accept;
+  :mod:`.parallel` runs that pattern in worker processes.
 
 **First bad seq.** Position ``i`` (0-based) of the walk expects the event with seq
 ``start_seq + i`` linking to the hash accepted at position ``i - 1``. The first position
@@ -28,7 +19,7 @@ event k names k (its slot holds k+1); a gap before k names k; a duplicate of eve
 k+1 (the copy sits in slot k+1); swapped events k and k+1 name k. An inserted event names the
 seq of its slot, or, if it was forged with valid hashes and links (a fork of the chain), the
 slot after it. Neither verifier can see a truncated tail or a consistently recomputed chain:
-that is what the signed checkpoints of :mod:`msm_mem._governance.checkpoint` are for.
+that is what the signed checkpoints of :mod:`.checkpoint` are for.
 """
 
 from __future__ import annotations
@@ -38,24 +29,12 @@ import itertools
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from .._errors import AuditChainBroken, CanonicalJSONError, InvalidInput
-from .audit_event import (
-    GENESIS,
-    HEX64,
-    AuditEvent,
-    AuditSpec,
-    Row,
-    content_problem,
-    field_problem,
-    payload_bytes,
-    strict_reason,
-)
-from .audit_scan import scan
+from ..._errors import AuditChainBroken, CanonicalJSONError, InvalidInput
+from .event import GENESIS, HEX64, Row, field_problem, payload_bytes, strict_reason
+from .scan import scan
 
 __all__ = [
-    "ChainBuilder",
     "VerifyResult",
     "check_start",
     "row_problem",
@@ -67,107 +46,6 @@ __all__ = [
 
 _PREV_NEEDLE = b',"prev_hash":"'
 _PAGE = 1000  # rows a full verification of a plain iterable takes at a time
-
-
-class ChainBuilder:
-    """Builds consecutive events from a known head (``head_seq``, ``head_hash``).
-
-    A new, empty chain starts at ``(0, GENESIS)``; to continue a stored chain pass its last
-    seq and event_hash. :meth:`next` advances the head as soon as it returns: if storing the
-    event fails, rebuild the builder from the stored head.
-    """
-
-    def __init__(self, head_seq: int = 0, head_hash: str = GENESIS) -> None:
-        if type(head_seq) is not int or head_seq < 0:
-            raise InvalidInput(f"head_seq {head_seq!r} is not an integer >= 0")
-        if not isinstance(head_hash, str) or HEX64.fullmatch(head_hash) is None:
-            raise InvalidInput("head_hash is not 64 lowercase hex digits")
-        if head_seq == 0 and head_hash != GENESIS:
-            raise InvalidInput("an empty chain's head_hash must be GENESIS")
-        self._seq = head_seq
-        self._hash = head_hash
-
-    @property
-    def head_seq(self) -> int:
-        """Seq of the last event built (0 for an empty chain)."""
-        return self._seq
-
-    @property
-    def head_hash(self) -> str:
-        """event_hash of the last event built (:data:`GENESIS` for an empty chain)."""
-        return self._hash
-
-    def next(self, **fields: Any) -> AuditEvent:
-        """Build the event after the head and advance the head (fields as :meth:`next_row`).
-
-        Raises :class:`InvalidInput` (or its subclass :class:`CanonicalJSONError`) for invalid
-        fields; the head does not move then.
-        """
-        seq, payload, digest = self.next_row(**fields)
-        return AuditEvent.from_row(seq, payload, digest)
-
-    def next_row_of(self, spec: AuditSpec) -> Row:
-        """:meth:`next_row` with the fields of ``spec``."""
-        return self.next_row(
-            time=spec.time,
-            actor=spec.actor,
-            role=spec.role,
-            action=spec.action,
-            source_tier=spec.source_tier,
-            target_tier=spec.target_tier,
-            purpose=spec.purpose,
-            outcome=spec.outcome,
-            record_ids=spec.record_ids,
-            patient=spec.patient,
-            consent_id=spec.consent_id,
-            reason=spec.reason,
-        )
-
-    def next_row(
-        self,
-        *,
-        time: float,
-        actor: str,
-        role: str,
-        action: str,
-        source_tier: str,
-        target_tier: str,
-        purpose: str,
-        outcome: str,
-        record_ids: Sequence[str] = (),
-        patient: str = "",
-        consent_id: str = "",
-        reason: str = "",
-    ) -> Row:
-        """The stored row ``(seq, payload, event_hash)`` of the event after the head (``time``
-        in UTC seconds), validated and canonicalised once; the head advances.
-
-        Raises :class:`InvalidInput` (or its subclass :class:`CanonicalJSONError`) for invalid
-        fields; the head does not move then.
-        """
-        d: dict[str, Any] = {
-            "action": action,
-            "actor": actor,
-            "consent_id": consent_id,
-            "outcome": outcome,
-            "patient": patient,
-            "prev_hash": self._hash,
-            "purpose": purpose,
-            "reason": reason,
-            "record_ids": tuple(record_ids) if not isinstance(record_ids, str) else record_ids,
-            "role": role,
-            "seq": self._seq + 1,
-            "source_tier": source_tier,
-            "target_tier": target_tier,
-            "time": float(time) if type(time) is int else time,
-        }
-        problem = content_problem(d)
-        if problem is not None:
-            raise InvalidInput(f"invalid audit event: {problem}")
-        payload = payload_bytes(d)
-        digest = hashlib.sha256(payload).hexdigest()
-        self._seq, self._hash = d["seq"], digest
-        return d["seq"], payload, digest
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +161,7 @@ def verify_chain_in_batches(
 ) -> VerifyResult:
     """:func:`verify_chain` of the rows of ``batches`` taken one after the other (pages of a store).
 
-    Each row first takes the fast path (:func:`~.audit_scan.scan`: one pattern match instead of
+    Each row first takes the fast path (:func:`~.scan.scan`: one pattern match instead of
     parsing and serialising again); a row it does not accept gets the full check, which accepts
     it or names the reason, so the result is the full check's.
     """

@@ -1,5 +1,5 @@
 """The files of per-commit checkpoints: where they live (:class:`CheckpointPlace`), the signed
-head written before each commit, and the log lines appended after it (see :mod:`.audit`).
+head written before each commit, and the log lines appended after it (see :mod:`.log`).
 Plain file operations, one concern each; reading never creates anything."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._errors import InvalidInput
+from ..._errors import InvalidInput
 from .checkpoint import Checkpoint
 from .checkpoint_signer import CheckpointSigner, SigningKey
 

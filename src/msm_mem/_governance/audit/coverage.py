@@ -1,8 +1,8 @@
 """Whether the stored audit chain is the one its signed checkpoints describe.
 
-After the hash walk of :mod:`.audit_chain` has accepted the stored rows (each event links to
+After the hash walk of :mod:`.verify` has accepted the stored rows (each event links to
 the one before it), the checkpoints say which chain that must be. One is signed at every
-commit that appends audit rows, before the write is acknowledged (:class:`~.audit.AuditLog`),
+commit that appends audit rows, before the write is acknowledged (:class:`~.log.AuditLog`),
 so every acknowledged event is covered:
 
 * a checkpoint of more events than the store holds: the tail was truncated (first bad seq:
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .audit_chain import VerifyResult
-from .audit_event import GENESIS
 from .checkpoint import Checkpoint, PublicKeyLike
+from .event import GENESIS
+from .verify import VerifyResult
 
 __all__ = ["check_coverage"]
 

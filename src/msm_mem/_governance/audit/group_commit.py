@@ -19,10 +19,10 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .._errors import StoreError
-from .._storage.batch import WriteBatch
-from .audit import AuditLog
-from .audit_event import AuditSpec
+from ..._errors import StoreError
+from ..._storage.batch import WriteBatch
+from .event import AuditSpec
+from .log import AuditLog
 
 __all__ = ["GroupCommit"]
 

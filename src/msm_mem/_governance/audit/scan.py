@@ -1,7 +1,7 @@
 """The fast path of full audit verification: each payload matched against the one canonical
 form the chain allows, instead of parsing it and serialising it again.
 
-A stored payload passes full verification (:func:`~.audit_chain.verify_chain`) when it parses
+A stored payload passes full verification (:func:`~.verify.verify_chain`) when it parses
 as strict JSON with exactly the event's fields and types and equals its own canonical form.
 For this schema that is a regular language: the keys are fixed and sorted; a canonical string
 (RFC 8785, the json module's encoder) holds any character but ``"``, ``\\`` and controls, and
@@ -26,7 +26,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from .audit_event import Row
+from .event import Row
 from .jcs import MAX_SAFE_INTEGER, number_text
 
 __all__ = ["scan", "scan_chunk"]
