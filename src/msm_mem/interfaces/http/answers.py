@@ -3,14 +3,21 @@ policy's retrieval steps (re-exported by :mod:`.models`). Times are UTC seconds.
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from typing import Any
 
-from ... import AgentAnswer, Evidence, GateDecision
+from pydantic import BaseModel, ConfigDict, model_validator
 
-__all__ = ["AnswerOut", "EvidenceOut", "GateOut", "StepOut"]
+__all__ = ["AnswerOut", "EvidenceOut", "FromRecord", "GateOut", "StepOut"]
 
 
-class EvidenceOut(BaseModel):
+class FromRecord(BaseModel):
+    """A response body read from a library record's attributes by the validation library
+    (``XOut.model_validate(record)``), never copied field by field."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class EvidenceOut(FromRecord):
     """One line of the evidence trail: ``score = cosine x confidence x freshness x tier_weight``."""
 
     id: str
@@ -22,32 +29,15 @@ class EvidenceOut(BaseModel):
     tier_weight: float
     evidence_tier: str = ""
 
-    @classmethod
-    def of(cls, e: Evidence) -> EvidenceOut:
-        return cls(
-            id=e.id,
-            kind=e.kind,
-            score=e.score,
-            cosine=e.cosine,
-            confidence=e.confidence,
-            freshness=e.freshness,
-            tier_weight=e.tier_weight,
-            evidence_tier=e.evidence_tier,
-        )
 
-
-class GateOut(BaseModel):
+class GateOut(FromRecord):
     written: bool
     reasons: list[str]
     max_cosine: float | None
     keywords: list[str]
 
-    @classmethod
-    def of(cls, g: GateDecision) -> GateOut:
-        return cls(written=g.written, reasons=list(g.reasons), max_cosine=g.max_cosine, keywords=list(g.keywords))
 
-
-class StepOut(BaseModel):
+class StepOut(FromRecord):
     """One retrieval step of the answer's policy: the memory and scope read, the ids it returned
     (``new_ids``: those not returned by an earlier step), or ``refused`` by an ablation flag."""
 
@@ -57,8 +47,23 @@ class StepOut(BaseModel):
     new_ids: list[str]
     refused: bool
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flatten(cls, step: Any) -> Any:
+        """A policy step (the library's ``RetrievalStep``) nests its memory and scope in
+        ``step`` and pairs each hit with its score."""
+        if isinstance(step, dict) or not hasattr(step, "hits"):
+            return step
+        return {
+            "memory": step.step.memory,
+            "scope": step.step.scope,
+            "ids": [hit.id for hit, _ in step.hits],
+            "new_ids": list(step.new_ids),
+            "refused": step.refused,
+        }
 
-class AnswerOut(BaseModel):
+
+class AnswerOut(FromRecord):
     """An answer with its evidence trail, the ids the answer rests on (``cited``), the policy's
     retrieval steps and the gate's decision (None without write-back)."""
 
@@ -71,26 +76,3 @@ class AnswerOut(BaseModel):
     decision: str
     cited: list[str] = []
     steps: list[StepOut] = []
-
-    @classmethod
-    def of(cls, a: AgentAnswer) -> AnswerOut:
-        return cls(
-            answer=a.answer,
-            evidence=[EvidenceOut.of(e) for e in a.evidence],
-            gate=None if a.gate is None else GateOut.of(a.gate),
-            prompt=a.prompt,
-            backbone=a.backbone,
-            source=a.source,
-            decision=a.decision,
-            cited=list(a.cited),
-            steps=[
-                StepOut(
-                    memory=s.step.memory,
-                    scope=s.step.scope,
-                    ids=[h.id for h, _ in s.hits],
-                    new_ids=list(s.new_ids),
-                    refused=s.refused,
-                )
-                for s in a.steps
-            ],
-        )

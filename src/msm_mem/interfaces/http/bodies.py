@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ... import ConsentRecord, MaintenanceReport, VerifyResult
+from .answers import FromRecord
 
 __all__ = [
     "CheckpointOut",
@@ -32,7 +32,7 @@ class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ConsentOut(BaseModel):
+class ConsentOut(FromRecord):
     consent_id: str
     patient_id: str
     grantee: str
@@ -44,32 +44,13 @@ class ConsentOut(BaseModel):
     created_at: float
     revoked_at: float | None
 
-    @classmethod
-    def of(cls, c: ConsentRecord) -> ConsentOut:
-        return cls(
-            consent_id=c.consent_id,
-            patient_id=c.patient_id,
-            grantee=c.grantee,
-            purpose=c.purpose,
-            decision=c.decision,
-            data_classes=list(c.data_classes),
-            start=c.start,
-            end=c.end,
-            created_at=c.created_at,
-            revoked_at=c.revoked_at,
-        )
 
-
-class VerifyOut(BaseModel):
+class VerifyOut(FromRecord):
     ok: bool
     count: int
     head_hash: str
     first_bad_seq: int | None
     reason: str
-
-    @classmethod
-    def of(cls, v: VerifyResult) -> VerifyOut:
-        return cls(ok=v.ok, count=v.count, head_hash=v.head_hash, first_bad_seq=v.first_bad_seq, reason=v.reason)
 
 
 class CheckpointOut(BaseModel):
@@ -81,7 +62,7 @@ class CountOut(BaseModel):
     count: int
 
 
-class MaintenanceOut(BaseModel):
+class MaintenanceOut(FromRecord):
     expired: int
     consolidated: int
     discarded: int
@@ -90,18 +71,14 @@ class MaintenanceOut(BaseModel):
     checkpoint: CheckpointOut | None
     notes: list[str]
 
+    @field_validator("checkpoint", mode="before")
     @classmethod
-    def of(cls, r: MaintenanceReport) -> MaintenanceOut:
-        cp = None if r.checkpoint is None else CheckpointOut(size=r.checkpoint[0], head=r.checkpoint[1])
-        return cls(
-            expired=r.expired,
-            consolidated=r.consolidated,
-            discarded=r.discarded,
-            anonymized=r.anonymized,
-            retracted=r.retracted,
-            checkpoint=cp,
-            notes=list(r.notes),
-        )
+    def _checkpoint(cls, value: object) -> object:
+        """The report holds the checkpoint as a (size, head) pair."""
+        if isinstance(value, tuple):
+            size, head = value
+            return {"size": size, "head": head}
+        return value
 
 
 class ConsolidateIn(_In):

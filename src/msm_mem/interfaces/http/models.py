@@ -5,21 +5,16 @@ Embeddings are never sent; times are UTC seconds."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from ... import (
-    Claim,
     EpisodicRecord,
-    Retrieved,
     SemanticState,
-    StmItem,
     VisualRecord,
-    WriteResult,
 )
-from .answers import AnswerOut, EvidenceOut, GateOut, StepOut
+from .answers import AnswerOut, EvidenceOut, FromRecord, GateOut, StepOut
 from .bodies import (
     CheckpointOut,
     ConsentIn,
@@ -106,7 +101,7 @@ class Page(BaseModel, Generic[T]):
 # records ---------------------------------------------------------------------------------------
 
 
-class EpisodeOut(BaseModel):
+class EpisodeOut(FromRecord):
     kind: Literal["episodic"] = "episodic"
     episode_id: str
     patient_id: str
@@ -125,29 +120,8 @@ class EpisodeOut(BaseModel):
     decay_at: float | None
     supersedes: str | None
 
-    @classmethod
-    def of(cls, r: EpisodicRecord) -> EpisodeOut:
-        return cls(
-            episode_id=r.episode_id,
-            patient_id=r.patient_id,
-            timestamp=r.timestamp,
-            question=r.question,
-            answer=r.answer,
-            decision=r.decision,
-            media_path=r.media_path,
-            media_description=r.media_description,
-            study_id=r.study_id,
-            state=r.state.value,
-            confidence=r.confidence,
-            evidence_tier=r.evidence_tier,
-            source=r.source,
-            created_at=r.created_at,
-            decay_at=r.decay_at,
-            supersedes=r.supersedes,
-        )
 
-
-class VisualOut(BaseModel):
+class VisualOut(FromRecord):
     kind: Literal["visual"] = "visual"
     visual_id: str
     patient_id: str
@@ -163,32 +137,14 @@ class VisualOut(BaseModel):
     decay_at: float | None
     supersedes: str | None
 
-    @classmethod
-    def of(cls, r: VisualRecord) -> VisualOut:
-        return cls(
-            visual_id=r.visual_id,
-            patient_id=r.patient_id,
-            timestamp=r.timestamp,
-            media_path=r.media_path,
-            visual_tag=r.visual_tag,
-            source_episode_id=r.source_episode_id,
-            state=r.state.value,
-            confidence=r.confidence,
-            evidence_tier=r.evidence_tier,
-            source=r.source,
-            created_at=r.created_at,
-            decay_at=r.decay_at,
-            supersedes=r.supersedes,
-        )
 
-
-class ImpressionOut(BaseModel):
+class ImpressionOut(FromRecord):
     timestamp: float
     text: str
     decision: str
 
 
-class SemanticOut(BaseModel):
+class SemanticOut(FromRecord):
     kind: Literal["semantic"] = "semantic"
     state_id: str
     patient_id: str
@@ -200,22 +156,8 @@ class SemanticOut(BaseModel):
     supersedes: str | None
     evidence_tier: str
 
-    @classmethod
-    def of(cls, s: SemanticState) -> SemanticOut:
-        return cls(
-            state_id=s.state_id,
-            patient_id=s.patient_id,
-            category=s.category,
-            impressions=[ImpressionOut(timestamp=i.timestamp, text=i.text, decision=i.decision) for i in s.impressions],
-            version=s.version,
-            state=s.state.value,
-            created_at=s.created_at,
-            supersedes=s.supersedes,
-            evidence_tier=s.evidence_tier,
-        )
 
-
-class ClaimOut(BaseModel):
+class ClaimOut(FromRecord):
     claim_id: str
     patient_id: str
     key: str
@@ -228,24 +170,8 @@ class ClaimOut(BaseModel):
     state: str
     supersedes: str | None
 
-    @classmethod
-    def of(cls, c: Claim) -> ClaimOut:
-        return cls(
-            claim_id=c.claim_id,
-            patient_id=c.patient_id,
-            key=c.key,
-            content=c.content,
-            source=c.source,
-            confidence=c.confidence,
-            evidence_tier=c.evidence_tier,
-            created_at=c.created_at,
-            decay_at=c.decay_at,
-            state=c.state.value,
-            supersedes=c.supersedes,
-        )
 
-
-class StmPayloadOut(BaseModel):
+class StmPayloadOut(FromRecord):
     question: str
     timestamp: float
     media_path: str
@@ -256,7 +182,7 @@ class StmPayloadOut(BaseModel):
     decision: str
 
 
-class StmItemOut(BaseModel):
+class StmItemOut(FromRecord):
     item_id: str
     patient_id: str
     kind: str
@@ -266,19 +192,6 @@ class StmItemOut(BaseModel):
     state: str
     actor: str
 
-    @classmethod
-    def of(cls, i: StmItem) -> StmItemOut:
-        return cls(
-            item_id=i.item_id,
-            patient_id=i.patient_id,
-            kind=i.kind,
-            payload=None if i.payload is None else StmPayloadOut(**dataclasses.asdict(i.payload)),
-            created_at=i.created_at,
-            expires_at=i.expires_at,
-            state=i.state.value,
-            actor=i.actor,
-        )
-
 
 # results of operations -------------------------------------------------------------------------
 
@@ -286,47 +199,38 @@ class StmItemOut(BaseModel):
 RecordOut = Annotated[EpisodeOut | VisualOut | SemanticOut, Field(discriminator="kind")]
 
 
-class RetrievedItemOut(BaseModel):
+class RetrievedItemOut(FromRecord):
     """One ranked item; ``record`` is None for another patient's record (content withheld)."""
 
     evidence: EvidenceOut
     record: RecordOut | None
 
+    @field_validator("record", mode="before")
+    @classmethod
+    def _record(cls, record: object) -> object:
+        """A library record becomes the response model of its kind (the union's tag)."""
+        for kind, out in _RECORD_OUTS:
+            if isinstance(record, kind):
+                return out.model_validate(record)
+        return record
 
-class RetrievedOut(BaseModel):
+
+_RECORD_OUTS: tuple[tuple[type, type[FromRecord]], ...] = (
+    (EpisodicRecord, EpisodeOut),
+    (VisualRecord, VisualOut),
+    (SemanticState, SemanticOut),
+)
+
+
+# the caller keeps the top k with dataclasses.replace on the library result before validating it
+class RetrievedOut(FromRecord):
     patient_id: str
     scope: str
     items: list[RetrievedItemOut]
 
-    @classmethod
-    def of(cls, r: Retrieved, k: int) -> RetrievedOut:
-        items = []
-        for item in r.items[:k]:
-            rec = item.record
-            out: EpisodeOut | VisualOut | SemanticOut | None
-            if isinstance(rec, EpisodicRecord):
-                out = EpisodeOut.of(rec)
-            elif isinstance(rec, VisualRecord):
-                out = VisualOut.of(rec)
-            elif isinstance(rec, SemanticState):
-                out = SemanticOut.of(rec)
-            else:
-                out = None
-            items.append(RetrievedItemOut(evidence=EvidenceOut.of(item.evidence), record=out))
-        return cls(patient_id=r.patient_id, scope=r.scope, items=items)
 
-
-class WriteResultOut(BaseModel):
+class WriteResultOut(FromRecord):
     gate: GateOut
     episode_id: str | None
     visual_id: str | None
     semantic: SemanticOut | None
-
-    @classmethod
-    def of(cls, w: WriteResult) -> WriteResultOut:
-        return cls(
-            gate=GateOut.of(w.gate),
-            episode_id=w.episode_id,
-            visual_id=w.visual_id,
-            semantic=None if w.semantic is None else SemanticOut.of(w.semantic),
-        )

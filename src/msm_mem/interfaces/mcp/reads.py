@@ -28,7 +28,7 @@ def register(server: MCPServer[object], state: McpState) -> None:
     """Add the read tools to ``server``."""
 
     def paged(records: RecordPage[SemanticState], limit: int) -> Page[SemanticOut]:
-        items = [SemanticOut.of(s) for s in records]
+        items = [SemanticOut.model_validate(s) for s in records]
         nxt = records.next_offset
         return Page[SemanticOut](items=items, total=records.total, offset=records.offset, limit=limit, next_offset=nxt)
 
@@ -90,6 +90,6 @@ def register(server: MCPServer[object], state: McpState) -> None:
         sequence number and why. Writes nothing."""
 
         def body(who: Caller) -> VerifyOut:
-            return VerifyOut.of(state.call(state.mem.verify_audit, who.principal, full=full))
+            return VerifyOut.model_validate(state.call(state.mem.verify_audit, who.principal, full=full))
 
         return state.tool("verify_audit", None, "", body)

@@ -76,10 +76,10 @@ def _timeline(state: McpState, who: Caller, patient_id: str) -> TimelineOut:
     events.sort(key=lambda e: (e.time, e.kind, e.id))
     return TimelineOut(
         patient_id=patient_id,
-        studies=[EpisodeOut.of(e) for e in studies],
-        semantic=[SemanticOut.of(s) for s in semantic],
-        claims=[ClaimOut.of(c) for c in claims],
-        stm=[StmItemOut.of(i) for i in stm],
+        studies=[EpisodeOut.model_validate(e) for e in studies],
+        semantic=[SemanticOut.model_validate(s) for s in semantic],
+        claims=[ClaimOut.model_validate(c) for c in claims],
+        stm=[StmItemOut.model_validate(i) for i in stm],
         events=events,
     )
 
@@ -102,6 +102,6 @@ def register(server: MCPServer[object], state: McpState) -> None:
             if not 1 <= len(key) <= 200:
                 raise InvalidInput("the claim key must be 1 to 200 characters (e.g. study:S1)")
             chain = state.call(state.mem.claim_history, who.principal, patient_id, key)
-            return ChainOut(patient_id=patient_id, key=key, chain=[ClaimOut.of(c) for c in chain])
+            return ChainOut(patient_id=patient_id, key=key, chain=[ClaimOut.model_validate(c) for c in chain])
 
         return state.resource(uri, patient_id, body)

@@ -5,6 +5,7 @@ render the result with the HTTP service's model. What the arguments mean is in e
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from mcp.server.mcpserver import MCPServer
@@ -92,7 +93,7 @@ def register(server: MCPServer[object], state: McpState) -> None:
                 use_epi=use_epi,
                 use_vis=use_vis,
             )
-            return AnswerOut.of(answer)
+            return AnswerOut.model_validate(answer)
 
         return state.tool("ask", "ask", patient_id, body)
 
@@ -122,7 +123,7 @@ def register(server: MCPServer[object], state: McpState) -> None:
             img = image_of(state, image_base64, image_path, image_study)
             # a stored study: its stored embedding, read in the same governed call (one audit event)
             found = state.call(state.mem.retrieve, who.principal, patient_id, img, image_study=image_study, **flags)
-            return RetrievedOut.of(found, min(k, state.config.server.max_k))
+            return RetrievedOut.model_validate(replace(found, items=found.items[: min(k, state.config.server.max_k)]))
 
         return state.tool("retrieve", "retrieve", patient_id, body)
 
@@ -156,7 +157,7 @@ def register(server: MCPServer[object], state: McpState) -> None:
                 study_id=study_id,
                 visual_tag=visual_tag,
             )
-            return StmItemOut.of(item)
+            return StmItemOut.model_validate(item)
 
         return state.tool("observe", "observe", patient_id, body)
 
@@ -175,7 +176,7 @@ def register(server: MCPServer[object], state: McpState) -> None:
 
         def body(who: Caller) -> WriteResultOut:
             result = state.call(state.mem.consolidate, who.principal, patient_id, item_id, answer, decision=decision)
-            return WriteResultOut.of(result)
+            return WriteResultOut.model_validate(result)
 
         return state.tool("consolidate", "consolidate", patient_id, body)
 
@@ -203,6 +204,6 @@ def register(server: MCPServer[object], state: McpState) -> None:
                 correction=correction,
                 decision=decision,
             )
-            return ClaimOut.of(claim)
+            return ClaimOut.model_validate(claim)
 
         return state.tool("feedback", "feedback", patient_id, body)

@@ -38,7 +38,7 @@ def shred(request: Request, who: CallerDep, patient_id: PatientId, body: ReasonI
 def verify_audit(request: Request, who: CallerDep, full: Annotated[bool, Query()] = True) -> VerifyOut:
     """Verify the hash chain and the signed checkpoints (auditor or admin); writes nothing."""
     state = server(request)
-    return VerifyOut.of(state.call(state.mem.verify_audit, who.principal, full=full))
+    return VerifyOut.model_validate(state.call(state.mem.verify_audit, who.principal, full=full))
 
 
 @router.post("/audit/checkpoint", response_model=CheckpointOut)
@@ -68,4 +68,4 @@ def export_fhir(request: Request, who: CallerDep) -> Response:
 def maintain(request: Request, who: CallerDep) -> MaintenanceOut:
     """Expire STM, consolidate aged STM, decay LTM, checkpoint the audit chain (system)."""
     state = server(request)
-    return MaintenanceOut.of(state.call(state.mem.maintain, who.principal))
+    return MaintenanceOut.model_validate(state.call(state.mem.maintain, who.principal))

@@ -8,6 +8,7 @@ request crosses to a thread once."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -72,7 +73,7 @@ async def ask(request: Request, who: CallerDep, patient_id: PatientId) -> Respon
             **form.observation(),
             **form.memories(),
         )
-        return AnswerOut.of(answer)
+        return AnswerOut.model_validate(answer)
 
     return await _off_loop(work)
 
@@ -90,7 +91,7 @@ async def retrieve(request: Request, who: CallerDep, patient_id: PatientId) -> R
         img = _image(request, upload, form.image_study)
         # a stored study: its stored embedding, read in the same governed call (one audit event)
         found = state.read(state.mem.retrieve, who.principal, patient_id, img, image_study=form.image_study, **flags)
-        return RetrievedOut.of(found, min(form.k, state.config.max_k))
+        return RetrievedOut.model_validate(replace(found, items=found.items[: min(form.k, state.config.max_k)]))
 
     return await _off_loop(work)
 
@@ -112,7 +113,7 @@ async def observe(request: Request, who: CallerDep, patient_id: PatientId) -> Re
             form.question,
             **form.observation(),
         )
-        return StmItemOut.of(item)
+        return StmItemOut.model_validate(item)
 
     return await _off_loop(work, 201)
 
@@ -129,7 +130,7 @@ def consolidate(
     state = server(request)
     authorize(request, who, "consolidate", patient_id)
     result = state.call(state.mem.consolidate, who.principal, patient_id, item_id, body.answer, decision=body.decision)
-    return WriteResultOut.of(result)
+    return WriteResultOut.model_validate(result)
 
 
 @router.post(
@@ -150,4 +151,4 @@ def feedback(request: Request, who: CallerDep, patient_id: PatientId, study_id: 
         correction=body.correction,
         decision=body.decision,
     )
-    return ClaimOut.of(claim)
+    return ClaimOut.model_validate(claim)

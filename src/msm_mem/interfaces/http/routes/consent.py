@@ -43,7 +43,7 @@ def grant(request: Request, who: CallerDep, body: GrantIn) -> list[ConsentOut]:
         for c in body.consents
     ]
     state.call(state.mem.grant, who.principal, records)
-    return [ConsentOut.of(c) for c in records]
+    return [ConsentOut.model_validate(c) for c in records]
 
 
 @router.get("", response_model=Page[ConsentOut])
@@ -64,7 +64,7 @@ def consents(
     within = who.patients if scoped else None
     read = state.mem.consents
     records = state.call(read, who.principal, patient_id, within=within, offset=pg.offset, limit=pg.limit)
-    items = [ConsentOut.of(c) for c in records]
+    items = [ConsentOut.model_validate(c) for c in records]
     nxt = records.next_offset
     return Page[ConsentOut](items=items, total=records.total, offset=records.offset, limit=pg.limit, next_offset=nxt)
 

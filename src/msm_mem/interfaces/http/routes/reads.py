@@ -50,7 +50,7 @@ def semantic_state(
 ) -> Page[SemanticOut]:
     """The patient's active semantic state (one version per category, or just ``category``)."""
     mem = server(request).mem
-    return _read(request, who, patient_id, pg, mem.semantic_state, SemanticOut.of, category)
+    return _read(request, who, patient_id, pg, mem.semantic_state, SemanticOut.model_validate, category)
 
 
 @router.get("/semantic/history", response_model=Page[SemanticOut])
@@ -59,19 +59,19 @@ def semantic_history(
 ) -> Page[SemanticOut]:
     """Every version of the patient's semantic state in ``category``, oldest first."""
     mem = server(request).mem
-    return _read(request, who, patient_id, pg, mem.semantic_history, SemanticOut.of, category)
+    return _read(request, who, patient_id, pg, mem.semantic_history, SemanticOut.model_validate, category)
 
 
 @router.get("/episodes", response_model=Page[EpisodeOut])
 def episodes(request: Request, who: CallerDep, patient_id: PatientId, pg: PagingDep) -> Page[EpisodeOut]:
     """The patient's episodic records (every state)."""
-    return _read(request, who, patient_id, pg, server(request).mem.episodes, EpisodeOut.of)
+    return _read(request, who, patient_id, pg, server(request).mem.episodes, EpisodeOut.model_validate)
 
 
 @router.get("/visuals", response_model=Page[VisualOut])
 def visuals(request: Request, who: CallerDep, patient_id: PatientId, pg: PagingDep) -> Page[VisualOut]:
     """The patient's visual records."""
-    return _read(request, who, patient_id, pg, server(request).mem.visuals, VisualOut.of)
+    return _read(request, who, patient_id, pg, server(request).mem.visuals, VisualOut.model_validate)
 
 
 @router.get("/claims", response_model=Page[ClaimOut])
@@ -79,13 +79,13 @@ def claims(
     request: Request, who: CallerDep, patient_id: PatientId, pg: PagingDep, key: Key | None = None
 ) -> Page[ClaimOut]:
     """The patient's active claims (or those under ``key``, e.g. ``study:S1``)."""
-    return _read(request, who, patient_id, pg, server(request).mem.claims, ClaimOut.of, key)
+    return _read(request, who, patient_id, pg, server(request).mem.claims, ClaimOut.model_validate, key)
 
 
 @router.get("/claims/history", response_model=Page[ClaimOut])
 def claim_history(request: Request, who: CallerDep, patient_id: PatientId, pg: PagingDep, key: Key) -> Page[ClaimOut]:
     """The supersession chain of one claim key, oldest first."""
-    return _read(request, who, patient_id, pg, server(request).mem.claim_history, ClaimOut.of, key)
+    return _read(request, who, patient_id, pg, server(request).mem.claim_history, ClaimOut.model_validate, key)
 
 
 @router.get("/stm", response_model=Page[StmItemOut])
@@ -93,4 +93,4 @@ def stm_items(
     request: Request, who: CallerDep, patient_id: PatientId, pg: PagingDep, state: StmState | None = None
 ) -> Page[StmItemOut]:
     """The patient's short-term items (every state, or just ``state``)."""
-    return _read(request, who, patient_id, pg, server(request).mem.stm_items, StmItemOut.of, state)
+    return _read(request, who, patient_id, pg, server(request).mem.stm_items, StmItemOut.model_validate, state)

@@ -13,9 +13,10 @@ from fastapi import APIRouter, Query, Request, Response
 from PIL import Image
 from pydantic import BaseModel
 
-from .... import AuditTrail, Checkpoint, ImageError, InvalidInput
+from .... import AuditTrail, ImageError, InvalidInput
 from ....plugins.images import load_image
 from ...auth.credentials import Caller
+from ..answers import FromRecord
 from ..routes import PROBLEM_RESPONSES, PatientId
 from ..state import CallerDep, authorize, server
 from .gif import SPEEDS, render_gif
@@ -35,7 +36,7 @@ PatientQuery = Annotated[str | None, Query(min_length=1, max_length=128, pattern
 Name = Literal["question", "movement"]
 
 
-class CheckpointItemOut(BaseModel):
+class CheckpointItemOut(FromRecord):
     """A signed checkpoint: ``size`` events with last hash ``head_hash``, signed at ``time``."""
 
     origin: str
@@ -44,12 +45,8 @@ class CheckpointItemOut(BaseModel):
     time: float
     signature: str
 
-    @classmethod
-    def of(cls, c: Checkpoint) -> CheckpointItemOut:
-        return cls(origin=c.origin, size=c.size, head_hash=c.head_hash, time=c.time, signature=c.signature)
 
-
-class AuditTrailOut(BaseModel):
+class AuditTrailOut(FromRecord):
     """A page of audit events (ids and pseudonyms only), the chain's head seq, the first event
     that could not be read (None when all could) and the latest signed checkpoints."""
 
@@ -58,16 +55,6 @@ class AuditTrailOut(BaseModel):
     next_after: int | None
     unreadable_seq: int | None
     checkpoints: list[CheckpointItemOut]
-
-    @classmethod
-    def of(cls, t: AuditTrail) -> AuditTrailOut:
-        return cls(
-            events=[EventOut.of(e) for e in t.events],
-            head_seq=t.head_seq,
-            next_after=t.next_after,
-            unreadable_seq=t.unreadable_seq,
-            checkpoints=[CheckpointItemOut.of(c) for c in t.checkpoints],
-        )
 
 
 class ThumbnailOut(BaseModel):
@@ -108,7 +95,7 @@ def audit_events(
     """Audit events after ``after_seq`` (or the last ``limit`` with ``tail``) and the latest
     checkpoints. Auditor or admin: the whole chain (``patient_id`` is ignored). Agent,
     clinician or critic: the events of ``patient_id`` only. Audited."""
-    return AuditTrailOut.of(_trail(request, who, patient_id, after_seq=after_seq, limit=limit, tail=tail))
+    return AuditTrailOut.model_validate(_trail(request, who, patient_id, after_seq=after_seq, limit=limit, tail=tail))
 
 
 def _thumbnail(path: str, size: int) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 
 from .... import AuditEvent
+from ..answers import FromRecord
 
 __all__ = ["NAMES", "EventOut", "FrameOut", "WalkthroughOut", "build"]
 
@@ -28,7 +29,7 @@ _CONSOLIDATIONS = ("consolidate", "critic_promote", "age_threshold")
 _SUPERSESSIONS = ("critic_reject", "supersede")
 
 
-class EventOut(BaseModel):
+class EventOut(FromRecord):
     """One audit event as a walkthrough shows it (ids and pseudonyms only)."""
 
     seq: int
@@ -46,26 +47,6 @@ class EventOut(BaseModel):
     reason: str
     prev_hash: str
     event_hash: str
-
-    @classmethod
-    def of(cls, e: AuditEvent) -> EventOut:
-        return cls(
-            seq=e.seq,
-            time=e.time,
-            actor=e.actor,
-            role=e.role,
-            purpose=e.purpose,
-            action=e.action,
-            source_tier=e.source_tier,
-            target_tier=e.target_tier,
-            record_ids=list(e.record_ids),
-            patient=e.patient,
-            consent_id=e.consent_id,
-            outcome=e.outcome,
-            reason=e.reason,
-            prev_hash=e.prev_hash,
-            event_hash=e.event_hash,
-        )
 
 
 class FrameOut(BaseModel):
@@ -135,7 +116,12 @@ def _turns(events: Sequence[AuditEvent]) -> list[list[AuditEvent]]:
 
 def _frame(step: int, title: str, caption: str, active: list[str], events: Sequence[AuditEvent]) -> FrameOut:
     return FrameOut(
-        step=step, of=5, title=title, caption=caption, active=active, events=[EventOut.of(e) for e in events]
+        step=step,
+        of=5,
+        title=title,
+        caption=caption,
+        active=active,
+        events=[EventOut.model_validate(e) for e in events],
     )
 
 
