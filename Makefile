@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test test-main test-vision lint screenshots clean
+.PHONY: demo test test-fast test-main test-vision lint browser tools screenshots clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,20 @@ demo: $(VENV)/.installed
 # a missing extra fails instead.
 test: lint test-main test-vision
 
-test-main: $(VENV)/.installed-test browser
+test-main: $(VENV)/.installed-test browser tools
 	MSM_MEM_REQUIRE_ALL=1 $(PY) -m pytest -q -m "not vision"
+
+# the edit loop: everything that is neither `slow` nor `system` (no served processes, browser,
+# restarts, fuzzing, fitting or demo), in about two minutes on 2 cores; `make test` runs it all
+test-fast: $(VENV)/.installed-test
+	$(PY) -m pytest -q -m "not slow and not system and not vision"
+
+# the service benchmark's load generator (tests/test_benchmarks.py runs bench_service at a tiny
+# size), installed from Debian when it is missing and we are root
+tools:
+	@command -v wrk >/dev/null 2>&1 || \
+	  { test "$$(id -u)" = 0 || { echo "the service benchmark's test needs wrk: apt-get install wrk (as root)"; exit 1; }; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q wrk; }
 
 # the memory explorer's browser tests drive headless Chromium from Debian (Playwright cannot
 # download a browser of its own offline); installed here when it is missing and we are root

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import SKIP_POSTGRES
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system]
 
 ROOT = Path(__file__).resolve().parents[1]
 NUMBER = r"[\d,]+(?:\.\d+)?"

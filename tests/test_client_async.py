@@ -16,6 +16,8 @@ from PIL import Image
 from msm_mem import AccessDenied, AsyncMemoryClient, ConsentRecord, NotFound, StmItem
 from tests.http_support import OTHER, OWN, QUESTION, ROLES, Served, make_store, start, stop
 
+pytestmark = pytest.mark.system
+
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:

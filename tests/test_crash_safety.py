@@ -15,7 +15,10 @@ from tests.conftest import SKIP_POSTGRES
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # its modules import each other
 import crash_safety  # noqa: E402  (found on the path set just above)
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the children are forked and killed with SIGKILL")
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.skipif(sys.platform == "win32", reason="the children are forked and killed with SIGKILL"),
+]
 
 #: bounds on each run (the kills are counted; the time only ends a run on a very slow machine)
 MAX_SECONDS = 120.0

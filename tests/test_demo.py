@@ -9,6 +9,8 @@ import pytest
 
 from msm_mem.interfaces.demo import run_demo
 
+pytestmark = pytest.mark.slow
+
 
 def test_demo_runs_end_to_end_and_reruns_identically(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """A small demo exits 0, prints Table 1 and writes reports, plots and the S+E+V store; a quiet

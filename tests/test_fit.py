@@ -20,6 +20,8 @@ from msm_mem.eval.split import split_patients
 from msm_mem.plugins.backbones.base import BackboneRequest
 from msm_mem.plugins.backbones.fitted_format import load
 
+pytestmark = pytest.mark.slow
+
 Q = "What is the diagnosis?"
 
 

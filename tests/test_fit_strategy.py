@@ -21,6 +21,8 @@ from msm_mem.plugins.backbones.fitted import FittedBackbone, answer_with
 from msm_mem.plugins.backbones.fitted_format import STRATEGIES, FittedGroup, FittedModels, load
 from msm_mem.plugins.encoders import get_encoder
 
+pytestmark = pytest.mark.slow
+
 Q = "What is the diagnosis?"
 DAY = 86_400.0
 DIM = get_encoder("pixels").dim

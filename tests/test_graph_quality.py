@@ -21,6 +21,8 @@ import pytest
 from msm_mem._storage.sqlite.graph import EF_CONSTRUCTION, TAIL, M
 from msm_mem._storage.sqlite.vector_index import VectorIndex
 
+pytestmark = pytest.mark.slow
+
 IMAGES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "covid-cxr" / "images"
 CLUSTERS, ROWS, PATIENT_ROWS, QUERIES, K, DEPTH = 20, 20_000, 10, 300, 10, 32
 

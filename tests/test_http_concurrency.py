@@ -24,6 +24,8 @@ from msm_mem import MemoryClient
 from tests.helpers import raw_sql
 from tests.http_support import OWN, Served, make_store, start, stop
 
+pytestmark = pytest.mark.system
+
 PROCESSES = 4
 #: observations per process; every other one is then consolidated
 WRITES = 6

@@ -9,7 +9,6 @@ bounded and names every distinct failure at once."""
 from __future__ import annotations
 
 import io
-import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -25,12 +24,13 @@ from msm_mem import MsmMem
 from tests.helpers import ADMIN
 from tests.http_support import OWN, Served, make_store, start, stop
 
+pytestmark = [pytest.mark.slow, pytest.mark.system]
+
 schemathesis = pytest.importorskip("schemathesis")
 
-#: generated cases per operation, credential pool and mode (valid / invalid data)
+#: generated cases per operation and mode (valid / invalid data), drawn from a fixed seed
+#: (derandomised): every machine sends the same cases, however slow it is
 EXAMPLES = 12
-#: a bound on the whole run on a loaded machine; past it no new operation is started (not asserted)
-BUDGET_S = 240.0
 #: the credentials a case is sent with: every patient (a clinician), the scoped agent and critic,
 #: the system role, and an admin acting outside its scope with a break-glass reason
 POOL = ("everyone", "agent", "critic", "system", "admin")
@@ -154,16 +154,14 @@ def test_the_served_schema_holds_under_fuzzing(fuzzed: Served) -> None:
     statuses: Counter[tuple[str, int]] = Counter()
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 20
-    start_time = time.monotonic()
     for operation in operations:
-        if time.monotonic() - start_time > BUDGET_S:
-            break
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             try:
                 _fuzz(fuzzed, operation, mode, checks, failures, statuses)
             except Unsatisfiable:  # nothing of the operation can be made invalid (no parameters, no body)
                 assert mode == GenerationMode.NEGATIVE, operation.label
     assert not failures, "\n\n".join(f"{op} {kind}\n{text}" for (op, kind), text in failures.items())
+    assert {label for label, _ in statuses} == {op.label for op in operations}  # every operation was sent
     answered = {label for (label, status), _ in statuses.items() if status < 300}
     expected = {"GET /health", "GET /ready", "GET /v1/whoami", "GET /v1/audit/verify", "POST /v1/audit/checkpoint"}
     if fuzzed.extra["store"] == "data":

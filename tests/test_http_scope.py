@@ -13,6 +13,8 @@ import pytest
 from tests.helpers import png
 from tests.http_support import OTHER, OWN, QUESTION, ROLES, Served, serve_backend
 
+pytestmark = pytest.mark.system
+
 
 @pytest.fixture(scope="module", params=[pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)])
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:

@@ -31,6 +31,8 @@ from tests.http_support import (
     serve_backend,
 )
 
+pytestmark = pytest.mark.system
+
 
 @pytest.fixture(scope="module", params=[pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)])
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:

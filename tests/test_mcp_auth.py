@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import jwt
+import pytest
 from mcp.shared.exceptions import MCPError
 
 from msm_mem import Principal
@@ -27,6 +28,8 @@ from tests.mcp_support import (
     run,
     server_args,
 )
+
+pytestmark = pytest.mark.system
 
 
 def _post(url: str, headers: dict[str, str]) -> httpx.Response:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from mcp import Client
 from PIL import Image
 
@@ -25,6 +26,8 @@ from tests.mcp_support import (
     run,
     stdio_client,
 )
+
+pytestmark = pytest.mark.system
 
 
 def _bad_calls(images: Path) -> list[tuple[str, dict[str, Any], str]]:

@@ -29,6 +29,8 @@ from tests.mcp_support import (
     stdio_client,
 )
 
+pytestmark = pytest.mark.system
+
 
 async def _every_tool(client: Client, images: Path, *, critic: Client | None, auditor: Client | None) -> None:
     """Each tool and resource once, as the agent (and the critic and auditor where given)."""

@@ -44,6 +44,8 @@ from tests.helpers import ADMIN, AGENT, CLINICIAN, CRITIC, INGEST, SYSTEM, png
 from tests.model_machine import READERS, ModelMachine, image_of, qid_of
 from tests.model_reference import STUDY_TIME, T0, Epi, K, Stm, Vis, decays
 
+pytestmark = pytest.mark.slow
+
 
 class MemoryRules(ModelMachine):
     """The rules: every way the public API changes or reads a memory, each checked against the model."""

@@ -28,6 +28,7 @@ from tests.conftest import SKIP_POSTGRES
 from tests.helpers import ADMIN, AGENT, AUDITOR, png
 
 pytestmark = [
+    pytest.mark.system,
     pytest.mark.postgres,
     pytest.mark.skipif(SKIP_POSTGRES, reason="MSM_MEM_SKIP_POSTGRES is set"),
 ]

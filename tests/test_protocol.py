@@ -25,6 +25,8 @@ from msm_mem.eval.report import summarise
 from msm_mem.eval.split import PHASES
 from msm_mem.plugins.backbones.nonparametric import EMPTY_ANSWER
 
+pytestmark = pytest.mark.slow
+
 # ---------------------------------------------------------------- configurations
 
 

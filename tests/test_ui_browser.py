@@ -23,6 +23,8 @@ from tests.helpers import raw_sql
 from tests.http_support import OTHER, OWN, Served, stop
 from tests.ui_support import OLD, PHI_MRN, PHI_NAME, PHI_QUESTION, serve_explorer
 
+pytestmark = pytest.mark.system
+
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra")
 
 DESKTOP = {"width": 1280, "height": 800}
