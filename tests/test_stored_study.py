@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from msm_mem import ImageError, InvalidInput, ManifestRow, MsmMem, NotFound
+from msm_mem.datasets.registry import load_dataset
 from msm_mem.testing import FixedBackbone
 from tests.conftest import MemFactory
 from tests.helpers import AGENT, SYSTEM, audit_events, png
@@ -126,3 +127,72 @@ def test_a_stored_study_without_a_readable_image_file(new_mem: MemFactory, tmp_p
     assert counts == (mem._store.count("episodic"), len(mem._store.stm_list()))
     with pytest.raises(InvalidInput, match="exactly one of image and image_study"):
         mem.observe(AGENT, "P1", str(png(tmp_path, 1)), "Any change?", image_study="P1-S1")
+
+
+# the query's clinical time -----------------------------------------------------------------------
+
+
+def test_a_stored_study_is_retrieved_at_its_own_time(new_mem: MemFactory, tmp_path: Path) -> None:
+    """Without ``at``, retrieve by a stored study scores freshness at that study's time (as
+    ``at=<the study's time>`` does), not at now; an explicit ``at`` still wins."""
+    mem = _ingested(new_mem, tmp_path)
+    own_time = mem.retrieve(AGENT, "P1", image_study="P1-S1")
+    explicit = mem.retrieve(AGENT, "P1", image_study="P1-S1", at=T0 + 86_400)
+    assert _ranking(own_time) == _ranking(explicit)
+    same_study = [i for i in own_time.items if i.record is not None and getattr(i.record, "study_id", "") == "P1-S1"]
+    assert same_study and all(i.evidence.freshness == pytest.approx(1.0) for i in same_study)
+    later = mem.retrieve(AGENT, "P1", image_study="P1-S1", at=T0 + 4 * 365 * 86_400)
+    assert max(i.evidence.freshness for i in later.items) < 0.9
+
+
+@pytest.mark.parametrize("at", [float("nan"), float("inf"), "2020-01-01", True, 1e300])
+def test_an_unusable_query_time_is_refused(new_mem: MemFactory, tmp_path: Path, at: object) -> None:
+    """``at`` that is not a finite number of UTC seconds within the years 1-9999 is InvalidInput."""
+    mem = _ingested(new_mem, tmp_path)
+    with pytest.raises(InvalidInput, match="at "):
+        mem.retrieve(AGENT, "P1", image_study="P1-S1", at=at)  # type: ignore[arg-type]
+
+
+def test_a_query_time_in_the_future_is_refused(new_mem: MemFactory, tmp_path: Path) -> None:
+    """A query asked from the future (beyond the allowed clock skew) is InvalidInput; a few
+    seconds ahead of the store's clock is accepted."""
+    mem = _ingested(new_mem, tmp_path)
+    with pytest.raises(InvalidInput, match="future"):
+        mem.retrieve(AGENT, "P1", image_study="P1-S1", at=mem.now() + 86_400)
+    assert mem.retrieve(AGENT, "P1", image_study="P1-S1", at=mem.now() + 10).items
+
+
+def test_asking_about_a_stored_study_is_about_that_study(new_mem: MemFactory, tmp_path: Path) -> None:
+    """``ask`` with ``image_study`` alone files the question under that study at its time; a
+    different ``study_id`` beside it is refused before anything is read or written."""
+    mem = _ingested(new_mem, tmp_path)
+    answer = mem.ask(AGENT, "P1", None, "Any change?", image_study="P1-S2")
+    items = mem.stm_items(AGENT, "P1")
+    asked = [i for i in items if i.payload is not None and i.payload.question == "Any change?"]
+    assert asked and asked[0].payload is not None
+    assert asked[0].payload.study_id == "P1-S2" and asked[0].payload.timestamp == T0 + 2 * 86_400
+    assert answer.evidence
+    with pytest.raises(InvalidInput, match="differs from image_study"):
+        mem.ask(AGENT, "P1", None, "Any change?", image_study="P1-S2", study_id="P1-S0")
+
+
+@pytest.mark.shared
+def test_an_archived_study_of_the_shared_data_scores_as_it_did_then(new_mem: MemFactory) -> None:
+    """A 2014 study of the real covid-cxr set, asked about by its stored study alone: its own
+    evidence scores as it did that day (freshness 1, score above 0), not as an eleven-year-old
+    record would today."""
+    folder = Path(__file__).resolve().parents[2] / "shared" / "data" / "covid-cxr"
+    if not (folder / "metadata.csv").is_file():
+        pytest.skip("../shared/data/covid-cxr absent")
+    rows, _ = load_dataset("covid-cxr", folder)
+    patient = [r for r in rows if r.patient_id == "covid-100"]
+    study = patient[0].study_id
+    assert patient and patient[0].timestamp < 1_420_070_400.0  # before 2015
+    mem = new_mem()
+    mem.ingest(SYSTEM, patient)
+    answer = mem.ask(AGENT, "covid-100", None, patient[0].question, image_study=study, write_back=False)
+    assert answer.evidence and max(e.score for e in answer.evidence) > 0.5
+    found = mem.retrieve(AGENT, "covid-100", image_study=study)
+    own = [i for i in found.items if i.record is not None and getattr(i.record, "study_id", "") == study]
+    assert own and all(i.evidence.freshness == pytest.approx(1.0) for i in own)
+    assert all(i.evidence.score > 0.5 for i in own)

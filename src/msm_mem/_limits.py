@@ -27,6 +27,7 @@ bidirectional overrides, zero-width characters) and no line or paragraph separat
 
 from __future__ import annotations
 
+import math
 import unicodedata
 
 from ._errors import InvalidInput
@@ -43,8 +44,10 @@ __all__ = [
     "MAX_TAG_CHARS",
     "MAX_TEXT_CHARS",
     "MAX_VIDEO_BYTES",
+    "MAX_CLOCK_SKEW_S",
     "check_id",
     "check_observation",
+    "check_query_time",
     "check_path",
     "check_text",
 ]
@@ -60,6 +63,8 @@ MAX_IMAGE_BYTES = 256 * 1024 * 1024
 MAX_VIDEO_BYTES = 2 * 1024 * 1024 * 1024
 MAX_IMAGE_PIXELS = 32 * 1024 * 1024
 MAX_BATCH_PIXELS = 256 * 1024 * 1024
+#: how far after the store's clock a query's time may lie (a client clock a little ahead)
+MAX_CLOCK_SKEW_S = 300.0
 
 #: control, format, surrogate and private-use characters, line and paragraph separators
 _BAD_ID_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
@@ -120,3 +125,16 @@ def check_observation(question: object, *, study_id: object = "", visual_tag: ob
     check_text("question", question, MAX_QUESTION_CHARS, required=True)
     check_id("study_id", study_id, allow_empty=True)
     check_text("visual_tag", visual_tag, MAX_TAG_CHARS)
+
+
+def check_query_time(name: str, value: object, now: float) -> float:
+    """``value`` as a query's clinical time in UTC seconds: a finite number within the years
+    1-9999 and not more than :data:`MAX_CLOCK_SKEW_S` after ``now`` (a query cannot be asked
+    from the future: freshness would reward every record); InvalidInput naming ``name`` otherwise."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise InvalidInput(f"{name} must be a finite number of UTC seconds, got {value!r}")
+    if not -62_135_596_800.0 <= value <= 253_402_300_799.0:
+        raise InvalidInput(f"{name} is outside the years 1-9999, got {value!r}")
+    if value > now + MAX_CLOCK_SKEW_S:
+        raise InvalidInput(f"{name} lies {value - now:.0f} s after now: a query's time cannot be in the future")
+    return float(value)

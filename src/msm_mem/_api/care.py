@@ -12,9 +12,10 @@ from .._agent.agent import AgentAnswer, Evidence, Query
 from .._agent.offline import IngestReport, ingest_rows
 from .._agent.stored import StoredStudy, pixels, study_episode
 from .._errors import IllegalTransition, InvalidInput, MsmMemError, NotFound
-from .._limits import MAX_TEXT_CHARS, check_id, check_observation, check_text
+from .._limits import MAX_TEXT_CHARS, check_id, check_observation, check_query_time, check_text
 from .._memory.corrections import Corrections
 from .._memory.msm import WriteResult
+from .._memory.studies import study_time
 from .._principal import Principal
 from .._records import EpisodicRecord, ManifestRow, SemanticState, VisualRecord
 from .._tier_records import Claim, StmItem, StmState
@@ -74,14 +75,18 @@ class _Care(_Base):
         memory: the online loop (consent, STM, ranked retrieval, fusion, backbone, write-back
         gate, audit) as ``principal`` (agent or clinician). Instead of an image (``None``),
         ``image_study`` names one of the patient's stored studies whose image file is used,
-        read inside this call. ``timestamp`` is the study's UTC time (default now); ``use_*``
-        are ablation switches. An unknown option is :class:`InvalidInput` naming it."""
+        read inside this call; the question is then about that study (``study_id`` defaults to
+        it and may not name another). ``timestamp`` is the study's UTC time: by default the
+        time memory holds for ``study_id`` (so an archived study is asked about at its own
+        time, and freshness is that of its day), else now. ``use_*`` are ablation switches.
+        An unknown option is :class:`InvalidInput` naming it."""
         if unknown:
             raise InvalidInput(
                 f"unknown ask option(s) {sorted(unknown)}: use image_study, timestamp, study_id, "
                 "visual_tag, write_back, use_sem, use_epi, use_vis"
             )
         p = self._allow(principal, Operation.ASK)
+        study_id = _study_of(study_id, image_study)
         image = _one_image(image, image_study)
         query = Query(patient_id, image, question, timestamp=timestamp, study_id=study_id, visual_tag=visual_tag)  # type: ignore[arg-type]
         return self._agent.ask(p, query, write_back=write_back, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis)
@@ -120,16 +125,22 @@ class _Care(_Base):
         Instead of an image, ``image_study`` names one of the patient's stored studies: the
         query is the embedding stored with it (its active episode's, else its newest), read
         inside this call, so nothing is decoded or encoded again; NotFound when the patient has
-        no such study. ``at`` is the query's UTC time for freshness (default now). Audited as
-        one read."""
+        no such study. ``at`` is the query's clinical UTC time for freshness: by default the
+        stored study's own time with ``image_study``, else now; a time more than
+        :data:`~msm_mem._limits.MAX_CLOCK_SKEW_S` after now is :class:`InvalidInput`. Audited
+        as one read."""
         p = self._allow(principal, Operation.RETRIEVE)
         if scope not in ("patient", "population"):
             raise InvalidInput(f"scope must be 'patient' or 'population', got {scope!r}")
+        if at is not None:
+            at = check_query_time("at", at, self._clock.now())
         image = _one_image(image, image_study)
         turn = self._gm.begin(p, patient_id)
         try:
             if isinstance(image, StoredStudy):
-                z = study_episode(self._store, patient_id, image.study_id).z
+                episode = study_episode(self._store, patient_id, image.study_id)
+                z = episode.z
+                at = episode.timestamp if at is None else at
             else:
                 z = self._agent.embed(image)
             ranked = self._gm.retrieve(turn, z, at=at, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis, scope=scope)
@@ -162,14 +173,18 @@ class _Care(_Base):
         visual_tag: str = "",
     ) -> StmItem:
         """Write a working observation (image embedding and question) into the patient's
-        short-term memory (TTL from the settings); returns the item. ``image_study`` instead
-        of an image: as for :meth:`ask`. Audited."""
+        short-term memory (TTL from the settings); returns the item. ``timestamp`` defaults as
+        for :meth:`ask`. ``image_study`` instead
+        of an image: as for :meth:`ask` (the observation is about that study). Audited."""
         p = self._allow(principal, Operation.OBSERVE)
+        study_id = _study_of(study_id, image_study)
         check_observation(question, study_id=study_id, visual_tag=visual_tag)
         image = _one_image(image, image_study)
         turn = self._gm.begin(p, patient_id)
         try:
             img, media = pixels(self._store, patient_id, image)
+            if timestamp is None:  # a study memory already holds is observed at its own time
+                timestamp = study_time(self._store, patient_id, study_id)
             item = self._gm.observe(
                 turn,
                 self._agent.embed(img),
@@ -235,3 +250,17 @@ def _one_image(image: object, image_study: object) -> object:
     if image_study is None:
         return image
     return StoredStudy(check_id("image_study", image_study))
+
+
+def _study_of(study_id: str, image_study: str | None) -> str:
+    """The study a question is about: ``study_id``, else the stored study whose image it asks
+    about; InvalidInput when the two name different studies."""
+    if image_study is None or image_study == "":
+        return study_id  # checked with the observation
+    check_id("image_study", image_study)
+    if study_id not in ("", image_study):
+        raise InvalidInput(
+            f"study_id {study_id!r} differs from image_study {image_study!r}: a question about a "
+            "stored study's image is about that study (leave study_id out)"
+        )
+    return str(image_study)
