@@ -97,7 +97,7 @@ def make_store(root: Path) -> tuple[Path, Path]:
     manifest = make_data(data)
     store = root / "store"
     assert main(["init", str(store), *ADMIN]) == 0
-    assert main(["ingest", str(store), "--manifest", str(manifest), "--no-progress", *SYSTEM]) == 0
+    assert main(["ingest", str(store), "--manifest", str(manifest), "--no-progress", *SYSTEM]) == 4  # 2 bad rows
     return store, data
 
 

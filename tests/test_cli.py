@@ -179,7 +179,7 @@ def test_the_cli_is_a_package_over_the_public_api() -> None:
 
 
 def test_multiline_error_messages_are_folded_to_one_line(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, cli_store: Path
 ) -> None:
     """Whatever a command raises, the CLI prints a single 'error: ...' line and returns 1."""
 
@@ -188,7 +188,7 @@ def test_multiline_error_messages_are_folded_to_one_line(
         raise msm_mem.StoreError("first line\nsecond line")
 
     monkeypatch.setitem(COMMANDS, "export", dataclasses.replace(COMMANDS["export"], func=boom))
-    rc, _, err = run(capsys, "export", "x", "--format", "paper", "y", *CLINICIAN)
+    rc, _, err = run(capsys, "export", cli_store, "--format", "paper", "y", *CLINICIAN)
     assert rc == 1
     assert one_line_error(err) == "error: first line second line"
 
@@ -220,28 +220,32 @@ def test_init_schema_without_database_url_is_refused(capsys: pytest.CaptureFixtu
 
 
 def test_ingest_reports_bad_rows_and_stores_good_ones(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    """ingest stores the good rows, reports the corrupt image and malformed row by line."""
+    """ingest stores the good rows, reports the corrupt image and malformed row by line, and
+    exits 4 (some rows skipped)."""
     manifest = make_data(tmp_path / "data")
     store = tmp_path / "store"
     assert run(capsys, "init", store, *ADMIN)[0] == 0
     rc, out, err = run(capsys, "ingest", store, "--manifest", manifest, "--no-progress", *SYSTEM)
-    assert rc == 0
+    assert rc == 4
     skipped = [line for line in err.splitlines() if line.startswith("skipped")]
     assert len(skipped) == 2, err
     assert any(line.startswith("skipped line 4:") and "corrupt.png" in line for line in skipped)
     assert any(line.startswith("skipped line 5:") and "not-a-date" in line for line in skipped)
-    assert out.strip().splitlines()[-1] == "ingested 3 studies, 0 already stored, 2 rows skipped"
+    summary = "ingested 3 studies (3 questions), 0 questions already stored, 2 rows skipped"
+    assert out.strip().splitlines()[-1] == summary
     c = counts(store)
     assert c["episodic"] == 3 and c["visual"] == 3
     assert c["semantic"] >= 2  # one state per patient at least
 
 
 def test_reingest_stores_nothing_new(capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path) -> None:
-    """Running ingest again on the same manifest stores nothing and counts the stored rows."""
+    """Running ingest again on the same manifest stores nothing and counts the stored rows; the
+    skipped rows still make it exit 4, not 5 (the good rows are stored)."""
     before = counts(cli_store)
     rc, out, _ = run(capsys, "ingest", cli_store, "--manifest", cli_data / "manifest.csv", "--no-progress", *CLINICIAN)
-    assert rc == 0
-    assert out.strip().splitlines()[-1] == "ingested 0 studies, 3 already stored, 2 rows skipped"
+    assert rc == 4
+    summary = "ingested 0 studies (0 questions), 3 questions already stored, 2 rows skipped"
+    assert out.strip().splitlines()[-1] == summary
     assert counts(cli_store) == before
 
 

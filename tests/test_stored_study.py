@@ -111,11 +111,13 @@ def test_ask_and_observe_use_the_stored_studys_image(new_mem: MemFactory, tmp_pa
 
 def test_a_stored_study_without_a_readable_image_file(new_mem: MemFactory, tmp_path: Path) -> None:
     """A study of another patient is NotFound; an image file gone from disk is an ImageError
-    that names no path; nothing but the failed turn's audit events is written."""
+    naming the stored path and how it was resolved; nothing but the failed turn's audit events
+    is written."""
     mem = _ingested(new_mem, tmp_path)
     with pytest.raises(NotFound):
         mem.ask(AGENT, "P1", None, "Any change?", image_study="P2-S0")
-    png(tmp_path, 2).unlink()
+    gone = png(tmp_path, 2)
+    gone.unlink()
     counts = (mem._store.count("episodic"), len(mem._store.stm_list()))
     for call in (
         lambda: mem.ask(AGENT, "P1", None, "Any change?", image_study="P1-S2"),
@@ -123,7 +125,8 @@ def test_a_stored_study_without_a_readable_image_file(new_mem: MemFactory, tmp_p
     ):
         with pytest.raises(ImageError) as caught:
             call()
-        assert str(tmp_path) not in str(caught.value) and "cannot be read" in str(caught.value)
+        message = str(caught.value)
+        assert "cannot be read" in message and f"stored as the absolute path {str(gone)!r}" in message
     assert counts == (mem._store.count("episodic"), len(mem._store.stm_list()))
     with pytest.raises(InvalidInput, match="exactly one of image and image_study"):
         mem.observe(AGENT, "P1", str(png(tmp_path, 1)), "Any change?", image_study="P1-S1")

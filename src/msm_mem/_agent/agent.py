@@ -137,7 +137,7 @@ class MemoryAgent:
     def embed(self, image: object, patient_id: str = "") -> npt.NDArray[np.float32]:
         """The unit embedding of one image: a path, a grayscale array, or a stored study of
         ``patient_id`` (:class:`~.stored.StoredStudy`)."""
-        img, _ = pixels(self.memory.store, patient_id, image)
+        img, _ = pixels(self.memory.store, patient_id, image, self.directory)
         return np.asarray(self.encoder.encode([img])[0], dtype=np.float32)
 
     def _candidates(self, ranked: Sequence[tuple[Hit, Score]], *, population: bool = False) -> tuple[Candidate, ...]:
@@ -273,7 +273,7 @@ class MemoryAgent:
         allowed = frozenset(m for m in MEMORIES if flags[m])
         turn = self.gm.begin(principal, query.patient_id)
         try:
-            img, media = pixels(self.memory.store, query.patient_id, query.image)
+            img, media = pixels(self.memory.store, query.patient_id, query.image, self.directory)
             z = self.encoder.encode([img])[0]
             at = self._clinical_time(query)
             item = self.gm.observe(

@@ -31,15 +31,18 @@ __all__ = ["IngestReport", "ingest_rows"]
 
 @dataclass(frozen=True, slots=True)
 class IngestReport:
-    """Counts and problems of one ingest run."""
+    """Counts and problems of one ingest run: ``ingested`` and ``already_stored`` count rows
+    (one question about a study each), ``studies`` the new studies among the ingested rows."""
 
     ingested: int = 0
     already_stored: int = 0
     problems: tuple[RowProblem, ...] = ()
+    studies: int = 0
 
     def summary(self) -> str:
         return (
-            f"ingested {self.ingested} studies, {self.already_stored} already stored, {len(self.problems)} rows skipped"
+            f"ingested {self.studies} studies ({self.ingested} questions), {self.already_stored} questions"
+            f" already stored, {len(self.problems)} rows skipped"
         )
 
 
@@ -88,7 +91,7 @@ def ingest_rows(
         raise InvalidInput(
             f"encoder {encoder.name} ({encoder.dim}-d) does not match the store's {store.encoder_name} ({store.dim}-d)"
         )
-    ingested = 0
+    ingested = studies = 0
     problems: list[RowProblem] = []
     todo, imaged = _new_rows(gm, rows)
     already_stored = len(rows) - len(todo)
@@ -139,8 +142,9 @@ def ingest_rows(
                         force=True,
                         visual=(row.patient_id, row.study_id) not in imaged,
                     )
+                    studies += (row.patient_id, row.study_id) not in imaged
                     imaged.add((row.patient_id, row.study_id))
                 gm.commit_many(list(turns.values()))
                 ingested += len(good)
             bar.update(taken)
-    return IngestReport(ingested, already_stored, tuple(problems))
+    return IngestReport(ingested, already_stored, tuple(problems), studies)

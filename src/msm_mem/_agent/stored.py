@@ -5,7 +5,9 @@ episodes are read from the store after the turn's consent check, so a stored stu
 separate audited read. ``retrieve`` queries with the embedding stored with the study's active
 episode (else its newest); ``ask`` and ``observe`` load the image file of the first of those
 episodes that recorded one (an episode written from an array has none), so the backbone sees
-the pixels. An error never names the stored file."""
+the pixels. A relative stored path resolves against the store's recorded image root
+(:mod:`msm_mem._media`); an image that cannot be read is an ImageError naming the stored path
+and what it was resolved against (the caller may read that patient's records)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import numpy.typing as npt
 
 from .._errors import ImageError, InvalidInput, NotFound
 from .._limits import MAX_IMAGE_PIXELS
+from .._media import resolve_media
 from .._records import EpisodicRecord
 from .._storage.base import Store
 from ..plugins.images import load_image
@@ -53,15 +56,19 @@ def _episodes(store: Store, patient_id: str, study_id: str, limit: int | None = 
     return found
 
 
-def pixels(store: Store, patient_id: str, image: object) -> tuple[npt.NDArray[np.float32], str]:
+def pixels(
+    store: Store, patient_id: str, image: object, directory: str | os.PathLike[str] | None = None
+) -> tuple[npt.NDArray[np.float32], str]:
     """The grayscale pixels of ``image`` (a path, an array, or a :class:`StoredStudy` of the
-    patient) and the media path to record with them ("" for an array)."""
+    patient, whose relative path resolves against the image root of the store ``directory``)
+    and the media path to record with them (as stored for a study; "" for an array)."""
     if isinstance(image, StoredStudy):
-        path = study_image(store, patient_id, image.study_id)
+        stored = study_image(store, patient_id, image.study_id)
+        place = resolve_media(stored, directory)
         try:
-            return load_image(path), path
-        except ImageError:
-            raise ImageError("the stored study's image cannot be read") from None
+            return load_image(place.path), stored
+        except ImageError as exc:
+            raise ImageError(f"the stored study's image cannot be read ({exc}); {place.describe()}") from None
     # a path is read as a bounded regular file (any folder: the caller names its own files);
     # an array is bounded by the same pixel limit
     if isinstance(image, np.ndarray):

@@ -5,7 +5,8 @@ Columns: ``patient_id, study_id, timestamp, image, question, answer, report, dec
 optional ``view`` (stored as the visual tag) and ``question_type`` (``label``, ``yes_no`` or
 ``text``; absent or empty means ``text``). ``timestamp`` is ISO 8601 (a date or a date-time;
 naive values are UTC) or a number of UTC seconds. ``image`` is a path, relative to the
-manifest's folder unless absolute. ``question`` must be non-empty; ``answer`` is the reference
+manifest's folder unless absolute; the rows read carry it absolute, so a store that ingests
+them finds the image from any working directory. ``question`` must be non-empty; ``answer`` is the reference
 (it may be empty for unlabelled studies); ``report`` and ``decision`` may be empty.
 
 A study may carry several questions: rows sharing ``patient_id`` and ``study_id`` with
@@ -20,7 +21,9 @@ record) of more than ``MAX_ROW_CHARS`` characters is skipped without being held 
 row nested deeper than ``MAX_JSON_DEPTH`` is refused before it is parsed, and every field is
 checked like any :class:`ManifestRow` (ids without ``*`` or control characters, bounded text).
 An image must resolve (symlinks and ``..`` followed) inside the manifest's folder, or inside
-the ``root`` the caller allows; an existing image that is not a regular file is refused.
+one of the ``root`` folders the caller allows instead (a hospital export whose images lie
+elsewhere: ``msm-mem ingest --image-root DIR``); an existing image that is not a regular file
+is refused.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -97,7 +100,7 @@ def parse_timestamp(value: object) -> float:
     return seconds
 
 
-def _validate(raw: dict[str, Any], line: int, base: Path, root: Path) -> ManifestRow:
+def _validate(raw: dict[str, Any], line: int, base: Path, roots: Sequence[Path]) -> ManifestRow:
     # absent (or null) and empty are told apart; a number such as epoch 0 is a value
     missing = [c for c in REQUIRED if raw.get(c) is None]
     if missing:
@@ -147,16 +150,19 @@ def _validate(raw: dict[str, Any], line: int, base: Path, root: Path) -> Manifes
         )
     except InvalidInput as exc:  # the row's own checks: ids, sizes, the image path as text
         raise ManifestError(str(exc), line) from None
-    _check_image(image, root, line)
+    _check_image(image, roots, line)
     return row
 
 
-def _check_image(image: Path, root: Path, line: int) -> None:
-    """The image must resolve inside ``root``; if it exists it must be a regular file (a
-    missing one is reported when it is read)."""
-    if not inside(image, root):
+def _check_image(image: Path, roots: Sequence[Path], line: int) -> None:
+    """The image must resolve inside one of ``roots``; if it exists it must be a regular file
+    (a missing one is reported when it is read)."""
+    if not any(inside(image, root) for root in roots):
+        where = f"the folder {roots[0]}" if len(roots) == 1 else f"the folders {', '.join(map(str, roots))}"
         raise ManifestError(
-            f"image {str(image)[:200]!r} is outside the folder {root} (after resolving links and '..')", line
+            f"image {str(image)[:200]!r} is outside {where} (after resolving links and '..'); allow the folder "
+            "that holds the images with --image-root DIR (read_manifest(..., root=...))",
+            line,
         )
     try:
         mode = image.stat().st_mode
@@ -316,20 +322,43 @@ def _clash(
     return None
 
 
-def read_manifest(path: str | Path, *, root: str | Path | None = None) -> tuple[list[ManifestRow], list[RowProblem]]:
+def _roots(root: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None, path: Path) -> list[Path]:
+    """The folders images may lie in, resolved: ``root`` (one folder or several), else the
+    manifest's folder. A root that is not an existing folder is ManifestError naming it."""
+    if root is None:
+        return [Path(os.path.realpath(path.parent))]
+    given = [root] if isinstance(root, (str, os.PathLike)) else list(root)
+    if not given:
+        raise ManifestError("root names no folder: give at least one, or None for the manifest's folder")
+    roots = []
+    for folder in given:
+        if not isinstance(folder, (str, os.PathLike)) or not os.fspath(folder):
+            raise ManifestError(f"image root must be a folder path, got {_show(folder)}")
+        if not Path(folder).is_dir():
+            what = "is not a folder" if Path(folder).exists() else "does not exist"
+            raise ManifestError(f"image root {os.fspath(folder)} {what}")
+        roots.append(Path(os.path.realpath(folder)))
+    return roots
+
+
+def read_manifest(
+    path: str | Path, *, root: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None
+) -> tuple[list[ManifestRow], list[RowProblem]]:
     """Read and validate a manifest; return the good rows and the problems of the bad ones.
 
-    Images must lie inside ``root`` (default: the manifest's folder) once links and ``..`` are
-    resolved; a relative image path is relative to the manifest's folder. Raises
-    :class:`ManifestError` only when the file itself cannot be read (missing, not a regular
-    file, wrong suffix, not UTF-8). Duplicate ``(patient_id, study_id)`` pairs are reported as
-    problems.
+    Images must lie inside ``root`` (one folder or a sequence of them; default: the manifest's
+    folder) once links and ``..`` are resolved; a relative image path is relative to the
+    manifest's folder, and every row's ``image`` is absolute. Raises :class:`ManifestError`
+    only when the file itself cannot be read (missing, not a regular file, wrong suffix, not
+    UTF-8) or a root is not an existing folder. Duplicate ``(patient_id, study_id)`` pairs are
+    reported as problems.
     """
     path = Path(path)
     if not path.is_file():
         what = "not a regular file" if path.exists() else "no such manifest file"
         raise ManifestError(f"{path}: {what}")
-    allowed = Path(os.path.realpath(path.parent if root is None else root))
+    allowed = _roots(root, path)
+    base = Path(os.path.abspath(path.parent))
     rows: list[ManifestRow] = []
     problems: list[RowProblem] = []
     seen: dict[tuple[str, str, str], int] = {}
@@ -340,7 +369,7 @@ def read_manifest(path: str | Path, *, root: str | Path | None = None) -> tuple[
                 problems.append(RowProblem(number, raw.reason))
                 continue
             try:
-                row = _validate(raw, number, path.parent, allowed)
+                row = _validate(raw, number, base, allowed)
             except ManifestError as exc:
                 problems.append(RowProblem(number, exc.reason))
                 continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from ... import Evidence, Role
 from .output import as_json, iso, parse_time, print_json
@@ -22,6 +23,23 @@ def _json_flag(p: argparse.ArgumentParser) -> None:
 def _study_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--study", default="", help="the study's id (feedback names it later)")
     p.add_argument("--time", help="the study's time, ISO 8601 (default now)")
+
+
+def _image_flags(p: argparse.ArgumentParser) -> None:
+    image = p.add_mutually_exclusive_group(required=True)
+    image.add_argument("--image", type=Path, help="the image file (PNG, JPEG, DICOM or video)")
+    image.add_argument(
+        "--image-study",
+        metavar="STUDY",
+        help="instead of --image: the image of one of the patient's stored studies (by study id)",
+    )
+
+
+def _image(args: argparse.Namespace) -> dict[str, Any]:
+    """The image arguments of ask, retrieve and observe: a file, or a stored study."""
+    if args.image_study is not None:
+        return {"image": None, "image_study": args.image_study}
+    return {"image": str(args.image)}
 
 
 def _ablation_flags(p: argparse.ArgumentParser) -> None:
@@ -50,7 +68,7 @@ def _print_evidence(evidence: Iterable[Evidence]) -> None:
 def _configure_ask(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=Path)
     p.add_argument("--patient", required=True)
-    p.add_argument("--image", required=True, type=Path)
+    _image_flags(p)
     p.add_argument("--question", required=True)
     _study_flags(p)
     _json_flag(p)
@@ -63,7 +81,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     """Answer a clinical question about an image with the patient's memory.
 
     Runs the governed online loop (consent check, short-term write, ranked retrieval, fusion,
-    backbone, write-back gate, audit) as an agent or clinician. Prints the answer, the
+    backbone, write-back gate, audit) as an agent or clinician. The image is a file
+    (--image) or one of the patient's stored studies (--image-study STUDY: its image file). Prints the answer, the
     evidence trail (memory id, kind, score = cosine x composite_k, and each factor) and the
     gate decision; --json prints one object with keys answer, evidence [{id, kind, score,
     cosine, confidence, freshness, tier_weight}], gate {written, reasons} (null with
@@ -73,8 +92,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         result = mem.ask(
             principal(args),
             args.patient,
-            args.image,
-            args.question,
+            question=args.question,
+            **_image(args),
             timestamp=parse_time(args.time),
             study_id=args.study,
             write_back=not args.no_write_back,
@@ -97,7 +116,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 def _configure_retrieve(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=Path)
     p.add_argument("--patient", required=True)
-    p.add_argument("--image", required=True, type=Path)
+    _image_flags(p)
     p.add_argument(
         "--scope",
         choices=["patient", "population"],
@@ -114,8 +133,9 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     """Show the ranked evidence for an image without answering (nothing is written but the audit).
 
     Ranks the patient's semantic state and episodic and visual records by cosine x
-    composite_k, as an agent, clinician, critic or the system role; --scope population adds
-    other patients' consented and anonymised records, whose content is withheld. --json
+    composite_k (for --image-study STUDY: the embedding stored with that study), as an
+    agent, clinician, critic or the system role; --scope population adds other patients'
+    consented and anonymised records, whose content is withheld. --json
     prints one object: patient, scope, evidence [{id, kind, score, cosine, confidence,
     freshness, tier_weight, record}], where record is null for another patient's record."""
     use_sem, use_epi, use_vis = _ablation(args)
@@ -123,7 +143,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
         found = mem.retrieve(
             principal(args),
             args.patient,
-            args.image,
+            **_image(args),
             scope=args.scope,
             at=parse_time(args.at),
             use_sem=use_sem,
@@ -141,7 +161,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
 def _configure_observe(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=Path)
     p.add_argument("--patient", required=True)
-    p.add_argument("--image", required=True, type=Path)
+    _image_flags(p)
     p.add_argument("--question", required=True)
     _study_flags(p)
     _json_flag(p)
@@ -151,6 +171,7 @@ def _configure_observe(p: argparse.ArgumentParser) -> None:
 def cmd_observe(args: argparse.Namespace) -> int:
     """Write a working observation (image and question) into the patient's short-term memory.
 
+    The image is a file (--image) or one of the patient's stored studies (--image-study).
     The item lives until its TTL (MSM_MEM_STM_TTL_S) unless consolidate moves it into
     long-term memory; maintain expires it. As an agent, clinician or the system role;
     audited. Prints the item id and its expiry; --json prints the item (without its
@@ -159,8 +180,8 @@ def cmd_observe(args: argparse.Namespace) -> int:
         item = mem.observe(
             principal(args),
             args.patient,
-            str(args.image),
-            args.question,
+            question=args.question,
+            **_image(args),
             timestamp=parse_time(args.time),
             study_id=args.study,
         )
@@ -185,9 +206,12 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
     """Move a short-term item into long-term memory with its answer, through the write-back gate.
 
     The gate (novelty, answer length, clinical keyword) decides; an item it holds stays in
-    short-term memory. The semantic state and the study's claim are superseded, never
-    rewritten. As an agent, clinician or the system role; audited. --json prints one object:
-    gate {written, reasons}, episode_id, visual_id, semantic_id (null when not written)."""
+    short-term memory with its answer. Either way the answer becomes the patient's new
+    semantic state and the study's claim (each superseding the last version, never
+    rewritten). As an agent, clinician or the system role; audited. --json prints one object:
+    gate {written, reasons}; episode_id and visual_id, the long-term records (null when the
+    gate holds the item; visual_id null too when the study's image has a visual record
+    already); semantic_id, the new semantic state (set whatever the gate decides)."""
     with open_mem(args) as mem:
         result = mem.consolidate(principal(args), args.patient, args.item, args.answer, decision=args.decision)
     ids = {

@@ -146,6 +146,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print(f"  line {p.line}: {p.reason}", file=sys.stderr)
         if len(problems) > _SHOWN:
             print(f"  ... and {len(problems) - _SHOWN} more", file=sys.stderr)
+    if problems and not rows:
+        first = problems[0]
+        raise InvalidInput(
+            f"no rows to evaluate: all {len(problems)} rows of {path} were skipped (line {first.line}: {first.reason})"
+        )
     run = run_protocol(rows, settings, memory=memory, dataset=name, jobs=args.jobs, progress=not args.no_progress)
     records = write_reports(run, args.out, n_boot=args.bootstrap)
     if not args.no_plots:

@@ -55,7 +55,12 @@ def cmd_shred(args: argparse.Namespace) -> int:
 
 def _configure_api_key(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="key_action", required=True, metavar="ACTION")
-    create = sub.add_parser("create", help="make a key for one principal and patient scope; prints it once")
+    create = sub.add_parser(
+        "create",
+        help="make a key for one principal and patient scope; prints it once",
+        description="Make an API key acting as one principal (--actor, --role, --purpose) over a patient scope"
+        " (--patients). The key is printed once, on stdout; only its argon2 hash is kept.",
+    )
     create.add_argument("dir", type=Path)
     create.add_argument("--actor", dest="key_actor", required=True, metavar="ID", help="the principal's id")
     create.add_argument("--role", dest="key_role", required=True, metavar="ROLE", help=", ".join(r.value for r in Role))
@@ -66,9 +71,19 @@ def _configure_api_key(p: argparse.ArgumentParser) -> None:
         "--patients", default="", metavar="P1,P2|*", help="the patients it may reach (* for all; default none)"
     )
     create.add_argument("--note", default="", help="what the key is for (shown by list)")
-    listing = sub.add_parser("list", help="every key with its principal, scope and times (never a secret)")
+    listing = sub.add_parser(
+        "list",
+        help="every key with its principal, scope and times (never a secret)",
+        description="Print every API key of DIR as one JSON object a line: its id, principal, patient scope,"
+        " note and times (created, revoked); never a secret.",
+    )
     listing.add_argument("dir", type=Path)
-    revoke = sub.add_parser("revoke", help="revoke a key from now on")
+    revoke = sub.add_parser(
+        "revoke",
+        help="revoke a key from now on",
+        description="Revoke the API key KEY_ID (from `list`): from now on the service refuses it, and a stdio"
+        " MCP session using it ends at its next call. The record stays, marked revoked.",
+    )
     revoke.add_argument("dir", type=Path)
     revoke.add_argument("key_id")
 
@@ -81,13 +96,10 @@ def cmd_api_key(args: argparse.Namespace) -> int:
     or * for every patient; by default none: an admin then acts on a patient only with a
     break-glass reason). Only an argon2 hash of it is stored, in DIR/keys/api-keys.json (mode
     0600). Whoever can write DIR can already read its key file: these are the store owner's."""
-    from ... import MsmMem, Principal
+    from ... import Principal
     from ..auth.apikeys import ApiKeyStore, parse_patients
     from .identity import USUAL_PURPOSE
 
-    if not MsmMem.exists(args.dir):
-        print(f"error: {args.dir} is not a memory store", file=sys.stderr)
-        return 1
     keys = ApiKeyStore(args.dir)
     if args.key_action == "create":
         who = Principal(args.key_actor, args.key_role)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ... import MsmMem, MsmMemError, Principal, Purpose, Role
+from ... import MsmMem, MsmMemError, Principal, Purpose, Role, StoreError, __version__
 from ..._settings import Settings
 from . import identity
 
@@ -31,6 +31,7 @@ __all__ = [
     "main",
     "open_mem",
     "principal",
+    "require_store",
 ]
 
 #: the help of the --tenant options
@@ -158,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=identity.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"msm-mem {__version__}")
     _identity_flags(parser, "global_")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     actions: dict[str, argparse._SubParsersAction[argparse.ArgumentParser]] = {}
@@ -213,11 +215,45 @@ def open_mem(args: argparse.Namespace, **options: Any) -> MsmMem:
     return MsmMem.open(args.dir, settings=Settings.from_env(), **checkpoint_options(), **options)
 
 
+def require_store(directory: Path) -> None:
+    """StoreError when ``directory`` holds no msm-mem store (looked up by file names only)."""
+    if not MsmMem.exists(directory):
+        raise StoreError(f"{directory} is not an msm-mem store: check the path, or create one with msm-mem init")
+
+
+#: the exit status of a command whose output was cut off (its reader left: ``| head``), as a
+#: process ended by SIGPIPE reports it in a shell (128 + 13)
+BROKEN_PIPE = 141
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null once its reader has left, so that flushing it at exit raises
+    no second BrokenPipeError (and prints no "Exception ignored" message)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout without a file descriptor (captured in-process)
+        pass
+
+
+def _broken_pipe(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or, in an exception group, holds only) a broken pipe or a reset
+    connection: the reader of our output has gone."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_broken_pipe(e) for e in exc.exceptions)
+    return isinstance(exc, BrokenPipeError | ConnectionResetError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 1 error, 2 usage; ``audit verify``: 3 broken).
+    """Run the CLI; returns the exit status (0 ok, 1 error, 2 usage; ``audit verify``: 3
+    broken; ``ingest``: 4 some rows skipped, 5 nothing stored; 141 when the reader of the output
+    left, as ``| head`` does, which ends the command quietly).
 
     Errors print one line, ``error: <message>``, on stderr; ``--help`` and usage errors
     return their status instead of raising ``SystemExit``, so callers in-process get a code.
+    A command on a store checks that DIR is one before it resolves who is acting, so a
+    mistyped DIR is the first error named.
     """
     try:
         args = build_parser().parse_args(argv)
@@ -225,11 +261,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     spec: Spec = args.spec
     try:
+        directory = getattr(args, "dir", None)
+        if isinstance(directory, Path) and not spec.creates_store:
+            require_store(directory)
         if spec.role is not None:
             args.principal = _principal_of(args, spec)
-        return int(spec.func(args))
-    except (MsmMemError, OSError) as exc:  # OSError: unreadable or unwritable paths
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 1
+        code = int(spec.func(args))
+        sys.stdout.flush()  # a reader that left shows here, not at exit
+        return code
     except KeyboardInterrupt:
         return 130
+    except BaseException as exc:
+        if _broken_pipe(exc):
+            _quiet_stdout()
+            return BROKEN_PIPE
+        if isinstance(exc, MsmMemError | OSError):  # OSError: unreadable or unwritable paths
+            print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 1
+        raise

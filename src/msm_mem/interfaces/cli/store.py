@@ -10,12 +10,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ... import InvalidInput, MsmMem, Purpose, Role, RowProblem, read_manifest
+from ... import AccessDenied, IngestReport, InvalidInput, MsmMem, Purpose, Role, RowProblem, read_manifest
+from ..._media import image_root, set_image_root
 from ..._settings import Settings
 from .identity import write_identity
 from .registry import TENANT_HELP, checkpoint_options, command, group, open_mem, principal
 
-__all__ = ["cmd_export", "cmd_import", "cmd_ingest", "cmd_init", "cmd_upgrade"]
+__all__ = ["cmd_export", "cmd_image_root", "cmd_import", "cmd_ingest", "cmd_init", "cmd_upgrade"]
+
+#: the exit statuses of ingest besides 0 (everything stored or stored already) and 1 (an error)
+SOME_SKIPPED, NOTHING_STORED = 4, 5
 
 
 def _configure_init(p: argparse.ArgumentParser) -> None:
@@ -77,29 +81,65 @@ def _configure_ingest(p: argparse.ArgumentParser) -> None:
         metavar=("NAME", "PATH"),
         help="a data set loader: mimic-cxr, iu-xray, covid-cxr or synthetic",
     )
+    p.add_argument(
+        "--image-root",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="with --manifest: a folder the images may lie in instead of the manifest's own (repeatable; a"
+        " hospital export whose images are elsewhere); links and '..' may not leave it",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _nothing_stored(total: int, problems: Sequence[RowProblem]) -> str:
+    """Why an ingest stored nothing, in one line."""
+    if not total:
+        return "nothing stored: the manifest or data set has no rows"
+    first = problems[0]
+    where = f"line {first.line}" if first.line else "a row"
+    return f"nothing stored: all {total} rows were skipped ({where}: {first.reason})"
 
 
 @command("ingest", _configure_ingest, role=Role.SYSTEM)
 def cmd_ingest(args: argparse.Namespace) -> int:
     """Encode and store the studies of a manifest or a data set in DIR (base memory).
 
-    Bad rows are reported with their line number and reason; good rows are ingested; rows
-    already stored (same patient and study) are skipped, so ingest can be re-run. Runs as
-    the system role (or a clinician), consent-checked per patient and audited."""
+    Bad rows are reported with their line number and reason; good rows are ingested. A row
+    already stored (same patient, study and question) is left as it is, so ingest can be
+    re-run; a new question about a stored study is ingested (docs/manifest.md). Images lie
+    in the manifest's folder, or in the --image-root folders; each is stored by its absolute
+    path, so the store finds it from any working directory. Prints "ingested N studies (M
+    questions), K questions already stored, J rows skipped". Runs as the system role (or a
+    clinician), consent-checked per patient and audited.
+
+    Exit status: 0 when every row is stored (now or before); 4 when some rows were skipped
+    and the rest stored; 5 when nothing is stored and nothing was stored before (every row
+    skipped, or no rows), with one line saying why; 1 for an error (nothing stored)."""
     who = principal(args)
-    with open_mem(args) as mem:  # a bad DIR fails first
+    if args.image_root and args.manifest is None:
+        raise InvalidInput("--image-root applies to --manifest; a data set loader reads its own folder")
+    dataset = None
+    if args.dataset is not None:  # a relative folder would store paths relative to this directory
+        dataset = (args.dataset[0], os.path.abspath(args.dataset[1]))
+    with open_mem(args) as mem:
         if args.manifest is not None:
-            rows, problems = read_manifest(args.manifest)
+            rows, problems = read_manifest(args.manifest, root=args.image_root or None)
         else:
             from ...datasets.registry import load_dataset
 
-            rows, problems = load_dataset(args.dataset[0], args.dataset[1])
+            assert dataset is not None
+            rows, problems = load_dataset(*dataset)
         _print_problems(problems)
-        report = mem.ingest(who, rows, progress=not args.no_progress)
+        report = mem.ingest(who, rows, progress=not args.no_progress) if rows else IngestReport()
     _print_problems(report.problems)
-    print(dataclasses.replace(report, problems=(*problems, *report.problems)).summary())
-    return 0
+    every = dataclasses.replace(report, problems=(*problems, *report.problems))
+    print(every.summary())
+    if not every.ingested and not every.already_stored:
+        print(f"error: {_nothing_stored(len(rows) + len(problems), every.problems)}", file=sys.stderr)
+        return NOTHING_STORED
+    return SOME_SKIPPED if every.problems else 0
 
 
 def _configure_layout(p: argparse.ArgumentParser) -> None:
@@ -142,7 +182,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-group("store", "The store itself: upgrade one written by an older msm-mem.")
+group("store", "The store itself: upgrade one written by an older msm-mem, record its image root.")
 
 
 def _configure_upgrade(p: argparse.ArgumentParser) -> None:
@@ -170,4 +210,32 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
         f"upgraded {args.dir} from store schema {result['from_schema']} to {result['to_schema']}:"
         f" {result['visual_tags_encrypted']} visual tags encrypted, {result['events_signed']} audit events signed"
     )
+    return 0
+
+
+def _configure_image_root(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument("folder", type=Path, nargs="?", help="the folder to record (default: print the recorded one)")
+
+
+@command("store image-root", _configure_image_root, role=Role.ADMIN)
+def cmd_image_root(args: argparse.Namespace) -> int:
+    """Print or record the folder that DIR's relative image paths resolve against (as an admin).
+
+    This msm-mem stores every ingested image by its absolute path. A store ingested by an
+    older one holds paths relative to the folder its ingest ran in, which resolve against the
+    working directory of whoever reads them (so `serve` started elsewhere cannot read them)
+    until that folder is recorded here: `msm-mem store image-root DIR FOLDER` writes it to
+    DIR/media.json (absolute; it must exist), and every later use of a stored study's image,
+    in any process, resolves relative paths against it. Absolute paths are unaffected.
+    Without FOLDER, prints the recorded folder, or says there is none."""
+    who = principal(args)
+    if args.folder is None:
+        root = image_root(args.dir)
+        print(root if root is not None else "no image root recorded: relative paths resolve from the working directory")
+        return 0
+    if who.role is not Role.ADMIN:  # not an operation of the API: the check is here
+        raise AccessDenied(f"role {who.role.value!r} may not record the image root: only admin")
+    recorded = set_image_root(args.dir, args.folder)
+    print(f"recorded image root {recorded} in {args.dir}")
     return 0
