@@ -1,8 +1,9 @@
-"""Small helpers shared by the test modules (images on disk, audit events of a store, the test
-principals, direct SQL on the store of record of either backend)."""
+"""Small helpers shared by the test modules (images on disk, audit events of a store and of a
+chain in memory, the test principals, direct SQL on the store of record of either backend)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sqlite3
@@ -15,7 +16,9 @@ import numpy as np
 from PIL import Image
 
 from msm_mem import Principal, Purpose, Role
-from msm_mem._governance.audit.event import AuditEvent
+from msm_mem._governance.audit.chain import ChainBuilder
+from msm_mem._governance.audit.event import GENESIS, AuditEvent, Row
+from msm_mem._governance.audit.verify import VerifyResult, row_problem
 from msm_mem._storage.base import Store
 
 
@@ -31,6 +34,48 @@ def png(folder: Path, seed: int, size: int = 64) -> Path:
 def audit_events(store: Store) -> list[AuditEvent]:
     """Every stored audit event, parsed and hash-checked."""
     return [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in store.iter_audit()]
+
+
+def audit_fields(i: int = 0, **override: Any) -> dict[str, Any]:
+    """Plausible fields of an audit event (``ChainBuilder.next_row``); ``i`` varies record id and time."""
+    base: dict[str, Any] = {
+        "time": 1_700_000_000.25 + i,
+        "actor": "clinician-17",
+        "role": "radiologist",
+        "action": "read",
+        "source_tier": "ltm",
+        "target_tier": "stm",
+        "purpose": "treatment",
+        "outcome": "success",
+        "record_ids": [f"E-{i:04d}"],
+        "patient": "P-3f9a",
+        "consent_id": "C-1",
+        "reason": "",
+    }
+    base.update(override)
+    return base
+
+
+def audit_rows(n: int, start: int = 0, head: str = GENESIS) -> list[Row]:
+    """The stored rows of ``n`` events of :func:`audit_fields` chained after ``(start, head)``."""
+    builder = ChainBuilder(start, head)
+    return [builder.next_row(**audit_fields(i)) for i in range(n)]
+
+
+def rehashed(seq: int, payload: bytes) -> Row:
+    """A row of ``payload`` in slot ``seq`` with its hash recomputed (a forger's edit)."""
+    return (seq, payload, hashlib.sha256(payload).hexdigest())
+
+
+def verify_row_by_row(rows: Sequence[Row], start_seq: int = 1, start_prev: str = GENESIS) -> VerifyResult:
+    """The full check of every row, without the fast path: what full verification must find."""
+    expected, head = start_seq, start_prev
+    for row in rows:
+        problem, digest = row_problem(row, expected, head)
+        if problem is not None:
+            return VerifyResult(False, expected - start_seq, head, expected, f"seq {expected}: {problem}")
+        expected, head = expected + 1, digest
+    return VerifyResult(True, expected - start_seq, head, None, "")
 
 
 # principals of the tests (the default consent policy permits each of them for its purpose)

@@ -1,5 +1,5 @@
-"""Hypothesis strategies in one place: hostile input (image files and manifest rows) and the
-small fixed pools of the model-based test.
+"""Hypothesis strategies in one place: hostile input (image files and manifest rows), audit
+events of every shape the chain must hold, and the small fixed pools of the model-based test.
 
 The model-based test (``tests/test_model.py``) draws from small, fixed pools so that the
 write-back gate's outcome is known in advance: images are random-noise PNGs (one per seed;
@@ -20,6 +20,9 @@ from hypothesis import strategies as st
 from PIL import Image
 from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage
+
+from msm_mem import Purpose, Role
+from msm_mem._governance.audit.jcs import MAX_SAFE_INTEGER
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -162,6 +165,57 @@ jsonl_lines = st.one_of(
     st.text(max_size=80).filter(lambda t: "\n" not in t and "\r" not in t),
 )
 
+
+# audit events --------------------------------------------------------------------------------
+
+#: characters that stress canonical JSON: quotes, backslashes, every escaped control, U+007F,
+#: the JavaScript line separators, non-ASCII and astral code points (above U+FFFF)
+_JSON_HARD = '"\\/\x00\x07\x08\t\n\x0b\x0c\r\x1f\x7f\x80\u00e9\u2028\u2029\ufeff\uffff\U0001f600\U0010ffff'
+
+#: text an audit field may hold: any code point but a lone surrogate, empty text included
+audit_texts = st.text(st.characters(codec="utf-8") | st.sampled_from(_JSON_HARD), max_size=12)
+
+#: ids as msm-mem makes them (``E-0001``, ``pt-<hex>``) and any other text
+audit_ids = st.from_regex(r"[A-Za-z]{1,3}-[0-9a-f]{1,24}", fullmatch=True) | audit_texts
+
+#: the times an event may carry, UTC seconds: finite floats of every magnitude except those that
+#: canonical JSON writes as integers beyond 2**53 - 1 (refused: no reader keeps them exact),
+#: integers within 2**53 - 1, and the boundaries of the number forms
+audit_times = st.one_of(
+    st.floats(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER),
+    st.floats(min_value=1e21, allow_infinity=False),
+    st.floats(max_value=-1e21, allow_infinity=False),
+    st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER),
+    st.sampled_from([0.0, -0.0, 5e-324, 1e-7, 1e-6, 0.1, 1e15, float(MAX_SAFE_INTEGER), 1e21, -1e21, 1.7e9]),
+)
+
+#: the fields a caller gives an event (``ChainBuilder.next_row``); role and purpose as the enums
+#: or as any text, since both store the same bytes
+audit_event_fields = st.fixed_dictionaries(
+    {
+        "time": audit_times,
+        "actor": audit_ids.filter(bool),
+        "role": st.sampled_from(list(Role)) | audit_texts,
+        "action": st.sampled_from(["read", "write", "transition", "consent", "purge_expired"])
+        | audit_texts.filter(bool),
+        "source_tier": st.sampled_from(["stm", "ltm", "audit", ""]) | audit_texts,
+        "target_tier": st.sampled_from(["stm", "ltm", "audit", ""]) | audit_texts,
+        "purpose": st.sampled_from(list(Purpose)) | audit_texts,
+        "outcome": st.sampled_from(["success", "denied", "error"]),
+        "record_ids": st.lists(audit_ids, max_size=4),
+        "patient": st.sampled_from(["", "*"]) | audit_ids,
+        "consent_id": st.just("") | audit_ids,
+        "reason": audit_texts,
+    }
+)
+
+#: every field of a stored payload: an event's fields, its ``seq`` and the ``prev_hash`` it links to
+audit_payload_fields = st.builds(
+    lambda fields, seq, prev: {**fields, "seq": seq, "prev_hash": prev},
+    audit_event_fields,
+    st.integers(1, 10**15 - 1) | st.integers(1, MAX_SAFE_INTEGER),  # 16 digits leave the fast path
+    st.text("0123456789abcdef", min_size=64, max_size=64),
+)
 
 # the model-based test's pools ---------------------------------------------------------------
 

@@ -1,141 +1,32 @@
-"""Tests of the fast path of full audit verification (audit_scan) and of full verification with
-worker processes (audit_parallel): both find exactly what the full check of every row finds,
-first bad seq and reason included."""
+"""Tests for msm_mem._governance.audit.parallel: full verification with worker processes finds
+exactly what the full check of every row finds, first bad seq and reason included, and goes on
+in one process when the workers cannot start or die."""
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from msm_mem._errors import InvalidInput
 from msm_mem._governance.audit import parallel as audit_parallel
 from msm_mem._governance.audit.chain import ChainBuilder
 from msm_mem._governance.audit.event import GENESIS, Row
 from msm_mem._governance.audit.parallel import verify_chain_parallel
-from msm_mem._governance.audit.scan import scan
 from msm_mem._governance.audit.verify import (
     VerifyResult,
-    row_problem,
-    verify_chain,
     verify_chain_in_batches,
 )
 from msm_mem._storage.base import AUDIT_PAGE_ROWS, WriteBatch
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedClock
 from tests.cli_support import AUDITOR as AUDITOR_FLAGS
-from tests.helpers import ADMIN, AUDITOR, copy_store, raw_db
-from tests.test_audit_chain import event_fields, fields
-
-
-def reference(rows: Sequence[Row], start_seq: int = 1, start_prev: str = GENESIS) -> VerifyResult:
-    """The full check of every row, without the fast path (what full verification was before it)."""
-    expected, head = start_seq, start_prev
-    for row in rows:
-        problem, digest = row_problem(row, expected, head)
-        if problem is not None:
-            return VerifyResult(False, expected - start_seq, head, expected, f"seq {expected}: {problem}")
-        expected, head = expected + 1, digest
-    return VerifyResult(True, expected - start_seq, head, None, "")
-
-
-def chain(n: int, start: int = 0, head: str = GENESIS) -> list[Row]:
-    builder = ChainBuilder(start, head)
-    return [builder.next_row(**fields(i)) for i in range(n)]
-
-
-def rehashed(seq: int, payload: bytes) -> Row:
-    return (seq, payload, hashlib.sha256(payload).hexdigest())
-
-
-# the fast path ------------------------------------------------------------------------------
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.lists(event_fields, min_size=1, max_size=6))
-def test_fast_path_accepts_every_canonical_event(many: list[dict[str, Any]]) -> None:
-    """Any event the builder writes (any text, controls and quotes included) passes the fast
-    path alone, so a stored chain never needs the slow check."""
-    builder = ChainBuilder()
-    rows = [builder.next_row(**f) for f in many]
-    assert scan(rows, 0, 1, GENESIS) == (len(rows), GENESIS, rows[-1][2])
-    assert verify_chain(rows) == reference(rows) == VerifyResult(True, len(rows), rows[-1][2], None, "")
-
-
-#: bytes that matter to JSON, the pattern and the time
-_NOISE = st.binary(max_size=4) | st.text('"\\{}[],:0123456789.eE+-u/ab\x00\x1f\x7f\xe9', max_size=4).map(str.encode)
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.lists(event_fields, min_size=2, max_size=3), st.data())
-def test_fast_path_accepts_nothing_the_full_check_refuses(many: list[dict[str, Any]], data: st.DataObject) -> None:
-    """A payload rewritten anywhere (and rehashed) passes the fast path only if the full check
-    accepts it, and verification finds exactly what the full check of every row finds."""
-    builder = ChainBuilder()
-    rows = [builder.next_row(**f) for f in many]
-    index = data.draw(st.integers(0, len(rows) - 1))
-    seq, payload, _ = rows[index]
-    a = data.draw(st.integers(0, len(payload)))
-    b = data.draw(st.integers(a, min(len(payload), a + 6)))
-    rows[index] = rehashed(seq, payload[:a] + data.draw(_NOISE) + payload[b:])
-    head = rows[index - 1][2] if index else GENESIS
-    if scan(rows, index, seq, head)[0]:
-        assert row_problem(rows[index], seq, head)[0] is None
-    assert verify_chain(rows) == reference(rows)
-
-
-@pytest.mark.parametrize(
-    "time",
-    [
-        "0",
-        "-0",
-        "0.0",
-        "1700000000",
-        "1700000000.0",
-        "1700000000.25",
-        "1.5",
-        "-1.5",
-        "0.000001",
-        "1e-7",
-        "1e+21",
-        "1E+21",
-        "1e21",
-        "100000000000000000000",
-        "9007199254740991",
-        "9007199254740992",
-        "1.7976931348623157e+308",
-        "1e+400",
-        "5e-324",
-        "0.1000000000000000055511151231257827",
-        "01",
-    ],
-)
-def test_every_form_of_the_time_gets_the_full_check_verdict(time: str) -> None:
-    """Canonical times, other spellings of the same number, integers beyond 2**53 and
-    numbers beyond a double: the verdict is the full check's, fast path or not."""
-    seq, payload, _ = chain(1)[0]
-    first = rehashed(seq, payload[: payload.index(b'"time":') + 7] + time.encode() + b"}")
-    rows = [first, ChainBuilder(1, first[2]).next_row(**fields(1))]
-    assert verify_chain(rows) == reference(rows)
-    if scan(rows, 0, 1, GENESIS)[0]:
-        assert reference(rows).ok
-
-
-def test_a_seq_beyond_fifteen_digits_takes_the_full_check() -> None:
-    """Seqs of 16 digits are outside the pattern: the full check verifies them, with the same result."""
-    start = 10**15 - 2
-    rows = chain(4, start, "a" * 64)
-    assert scan(rows, 0, start + 1, "a" * 64)[0] == 1  # seq 10**15 - 1 has fifteen digits
-    expected = VerifyResult(True, 4, rows[-1][2], None, "")
-    assert verify_chain(rows, start_seq=start + 1, start_prev="a" * 64) == expected
-
+from tests.helpers import ADMIN, AUDITOR, audit_fields, copy_store, raw_db, rehashed, verify_row_by_row
+from tests.helpers import audit_rows as chain
 
 # verification with workers, over rows in memory ------------------------------------------------
 
@@ -197,7 +88,7 @@ def test_workers_find_a_break_in_any_chunk_as_one_process_does(name: str, k: int
     tamper, offset = ROW_TAMPER[name]
     rows = tamper(chain(N), k)
     one = verify_chain_in_batches(_pages(rows))
-    assert one == reference(rows)
+    assert one == verify_row_by_row(rows)
     assert not one.ok and one.first_bad_seq == k + offset and one.reason.startswith(f"seq {k + offset}:")
     assert verify_chain_parallel(_pages(rows), start_prev=GENESIS, processes=2, chunk_rows=CHUNK) == one
 
@@ -330,7 +221,7 @@ def _sql_recompute(con: Any, k: int) -> None:
         k - 1, str(con.execute("SELECT event_hash FROM audit WHERE seq = ?", (k - 1,)).fetchone()[0])
     )
     for (seq,) in con.execute("SELECT seq FROM audit WHERE seq >= ? ORDER BY seq", (k,)).fetchall():
-        _, payload, digest = builder.next_row(**fields(seq, actor="mallory"))
+        _, payload, digest = builder.next_row(**audit_fields(seq, actor="mallory"))
         con.execute("UPDATE audit SET payload = ?, event_hash = ? WHERE seq = ?", (payload, digest, seq))
 
 

@@ -1,8 +1,9 @@
 """The fast path of full audit verification: each payload matched against the one canonical
-form the chain allows, instead of parsing it and serialising it again.
+form the chain allows (:func:`.event.canonical_payload`), instead of parsing it and serialising
+it again.
 
 A stored payload passes full verification (:func:`~.verify.verify_chain`) when it parses
-as strict JSON with exactly the event's fields and types and equals its own canonical form.
+as strict JSON with exactly the event's fields and types and equals its own canonical payload.
 For this schema that is a regular language: the keys are fixed and sorted; a canonical string
 (RFC 8785, the json module's encoder) holds any character but ``"``, ``\\`` and controls, and
 only the escapes ``\\"``, ``\\\\``, ``\\b \\f \\n \\r \\t`` and ``\\u00xx`` (lowercase) for the
@@ -16,7 +17,10 @@ print for it, finite, an integer within 2**53 - 1 if it has no fraction or expon
 The pattern is a subset of what full verification accepts, never more: a row it does not
 accept (a time in an unusual form, a seq of 16 digits, a tampered row) goes to the full check,
 which accepts it or names the reason. So the verdicts, first bad seq and reasons are those of
-the full check, only sooner. Reads no key: rows only (worker processes run :func:`scan_chunk`).
+the full check, only sooner. ``test_scan_accepts_exactly_the_canonical_payload``
+(tests/test_audit_scan.py) proves both directions over generated events: the pattern accepts
+the canonical payload of every event, and what it accepts is byte-equal to the canonical payload
+of what it parses to. Reads no key: rows only (worker processes run :func:`scan_chunk`).
 """
 
 from __future__ import annotations
