@@ -61,8 +61,8 @@ def peak_rss_bytes() -> int:
 def run_one(n: int, workdir: Path) -> dict[str, float]:
     """The figures of one size, measured in this process (``--one``)."""
     from msm_mem import EpisodicRecord, Impression, SemanticState, VisualRecord
-    from msm_mem._governance.codec import EnvelopeCodec
     from msm_mem._governance.crypto import EnvelopeCipher
+    from msm_mem._governance.envelope_codec import EnvelopeCodec
     from msm_mem._memory.msm import Memory
     from msm_mem._storage.base import WriteBatch
     from msm_mem._storage.sqlite import SqliteStore

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
-from msm_mem._governance.codec import EnvelopeCodec
 from msm_mem._governance.crypto import EnvelopeCipher
+from msm_mem._governance.envelope_codec import EnvelopeCodec
 from msm_mem._storage.base import Store
 from msm_mem._storage.sqlite import SqliteStore, vector_index
 from msm_mem.testing import FixedClock, InMemoryKeyProvider, local_server

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from msm_mem._errors import DecryptionError
 from msm_mem._governance.audit.checkpoint import Checkpoint
 from msm_mem._governance.audit.checkpoint_files import publish, read_head, read_tail, write_head
-from msm_mem._governance.codec import EnvelopeCodec
 from msm_mem._governance.crypto import EnvelopeCipher, _b64url, _unb64url
+from msm_mem._governance.envelope_codec import EnvelopeCodec
 from msm_mem.testing import InMemoryKeyProvider, InMemoryWrappedKeyStore
 
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from msm_mem import EpisodicRecord, IllegalTransition, Impression, NotFound, SemanticState, VisualRecord
-from msm_mem._governance.codec import SHREDDED, EnvelopeCodec
 from msm_mem._governance.crypto import EnvelopeCipher
+from msm_mem._governance.envelope_codec import SHREDDED, EnvelopeCodec
 from msm_mem._records import State
 from msm_mem._storage.base import StateChange, WriteBatch
 from msm_mem._storage.sqlite import SqliteStore

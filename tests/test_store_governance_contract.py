@@ -165,8 +165,8 @@ def test_key_table_keeps_one_key_per_patient_and_shreds(store: Store) -> None:
 def test_key_made_by_a_batch_that_rolls_back_is_gone(store: Store) -> None:
     """A data key created while a batch is written (a new patient's first record) goes with
     the batch when it fails: no key is served for that patient afterwards, cached or not."""
-    from msm_mem._governance.codec import EnvelopeCodec
     from msm_mem._governance.crypto import EnvelopeCipher
+    from msm_mem._governance.envelope_codec import EnvelopeCodec
     from msm_mem.testing import InMemoryKeyProvider
 
     store.use_codec(EnvelopeCodec(EnvelopeCipher("tenant", InMemoryKeyProvider(), store.keys()), store.keys()))

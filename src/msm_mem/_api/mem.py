@@ -34,9 +34,9 @@ from .._errors import EncoderMismatch, InvalidInput
 from .._governance.audit.checkpoint_files import CheckpointPlace, load_signer
 from .._governance.audit.checkpoint_signer import CheckpointSigner, SigningKey
 from .._governance.audit.log import AuditLog
-from .._governance.codec import EnvelopeCodec
 from .._governance.consent import default_policy
 from .._governance.crypto import EnvelopeCipher
+from .._governance.envelope_codec import EnvelopeCodec
 from .._governance.keys import KeyProvider, LocalKeyFileProvider
 from .._memory.maintenance import Maintainer
 from .._memory.msm import Memory

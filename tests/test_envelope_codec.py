@@ -1,4 +1,4 @@
-"""Tests of the envelope codec at the repository boundary (msm_mem._governance.codec): PHI at rest
+"""Tests of the envelope codec at the repository boundary (msm_mem._governance.envelope_codec): PHI at rest
 is ciphertext bound to its place, KEK rotation keeps data readable, shredding unlinks a patient."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from msm_mem import Principal
 from msm_mem._api.mem import MsmMem
 from msm_mem._errors import AccessDenied, DecryptionError
-from msm_mem._governance.codec import SHREDDED
 from msm_mem._governance.crypto import is_token
+from msm_mem._governance.envelope_codec import SHREDDED
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.cli_support import ADMIN as ADMIN_FLAGS

@@ -1,4 +1,5 @@
-"""The envelope-encryption codec at the repository boundary (a storage FieldCodec)."""
+"""The envelope-encryption codec at the repository boundary: the governance layer's FieldCodec
+(the protocol and the PHI fields it guards are in :mod:`msm_mem._storage.codec`)."""
 
 from __future__ import annotations
 
