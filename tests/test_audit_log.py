@@ -1,4 +1,4 @@
-"""Tests of the audit tier (msm_mem._governance.audit): one event per action, no identifiers or
+"""Tests of the audit tier (msm_mem._governance.audit.log): one event per action, no identifiers or
 narrative, appends across handles and checkpoints, retention, and the pinned bytes of an event.
 The tamper matrices are in ``tests/test_audit_log_tamper.py``."""
 

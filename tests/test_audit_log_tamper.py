@@ -1,4 +1,4 @@
-"""Tamper evidence of the audit tier (msm_mem._governance.audit): each direct edit of the audit
+"""Tamper evidence of the audit tier (msm_mem._governance.audit.log): each direct edit of the audit
 table (a flipped bit, a deleted, inserted, swapped or duplicated row, a seq gap, a forged insert,
 a truncated tail, a recomputed chain) named by its first bad seq, through the CLI verifier and
 the API's on either backend, and at the boundary of the pages a store hands over."""
