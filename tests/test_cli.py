@@ -22,10 +22,12 @@ from tests.cli_support import (
     ADMIN,
     AGENT,
     CLINICIAN,
+    HEADER,
     SYSTEM,
     counts,
     make_data,
     one_line_error,
+    png,
     run,
     run_json,
 )
@@ -99,10 +101,57 @@ def _walk(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, str
                 yield from _walk(sub, f"{path} {name}")
 
 
+def _parsers(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield f"{path} {name}".strip(), sub
+                yield from _parsers(sub, f"{path} {name}")
+
+
 def test_every_command_and_subcommand_has_help() -> None:
     """Every (sub)command in the parser tree carries a non-empty help line."""
     missing = [name for name, text in _walk(build_parser(), "") if not (text or "").strip()]
     assert missing == []
+
+
+def test_every_command_and_subcommand_has_a_description() -> None:
+    """Every (sub)command's --help opens with a description of more than its usage line, down
+    to the actions of `keys api-key`."""
+    found = dict(_parsers(build_parser(), ""))
+    assert {"keys api-key create", "keys api-key list", "keys api-key revoke", "store image-root"} <= set(found)
+    missing = [name for name, sub in found.items() if len((sub.description or "").strip()) < 20]
+    assert missing == []
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """`msm-mem --version` exits 0 printing the installed package's version."""
+    rc, out, _ = run(capsys, "--version")
+    assert rc == 0 and out.strip() == f"msm-mem {msm_mem.__version__}"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ingest", "{d}", "--manifest", "m.csv"],
+        ["ask", "{d}", "--patient", "P1", "--image", "x.png", "--question", "q?"],
+        ["show", "state", "{d}", "--patient", "P1"],
+        ["audit", "verify", "{d}"],
+        ["keys", "api-key", "list", "{d}"],
+        ["mcp", "{d}", "--patients", "*"],
+        ["serve", "{d}"],
+    ],
+)
+def test_a_missing_store_is_named_before_any_identity_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str]
+) -> None:
+    """With no principal anywhere, a command on a directory that is no store says that DIR is
+    not an msm-mem store (not "no acting principal"), and creates nothing."""
+    nosuch = tmp_path / "nosuch"
+    rc, out, err = run(capsys, *[a.format(d=nosuch) for a in argv])
+    assert rc == 1 and out == ""
+    assert one_line_error(err).startswith(f"error: {nosuch} is not an msm-mem store")
+    assert not nosuch.exists()
 
 
 def test_top_level_help_lists_every_command_and_the_identity_rules(capsys: pytest.CaptureFixture[str]) -> None:
@@ -276,6 +325,141 @@ def test_ingest_into_a_non_store_is_an_error(
     assert "not an msm-mem store" in one_line_error(err)
     assert out == ""
     assert not (tmp_path / "nowhere" / "msm-mem.sqlite").exists()
+
+
+def _export(root: Path) -> tuple[Path, Path]:
+    """A hospital export: images in root/pacs, the manifest in root/export naming them by
+    absolute path; returns (manifest, pacs)."""
+    pacs, export = root / "pacs", root / "export"
+    pacs.mkdir(parents=True)
+    export.mkdir()
+    rows = [f"P1,S{i},2020-01-0{i + 1},{png(pacs / f'a{i}.png', i)},{QUESTION},Small effusion {i}.,," for i in range(2)]
+    rows.append(f"P1,S0,2020-01-01,{pacs / 'a0.png'},Any change?,No change.,,")  # a second question of S0
+    manifest = export / "studies.csv"
+    manifest.write_text("\n".join([HEADER, *rows]) + "\n", encoding="utf-8")
+    return manifest, pacs
+
+
+def test_ingest_of_a_hospital_export_needs_its_image_root(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A manifest naming images outside its folder stores nothing and exits 5 with one line
+    saying why and naming --image-root; with --image-root DIR it stores every row, counting
+    studies and questions apart."""
+    manifest, pacs = _export(tmp_path)
+    store = tmp_path / "store"
+    assert run(capsys, "init", store, *ADMIN)[0] == 0
+    rc, out, err = run(capsys, "ingest", store, "--manifest", manifest, "--no-progress", *SYSTEM)
+    assert rc == 5
+    assert out.strip() == "ingested 0 studies (0 questions), 0 questions already stored, 3 rows skipped"
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: nothing stored: all 3 rows were skipped (line 2: image ")
+    assert "outside the folder" in last and "--image-root DIR" in last
+    assert counts(store)["episodic"] == 0
+    rc, out, err = run(capsys, "ingest", store, "--manifest", manifest, "--image-root", pacs, "--no-progress", *SYSTEM)
+    assert rc == 0, err
+    assert out.strip() == "ingested 2 studies (3 questions), 0 questions already stored, 0 rows skipped"
+    assert counts(store)["episodic"] == 3 and counts(store)["visual"] == 2
+
+
+def test_an_image_root_is_no_way_out(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Under --image-root, a symlink or '..' leading out of the root is skipped like any row
+    outside it (exit 4 when others are stored); --image-root with --dataset, or naming a
+    missing folder, is a one-line error that stores nothing."""
+    manifest, pacs = _export(tmp_path)
+    secret = png(tmp_path / "secret.png", 9)
+    (pacs / "link.png").symlink_to(secret)
+    extra = [
+        f"P2,S1,2020-01-01,{pacs / 'link.png'},{QUESTION},x,,",
+        f"P2,S2,2020-01-02,{pacs}/../secret.png,{QUESTION},x,,",
+    ]
+    with manifest.open("a", encoding="utf-8") as f:
+        f.write("\n".join(extra) + "\n")
+    store = tmp_path / "store"
+    assert run(capsys, "init", store, *ADMIN)[0] == 0
+    base = ["ingest", store, "--manifest", manifest, "--no-progress", *SYSTEM]
+    rc, out, err = run(capsys, *base, "--image-root", pacs)
+    assert rc == 4
+    assert [line.split(":")[0] for line in err.splitlines()] == ["skipped line 5", "skipped line 6"]
+    assert out.strip().endswith("2 rows skipped") and counts(store)["episodic"] == 3
+    rc, _, err = run(capsys, *base, "--image-root", tmp_path / "absent")
+    assert rc == 1 and "image root" in one_line_error(err) and "does not exist" in err
+    rc, _, err = run(capsys, "ingest", store, "--dataset", "synthetic", tmp_path, "--image-root", pacs, *SYSTEM)
+    assert rc == 1 and "--image-root applies to --manifest" in one_line_error(err)
+
+
+def test_ingest_of_an_empty_manifest_stores_nothing(capsys: pytest.CaptureFixture[str], cli_store: Path) -> None:
+    """A manifest with a header and no rows exits 5 saying it has no rows."""
+    empty = cli_store.parent / "empty.csv"
+    empty.write_text(HEADER + "\n", encoding="utf-8")
+    rc, _, err = run(capsys, "ingest", cli_store, "--manifest", empty, "--no-progress", *SYSTEM)
+    assert rc == 5 and one_line_error(err) == "error: nothing stored: the manifest or data set has no rows"
+
+
+def test_a_store_ingested_elsewhere_finds_its_images_from_any_folder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest named relative to the folder ingest runs in is stored by absolute paths: a
+    command run from another folder reads the stored study's image."""
+    data = tmp_path / "work"
+    make_data(data)
+    store = tmp_path / "store"
+    assert run(capsys, "init", store, *ADMIN)[0] == 0
+    monkeypatch.chdir(data)
+    assert run(capsys, "ingest", store, "--manifest", "manifest.csv", "--no-progress", *SYSTEM)[0] == 4
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = run(capsys, "ask", store, "--patient", "p1", "--image-study", "s2", "--question", QUESTION, *AGENT)
+    assert rc == 0, err
+    assert out.startswith("answer: ")
+
+
+def test_store_image_root_lets_an_older_store_find_its_relative_paths(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store holding relative image paths (as older versions wrote them) fails from another
+    folder naming the path and the working directory; once an admin records the folder with
+    `store image-root`, it reads them from anywhere; another role may not record it."""
+    data = tmp_path / "work"
+    make_data(data)
+    store = tmp_path / "store"
+    assert run(capsys, "init", store, *ADMIN)[0] == 0
+    monkeypatch.chdir(data)
+    rows = msm_mem.read_manifest("manifest.csv")[0]
+    legacy = [dataclasses.replace(r, image=Path(r.image).name) for r in rows]  # as stored before
+    with msm_mem.MsmMem.open(store) as mem:
+        mem.ingest(msm_mem.Principal("cron", "system", "operations"), legacy)
+    monkeypatch.chdir(tmp_path)
+    ask = ["ask", store, "--patient", "p1", "--image-study", "s2", "--question", QUESTION, *AGENT]
+    rc, _, err = run(capsys, *ask)
+    assert rc == 1 and "stored as 'img1.png'" in one_line_error(err) and f"working directory {tmp_path}" in err
+    rc, out, _ = run(capsys, "store", "image-root", store, *ADMIN)
+    assert rc == 0 and out.startswith("no image root recorded")
+    rc, _, err = run(capsys, "store", "image-root", store, data, *CLINICIAN)
+    assert rc == 1 and "may not record the image root" in one_line_error(err)
+    rc, _, err = run(capsys, "store", "image-root", store, tmp_path / "absent", *ADMIN)
+    assert rc == 1 and "does not exist" in one_line_error(err)
+    rc, out, _ = run(capsys, "store", "image-root", store, data, *ADMIN)
+    assert rc == 0 and out.strip() == f"recorded image root {data} in {store}"
+    assert run(capsys, "store", "image-root", store, *ADMIN)[1].strip() == str(data)
+    rc, out, err = run(capsys, *ask)
+    assert rc == 0, err
+
+
+def _show_history_cut_off(store: Path) -> subprocess.CompletedProcess[bytes]:
+    script = Path(sys.executable).parent / "msm-mem"
+    argv = [str(script), "show", "history", str(store), "--patient", "p1", *CLINICIAN]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MSM_MEM_")}
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader leaves before the first line, as `| head -0` would
+    with proc.stderr:
+        err = proc.stderr.read()
+    return subprocess.CompletedProcess(argv, proc.wait(timeout=60), b"", err)
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly(cli_store: Path) -> None:
+    """`msm-mem show history ... | head`: when the reader of stdout has gone, the command ends
+    with status 141 and nothing on stderr (no "Broken pipe" error, no traceback)."""
+    done = _show_history_cut_off(cli_store)
+    assert done.stderr == b"" and done.returncode == 141
 
 
 # export / import ------------------------------------------------------------------------------

@@ -82,6 +82,39 @@ def test_ask_json_finds_the_same_image_first(
         assert studies[episodic[0]["id"]] == study
 
 
+def test_ask_image_study_answers_as_the_studys_image_does(
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ask --image-study STUDY answers with the same evidence as --image of that study's file,
+    from any working directory; observe --image-study records the study's image."""
+    monkeypatch.chdir(tmp_path)  # not the folder ingest ran in
+    common = ["--patient", "p1", "--question", QUESTION, "--time", "2020-03-01", "--no-write-back", *AGENT]
+    by_file = _obj(capsys, "ask", cli_store, "--image", cli_data / "img1.png", *common)
+    by_study = _obj(capsys, "ask", cli_store, "--image-study", "s2", *common)
+    assert by_study["answer"] == by_file["answer"]
+    assert [(e["id"], e["score"]) for e in by_study["evidence"]] == [(e["id"], e["score"]) for e in by_file["evidence"]]
+    item = _obj(capsys, "observe", cli_store, "--patient", "p1", "--image-study", "s2", "--question", QUESTION, *AGENT)
+    assert item["payload"]["media_path"] == str(cli_data / "img1.png")
+    ranked = _obj(capsys, "retrieve", cli_store, "--patient", "p1", "--image-study", "s2", *AGENT)
+    assert ranked["evidence"][0]["record"]["study_id"] == "s2"
+
+
+def test_ask_needs_exactly_one_of_image_and_image_study(
+    capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path
+) -> None:
+    """Neither or both of --image and --image-study is a usage error (2); a study the patient
+    does not have is a one-line error (1) and writes nothing."""
+    before = counts(cli_store)
+    base = ["--patient", "p1", "--question", QUESTION, *AGENT]
+    rc, _, err = run(capsys, "ask", cli_store, *base)
+    assert rc == 2 and "--image" in err
+    rc, _, err = run(capsys, "ask", cli_store, *base, "--image", cli_data / "img1.png", "--image-study", "s2")
+    assert rc == 2 and "not allowed with argument" in err
+    rc, _, err = run(capsys, "ask", cli_store, *base, "--image-study", "s9")
+    assert rc == 1 and "no stored study" in one_line_error(err)
+    assert counts(cli_store) == before
+
+
 def test_ask_no_write_back_has_no_gate_and_changes_nothing(
     capsys: pytest.CaptureFixture[str], cli_store: Path, cli_data: Path
 ) -> None:

@@ -146,3 +146,31 @@ def test_eval_structured_gate_is_recorded(tmp_path: Path) -> None:
     """--structured-gate sets the store setting, recorded in results.json."""
     doc = _eval(tmp_path, "--structured-gate", "--no-fit", "--no-progress", "--no-plots", "--jobs", "1")
     assert doc["settings"]["memory"]["structured_gate"] is True  # type: ignore[index]
+
+
+def test_eval_on_a_manifest_whose_rows_were_all_skipped_says_so(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """eval on a manifest whose every row is skipped (images outside its folder) exits 1
+    saying the rows were skipped, naming the first reason, not that answers are empty."""
+    export = tmp_path / "export"
+    export.mkdir()
+    rows = [
+        {
+            "patient_id": f"P{i}",
+            "study_id": "S1",
+            "timestamp": "2020-01-01",
+            "image": str(tmp_path / f"{i}.png"),
+            "question": "Impression?",
+            "answer": "Small effusion.",
+        }
+        for i in range(4)
+    ]
+    manifest = export / "m.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    code = main(["eval", "--dataset", "manifest", str(manifest), "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"error: no rows to evaluate: all 4 rows of {manifest} were skipped (line 1: image ")
+    assert "outside the folder" in last and "answer is empty" not in err

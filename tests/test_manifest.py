@@ -238,6 +238,70 @@ def test_relative_image_paths_resolve_against_the_manifest_folder(tmp_path: Path
     assert list(by_line(problems)) == [2] and "outside the folder" in problems[0].reason
 
 
+def test_rows_carry_absolute_image_paths_whatever_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest named by a relative path gives rows whose images are absolute (the folder the
+    reader ran in joined to the manifest's folder), so a store finds them from anywhere."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    write_jsonl(folder / "m.jsonl", [json_row(image="img/a.png")])
+    monkeypatch.chdir(tmp_path)
+    rows, problems = read_manifest("data/m.jsonl")
+    assert problems == [] and rows[0].image == str(tmp_path / "data" / "img" / "a.png")
+    monkeypatch.chdir(folder)
+    assert read_manifest("m.jsonl")[0][0].image == rows[0].image
+
+
+def test_several_roots_allow_images_under_any_of_them(tmp_path: Path) -> None:
+    """root= takes several folders: an image under any of them is read, one under none is a
+    problem naming every folder and the option that allows one; the manifest's own folder is
+    then not allowed unless named."""
+    export, pacs, other = tmp_path / "export", tmp_path / "pacs", tmp_path / "other"
+    for folder in (export, pacs, other):
+        folder.mkdir()
+    items: list[object] = [
+        json_row(image=str(pacs / "a.png")),
+        json_row(study_id="s2", image=str(other / "b.png")),
+        json_row(study_id="s3", image="c.png"),
+    ]
+    manifest = write_jsonl(export / "m.jsonl", items)
+    rows, problems = read_manifest(manifest, root=[pacs, other])
+    assert [r.study_id for r in rows] == ["s1", "s2"]
+    assert list(by_line(problems)) == [3]
+    assert f"outside the folders {pacs}, {other}" in problems[0].reason and "--image-root" in problems[0].reason
+    rows, problems = read_manifest(manifest, root=[export, pacs])
+    assert [r.study_id for r in rows] == ["s1", "s3"] and list(by_line(problems)) == [2]
+
+
+def test_a_root_is_no_way_out_through_links_or_dotdot(tmp_path: Path) -> None:
+    """Under a named root, '..' and a symlink leading out of it are problems like under the
+    manifest's folder."""
+    pacs = tmp_path / "pacs"
+    pacs.mkdir()
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(b"x")
+    (pacs / "link.png").symlink_to(secret)
+    items: list[object] = [
+        json_row(image=str(pacs / ".." / "secret.png")),
+        json_row(study_id="s2", image=str(pacs / "link.png")),
+    ]
+    rows, problems = read_manifest(write_jsonl(tmp_path / "m.jsonl", items), root=pacs)
+    assert rows == [] and sorted(by_line(problems)) == [1, 2]
+    assert all("outside the folder" in p.reason for p in problems)
+
+
+@pytest.mark.parametrize("root", ["missing", "file.txt", []])
+def test_a_root_that_is_not_a_folder_is_refused(tmp_path: Path, root: object) -> None:
+    """A root that does not exist, is a file, or an empty list of roots is a ManifestError
+    naming it, before any row is read."""
+    (tmp_path / "file.txt").write_text("x")
+    manifest = write_jsonl(tmp_path / "m.jsonl", [json_row()])
+    given = tmp_path / root if isinstance(root, str) else root
+    with pytest.raises(ManifestError, match="root"):
+        read_manifest(manifest, root=given)  # type: ignore[arg-type]
+
+
 # writing --------------------------------------------------------------------------------------
 
 

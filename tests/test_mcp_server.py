@@ -8,6 +8,8 @@ test_mcp_inputs.py."""
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from tests.mcp_support import (
     problem,
     run,
     stdio_client,
+    stdio_parameters,
 )
 
 pytestmark = pytest.mark.system
@@ -90,9 +93,9 @@ async def _every_tool(client: Client, images: Path, *, critic: Client | None, au
             )
         )
         assert claim["content"] == "Left basal effusion." and claim["evidence_tier"] != "agent"
-        chain = await client.read_resource(f"msm-mem://patients/{OWN}/claims/study:S0/chain")
+        chain = await client.read_resource(f"msm-mem://patients/{OWN}/claims/{claim['key']}/chain")
         doc = json.loads(chain.contents[0].text)  # type: ignore[union-attr]
-        assert doc["key"] == "study:S0" and len(doc["chain"]) >= 2
+        assert doc["key"] == claim["key"] and doc["key"].startswith("study:S0|q:") and len(doc["chain"]) >= 2
         assert doc["chain"][-1]["content"] == "Left basal effusion." and doc["chain"][-1]["state"] == "active"
         assert doc["chain"][-1]["supersedes"] == doc["chain"][-2]["claim_id"]
         assert doc["chain"][-2]["state"] == "superseded"
@@ -226,3 +229,32 @@ def test_roles_and_consent_are_checked_and_audited(mcp_http: McpHttp) -> None:
             assert any(e["outcome"] == "denied" for e in events(mcp_http.directory, before)), key
 
     run(scenario)
+
+
+def test_a_stdio_client_that_leaves_ends_the_server_quietly(mcp_stdio_store: tuple[Path, Path, dict[str, str]]) -> None:
+    """A stdio client that sends a request and leaves (closing both pipes, its reply unread)
+    ends the server with nothing on stderr: no "Broken pipe" error and no traceback."""
+    root, directory, tokens = mcp_stdio_store
+    params = stdio_parameters(root, directory, MSM_MEM_API_KEY=tokens["agent"])
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    with subprocess.Popen(
+        [params.command, *params.args],
+        env=params.env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # the client reads nothing
+        proc.stdin.write((json.dumps(hello) + "\n").encode())
+        proc.stdin.flush()
+        time.sleep(3)  # the server starts and writes its reply into the closed pipe
+        proc.stdin.close()  # then the client is gone
+        err = proc.stderr.read()
+        code = proc.wait(timeout=60)
+    assert err == b"" and code in (0, 141)

@@ -199,3 +199,33 @@ def test_an_archived_study_of_the_shared_data_scores_as_it_did_then(new_mem: Mem
     own = [i for i in found.items if i.record is not None and getattr(i.record, "study_id", "") == study]
     assert own and all(i.evidence.freshness == pytest.approx(1.0) for i in own)
     assert all(i.evidence.score > 0.5 for i in own)
+
+
+def test_a_relative_stored_path_resolves_against_the_recorded_image_root(
+    new_mem: MemFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A study stored with a relative image path (as older stores hold them) is read from the
+    working directory until the store records an image root; from then on it is read from
+    under that root, from any working directory; the error before names the path and where it
+    was looked for."""
+    from msm_mem._media import set_image_root
+
+    mem = new_mem(backbone=FixedBackbone("Right lower lobe consolidation, unchanged."))
+    data, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
+    data.mkdir()
+    elsewhere.mkdir()
+    png(data, 7)
+    monkeypatch.chdir(data)
+    mem.ingest(SYSTEM, [ManifestRow("P1", "S7", T0, "img7.png", "Impression?", "Finding.")])
+    assert mem.ask(AGENT, "P1", None, "Any change?", image_study="S7", write_back=False).answer
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(ImageError) as caught:
+        mem.ask(AGENT, "P1", None, "Any change?", image_study="S7", write_back=False)
+    assert "stored as 'img7.png'" in str(caught.value) and f"working directory {elsewhere}" in str(caught.value)
+    set_image_root(mem.directory, data)
+    at = T0 + 86_400
+    by_study = mem.ask(AGENT, "P1", None, "Any change?", image_study="S7", write_back=False, timestamp=at)
+    by_path = mem.ask(AGENT, "P1", str(data / "img7.png"), "Any change?", write_back=False, timestamp=at)
+    assert [(e.id, e.score) for e in by_study.evidence] == [(e.id, e.score) for e in by_path.evidence]
+    item = mem.observe(AGENT, "P1", None, "Any change?", image_study="S7")
+    assert item.payload is not None and item.payload.media_path == "img7.png"  # recorded as stored

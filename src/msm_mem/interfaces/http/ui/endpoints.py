@@ -14,6 +14,7 @@ from PIL import Image
 from pydantic import BaseModel
 
 from .... import AuditTrail, ImageError, InvalidInput
+from ...._media import resolve_media
 from ....plugins.images import load_image
 from ...auth.credentials import Caller
 from ..answers import FromRecord
@@ -126,7 +127,7 @@ def thumbnails(
     items = []
     for study, (_, episode_id, path) in sorted(newest.items(), key=lambda kv: by_time[kv[1][1]])[:_MAX_THUMBNAILS]:
         try:
-            data, problem = _thumbnail(path, size), ""
+            data, problem = _thumbnail(str(resolve_media(path, state.mem.directory).path), size), ""
         except ImageError:
             data, problem = None, "the stored image cannot be read"
         items.append(
