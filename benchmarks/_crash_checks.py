@@ -30,7 +30,19 @@ def _episodes(mem: MsmMem, patient: str) -> list[Any]:
 
 
 def _study_claims(mem: MsmMem, patient: str, study: str) -> list[str]:
-    return [c.claim_id for c in mem.claim_history(AGENT, patient, f"study:{study}")]
+    """Every version of the claim of the study's one question (the children ask one a study)."""
+    keys = {c.key for c in mem.claims(AGENT, patient) if c.key.startswith(f"study:{study}|q:")}
+    _expect(len(keys) <= 1, "acknowledged", f"study {study}: claims of {len(keys)} questions")
+    return [c.claim_id for key in keys for c in mem.claim_history(AGENT, patient, key)]
+
+
+def _held(mem: MsmMem, patient: str, study: str) -> list[Any]:
+    """The study's answered short-term items the gate held."""
+    return [
+        i
+        for i in mem.stm_items(AGENT, patient)
+        if i.state is StmState.ACTIVE and i.payload is not None and i.payload.study_id == study and i.payload.answer
+    ]
 
 
 def _key(mem: MsmMem, patient: str) -> Any:
@@ -53,7 +65,10 @@ def settle(mem: MsmMem, model: Model, op: str, plan: dict[str, Any]) -> bool:
         eps = [e for e in _episodes(mem, plan["patient"]) if e.study_id == plan["study"]]
         _expect(len(claims) <= 1 and len(eps) <= 1, "in-flight", f"ask stored {claims} and {len(eps)} episodes")
         _expect(bool(claims) or not eps, "in-flight", "ask stored an episode without its claim")
-        done, result = bool(claims), {"written": bool(eps)}
+        held = _held(mem, plan["patient"], plan["study"])
+        _expect(not (held and claims), "in-flight", "a held answer became a claim")
+        # a written answer leaves its episode and claim; a held one its short-term item only
+        done, result = bool(claims) or bool(held), {"written": bool(eps)}
     elif op == "observe":
         items = [
             i
@@ -75,7 +90,8 @@ def settle(mem: MsmMem, model: Model, op: str, plan: dict[str, Any]) -> bool:
     elif op == "feedback":
         study = model.studies[plan["study"]]
         claims = _study_claims(mem, plan["patient"], plan["study"])
-        new = [c for c in claims if c not in study.claims][1:]  # the first is the ask's or ingest's
+        # the first is the written ask's or the ingest's; a held ask left none
+        new = [c for c in claims if c not in study.claims][1 if study.episode else 0 :]
         _expect(len(new) <= 1, "in-flight", f"feedback stored {len(new)} claims")
         done, result = bool(new), {"claim": new[0] if new else ""}
     elif op == "grant":
@@ -147,7 +163,8 @@ def check(mem: MsmMem, model: Model, patients: list[str], *, full: bool = True) 
             want = (1,) if st.episode else (0, 1) if st.claims else (0,)
             _expect(len(active) in want, "acknowledged", f"study {sid}: {len(active)} active episodes, want {want}")
             claims = _study_claims(mem, patient, sid)
-            _expect(len(claims) == 1 + len(st.claims), "acknowledged", f"study {sid}: claims {len(claims)}")
+            first = 1 if st.episode else 0  # a written ask or ingest left a claim; a held ask none
+            _expect(len(claims) == first + len(st.claims), "acknowledged", f"study {sid}: claims {len(claims)}")
             _expect(all(claims.count(c) == 1 for c in st.claims), "acknowledged", f"study {sid}: a claim is missing")
             for e in active:
                 hits = store.search("episodic", e.z, 8, patient)

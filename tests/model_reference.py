@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from msm_mem import claim_key
 from tests import strategies as s
 
 T0 = 1_700_000_000.0
@@ -42,6 +43,7 @@ class Epi:
     tier: str
     decay: float
     state: str = "active"
+    question: str = ""
 
 
 @dataclass(eq=False)
@@ -86,6 +88,7 @@ class Stm:
     created: float
     answer: str | None = None
     state: str = "active"
+    question: str = ""
 
     @property
     def payload(self) -> bool:
@@ -122,6 +125,8 @@ class Model:
         self.patients = {p: Patient() for p in s.PATIENTS}
         self.permits: dict[tuple[str, str], str | None] = {}
         self.next_qid = 0
+        #: the question text of each claim key the model made
+        self.key_questions: dict[str, str] = {}
 
     def qid(self) -> int:
         self.next_qid += 1
@@ -139,6 +144,7 @@ class Model:
         pt = self.patients[p]
         when = STUDY_TIME[item.study]
         epi = Epi(item.qid, item.image, item.study, answer, tier, decays(when, confidence, tier, "episodic"))
+        epi.question = item.question
         pt.episodes.append(epi)
         if visual:  # another question about a study whose image has a visual record shares it
             pt.visuals.append(Vis(item.image, tier, decays(when, confidence, tier, "episodic"), epi))
@@ -146,12 +152,14 @@ class Model:
         return epi
 
     def supersede_semantic(
-        self, p: str, impression: tuple[float, str], tier: str, *, drop: float | None = None
+        self, p: str, impression: tuple[float, str], tier: str, *, drop: tuple[float | None, set[str]] | None = None
     ) -> None:
+        """A new semantic version with ``impression``; ``drop`` (time, texts): the impressions
+        of those texts at that time go (a verdict's judged answers)."""
         pt = self.patients[p]
         current = pt.active_semantic()
         previous = current.impressions if current else ()
-        kept = [i for i in previous if drop is None or i[0] != drop]
+        kept = [i for i in previous if drop is None or not (i[0] == drop[0] and i[1] in drop[1])]
         merged = tuple(sorted([*kept, impression], key=lambda i: i[0])[-HISTORY:])
         if current:
             current.state = "superseded"
@@ -180,14 +188,21 @@ class Model:
         return claim
 
     def consolidate(self, p: str, item: Stm, answer: str) -> bool:
-        """STM -> LTM through the gate (agent tier); the semantic state and the claim follow."""
-        written = self.passes(p, item.image, answer)
-        epi = self.write_records(p, item, answer, "agent", 0.6) if written else None
-        if not written:
+        """STM -> LTM through the gate (agent tier): a written answer supersedes the semantic
+        state and its question's claim; a held one keeps its answer in STM and nothing else."""
+        if not self.passes(p, item.image, answer):
             item.answer = answer  # a held item keeps its answer for the critic or the age sweep
-        self.supersede_semantic(p, (STUDY_TIME[item.study], answer), "agent")
-        self.supersede_claim(p, f"study:{item.study}", answer, "agent", 0.6, item.qid, epi, STUDY_TIME[item.study])
-        return written
+            return False
+        self.derive(p, item, answer, self.write_records(p, item, answer, "agent", 0.6))
+        return True
+
+    def derive(self, p: str, item: Stm, answer: str, epi: Epi) -> None:
+        """What a written agent answer supersedes: the semantic state and its question's claim."""
+        when = STUDY_TIME[item.study]
+        self.supersede_semantic(p, (when, answer), "agent")
+        key = claim_key(item.study, item.question)
+        self.key_questions[key] = item.question
+        self.supersede_claim(p, key, answer, "agent", 0.6, item.qid, epi, when)
 
     def studies_stored(self, p: str) -> set[str]:
         return {e.study for e in self.patients[p].episodes}
@@ -212,7 +227,8 @@ class Model:
                 if item.state != "active" or item.answer is None or item.created > self.now - AGE_THRESHOLD:
                     continue
                 if self.passes(p, item.image, item.answer):
-                    self.write_records(p, item, item.answer, "agent", 0.6)
+                    answer = item.answer
+                    self.derive(p, item, answer, self.write_records(p, item, answer, "agent", 0.6))
                     counts["consolidated"] += 1
                 else:
                     item.state, item.answer = "discarded", None

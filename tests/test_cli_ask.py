@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from msm_mem._memory.claim_evidence import claim_key
 from tests.cli_support import (
     AGENT,
     AUDITOR,
@@ -351,7 +352,9 @@ def test_feedback_supersedes_the_claim_and_the_semantic_state(
     predecessor; feedback by an agent is refused."""
     question = ["--patient", "p1", "--image", cli_data / "img3.png", "--question", QUESTION, "--study", "s9", *AGENT]
     assert run(capsys, "ask", cli_store, *question)[0] == 0
-    (agent_claim,) = _list(capsys, "show", "claims", cli_store, "--patient", "p1", "--key", "study:s9", *CLINICIAN)
+    (agent_claim,) = _list(
+        capsys, "show", "claims", cli_store, "--patient", "p1", "--key", claim_key("s9", QUESTION), *CLINICIAN
+    )
     assert agent_claim["evidence_tier"] == "agent"
     history = _list(capsys, "show", "history", cli_store, "--patient", "p1", *CLINICIAN)
     fix = ["--patient", "p1", "--study", "s9", "--correction", "Right lower lobe pneumonia"]
@@ -360,7 +363,18 @@ def test_feedback_supersedes_the_claim_and_the_semantic_state(
     claim = _obj(capsys, "feedback", cli_store, *fix, *CRITIC)
     assert claim["content"] == "Right lower lobe pneumonia" and claim["evidence_tier"] == "critic"
     assert claim["supersedes"] == agent_claim["claim_id"]
-    chain = _list(capsys, "show", "claims", cli_store, "--patient", "p1", "--key", "study:s9", "--history", *CLINICIAN)
+    chain = _list(
+        capsys,
+        "show",
+        "claims",
+        cli_store,
+        "--patient",
+        "p1",
+        "--key",
+        claim_key("s9", QUESTION),
+        "--history",
+        *CLINICIAN,
+    )
     assert [c["claim_id"] for c in chain] == [agent_claim["claim_id"], claim["claim_id"]]
     assert [c["state"] for c in chain] == ["superseded", "active"]
     newer = _list(capsys, "show", "history", cli_store, "--patient", "p1", *CLINICIAN)
@@ -376,7 +390,7 @@ def test_feedback_accept_and_text_output(capsys: pytest.CaptureFixture[str], cli
     question = ["--patient", "p2", "--image", cli_data / "img2.png", "--question", QUESTION, "--study", "s7", *AGENT]
     assert run(capsys, "ask", cli_store, *question)[0] == 0
     rc, out, _ = run(capsys, "feedback", cli_store, "--patient", "p2", "--study", "s7", "--accept", *CLINICIAN)
-    assert rc == 0 and out.startswith("C-") and "study:s7" in out
+    assert rc == 0 and out.startswith("C-") and claim_key("s7", QUESTION) in out
     rc, _, err = run(capsys, "feedback", cli_store, "--patient", "p2", "--study", "nope", "--accept", *CRITIC)
     assert rc == 1 and "nope" in one_line_error(err)
 

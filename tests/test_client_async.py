@@ -58,7 +58,7 @@ def test_the_async_client_runs_the_clinical_loop(served: Served) -> None:
             assert written.gate.reasons
             claim = await critic.feedback(OWN, "S-async", accept=False, correction="Left basal effusion.")
             assert claim.content == "Left basal effusion."
-            history = await agent.claim_history(OWN, "study:S-async")
+            history = await agent.claim_history(OWN, claim.key)
             assert history[-1].content == "Left basal effusion."
             episodes = await agent.episodes(OWN)
             assert episodes and {e.patient_id for e in episodes} == {OWN} and episodes[0].z.size == 0

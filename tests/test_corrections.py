@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from msm_mem import MsmMem
+from msm_mem._memory.claim_evidence import claim_key
 from msm_mem._records import State
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.testing import FixedClock
@@ -113,14 +114,35 @@ def test_every_unverified_answer_of_the_study_is_superseded(mem: MsmMem, bb: Scr
     assert WRONG not in seen(bb.requests[-1])
 
 
-def test_a_held_answer_is_promoted_and_the_other_held_ones_discarded(mem: MsmMem, tmp_path: Path) -> None:
-    """The held item the claim names is promoted with the correction; the study's other held answers go."""
+def test_the_consolidated_answer_carries_the_verdict_and_held_ones_are_discarded(mem: MsmMem, tmp_path: Path) -> None:
+    """A question with a consolidated answer and two held ones: the critic's copy of the
+    consolidated episode carries the verdict, and both held answers of the question go."""
     ask(mem, tmp_path, 1, "S1", T0 - 30 * DAY)
     ask(mem, tmp_path, 1, "S1", T0 - 30 * DAY)  # held
-    ask(mem, tmp_path, 1, "S1", T0 - 30 * DAY)  # held: the claim names this one
+    ask(mem, tmp_path, 1, "S1", T0 - 30 * DAY)  # held
     mem.feedback(CRITIC, "P1", "S1", accept=False, correction=RIGHT)
     states = sorted(i.state.value for i in mem.stm_items(CRITIC, "P1"))
-    assert states == ["consolidated", "consolidated", "discarded"]
+    assert states == ["consolidated", "discarded", "discarded"]
+    live = [e for e in mem.episodes(CRITIC, "P1") if e.state == State.ACTIVE]
+    assert [(e.answer, e.evidence_tier) for e in live] == [(RIGHT, "critic")]
+
+
+def test_a_held_answer_alone_is_promoted_by_the_verdict(mem: MsmMem, tmp_path: Path) -> None:
+    """An answer the gate held is no claim; a verdict on its question promotes the held item
+    with the verdict's text and starts the question's claim at the critic's tier."""
+    ask(mem, tmp_path, 1, "S1", T0 - 30 * DAY)
+    ask(mem, tmp_path, 1, "S2", T0)  # the same image: not novel, held
+    assert [c.key for c in mem.claims(CRITIC, "P1")] == [claim_key("S1", "Findings of S1?")]
+    claim = mem.feedback(CRITIC, "P1", "S2", accept=False, correction=RIGHT)
+    assert (claim.key, claim.content, claim.evidence_tier, claim.supersedes) == (
+        claim_key("S2", "Findings of S2?"),
+        RIGHT,
+        "critic",
+        None,
+    )
+    s2 = [e for e in mem.episodes(CRITIC, "P1") if e.study_id == "S2"]
+    assert [(e.answer, e.evidence_tier, e.state) for e in s2] == [(RIGHT, "critic", State.ACTIVE)]
+    assert sorted(i.state.value for i in mem.stm_items(CRITIC, "P1")) == ["consolidated", "consolidated"]
 
 
 def test_the_rejected_finding_leaves_the_knowledge_graph(mem: MsmMem, tmp_path: Path) -> None:
@@ -178,3 +200,28 @@ def test_a_second_verdict_judges_the_critics_copy(mem: MsmMem, bb: Scripted, tmp
     ask(mem, tmp_path, 2, "S2", T0, write_back=False)
     assert WRONG not in seen(bb.requests[-1])
     assert [e.answer for e in mem.episodes(CRITIC, "P1") if e.state == State.ACTIVE] == [RIGHT]
+
+
+def test_a_verdict_leaves_the_answers_to_the_studys_other_questions(mem: MsmMem, bb: Scripted, tmp_path: Path) -> None:
+    """Two questions about one study, each with a consolidated and a held answer: a verdict on
+    one question supersedes its records and discards its held answer only; the other
+    question's episode, claim, impression and held answer stay as they were."""
+    other, effusion = "Any pleural effusion?", "Small left pleural effusion, no pneumothorax"
+    for image in (1, 1):  # the second time the same image: held
+        bb.answer = WRONG
+        mem.ask(AGENT, "P1", png(tmp_path, image), "Findings of S1?", timestamp=T0 - 30 * DAY, study_id="S1")
+        bb.answer = effusion
+        mem.ask(AGENT, "P1", png(tmp_path, image + 1), other, timestamp=T0 - 30 * DAY, study_id="S1")
+    before = {c.key: c for c in mem.claims(CRITIC, "P1")}
+    (state_before,) = mem.semantic_state(CRITIC, "P1")
+    mem.feedback(CRITIC, "P1", "S1", accept=False, correction=RIGHT, question="findings of s1")
+    held = [i for i in mem.stm_items(CRITIC, "P1") if i.state.value == "active"]
+    assert [i.payload.question for i in held if i.payload is not None] == [other]
+    after = {c.key: c for c in mem.claims(CRITIC, "P1")}
+    assert after[claim_key("S1", other)] == before[claim_key("S1", other)]
+    assert after[claim_key("S1", "Findings of S1?")].content == RIGHT
+    live = [(e.question, e.answer, e.evidence_tier) for e in mem.episodes(CRITIC, "P1") if e.state == State.ACTIVE]
+    assert sorted(live) == sorted([(other, effusion, "agent"), ("Findings of S1?", RIGHT, "critic")])
+    (state,) = mem.semantic_state(CRITIC, "P1")
+    assert sorted(i.text for i in state.impressions) == sorted([effusion, RIGHT])
+    assert sorted(i.text for i in state_before.impressions) == sorted([WRONG, effusion])

@@ -80,7 +80,7 @@ def test_the_client_mirrors_the_api_call_for_call(served: Served) -> None:
         assert written.gate.reasons
         claim = critic.feedback(OWN, "S0", accept=False, correction="Left basal effusion.")
         assert claim.content == "Left basal effusion." and claim.evidence_tier != "agent"
-        history = agent.claim_history(OWN, "study:S0")
+        history = agent.claim_history(OWN, claim.key)
         assert [c.content for c in history][-1] == "Left basal effusion."
         assert agent.semantic_state(OWN) and agent.semantic_history(OWN)
         episodes = agent.episodes(OWN)

@@ -13,6 +13,7 @@ import pytest
 from msm_mem import Principal
 from msm_mem._api.mem import MsmMem
 from msm_mem._errors import IllegalTransition, InvalidInput, NotFound
+from msm_mem._memory.claim_evidence import claim_key
 from msm_mem._records import State
 from msm_mem._tier_records import StmState
 from msm_mem.plugins.images import load_image
@@ -106,13 +107,17 @@ def test_age_threshold_consolidates_an_answered_item(mem: MsmMem, tmp_path: Path
     assert len(aged) == 1 and aged[0].role == "system" and aged[0].record_ids[0] == item.item_id
 
 
-def test_age_threshold_does_not_duplicate_semantic_impressions(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
-    """Re-gating a held item must not add its answer to the semantic history a second time."""
+def test_a_held_answer_adds_no_impression_when_held_again(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
+    """A held answer reaches neither the semantic history nor a claim, and the age sweep that
+    holds it again (still not novel) adds none either."""
     _held(mem, tmp_path)
-    clock.advance(mem._maintainer().consolidate_after_s)
-    mem._maintainer().consolidate_aged()
     (state,) = mem._store.semantic_active("P1")
-    assert len(state.impressions) == 2
+    assert [i.text for i in state.impressions] == [ANSWER]
+    assert [c.key for c in mem._store.claims_active("P1")] == [claim_key("S1", "Any consolidation?")]
+    clock.advance(mem._maintainer().consolidate_after_s)
+    assert mem._maintainer().consolidate_aged() == (0, 1)
+    assert mem._store.semantic_active("P1") == [state]
+    assert [c.key for c in mem._store.claims_active("P1")] == [claim_key("S1", "Any consolidation?")]
 
 
 # critic verdicts ------------------------------------------------------------------------------
@@ -148,7 +153,7 @@ def test_critic_accept_raises_tier_without_changing_content(mem: MsmMem, tmp_pat
     mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
     claim = mem._maintainer().critic_verdict(CRITIC, "P1", "S1", accept=True)
     assert (claim.content, claim.evidence_tier) == (ANSWER, "critic")
-    history = mem._store.claim_history("P1", "study:S1")
+    history = mem._store.claim_history("P1", claim_key("S1", "Any consolidation?"))
     assert [c.state for c in history] == [State.SUPERSEDED, State.ACTIVE]
 
 
@@ -165,13 +170,14 @@ def test_critic_reject_needs_a_correction_and_a_claim(mem: MsmMem, tmp_path: Pat
 def test_critic_verdict_by_agent_role_is_refused(mem: MsmMem, tmp_path: Path, accept: bool) -> None:
     """An agent cannot give a critic verdict (reject or accept): IllegalTransition, nothing written, denial audited."""
     mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
-    claims = mem._store.claim_history("P1", "study:S1")
+    claims = mem._store.claim_history("P1", claim_key("S1", "Any consolidation?"))
+    assert claims
     semantic = mem._store.semantic_history("P1", "impression")
     with pytest.raises(IllegalTransition):
         mem._maintainer().critic_verdict(
             Principal("agent-1", "agent"), "P1", "S1", accept=accept, correction=CORRECTION
         )
-    assert mem._store.claim_history("P1", "study:S1") == claims
+    assert mem._store.claim_history("P1", claim_key("S1", "Any consolidation?")) == claims
     assert mem._store.semantic_history("P1", "impression") == semantic
     last = audit_events(mem._store)[-1]
     assert (last.outcome, last.role, last.reason) == ("denied", "agent", "illegal_transition")
@@ -187,7 +193,8 @@ def test_critic_promotes_a_held_item(mem: MsmMem, tmp_path: Path) -> None:
     promoted = [e for e in mem._store.iter_episodes() if e.study_id == "S2"]
     assert len(promoted) == 1 and promoted[0].answer == CORRECTION and promoted[0].evidence_tier == "critic"
     assert [e.role for e in audit_events(mem._store) if e.action == "critic_promote"] == ["critic"]
-    (claim,) = mem._store.claims_active("P1", "study:S2")
+    (claim,) = mem._store.claims_active("P1", claim_key("S2", "Any change?"))
+    assert claim.supersedes is None  # the held answer was no claim: the verdict starts the chain
     assert claim.content == CORRECTION
     assert json.loads(claim.source)["episode"] == promoted[0].episode_id
 
@@ -205,7 +212,8 @@ def test_second_verdict_corrects_the_corrected_episode(mem: MsmMem, tmp_path: Pa
     mem._maintainer().critic_verdict(CRITIC, "P1", study, accept=False, correction="Left lower lobe pneumonia instead")
     active = [e for e in mem._store.iter_episodes() if e.study_id == study and e.state == State.ACTIVE]
     assert [e.answer for e in active] == ["Left lower lobe pneumonia instead"]
-    (claim,) = mem._store.claims_active("P1", f"study:{study}")
+    asked = "Any change?" if held else "Any consolidation?"
+    (claim,) = mem._store.claims_active("P1", claim_key(study, asked))
     assert json.loads(claim.source)["episode"] == active[0].episode_id
 
 

@@ -96,10 +96,9 @@ def test_decay_anonymises_in_place(mem: MsmMem, tmp_path: Path, clock: FixedCloc
     old = {("episodic", e.episode_id) for e in mem._store.iter_episodes()}
     old |= {("visual", v.visual_id) for v in mem._store.iter_visuals()}
     old_claims = {
-        c.claim_id
-        for k in ("ACC-778899", "ACC-778900", "ACC-778901")
-        for c in mem._store.claim_history("PAT-0042", f"study:{k}")
+        c.claim_id for a in mem._store.claims_active("PAT-0042") for c in mem._store.claim_history("PAT-0042", a.key)
     }
+    assert len({c.key for c in mem._store.claims_active("PAT-0042")}) == 3  # one question about each of 3 studies
     assert mem._maintainer().decay() == (0, 0)  # nothing due yet
     active_claims = {c.claim_id for c in mem._store.claims_active("PAT-0042")}
     active = [e for e in mem._store.iter_episodes() if e.state == State.ACTIVE]

@@ -35,18 +35,20 @@ def test_write_back_consolidates_and_versions_semantic(store: Store) -> None:
     assert res.semantic.version == 1 and res.semantic.impressions[0].decision == "treat"
 
 
-def test_duplicate_image_is_not_consolidated_but_semantic_updates(store: Store) -> None:
-    """The same image twice: the second is gated out (not novel) yet semantic memory grows."""
+def test_a_duplicate_image_reaches_no_long_term_memory(store: Store) -> None:
+    """The same image twice: the second answer is gated out (not novel) and reaches neither
+    episodic, visual nor semantic memory (its semantic version stays the first)."""
     mem = Memory(store)
     z = random_unit(np.random.default_rng(1))
-    mem.write_back(interaction("p", z, 1e9))
+    first = mem.write_back(interaction("p", z, 1e9))
     second = mem.write_back(interaction("p", z, 2e9, answer="Pleural effusion now resolved on the right."))
     assert not second.gate.written and "not_novel" in second.gate.reasons
     assert second.gate.max_cosine == pytest.approx(1.0, abs=1e-5)
-    assert counts(store) == (1, 1, 2)
-    active = mem.semantic.get("p")[0]
-    assert [i.text for i in active.impressions][-1].startswith("Pleural effusion")
-    assert active.version == 2
+    assert second.semantic is None and second.episode_id is None
+    assert counts(store) == (1, 1, 1)
+    (active,) = mem.semantic.get("p")
+    assert first.semantic is not None and active.state_id == first.semantic.state_id
+    assert not any(i.text.startswith("Pleural effusion") for i in active.impressions)
 
 
 def test_semantic_history_is_bounded(store: Store) -> None:

@@ -5,7 +5,7 @@ a small reference model after every step.
 
 The model predicts from the documented rules and never calls the implementation: the gate
 (novel when the image is not among the patient's live records; the answer's length and keyword
-are stated in ``tests/strategies.py``), supersession (one active claim per study and one active
+are stated in ``tests/strategies.py``), supersession (one active claim per question about a study and one active
 semantic version, a bounded impression history ordered by study time), the short-term
 lifecycle (TTL, held items retried once at the age threshold), critic verdicts superseding every
 record of the judged study (the episode and its visual record by critic copies, the study's
@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
-from msm_mem import AccessDenied, ConsentRecord, ManifestRow, MsmMem, NotFound
+from msm_mem import AccessDenied, ConsentRecord, InvalidInput, ManifestRow, MsmMem, NotFound, claim_key
 from msm_mem.testing import FixedClock
 from tests import strategies as s
 from tests.helpers import ADMIN, AGENT, CLINICIAN, CRITIC, INGEST, SYSTEM, png
@@ -73,7 +73,7 @@ class MemoryRules(ModelMachine):
         if got is None:
             return
         assert got.answer == answer
-        item = Stm(qid, image, study, self.model.now)
+        item = Stm(qid, image, study, self.model.now, question=f"Q{qid}: any change since the last study?")
         self.model.patients[p].stm.append(item)
         if write_back:
             written = self.model.consolidate(p, item, answer)
@@ -103,7 +103,7 @@ class MemoryRules(ModelMachine):
         if got is None:
             return
         assert got.patient_id == p and got.state.value == "active"
-        self.model.patients[p].stm.append(Stm(qid, image, study, self.model.now))
+        self.model.patients[p].stm.append(Stm(qid, image, study, self.model.now, question=f"Q{qid}: working note"))
 
     @rule(p=s.patients, pick=st.integers(0, 7), answer=s.answers)
     def consolidate(self, p: str, pick: int, answer: str) -> None:
@@ -130,59 +130,90 @@ class MemoryRules(ModelMachine):
         with pytest.raises(NotFound):
             self.mem.consolidate(AGENT, p, item_id, next(iter(s.ANSWERS)))
 
-    @rule(p=s.patients, study=s.studies, accept=st.booleans(), correction=s.corrections)
-    def feedback(self, p: str, study: str, accept: bool, correction: str) -> None:
+    @rule(p=s.patients, study=s.studies, accept=st.booleans(), correction=s.corrections, pick=st.integers(0, 7))
+    def feedback(self, p: str, study: str, accept: bool, correction: str, pick: int) -> None:
+        """A verdict on one question about a study: the question's newest held answer, else
+        its active claim, is judged; without a question a study must hold answers to one."""
         self.tick()
-        key = f"study:{study}"
         pt = self.model.patients[p]
-        old = pt.active_claim(key)
-        if self.refused(p, "critic") is None and old is None:
+        # the study's open questions: of its active claims, and of its held (answered) items
+        claims = {c.key: c for c in pt.claims if c.state == "active" and c.key.startswith(f"study:{study}|q:")}
+        held_items = [i for i in pt.stm if i.state == "active" and i.study == study and i.answer is not None]
+        keys = set(claims) | {claim_key(study, i.question) for i in held_items}
+        texts = {k: self.model.key_questions[k] for k in claims}
+        texts.update({claim_key(study, i.question): i.question for i in held_items})
+        ordered = sorted(keys)
+        question = None if pick == 7 or not ordered else texts[ordered[pick % len(ordered)]]
+
+        def call() -> Any:
+            return self.mem.feedback(CRITIC, p, study, accept=accept, correction=correction, question=question)
+
+        if self.refused(p, "critic") is None and not ordered:
             with pytest.raises(NotFound):
-                self.mem.feedback(CRITIC, p, study, accept=accept, correction=correction)
+                call()
             return
-        got = self.attempt(p, CRITIC, lambda: self.mem.feedback(CRITIC, p, study, accept=accept, correction=correction))
+        if self.refused(p, "critic") is None and question is None and len(ordered) > 1:
+            event("feedback: the question must be named")
+            with pytest.raises(InvalidInput, match="name the question"):
+                call()
+            return
+        got = self.attempt(p, CRITIC, call)
         if got is None:
             return
-        assert old is not None
-        text = old.content if accept else correction
+        key = ordered[0] if question is None else claim_key(study, question)
+        old = claims.get(key)
+        held = [i for i in held_items if claim_key(study, i.question) == key]
+        item = max(held, key=lambda i: i.created) if held else None
+        judged = item.answer if item is not None else old.content if old is not None else None
+        assert judged is not None
+        text = judged if accept else correction
         # the study's time: the claim's, else where it is known (a live short-term payload or
         # an episode of it); without one the verdict is dated now
         known = any(i.payload and i.study == study for i in pt.stm) or any(e.study == study for e in pt.episodes)
-        when = old.time if old.time is not None else STUDY_TIME[study] if known else None
-        # every record of the judged study is superseded at the critic's tier (propagation.py)
-        epi = old.episode
+        when = old.time if old is not None and old.time is not None else STUDY_TIME[study] if known else None
+        # the records of the judged answer are superseded at the critic's tier (propagation.py):
+        # the claim's episode, and the question's other unverified episodes
+        epi = old.episode if old is not None else None
         primary = epi if epi is not None and epi.state == "active" and epi in pt.episodes else None
-        judged = [
-            e for e in pt.episodes if e.state == "active" and (e is primary or (e.study == study and e.tier == "agent"))
+        judged_episodes = [
+            e
+            for e in pt.episodes
+            if e.state == "active"
+            and (e is primary or (e.study == study and e.tier == "agent" and claim_key(study, e.question) == key))
         ]
         fixed = None
-        for e in judged:
+        for e in judged_episodes:
             e.state = "superseded"
             if e is primary:
                 event("feedback: episode superseded by the critic's copy")
                 fixed = Epi(
                     e.qid, e.image, e.study, text, "critic", decays(STUDY_TIME[e.study], 1.0, "critic", "episodic")
                 )
+                fixed.question = e.question
                 pt.episodes.append(fixed)
         for v in list(pt.visuals):
-            if v.state == "active" and v.episode in judged:
+            if v.state == "active" and v.episode in judged_episodes:
                 v.state = "superseded"
                 if fixed is not None and v.episode is primary:
                     pt.visuals.append(Vis(v.image, "critic", fixed.decay, fixed))
+        promoted = None
         if fixed is not None:
             epi = fixed
-        elif epi is None:
-            held = next((i for i in pt.stm if i.qid == old.qid and i.state == "active"), None)
-            if held is not None:  # the verdict promotes the held item past the gate
-                event("feedback: held item promoted")
-                epi = self.model.write_records(p, held, text, "critic", 1.0)
-        for i in pt.stm:  # the study's other held answers: the verdict is their outcome
-            if i.state == "active" and i.study == study and i.answer is not None and i.qid != old.qid:
+        elif item is not None:  # the verdict promotes the held item past the gate
+            event("feedback: held item promoted")
+            epi = self.model.write_records(p, item, text, "critic", 1.0)
+            promoted = item
+        for i in held_items:  # the question's other held answers: the verdict is their outcome
+            if i is not promoted and i.state == "active" and claim_key(study, i.question) == key:
                 event("feedback: held item discarded")
                 i.state, i.answer = "discarded", None
-        self.model.supersede_claim(p, key, text, "critic", 1.0, old.qid, epi, when)
+        qid = old.qid if old is not None else item.qid if item is not None else 0
+        self.model.key_questions[key] = texts[key]
+        self.model.supersede_claim(p, key, text, "critic", 1.0, qid, epi, when)
         if pt.active_semantic() is not None:
-            self.model.supersede_semantic(p, (self.model.now if when is None else when, text), "critic", drop=when)
+            gone = {judged} | {e.answer for e in judged_episodes}
+            at = self.model.now if when is None else when
+            self.model.supersede_semantic(p, (at, text), "critic", drop=(when, gone))
         assert (got.key, got.content, got.evidence_tier) == (key, text, "critic")
 
     @initialize(rows=s.ingest_rows)
@@ -219,14 +250,14 @@ class MemoryRules(ModelMachine):
         assert (report.ingested, report.already_stored, report.problems) == (len(todo), skipped, ())
         for row in todo:
             p = row.patient_id
-            item = Stm(qid_of(row.question), image_of(row.image), row.study_id, self.model.now)
+            item = Stm(qid_of(row.question), image_of(row.image), row.study_id, self.model.now, question=row.question)
             self.model.patients[p].stm.append(item)
             visual = row.study_id not in self.model.studies_stored(p)
             epi = self.model.write_records(p, item, row.answer, "ground_truth", 1.0, visual=visual)
             self.model.supersede_semantic(p, (row.timestamp, row.answer), "ground_truth")
-            self.model.supersede_claim(
-                p, f"study:{row.study_id}", row.answer, "ground_truth", 1.0, item.qid, epi, row.timestamp
-            )
+            key = claim_key(row.study_id, row.question)
+            self.model.key_questions[key] = row.question
+            self.model.supersede_claim(p, key, row.answer, "ground_truth", 1.0, item.qid, epi, row.timestamp)
 
     # rules: time and maintenance --------------------------------------------------------
 

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from msm_mem import ConsentRecord, EpisodicRecord, MsmMem, VisualRecord
+from msm_mem._memory.claim_evidence import claim_key
 from msm_mem._records import new_id
 from msm_mem._settings import Settings
 from msm_mem._storage.base import VectorKind, WriteBatch
@@ -84,7 +85,7 @@ def test_a_write_of_the_store_drops_the_read_ahead(tmp_path: Path, postgres_url:
         store.prefetch(["P1"])
         assert len(store.claims_active("P1")) == 1
         _turns(mem, ["P2"], 2)
-        assert [c.key for c in store.claims_active("P2")] == ["study:S2-0"]
+        assert [c.key for c in store.claims_active("P2")] == [claim_key("S2-0", "Impression?")]
     finally:
         mem.close()
 

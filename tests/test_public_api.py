@@ -75,6 +75,7 @@ PUBLIC = [
     "VerifyResult",
     "VisualRecord",
     "WriteResult",
+    "claim_key",
     "fit_router",
     "get_backbone",
     "get_encoder",

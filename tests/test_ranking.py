@@ -342,19 +342,21 @@ def test_verified_never_ranks_below_unverified_about_the_same_study(
 def test_ground_truth_wins_over_the_agents_unverified_answer_about_its_study(
     late: tuple[MsmMem, FixedClock, Switch], tmp_path: Path
 ) -> None:
-    """The agent's held answer about an ingested study lands in the semantic state and the claim, and
-    still loses to the study's ground truth at the next ask."""
+    """The agent's held answer about an ingested study reaches neither the semantic state nor a
+    claim: the study's ground truth stays, and answers the next ask."""
     mem, _, bb = late
     _ingest(mem, tmp_path, 1, "S1", Y2020)
+    (before,) = mem.semantic_state(CHECK, "P1")
     bb.answer = WRONG
-    mem.ask(AGENT, "P1", _png(tmp_path, 1), "Findings?", study_id="S1")  # the same image: held
-    (state,) = mem.semantic_state(CHECK, "P1")
-    assert state.last is not None and state.last.text == WRONG and state.evidence_tier == "agent"
+    held = mem.ask(AGENT, "P1", _png(tmp_path, 1), "Findings?", study_id="S1")  # the same image: held
+    assert held.gate is not None and not held.gate.written
+    assert mem.semantic_state(CHECK, "P1") == [before] and before.evidence_tier == "ground_truth"
+    assert {(c.content, c.evidence_tier) for c in mem.claims(CHECK, "P1")} == {(GT, "ground_truth")}
     bb.answer = None
     a = mem.ask(AGENT, "P1", _png(tmp_path, 2), "Findings?", timestamp=Y2020 + 10 * DAY, write_back=False)
     assert a.answer == GT
     by_kind = {e.kind: e for e in a.evidence}
-    assert by_kind["semantic"].score <= by_kind["episodic"].score
+    assert by_kind["semantic"].evidence_tier == by_kind["episodic"].evidence_tier == "ground_truth"
 
 
 def test_claims_are_ranked_evidence_with_their_studys_cosine(

@@ -31,11 +31,16 @@ QUESTION = "Is the right lower lobe opacity changing?"
 
 
 def _store(tmp_path: Path, new_mem: MemFactory) -> MsmMem:
-    """Three answered turns: semantic versions 1..3 (two superseded), agent-tier claims, STM
-    items, the default consents; it verifies."""
-    mem = new_mem("s", clock=FixedClock(T0), backbone=FixedBackbone("Stable opacity", "follow up"))
+    """Three answered turns written: semantic versions 1..3 (two superseded), agent-tier claims,
+    STM items (consolidated, their content gone); a fourth turn held (an STM item with its
+    answer); the default consents; it verifies."""
+    mem = new_mem(
+        "s", clock=FixedClock(T0), backbone=FixedBackbone("Stable opacity in the right lower lobe", "follow up")
+    )
     for seed in (1, 2, 3):
         mem.ask(AGENT, PATIENT, png(tmp_path, seed), QUESTION, study_id=f"ACC-{seed}")
+    held = mem.ask(AGENT, PATIENT, png(tmp_path, 3), QUESTION, study_id="ACC-3")  # the same image
+    assert held.gate is not None and not held.gate.written
     assert mem.verify_audit(AUDITOR).ok
     return mem
 
@@ -113,7 +118,7 @@ def test_a_stale_ciphertext_of_the_same_row_is_caught(tmp_path: Path, new_mem: M
     """An STM item's content replaced by another valid token of the same field (AES-GCM accepts
     it: same record, field and patient), here the one stored before an update."""
     mem = _store(tmp_path, new_mem)
-    item = _one(mem, "SELECT id FROM stm ORDER BY created_at LIMIT 1")
+    item = _one(mem, "SELECT id FROM stm WHERE payload <> '' ORDER BY created_at LIMIT 1")  # the held one
     old_payload = _one(mem, "SELECT payload FROM stm WHERE id = ?", (item,))
     raw_sql(mem, "UPDATE stm SET payload = '' WHERE id = ?", (item,))
     _caught(mem, "stm", "a row changed")

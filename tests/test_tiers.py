@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from msm_mem import Principal, StmPayload
 from msm_mem._api.mem import MsmMem
 from msm_mem._errors import IllegalTransition, InvalidInput, NotFound
+from msm_mem._memory.claim_evidence import claim_key
 from msm_mem._records import State, new_id
 from msm_mem._storage.base import WriteBatch
 from msm_mem._tier_records import ConsentRecord, StmChange, StmItem, StmState
@@ -190,17 +191,43 @@ def test_consolidated_and_held_items(mem: MsmMem, tmp_path: Path) -> None:
 
 
 def test_semantic_state_and_claim_superseded_every_turn(mem: MsmMem, tmp_path: Path) -> None:
-    """Each turn adds a semantic version superseding the last and a claim per study; old rows stay."""
+    """Each written answer adds a semantic version superseding the last and supersedes the
+    claim of its question about its study; old rows stay."""
     for i, study in enumerate(["S1", "S2", "S1"]):
-        mem.ask(AGENT, "P1", _png(tmp_path, i + 1), f"Question {i}?", study_id=study)
+        mem.ask(AGENT, "P1", _png(tmp_path, i + 1), "Any effusion?", study_id=study)
     history = mem._store.semantic_history("P1", "impression")
     assert [s.version for s in history] == [1, 2, 3]
     assert [s.state for s in history] == [State.SUPERSEDED, State.SUPERSEDED, State.ACTIVE]
     assert [s.supersedes for s in history] == [None, history[0].state_id, history[1].state_id]
-    claims = mem._store.claim_history("P1", "study:S1")
+    claims = mem._store.claim_history("P1", claim_key("S1", "Any effusion?"))
     assert [c.state for c in claims] == [State.SUPERSEDED, State.ACTIVE]
     assert claims[1].supersedes == claims[0].claim_id
     assert len(mem._store.claims_active("P1")) == 2
+
+
+def test_claims_of_different_questions_about_one_study_stand_apart(mem: MsmMem, tmp_path: Path) -> None:
+    """Answers to two questions about one study are two claims, neither superseding the other;
+    a verdict must name its question when both are open, and supersedes that claim only."""
+    icu, survived = "Is the patient in the ICU?", "Did the patient survive?"
+    mem.ask(AGENT, "P1", _png(tmp_path, 1), icu, study_id="S1")
+    mem.ask(AGENT, "P1", _png(tmp_path, 2), survived, study_id="S1")
+    active = {c.key: c for c in mem._store.claims_active("P1")}
+    assert sorted(active) == sorted([claim_key("S1", icu), claim_key("S1", survived)])
+    assert all(c.supersedes is None for c in active.values())
+    critic = Principal("rad-1", "critic")
+    with pytest.raises(InvalidInput, match="2 questions") as refused:
+        mem.feedback(critic, "P1", "S1", accept=False, correction="Not in the ICU, ward care.")
+    assert claim_key("S1", icu) in str(refused.value) and claim_key("S1", survived) in str(refused.value)
+    assert "ICU" not in str(refused.value)  # the message names keys, never a question's text
+    verdict = mem.feedback(
+        critic, "P1", "S1", accept=False, correction="Not in the ICU, ward care.", question="is the patient in the icu"
+    )
+    assert verdict.key == claim_key("S1", icu) and verdict.supersedes == active[claim_key("S1", icu)].claim_id
+    after = {c.key: c for c in mem._store.claims_active("P1")}
+    assert after[claim_key("S1", survived)] == active[claim_key("S1", survived)]
+    assert after[claim_key("S1", icu)].content == "Not in the ICU, ward care."
+    with pytest.raises(NotFound, match="no answer to that question"):
+        mem.feedback(critic, "P1", "S1", accept=True, question="Was a chest drain placed?")
 
 
 def test_store_refuses_a_second_active_claim(mem: MsmMem, tmp_path: Path) -> None:
@@ -209,10 +236,11 @@ def test_store_refuses_a_second_active_claim(mem: MsmMem, tmp_path: Path) -> Non
 
     mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
     seq = mem._store.audit_head()[0]
-    rogue = Claim(new_id("C"), "P1", "study:S1", "rewritten", "{}", 0.5, "agent", T0)
+    key = claim_key("S1", "Any consolidation?")
+    rogue = Claim(new_id("C"), "P1", key, "rewritten", "{}", 0.5, "agent", T0)
     with pytest.raises(IllegalTransition):
         mem._store.write(WriteBatch(claims=[rogue]))
-    assert len(mem._store.claim_history("P1", "study:S1")) == 1
+    assert len(mem._store.claim_history("P1", key)) == 1
     assert mem._store.audit_head()[0] == seq
 
 
@@ -230,7 +258,7 @@ def _snapshot(mem: MsmMem) -> dict[str, tuple[str, str]]:
     out: dict[str, tuple[str, str]] = {}
     for p in ("P1", "P2"):
         for x in ("S1", "S2", "S3"):
-            for c in s.claim_history(p, f"study:{x}"):
+            for c in s.claim_history(p, claim_key(x, f"Question about {x}?")):
                 out[c.claim_id] = (c.state.value, c.content)
     for e in s.iter_episodes():
         out[e.episode_id] = (e.state.value, e.answer)
@@ -243,10 +271,11 @@ def _check_invariants(mem: MsmMem, before: dict[str, tuple[str, str]]) -> dict[s
     s = mem._store
     for p in ("P1", "P2"):
         for x in ("S1", "S2", "S3"):
-            history = s.claim_history(p, f"study:{x}")
+            key = claim_key(x, f"Question about {x}?")
+            history = s.claim_history(p, key)
             active = [c for c in history if c.state == State.ACTIVE]
             assert len(active) == (1 if history else 0)
-            assert len(s.claims_active(p, f"study:{x}")) == len(active)
+            assert len(s.claims_active(p, key)) == len(active)
             for older, newer in zip(history, history[1:], strict=False):
                 assert newer.supersedes == older.claim_id and older.state == State.SUPERSEDED
         sem = s.semantic_history(p, "impression")

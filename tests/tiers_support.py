@@ -28,7 +28,8 @@ def _z(mem: MsmMem, folder: Path, seed: int) -> np.ndarray:
 
 def _counts(mem: MsmMem) -> tuple[int, ...]:
     s = mem._store
-    claims = sum(len(s.claim_history(p, f"study:{x}")) for p in ("P1", "P2") for x in ("S1", "S2", "S3"))
+    # every version of every claim key with an active version (a new claim is always active)
+    claims = sum(len(s.claim_history(p, c.key)) for p in ("P1", "P2") for c in s.claims_active(p))
     return (len(s.stm_list()), s.count("episodic"), s.count("visual"), s.count("semantic"), claims)
 
 

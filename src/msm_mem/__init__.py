@@ -43,6 +43,7 @@ from ._errors import (
 from ._governance.audit.checkpoint import Checkpoint
 from ._governance.audit.event import AuditEvent
 from ._governance.audit.verify import VerifyResult
+from ._memory.claim_evidence import claim_key
 from ._memory.gate import GateDecision
 from ._memory.maintenance import MaintenanceReport
 from ._memory.msm import WriteResult
@@ -133,6 +134,7 @@ __all__ = [
     "VerifyResult",
     "VisualRecord",
     "WriteResult",
+    "claim_key",
     "fit_router",
     "get_backbone",
     "get_encoder",

@@ -182,7 +182,7 @@ class _Care(_Base):
         image = _one_image(image, image_study)
         turn = self._gm.begin(p, patient_id)
         try:
-            img, media = pixels(self._store, patient_id, image)
+            img, media = pixels(self._store, patient_id, image, self._directory)
             if timestamp is None:  # a study memory already holds is observed at its own time
                 timestamp = study_time(self._store, patient_id, study_id)
             item = self._gm.observe(
@@ -232,14 +232,19 @@ class _Care(_Base):
         accept: bool,
         correction: str = "",
         decision: str = "",
+        question: str | None = None,
     ) -> Claim:
-        """A critic verdict on the agent's impression of one study (for example the signed
-        report), as ``principal`` (critic or clinician): accept, or reject with the
-        ``correction``. The claim and the semantic state are superseded at the critic's
-        evidence tier, a consolidated episode by a corrected copy. Returns the new claim."""
+        """A critic verdict on the agent's answer to one question about one study (for example
+        the signed report), as ``principal`` (critic or clinician): accept, or reject with the
+        ``correction``. ``question`` names the question judged (it may be left out when the
+        study holds answers to one question only; else :class:`InvalidInput` lists them). The
+        question's claim and the answer's impression in the semantic state are superseded at
+        the critic's evidence tier, a consolidated episode by a corrected copy, a held answer
+        promoted with the verdict; answers to the study's other questions are left as they
+        are. Returns the new claim (key ``study:<study_id>|q:<question key>``)."""
         p = self._allow(principal, Operation.FEEDBACK)
         return Corrections(self._gm).critic_verdict(
-            p, patient_id, study_id, accept=accept, correction=correction, decision=decision
+            p, patient_id, study_id, accept=accept, correction=correction, decision=decision, question=question
         )
 
 

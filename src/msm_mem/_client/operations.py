@@ -167,10 +167,21 @@ def consolidate(patient_id: str, item_id: str, answer: str, *, decision: str = "
     return one(calls.post(path, {"answer": answer, "decision": decision}, decode.write_result))
 
 
-def feedback(patient_id: str, study_id: str, *, accept: bool, correction: str = "", decision: str = "") -> Plan[Claim]:
+def feedback(
+    patient_id: str,
+    study_id: str,
+    *,
+    accept: bool,
+    correction: str = "",
+    decision: str = "",
+    question: str | None = None,
+) -> Plan[Claim]:
     """:meth:`MsmMem.feedback`."""
     path = calls.patient(patient_id, f"studies/{calls.segment(study_id)}/feedback")
-    return one(calls.post(path, {"accept": accept, "correction": correction, "decision": decision}, decode.claim))
+    body: dict[str, object] = {"accept": accept, "correction": correction, "decision": decision}
+    if question is not None:
+        body["question"] = question
+    return one(calls.post(path, body, decode.claim))
 
 
 # reads ------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
-"""Claims and the knowledge graph derived from them: one claim per study, superseded by each
-new impression or verdict, and the finding entities and relationships the labeler reads in it.
+"""Claims and the knowledge graph derived from them: one claim per question about a study
+(:func:`~msm_mem._memory.claim_evidence.claim_key`), superseded by each new answer the gate
+lets into long-term memory or verdict on that question, and the finding entities and
+relationships the labeler reads in it.
 
 A superseded claim takes its derivations with it: its relationships are superseded, and a
 finding entity that no active claim refers to any more is superseded too (a corrected finding
@@ -12,6 +14,7 @@ import json
 from .._records import State, new_id
 from .._storage.base import StateChange, Store, WriteBatch
 from .._tier_records import Claim, Entity, Relationship
+from .claim_evidence import claim_key
 from .labeler import label
 from .msm import Interaction
 from .ranking import decay_at
@@ -65,9 +68,10 @@ def retire_findings(store: Store, batch: WriteBatch, patient_id: str, superseded
 def stage_study_claim(
     store: Store, batch: WriteBatch, it: Interaction, item_id: str, episode_id: str | None, now: float
 ) -> Claim:
-    """Stage the claim of ``it``'s study (key ``study:<study_id>``, else the STM item's id),
-    superseding the one active in ``batch`` or in the store, and link its findings."""
-    key = f"study:{it.study_id or item_id}"
+    """Stage the claim of ``it``'s answer to its question about its study (the STM item's id
+    stands for the study when it has none), superseding the claim of the same question active
+    in ``batch`` or in the store, and link its findings."""
+    key = claim_key(it.study_id or item_id, it.question)
     current = next(
         (
             c

@@ -110,14 +110,14 @@ class Maintainer:
             if info is None or info.answer is None:
                 continue
             turn = self.gm.begin(self.system, item.patient_id)
-            # the turn that held the item recorded its impression already: gate and consolidate only
+            # the turn that held the item recorded nothing in long-term memory: an answer the gate
+            # now lets through supersedes the semantic state and its question's claim, as at ask
             result = self.gm.consolidate(
                 turn,
                 item,
                 info.answer,
                 decision=info.decision,
                 trigger=tr.Trigger.AGE_THRESHOLD,
-                derive=False,
             )
             if not result.gate.written:
                 turn.batch.stm_changes.append(StmChange(item.item_id, StmState.ACTIVE, StmState.DISCARDED, purge=True))
@@ -229,10 +229,11 @@ class Maintainer:
         accept: bool,
         correction: str = "",
         decision: str = "",
+        question: str | None = None,
     ) -> Claim:
         """See :meth:`Corrections.critic_verdict`."""
         return Corrections(self.gm).critic_verdict(
-            actor, patient_id, study_id, accept=accept, correction=correction, decision=decision
+            actor, patient_id, study_id, accept=accept, correction=correction, decision=decision, question=question
         )
 
     # erasure -------------------------------------------------------------------------------

@@ -48,7 +48,8 @@ class Interaction:
 @dataclass(frozen=True, slots=True)
 class WriteResult:
     """What write-back did: the gate decision, the new ids (None when not written), and the new
-    semantic version (None when the caller asked for no semantic update)."""
+    semantic version (None when the gate held the answer or the caller asked for no semantic
+    update)."""
 
     gate: GateDecision
     episode_id: str | None
@@ -182,7 +183,7 @@ class Memory:
             if vis_id is not None:
                 batch.visuals.append(self._visual(it, z, vis_id, epi_id, created, decays))
             pending.vectors.setdefault(it.patient_id, []).append(z)
-        if not semantic:
+        if not semantic or not decision.written:  # a held answer reaches no long-term memory
             return WriteResult(decision, epi_id, vis_id, None)
         key = (it.patient_id, it.category)
         current = pending.semantic.get(key)

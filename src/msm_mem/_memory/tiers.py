@@ -236,9 +236,11 @@ class GovernedMemory(TurnBeginning):
     ) -> WriteResult:
         """STM -> LTM through the write-back gate; a held item stays in STM.
 
-        With ``derive`` (the default) the semantic state and the study's claim are superseded
-        whatever the gate says; without it (a retried or promoted item whose impression was
-        already recorded) only the gate and the consolidation run. ``visual=False`` writes the
+        The gate decides what reaches long-term memory: a written answer supersedes, with
+        ``derive`` (the default), the semantic state and the claim of its question about its
+        study; a held answer stays in STM with its answer (audited as ``hold``) and becomes
+        neither a claim nor evidence. Without ``derive`` (an item a verdict promotes, whose
+        claim the verdict writes itself) only the gate and the consolidation run. ``visual=False`` writes the
         episode without a visual record (another question about a study whose image has one)."""
         self._check(turn, tr.STM_ACTIVE, tr.LTM_ACTIVE, trigger)
         if derive:

@@ -84,7 +84,13 @@ class AgentArm:
             accept = normalize_answer(prediction) == normalize_answer(row.answer)
             correction = "" if accept else row.answer
             self.mem.feedback(
-                CRITIC, row.patient_id, row.study_id, accept=accept, correction=correction, decision=row.decision
+                CRITIC,
+                row.patient_id,
+                row.study_id,
+                accept=accept,
+                correction=correction,
+                decision=row.decision,
+                question=row.question,
             )
 
     def close(self, *, discard: bool = False) -> None:

@@ -205,13 +205,14 @@ def _configure_consolidate(p: argparse.ArgumentParser) -> None:
 def cmd_consolidate(args: argparse.Namespace) -> int:
     """Move a short-term item into long-term memory with its answer, through the write-back gate.
 
-    The gate (novelty, answer length, clinical keyword) decides; an item it holds stays in
-    short-term memory with its answer. Either way the answer becomes the patient's new
-    semantic state and the study's claim (each superseding the last version, never
-    rewritten). As an agent, clinician or the system role; audited. --json prints one object:
-    gate {written, reasons}; episode_id and visual_id, the long-term records (null when the
-    gate holds the item; visual_id null too when the study's image has a visual record
-    already); semantic_id, the new semantic state (set whatever the gate decides)."""
+    The gate (novelty, answer length, clinical keyword) decides what reaches long-term
+    memory: a written answer becomes the patient's new semantic state and the claim of its
+    question about its study (each superseding the last version, never rewritten); an item
+    the gate holds stays in short-term memory with its answer and becomes neither. As an
+    agent, clinician or the system role; audited. --json prints one object: gate {written,
+    reasons}; episode_id and visual_id, the long-term records (null when the gate holds the
+    item; visual_id null too when the study's image has a visual record already);
+    semantic_id, the new semantic state (null when the gate holds the item)."""
     with open_mem(args) as mem:
         result = mem.consolidate(principal(args), args.patient, args.item, args.answer, decision=args.decision)
     ids = {
@@ -233,7 +234,12 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
 def _configure_feedback(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=Path)
     p.add_argument("--patient", required=True)
-    p.add_argument("--study", required=True, help="the study whose impression is judged")
+    p.add_argument("--study", required=True, help="the study whose answer is judged")
+    p.add_argument(
+        "--question",
+        metavar="TEXT",
+        help="the question whose answer is judged (needed when the study holds answers to several)",
+    )
     verdict = p.add_mutually_exclusive_group(required=True)
     verdict.add_argument("--accept", action="store_true", help="the agent's impression stands")
     verdict.add_argument("--correction", metavar="TEXT", help="reject it: the correct impression")
@@ -243,12 +249,14 @@ def _configure_feedback(p: argparse.ArgumentParser) -> None:
 
 @command("feedback", _configure_feedback, role=Role.CRITIC)
 def cmd_feedback(args: argparse.Namespace) -> int:
-    """Record a critic verdict on the agent's impression of one study (e.g. the signed report).
+    """Record a critic verdict on the agent's answer to a question about a study (e.g. the signed report).
 
-    --accept keeps the impression, --correction TEXT replaces it: the study's claim and the
-    semantic state are superseded at the critic's evidence tier, a consolidated episode by a
-    corrected copy. As a critic or clinician; audited. Prints the new claim; --json prints it
-    as one object."""
+    --accept keeps the answer, --correction TEXT replaces it: the question's claim and the
+    answer's impression in the semantic state are superseded at the critic's evidence tier,
+    a consolidated episode by a corrected copy, a held answer promoted; answers to the
+    study's other questions stay. --question names the question when the study holds
+    answers to several. As a critic or clinician; audited. Prints the new claim; --json
+    prints it as one object."""
     with open_mem(args) as mem:
         claim = mem.feedback(
             principal(args),
@@ -257,6 +265,7 @@ def cmd_feedback(args: argparse.Namespace) -> int:
             accept=args.accept,
             correction=args.correction or "",
             decision=args.decision,
+            question=args.question,
         )
     if args.json:
         print_json(claim)

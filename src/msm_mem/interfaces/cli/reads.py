@@ -110,7 +110,10 @@ def cmd_visuals(args: argparse.Namespace) -> int:
 
 def _configure_claims(p: argparse.ArgumentParser) -> None:
     _patient(p)
-    p.add_argument("--key", help="one claim key, e.g. study:S1 (default: every active claim)")
+    p.add_argument(
+        "--key",
+        help="one claim key, study:<study>|q:<question key> as `show claims` lists them (default: every active claim)",
+    )
     p.add_argument("--history", action="store_true", help="the key's whole supersession chain, oldest first")
 
 

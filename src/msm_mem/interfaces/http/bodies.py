@@ -87,9 +87,13 @@ class ConsolidateIn(_In):
 
 
 class FeedbackIn(_In):
+    """A verdict on the answer to ``question`` about the study (it may be left out when the
+    study holds answers to one question only)."""
+
     accept: bool
     correction: Text = ""
     decision: Text = ""
+    question: Annotated[str, Field(min_length=1, max_length=16_384)] | None = None
 
 
 class ReasonIn(_In):

@@ -4,7 +4,7 @@
 versions of their semantic impression, their active claims and their short-term items with
 their expiry, each list oldest first, and one merged list of events (time, kind, id, state,
 what it supersedes). ``msm-mem://patients/{patient_id}/claims/{key}/chain``: every version of
-one claim key (``study:S1``), oldest first, each naming the one it supersedes. Each read is
+one claim key (``study:S1|q:any-effusion``), oldest first, each naming the one it supersedes. Each read is
 scoped, consent-checked and audited like the tools.
 """
 
@@ -95,12 +95,12 @@ def register(server: MCPServer[object], state: McpState) -> None:
 
     @server.resource("msm-mem://patients/{patient_id}/claims/{key}/chain", mime_type=_JSON)
     def claim_chain(patient_id: str, key: str) -> str:
-        """Every version of one claim of a patient (key such as study:S1), oldest first: its supersession chain."""
+        """Every version of one claim of a patient (key such as study:S1|q:any-effusion), oldest first."""
         uri = f"msm-mem://patients/{patient_id}/claims/{key}/chain"
 
         def body(who: Caller) -> ChainOut:
-            if not 1 <= len(key) <= 200:
-                raise InvalidInput("the claim key must be 1 to 200 characters (e.g. study:S1)")
+            if not 1 <= len(key) <= 400:
+                raise InvalidInput("the claim key must be 1 to 400 characters (e.g. study:S1|q:any-effusion)")
             chain = state.call(state.mem.claim_history, who.principal, patient_id, key)
             return ChainOut(patient_id=patient_id, key=key, chain=[ClaimOut.model_validate(c) for c in chain])
 

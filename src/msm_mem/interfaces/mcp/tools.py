@@ -187,12 +187,19 @@ def register(server: MCPServer[object], state: McpState) -> None:
         accept: bool,
         correction: Annotated[str, Field(max_length=20_000, description="the corrected finding (to reject)")] = "",
         decision: Annotated[str, Field(max_length=20_000)] = "",
+        question: Annotated[
+            str | None,
+            Field(
+                min_length=1, max_length=16_384, description="the question judged (needed when the study has several)"
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, ClaimOut]:
-        """A critic's verdict on the agent's impression of one study: accept it, or reject it with a correction.
+        """A critic's verdict on the agent's answer to a question about a study: accept, or reject with a correction.
 
-        The study's claim and the semantic state are superseded at the critic's evidence tier
-        (a critic or clinician credential); the old versions stay, superseded (see the
-        resource msm-mem://patients/{patient_id}/claims/{key}/chain). Returns the new claim."""
+        The question's claim and the answer's impression in the semantic state are superseded
+        at the critic's evidence tier (a critic or clinician credential); answers to the
+        study's other questions stay; the old versions stay, superseded (see the resource
+        msm-mem://patients/{patient_id}/claims/{key}/chain). Returns the new claim."""
 
         def body(who: Caller) -> ClaimOut:
             claim = state.call(
@@ -203,6 +210,7 @@ def register(server: MCPServer[object], state: McpState) -> None:
                 accept=accept,
                 correction=correction,
                 decision=decision,
+                question=question,
             )
             return ClaimOut.model_validate(claim)
 

@@ -139,7 +139,8 @@ def consolidate(
     dependencies=[Depends(require_json)],
 )
 def feedback(request: Request, who: CallerDep, patient_id: PatientId, study_id: ItemId, body: FeedbackIn) -> ClaimOut:
-    """A critic's verdict on the agent's impression of one study: accept, or correct."""
+    """A critic's verdict on the agent's answer to one question about one study: accept, or
+    correct. Name the question when the study holds answers to several (else 422)."""
     state = server(request)
     authorize(request, who, "feedback", patient_id)
     claim = state.call(
@@ -150,5 +151,6 @@ def feedback(request: Request, who: CallerDep, patient_id: PatientId, study_id: 
         accept=body.accept,
         correction=body.correction,
         decision=body.decision,
+        question=body.question,
     )
     return ClaimOut.model_validate(claim)

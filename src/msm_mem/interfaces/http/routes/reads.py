@@ -20,7 +20,8 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1/patients/{patient_id}", tags=["reads"], responses=PROBLEM_RESPONSES)
 
 PagingDep = Annotated[Paging, Depends(paging)]
-Key = Annotated[str, Query(min_length=1, max_length=200)]
+#: a claim key: ``study:<study id>|q:<question key>`` (a study id of up to 256 characters)
+Key = Annotated[str, Query(min_length=1, max_length=400)]
 Category = Annotated[str, Query(min_length=1, max_length=100)]
 R = TypeVar("R")
 Out = TypeVar("Out")
@@ -78,7 +79,7 @@ def visuals(request: Request, who: CallerDep, patient_id: PatientId, pg: PagingD
 def claims(
     request: Request, who: CallerDep, patient_id: PatientId, pg: PagingDep, key: Key | None = None
 ) -> Page[ClaimOut]:
-    """The patient's active claims (or those under ``key``, e.g. ``study:S1``)."""
+    """The patient's active claims (or those under ``key``, e.g. ``study:S1|q:any-effusion``)."""
     return _read(request, who, patient_id, pg, server(request).mem.claims, ClaimOut.model_validate, key)
 
 
