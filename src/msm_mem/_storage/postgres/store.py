@@ -167,8 +167,9 @@ class PostgresStore(ReadAhead):
         population_search: PopulationSearch = "exact",
         tenant: str = DEFAULT_TENANT,
     ) -> PostgresStore:
-        """Create a new store of ``tenant`` in ``schema`` (created if needed; its tables too,
-        unless other tenants' stores have made them).
+        """Create a new store of ``tenant`` in ``schema`` (created if absent, which needs CREATE
+        on the database; an existing schema needs only CREATE on it; its tables too, unless
+        other tenants' stores have made them).
 
         Installs the pgvector extension when the database lacks it (that needs the privilege
         to create extensions). Raises :class:`StoreError` when the schema already holds a
@@ -185,7 +186,10 @@ class PostgresStore(ReadAhead):
                 conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
             ident, ext = sql.Identifier(schema), sql.Identifier(vector_schema(conn) or "public")
             with conn.transaction():
-                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+                # a role that owns an existing schema may lack CREATE on the database, which
+                # CREATE SCHEMA IF NOT EXISTS checks even when the schema is there
+                if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None:
+                    conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
                 meta = f"{ident.as_string(conn)}.meta"
                 exists = conn.execute("SELECT to_regclass(%s)", (meta,)).fetchone() != (None,)
                 conn.execute(sql.SQL("SET LOCAL search_path TO {}, {}").format(ident, ext))
