@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,3 +204,68 @@ def _shell(folder: Path, text: str, extra: dict[str, str]) -> None:
         ["bash", "-e", "-c", text], cwd=folder, env=_env(**extra), capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, f"{text} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, as PEM files in ``folder``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+@pytest.mark.slow
+@pytest.mark.system
+def test_a_self_signed_certificate_is_trusted_by_naming_it(tmp_path: Path) -> None:
+    """deploy.md's TLS: serve --ssl-certfile/--ssl-keyfile with a self-signed certificate;
+    MemoryClient(verify=cert.pem) reaches it, the default verification refuses it."""
+    from msm_mem import BackendError, MemoryClient
+
+    cert, key = _self_signed(tmp_path)
+    _shell(tmp_path, "msm-mem init mem/", {})
+    token, _ = ApiKeyStore(tmp_path / "mem").create(Principal("docs-agent", "agent", "treatment"), ["P1"])
+    port = free_port()
+    url = f"https://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "msm_mem", "serve", str(tmp_path / "mem"), "--port", str(port)]
+    cmd += ["--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
+    with (tmp_path / "serve.log").open("wb") as log:
+        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
+    try:
+        with MemoryClient(url, token=token, verify=str(cert)) as memory:
+            for _ in range(300):  # until the server answers (bounded)
+                assert process.poll() is None, (tmp_path / "serve.log").read_text()
+                try:
+                    assert memory.whoami()[0].id == "docs-agent"
+                    break
+                except BackendError:  # not listening yet
+                    time.sleep(0.2)
+            assert list(memory.claims("P1")) == []
+        with MemoryClient(url, token=token, retries=0) as untrusted, pytest.raises(BackendError, match="CERTIFICATE"):
+            untrusted.whoami()
+    finally:
+        stop_process(process)

@@ -4,6 +4,7 @@ operations (:mod:`.operations`), the same records and exceptions, each request a
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
@@ -45,8 +46,9 @@ class AsyncMemoryClient:
     Only idempotent calls (the reads, audit verification and export) are retried, up to
     ``retries`` more times on a transport error or a 502/503/504, ``backoff_s`` apart and
     doubling. ``break_glass_reason`` (admins only) is sent with every call to act outside the
-    credential's patient scope; the server audits it. ``transport`` replaces the network (an
-    ``httpx`` transport, for tests).
+    credential's patient scope; the server audits it. ``verify`` is True (the system's CAs),
+    a CA bundle path (a self-signed certificate, the hospital's CA) or an ``ssl.SSLContext``.
+    ``transport`` replaces the network (an ``httpx`` transport, for tests).
     """
 
     def __init__(
@@ -59,7 +61,7 @@ class AsyncMemoryClient:
         backoff_s: float = 0.2,
         break_glass_reason: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
-        verify: bool | str = True,
+        verify: bool | str | ssl.SSLContext = True,
     ) -> None:
         try:
             import httpx
@@ -68,7 +70,11 @@ class AsyncMemoryClient:
         headers = calls.headers(token, retries, break_glass_reason)
         self._httpx = httpx
         self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport, verify=verify
+            base_url=base_url.rstrip("/"),
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            verify=calls.tls(verify),
         )
         self._retries = retries
         self._backoff = backoff_s

@@ -6,6 +6,7 @@ operation's requests from them; :mod:`.sync` and :mod:`.asynchronous` only send 
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,6 +167,14 @@ def answer(call: Call[T], response: httpx.Response) -> T:
 def unreachable(call: Call[Any], exc: Exception) -> BackendError:
     """The error of a call whose last try found no server."""
     return BackendError(f"{call.method} {call.path}: {type(exc).__name__}: {exc}")
+
+
+def tls(verify: bool | str | ssl.SSLContext) -> bool | ssl.SSLContext:
+    """What httpx takes for ``verify``: a CA bundle path (a self-signed certificate, the
+    hospital's CA) becomes a context trusting it, since httpx deprecates a path."""
+    if isinstance(verify, str):
+        return ssl.create_default_context(cafile=verify)
+    return verify
 
 
 def headers(token: str, retries: int, break_glass_reason: str | None) -> dict[str, str]:

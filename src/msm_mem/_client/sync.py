@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
@@ -43,8 +44,9 @@ class MemoryClient:
     Only idempotent calls (the reads, audit verification and export) are retried, up to
     ``retries`` more times on a transport error or a 502/503/504, ``backoff_s`` apart and
     doubling. ``break_glass_reason`` (admins only) is sent with every call to act outside the
-    credential's patient scope; the server audits it. ``transport`` replaces the network (an
-    ``httpx`` transport, for tests).
+    credential's patient scope; the server audits it. ``verify`` is True (the system's CAs),
+    a CA bundle path (a self-signed certificate, the hospital's CA) or an ``ssl.SSLContext``.
+    ``transport`` replaces the network (an ``httpx`` transport, for tests).
     """
 
     def __init__(
@@ -57,7 +59,7 @@ class MemoryClient:
         backoff_s: float = 0.2,
         break_glass_reason: str | None = None,
         transport: httpx.BaseTransport | None = None,
-        verify: bool | str = True,
+        verify: bool | str | ssl.SSLContext = True,
     ) -> None:
         try:
             import httpx
@@ -66,7 +68,11 @@ class MemoryClient:
         headers = calls.headers(token, retries, break_glass_reason)
         self._httpx = httpx
         self._http = httpx.Client(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport, verify=verify
+            base_url=base_url.rstrip("/"),
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            verify=calls.tls(verify),
         )
         self._retries = retries
         self._backoff = backoff_s
