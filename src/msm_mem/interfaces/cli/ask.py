@@ -135,9 +135,10 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     Ranks the patient's semantic state and episodic and visual records by cosine x
     composite_k (for --image-study STUDY: the embedding stored with that study), as an
     agent, clinician, critic or the system role; --scope population adds other patients'
-    consented and anonymised records, whose content is withheld. --json
-    prints one object: patient, scope, evidence [{id, kind, score, cosine, confidence,
-    freshness, tier_weight, record}], where record is null for another patient's record."""
+    consented and anonymised records. --json prints one object: patient, scope, evidence
+    [{id, kind, score, cosine, confidence, freshness, tier_weight, record}], where record is
+    a de-identified copy (no patient id, no source) for population experience and null for a
+    record that still names another patient (its content withheld)."""
     use_sem, use_epi, use_vis = _ablation(args)
     with open_mem(args) as mem:
         found = mem.retrieve(
