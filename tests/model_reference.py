@@ -1,10 +1,9 @@
 """The reference model of ``tests/test_model.py``: what the store should hold after each step,
 predicted from the documented rules alone (the gate, supersession, the short-term lifecycle,
-decay and its half-lives), never from the implementation."""
+retention from the patient's last activity), never from the implementation."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from msm_mem import claim_key
@@ -15,20 +14,22 @@ DAY = 86_400.0
 #: every interaction of a study shares the study's UTC time
 STUDY_TIME = {"S1": T0 - 90 * DAY, "S2": T0 - 60 * DAY, "S3": T0 - 30 * DAY}
 
-# the documented decay rule (docs/design.md, "Ranking and decay"): a record decays when
-# confidence x tier weight x 0.5 ** (age / half-life) falls below 0.05, aged from its clinical
-# time (the study's time; a semantic version's newest impression)
-HALF_LIFE_DAYS = {"episodic": 365.0, "visual": 365.0, "claims": 365.0, "semantic": 180.0}
+# the documented retention rule (docs/design.md, "Retention"): a long-term record decays at
+# the sweep once its patient's last activity (the newest write among the patient's active and
+# superseded long-term records) plus retention x confidence x tier weight has passed; the
+# retention's default is ten years; a semantic version's confidence is 1. Its clinical time
+# plays no part.
 TIER_WEIGHT = {"ground_truth": 1.0, "critic": 0.95, "agent": 0.6}
-THRESHOLD = 0.05
+RETENTION = 10 * 365.25 * DAY
 STM_TTL = 86_400.0
 AGE_THRESHOLD = 3600.0
 HISTORY = 5
 K = 5  # hits per episodic / visual read
 
 
-def decays(observed: float, confidence: float, tier: str, kind: str) -> float:
-    return observed + HALF_LIFE_DAYS[kind] * DAY * math.log2(confidence * TIER_WEIGHT[tier] / THRESHOLD)
+def keeps(confidence: float, tier: str) -> float:
+    """How long a record is kept after its patient's last activity (seconds)."""
+    return RETENTION * (confidence * TIER_WEIGHT[tier])
 
 
 # the model ----------------------------------------------------------------------------------
@@ -41,7 +42,8 @@ class Epi:
     study: str
     answer: str
     tier: str
-    decay: float
+    keep: float
+    created: float
     state: str = "active"
     question: str = ""
 
@@ -50,7 +52,8 @@ class Epi:
 class Vis:
     image: int
     tier: str
-    decay: float
+    keep: float
+    created: float
     episode: Epi | None = None
     state: str = "active"
 
@@ -60,7 +63,8 @@ class Clm:
     key: str
     content: str
     tier: str
-    decay: float
+    keep: float
+    created: float
     qid: int
     episode: Epi | None
     time: float | None = None  # the study's clinical time, when the claim knows it
@@ -76,8 +80,8 @@ class Sem:
     state: str = "active"
 
     @property
-    def decay(self) -> float:
-        return decays(self.impressions[-1][0] if self.impressions else self.created, 1.0, self.tier, "semantic")
+    def keep(self) -> float:
+        return keeps(1.0, self.tier)
 
 
 @dataclass(eq=False)
@@ -142,12 +146,11 @@ class Model:
         self, p: str, item: Stm, answer: str, tier: str, confidence: float, *, visual: bool = True
     ) -> Epi:
         pt = self.patients[p]
-        when = STUDY_TIME[item.study]
-        epi = Epi(item.qid, item.image, item.study, answer, tier, decays(when, confidence, tier, "episodic"))
+        epi = Epi(item.qid, item.image, item.study, answer, tier, keeps(confidence, tier), self.now)
         epi.question = item.question
         pt.episodes.append(epi)
         if visual:  # another question about a study whose image has a visual record shares it
-            pt.visuals.append(Vis(item.image, tier, decays(when, confidence, tier, "episodic"), epi))
+            pt.visuals.append(Vis(item.image, tier, keeps(confidence, tier), self.now, epi))
         item.state, item.answer = "consolidated", None
         return epi
 
@@ -180,9 +183,7 @@ class Model:
         old = pt.active_claim(key)
         if old:
             old.state = "superseded"
-        claim = Clm(
-            key, content, tier, decays(self.now if when is None else when, confidence, tier, "claims"), qid, epi
-        )
+        claim = Clm(key, content, tier, keeps(confidence, tier), self.now, qid, epi)
         claim.time = when
         pt.claims.append(claim)
         return claim
@@ -236,9 +237,14 @@ class Model:
         for pt in self.patients.values():
             if pt.shredded:
                 continue
-            for records in (pt.episodes, pt.visuals, pt.claims, pt.semantic):
+            tables = (pt.episodes, pt.visuals, pt.claims, pt.semantic)
+            live = [r for records in tables for r in records if r.state in ("active", "superseded")]
+            if not live:
+                continue
+            last = max(r.created for r in live)  # decided once per sweep, after consolidation
+            for records in tables:
                 for r in list(records):
-                    if r.state in ("active", "superseded") and r.decay <= self.now:
+                    if r.state in ("active", "superseded") and last + r.keep <= self.now:
                         active = r.state == "active" and not isinstance(r, Sem)
                         counts["anonymized" if active else "retracted"] += 1
                         records.remove(r)  # either way it leaves the patient (no patient id any more)

@@ -10,12 +10,12 @@ semantic version, a bounded impression history ordered by study time), the short
 lifecycle (TTL, held items retried once at the age threshold), critic verdicts superseding every
 record of the judged study (the episode and its visual record by critic copies, the study's
 other unverified episodes and visual records, its other held items discarded), decay
-(``decay_at`` from the ranking's half-lives and tier weights, counted from the study's clinical
-time; active records anonymised, superseded ones and semantic versions retracted, both leaving
-the patient), consent (a revoked permit refuses the next call
-and the refusal is audited) and shredding (everything refused afterwards). Record ids are
-random, so the model names records by the interaction that made them: every question carries
-its number (``Q7: ...``).
+(due once the patient's last activity, its newest long-term write, plus the retention x
+confidence x tier weight has passed, whatever the study's clinical time; active records
+anonymised, superseded ones and semantic versions retracted, both leaving the patient),
+consent (a revoked permit refuses the next call and the refusal is audited) and shredding
+(everything refused afterwards). Record ids are random, so the model names records by the
+interaction that made them: every question carries its number (``Q7: ...``).
 
 Examples per run: ``MODEL_EXAMPLES`` per backend; ``MSM_MEM_MODEL_EXAMPLES=N`` runs N examples
 of up to ``MSM_MEM_MODEL_STEPS`` (default 40) steps on each backend instead.
@@ -42,7 +42,7 @@ from msm_mem.testing import FixedClock
 from tests import strategies as s
 from tests.helpers import ADMIN, AGENT, CLINICIAN, CRITIC, INGEST, SYSTEM, png
 from tests.model_machine import READERS, ModelMachine, image_of, qid_of
-from tests.model_reference import STUDY_TIME, T0, Epi, K, Stm, Vis, decays
+from tests.model_reference import STUDY_TIME, T0, Epi, K, Stm, Vis, keeps
 
 pytestmark = pytest.mark.slow
 
@@ -186,16 +186,14 @@ class MemoryRules(ModelMachine):
             e.state = "superseded"
             if e is primary:
                 event("feedback: episode superseded by the critic's copy")
-                fixed = Epi(
-                    e.qid, e.image, e.study, text, "critic", decays(STUDY_TIME[e.study], 1.0, "critic", "episodic")
-                )
+                fixed = Epi(e.qid, e.image, e.study, text, "critic", keeps(1.0, "critic"), self.model.now)
                 fixed.question = e.question
                 pt.episodes.append(fixed)
         for v in list(pt.visuals):
             if v.state == "active" and v.episode in judged_episodes:
                 v.state = "superseded"
                 if fixed is not None and v.episode is primary:
-                    pt.visuals.append(Vis(v.image, "critic", fixed.decay, fixed))
+                    pt.visuals.append(Vis(v.image, "critic", fixed.keep, self.model.now, fixed))
         promoted = None
         if fixed is not None:
             epi = fixed

@@ -18,7 +18,6 @@ from msm_mem._api.mem import MsmMem
 from msm_mem._memory import ranking
 from msm_mem._memory.ranking import (
     DAY,
-    DECAY_THRESHOLD,
     HALF_LIFE_DAYS,
     TIER_WEIGHTS,
     Score,
@@ -112,26 +111,23 @@ def test_tier_weights_order() -> None:
 
 
 @given(
-    confidence=st.floats(0.06, 1.0),
+    confidence=st.floats(0.0, 1.0),
     tier=st.sampled_from(sorted(TIER_WEIGHTS)),
-    kind=st.sampled_from(sorted(HALF_LIFE_DAYS)),
+    retention=st.floats(1.0, 150 * 365.25 * DAY),
 )
-def test_decay_at_is_when_composite_reaches_the_threshold(confidence: float, tier: str, kind: str) -> None:
-    """At decay_at the composite aged from created_at equals DECAY_THRESHOLD (formula and meaning)."""
-    start = confidence * TIER_WEIGHTS[tier]
-    when = decay_at(T0, confidence, tier, kind)
-    if start <= DECAY_THRESHOLD:
-        assert when == T0
-        return
-    assert when == pytest.approx(T0 + HALF_LIFE_DAYS[kind] * DAY * math.log2(start / DECAY_THRESHOLD))
-    assert composite(confidence, when - T0, tier, kind) == pytest.approx(DECAY_THRESHOLD, rel=1e-6)
+def test_decay_at_is_last_activity_plus_scaled_retention(confidence: float, tier: str, retention: float) -> None:
+    """decay_at is the last activity plus retention x confidence x tier weight, never before it."""
+    when = decay_at(T0, confidence, tier, retention)
+    assert when == T0 + retention * (confidence * TIER_WEIGHTS[tier])
+    assert T0 <= when <= T0 + retention
 
 
-def test_decay_at_immediate_below_threshold_and_later_for_stronger_evidence() -> None:
-    """Weak evidence decays at once; a critic verdict outlives the agent's impression."""
-    assert decay_at(T0, 0.05, "report", "claims") == T0
-    assert decay_at(T0, 0.01, "agent", "claims") == T0
-    assert decay_at(T0, 1.0, "critic", "claims") > decay_at(T0, 0.6, "agent", "claims") > T0
+def test_decay_at_keeps_full_retention_for_full_trust_and_less_for_weaker_evidence() -> None:
+    """A ground-truth record keeps the whole retention; a critic outlives the agent; confidence 0 goes at once."""
+    year = 365.25 * DAY
+    assert decay_at(T0, 1.0, "ground_truth", 10 * year) == T0 + 10 * year
+    assert decay_at(T0, 1.0, "critic", 10 * year) > decay_at(T0, 0.6, "agent", 10 * year) > T0
+    assert decay_at(T0, 0.0, "report", 10 * year) == T0
 
 
 def test_rerank_orders_by_cosine_times_composite() -> None:
@@ -255,27 +251,31 @@ def test_the_query_time_defaults_to_the_asked_studys_time(
     assert {e.freshness for e in a.evidence} == {1.0}
 
 
-def test_decay_counts_from_clinical_time(late: tuple[MsmMem, FixedClock, Switch], tmp_path: Path) -> None:
-    """decay_at is the study time plus the horizon, not the ingest time: 2020 data ingested in 2026 is due."""
+def test_decay_counts_from_the_last_activity(late: tuple[MsmMem, FixedClock, Switch], tmp_path: Path) -> None:
+    """decay_at is the patient's last write plus the retention, not the study time: 2020 data ingested in 2026 stays."""
     mem, clock, _ = late
     _ingest(mem, tmp_path, 1, "S1", Y2020)
     (e,) = mem.episodes(CHECK, "P1")
     (c,) = mem.claims(CHECK, "P1")
-    assert e.decay_at == pytest.approx(decay_at(Y2020, 1.0, "ground_truth", "episodic"))
-    assert c.decay_at == pytest.approx(decay_at(Y2020, 1.0, "ground_truth", "claims"))
-    assert e.created_at == clock.now() > e.decay_at
+    keep = mem._settings.retention_s
+    assert e.decay_at == decay_at(clock.now(), 1.0, "ground_truth", keep)
+    assert c.decay_at == decay_at(clock.now(), 1.0, "ground_truth", keep)
     report = mem.maintain(SYSTEM)
-    assert report.anonymized >= 3 and mem.episodes(CHECK, "P1") == []  # episode, visual, claim
+    assert (report.anonymized, report.retracted) == (0, 0) and mem.episodes(CHECK, "P1") == [e]
 
 
-def test_decay_at_does_not_depend_on_when_a_study_is_ingested(new_mem: MemFactory, tmp_path: Path) -> None:
-    """The same study ingested on two different days decays at the same time."""
-    times = []
-    for name, now in (("a", Y2020 + DAY), ("b", Y2020 + 300 * DAY)):
-        mem = new_mem(name, clock=FixedClock(now))
-        _ingest(mem, tmp_path, 1, "S1", Y2020)
-        times.append(mem.episodes(CHECK, "P1")[0].decay_at)
-    assert times[0] == times[1]
+def test_decay_at_moves_with_the_patients_newest_write(new_mem: MemFactory, tmp_path: Path) -> None:
+    """A study ingested later moves every record of the patient (none rewritten), whatever its clinical date."""
+    clock = FixedClock(Y2020 + DAY)
+    mem = new_mem("a", clock=clock)
+    _ingest(mem, tmp_path, 1, "S1", Y2020)
+    first = mem.episodes(CHECK, "P1")[0]
+    clock.advance(300 * DAY)
+    _ingest(mem, tmp_path, 2, "S0", Y2020 - 5 * 365 * DAY)  # an older study, written now
+    moved = {e.episode_id: e.decay_at for e in mem.episodes(CHECK, "P1")}
+    assert moved[first.episode_id] == first.decay_at + 300 * DAY
+    assert len(set(moved.values())) == 1
+    assert mem._store.get_episodes([first.episode_id])[0].decay_at is None  # decided when read, never stored
 
 
 def _hit(hid: str, kind: str, tier: str, when: float, cosine: float, patient: str = "P1") -> Hit:

@@ -103,10 +103,23 @@ def test_claims_supersede_and_keep_one_active(store: Store) -> None:
     assert store.get_claims(["C-1", "C-2"])[1].claim_id == "C-2"
 
 
-def test_decay_due_lists_expired_long_term_records(store: Store) -> None:
-    """Records whose decay_at has passed are due; future ones and anonymised ones are not."""
-    store.write(WriteBatch(claims=[claim("C-1", "k1", decay=5.0), claim("C-2", "k2", decay=50.0)]))
-    assert store.decay_due(10.0) == [("claims", "C-1")]
+def test_decay_due_counts_from_the_patients_last_activity(store: Store) -> None:
+    """Due: the patient's newest write + retention x confidence x weight has passed; the stored decay_at is ignored."""
+    weights = {"agent": 0.5, "critic": 1.0}
+    old = Claim("C-1", "p", "k1", "content", "source", 1.0, "agent", 1.0, 1e12)
+    newest = Claim("C-2", "p", "k2", "content", "source", 1.0, "critic", 40.0, None)
+    other = Claim("C-3", "q", "k1", "content", "source", 0.5, "made-up", 1.0, 0.0)
+    store.write(WriteBatch(claims=[old, newest, other]))
+    assert store.last_activity("p") == 40.0 and store.last_activity("nobody") is None
+    # p: last 40; C-1 due 40 + 100 x 0.5 = 90, C-2 due 140; q: last 1, C-3 due 1 + 100 x 0.5 x 0.2 = 11
+    assert store.decay_due(10.0, 100.0, weights, 0.2) == []
+    assert [(d.record_id, d.last_activity) for d in store.decay_due(11.0, 100.0, weights, 0.2)] == [("C-3", 1.0)]
+    due = store.decay_due(90.0, 100.0, weights, 0.2)
+    assert [(d.table, d.record_id, d.state, d.confidence, d.evidence_tier) for d in due] == [
+        ("claims", "C-1", State.ACTIVE, 1.0, "agent"),
+        ("claims", "C-3", State.ACTIVE, 0.5, "made-up"),
+    ]
+    assert [d.record_id for d in store.decay_due(140.0, 100.0, weights, 0.2)] == ["C-1", "C-2", "C-3"]
 
 
 def test_consents_are_stored_and_revoked(store: Store) -> None:

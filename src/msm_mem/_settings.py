@@ -14,6 +14,7 @@ from ._errors import InvalidInput
 
 __all__ = [
     "DEFAULT_EF_SEARCH",
+    "DEFAULT_RETENTION_S",
     "DEFAULT_TENANT",
     "MAX_EF_SEARCH",
     "PopulationSearch",
@@ -29,6 +30,11 @@ DEFAULT_EF_SEARCH = 128
 MAX_EF_SEARCH = 100_000
 #: the tenant of a store made without one
 DEFAULT_TENANT = "default"
+#: the default retention of a long-term record of full trust after the patient's last activity:
+#: ten years (docs/design.md, "Retention")
+DEFAULT_RETENTION_S = 10 * 365.25 * 86_400.0
+#: the longest retention accepted: past a century and a half it outlives any patient
+MAX_RETENTION_S = 150 * 365.25 * 86_400.0
 _TENANT = re.compile(r"[A-Za-z0-9_-]{1,63}")
 
 
@@ -92,6 +98,11 @@ class Settings:
       Patient-scoped retrieval is exact either way. On PostgreSQL ``"hnsw"`` is pgvector's.
     - ``population_ef_search``: the embedded store's HNSW search depth (candidates kept while
       searching, at least k): larger is slower and finds more of the true top-k.
+    - ``retention_s``: how long a long-term record of full trust (confidence 1, tier weight 1)
+      is kept after the patient's last activity in the store (a new study, a written answer, a
+      critic's verdict) before ``maintain`` anonymises it; a record keeps ``retention_s x
+      confidence x tier_weight``. Default ten years (:data:`DEFAULT_RETENTION_S`; why: docs/
+      design.md, "Retention"); finite, > 0 and at most 150 years.
     - ``tenant``: the tenant a new store is made for (``init``; 1 to 63 ASCII letters, digits,
       ``-``, ``_``). Every row carries it, and the tenants of one PostgreSQL schema are
       separate stores (docs/deploy.md, Citus). An opened store's recorded tenant replaces it.
@@ -111,6 +122,7 @@ class Settings:
     consolidate_after_s: float = 3600.0
     population_search: PopulationSearch = "exact"
     population_ef_search: int = DEFAULT_EF_SEARCH
+    retention_s: float = DEFAULT_RETENTION_S
     tenant: str = DEFAULT_TENANT
 
     def __post_init__(self) -> None:
@@ -130,6 +142,11 @@ class Settings:
             raise InvalidInput(f"setting tau must be a cosine in [-1, 1], got {self.tau!r}")
         if not _is_number(self.stm_ttl_s) or not (0 < float(self.stm_ttl_s) < math.inf):
             raise InvalidInput(f"setting stm_ttl_s must be finite and > 0, got {self.stm_ttl_s!r}")
+        if not _is_number(self.retention_s) or not (0 < float(self.retention_s) <= MAX_RETENTION_S):
+            raise InvalidInput(
+                f"setting retention_s must be seconds in (0, {MAX_RETENTION_S:.0f}] (at most 150 years;"
+                f" default {DEFAULT_RETENTION_S:.0f}, ten years), got {self.retention_s!r}"
+            )
         if not isinstance(self.encoder, str) or not self.encoder.strip():
             raise InvalidInput("setting encoder must name an encoder plugin")
 
@@ -149,7 +166,7 @@ class Settings:
             try:
                 if f.name == "lexicon_path":
                     values[f.name] = Path(raw) if raw.strip() else None  # empty: the packaged one
-                elif f.name in ("tau", "stm_ttl_s", "consolidate_after_s"):
+                elif f.name in ("tau", "stm_ttl_s", "consolidate_after_s", "retention_s"):
                     values[f.name] = float(raw)
                 elif f.name in ("encoder", "population_search", "tenant"):
                     values[f.name] = raw

@@ -188,14 +188,26 @@ class _Admin(_Base):
 
     # maintenance ---------------------------------------------------------------------------
 
-    def maintain(self, principal: Principal, *, at: float | None = None) -> MaintenanceReport:
+    def maintain(self, principal: Principal, *, at: float | None = None, dry_run: bool = False) -> MaintenanceReport:
         """Expire STM, consolidate aged STM, decay LTM, checkpoint the audit chain, as
         ``principal`` (role system), as of the UTC time ``at`` (default: the store's clock;
-        for replays and tests). The audit events carry the store's clock."""
+        for replays and tests). The audit events carry the store's clock.
+
+        Decay: a long-term record is due when its patient's last activity (newest long-term
+        write) plus ``Settings.retention_s x confidence x tier_weight`` has passed; the report's
+        ``decay`` lists each record, its last activity, retention and due time. With
+        ``dry_run`` nothing is written but one audit event (action ``read``, naming no patient
+        or record, its reason the counts): the report says what decay would do now."""
         p = self._allow(principal, Operation.MAINTAIN)
         if at is not None and (isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at)):
             raise InvalidInput(f"at must be a finite number of UTC seconds, got {at!r}")
-        r = self._maintainer(p, None if at is None else float(at)).run()
+        if not isinstance(dry_run, bool):
+            raise InvalidInput(f"dry_run must be true or false, got {dry_run!r}")
+        r = self._maintainer(p, None if at is None else float(at)).run(dry_run=dry_run)
+        if dry_run:
+            summary = f"maintain dry run: would anonymise {r.anonymized}, retract {r.retracted}"
+            self._event(p, "read", "ltm", "ltm", reason=summary[:120])
+            return r
         summary = f"expired {r.expired}, consolidated {r.consolidated}, decayed {r.anonymized + r.retracted}"
         self._event(p, "maintain", "ltm", "ltm", reason=summary[:120])
         return r

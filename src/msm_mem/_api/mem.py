@@ -144,10 +144,10 @@ class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
         self._agent = MemoryAgent(self._gm, enc, chosen, directory=directory)
 
     def _maintainer(self, system: Principal | None = None, at: float | None = None) -> Maintainer:
-        after = self._settings.consolidate_after_s
+        after, keep = self._settings.consolidate_after_s, self._settings.retention_s
         if system is None:
-            return Maintainer(self._gm, self._cipher, consolidate_after_s=after, at=at)
-        return Maintainer(self._gm, self._cipher, consolidate_after_s=after, system=system, at=at)
+            return Maintainer(self._gm, self._cipher, consolidate_after_s=after, at=at, retention_s=keep)
+        return Maintainer(self._gm, self._cipher, consolidate_after_s=after, system=system, at=at, retention_s=keep)
 
     @classmethod
     def init(

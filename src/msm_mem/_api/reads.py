@@ -3,17 +3,24 @@ history, episodes, visual records, claims and their supersession chains, short-t
 
 Each read is a consent-checked turn for the data class it touches and leaves one audit event
 naming the ids it returned: with ``offset`` and ``limit``, those of the page only. Records are
-immutable; the auditor role reads none of them."""
+immutable; the auditor role reads none of them.
+
+An episodic, visual or claim record's ``decay_at`` is when the maintenance sweep will decay
+it as the store stands now (:func:`~msm_mem._memory.ranking.decay_at`: the patient's last
+activity plus the retention setting x confidence x tier weight), computed at the read exactly
+as the sweep does; None for a record that no longer decays (anonymised, retracted)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from .. import _transitions as tr
 from .._errors import InvalidInput
+from .._memory.ranking import decay_at
 from .._principal import Principal
-from .._records import EpisodicRecord, SemanticState, VisualRecord
+from .._records import EpisodicRecord, SemanticState, State, VisualRecord
 from .._tier_records import Claim, StmItem, StmState
 from .access import Operation
 from .base import _Base
@@ -82,10 +89,25 @@ class _Reads(_Base):
         self._gm._check(turn, tr.LTM_ACTIVE, tr.LTM_ACTIVE, tr.Trigger.READ)
         listed = listing()
         records = list(load(listed[offset : None if limit is None else offset + limit]))
+        if data_class in ("episodic", "visual", "claims"):
+            records = self._with_decay(patient_id, records)
         source = "stm" if data_class == "stm" else "ltm"
         self._gm._event(turn, "read", source, "source", [_id(r) for r in records])
         self._gm.commit(turn)
         return RecordPage(records, offset, len(listed))
+
+    def _with_decay(self, patient_id: str, records: list[_R]) -> list[_R]:
+        """``records`` with ``decay_at`` as the sweep would decide it now (module docstring)."""
+        last = self._store.last_activity(patient_id)
+        keep = self._settings.retention_s
+        out: list[_R] = []
+        for rec in records:
+            if isinstance(rec, (EpisodicRecord, VisualRecord, Claim)):
+                live = last is not None and rec.state in (State.ACTIVE, State.SUPERSEDED)
+                when = decay_at(last, rec.confidence, rec.evidence_tier, keep) if live and last is not None else None
+                rec = replace(rec, decay_at=when)
+            out.append(rec)
+        return out
 
     def semantic_state(
         self,

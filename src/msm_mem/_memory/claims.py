@@ -17,7 +17,6 @@ from .._tier_records import Claim, Entity, Relationship
 from .claim_evidence import claim_key
 from .labeler import label
 from .msm import Interaction
-from .ranking import decay_at
 
 __all__ = ["link_findings", "retire_findings", "stage_study_claim"]
 
@@ -95,7 +94,7 @@ def stage_study_claim(
         it.confidence,
         it.evidence_tier,
         now,
-        decay_at(it.timestamp, it.confidence, it.evidence_tier, "claims"),
+        None,  # decided at sweep time from the patient's last activity (ranking.decay_at)
         supersedes=current.claim_id if current else None,
     )
     batch.claims.append(claim)

@@ -28,7 +28,6 @@ from .claim_evidence import (
 )
 from .claims import link_findings, retire_findings
 from .propagation import discard_held, supersede_study
-from .ranking import decay_at
 from .studies import study_time
 from .tiers import GovernedMemory
 
@@ -168,7 +167,7 @@ class Corrections:
             1.0,
             "critic",
             now,
-            decay_at(now if when is None else when, 1.0, "critic", "claims"),
+            None,  # decided at sweep time from the patient's last activity (ranking.decay_at)
             supersedes=old.claim_id if old is not None else None,
         )
         turn.batch.claims.append(claim)

@@ -15,23 +15,18 @@ from .._errors import InvalidInput
 from .._governance import deid
 from .._governance.crypto import EnvelopeCipher
 from .._principal import Principal, Purpose, Role
-from .._records import EpisodicRecord, SemanticState, State, VisualRecord, new_id
+from .._records import EpisodicRecord, State, VisualRecord, new_id
+from .._settings import DEFAULT_RETENTION_S
 from .._storage.base import PII_FIELDS, StateChange, WriteBatch
 from .._tier_records import Claim, StmChange, StmState
 from .corrections import Corrections
 from .derived import derived_copies
-from .ranking import decay_at
+from .ranking import DEFAULT_TIER_WEIGHT, TIER_WEIGHTS, decay_at
 from .tiers import GovernedMemory
 
-__all__ = ["MaintenanceReport", "Maintainer"]
+__all__ = ["DecayPlan", "MaintenanceReport", "Maintainer"]
 
 SYSTEM = Principal("msm-mem", Role.SYSTEM, Purpose.OPERATIONS)
-
-
-def _semantic_decay_at(s: SemanticState) -> float:
-    """When a semantic version decays: counted, like every record's, from its clinical time (its
-    newest impression; an empty history from its creation)."""
-    return decay_at(s.last.timestamp if s.last else s.created_at, 1.0, s.evidence_tier, "semantic")
 
 
 def _year(t: float) -> str:
@@ -40,8 +35,32 @@ def _year(t: float) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class DecayPlan:
+    """One long-term record a sweep decays (or, in a dry run, would decay), and why.
+
+    ``kind`` is ``episodic``, ``visual``, ``semantic`` or ``claims``; ``record_id`` its id
+    and ``state`` its state (ACTIVE or SUPERSEDED) before decay; ``last_activity`` the
+    patient's newest long-term write (UTC seconds, the store's clock); ``retention_s`` what
+    this record keeps after it: the retention setting x ``confidence`` x the weight of
+    ``evidence_tier``; ``due_at = last_activity + retention_s`` (at or before the sweep's
+    time); ``to`` is ANONYMIZED or RETRACTED."""
+
+    kind: str
+    record_id: str
+    state: State
+    confidence: float
+    evidence_tier: str
+    last_activity: float
+    retention_s: float
+    due_at: float
+    to: State
+
+
+@dataclass(frozen=True, slots=True)
 class MaintenanceReport:
-    """What one maintenance pass did."""
+    """What one maintenance pass did: counts, the checkpoint, and ``decay``, each record
+    decayed. A dry run (``dry_run``) counts what decay would anonymise and retract and lists
+    it in ``decay``; it expires, consolidates and checkpoints nothing (those stay 0 / None)."""
 
     expired: int = 0
     consolidated: int = 0
@@ -50,6 +69,8 @@ class MaintenanceReport:
     retracted: int = 0
     checkpoint: tuple[int, str] | None = None
     notes: tuple[str, ...] = ()
+    dry_run: bool = False
+    decay: tuple[DecayPlan, ...] = ()
 
 
 class Maintainer:
@@ -63,10 +84,13 @@ class Maintainer:
         consolidate_after_s: float = 3600.0,
         system: Principal = SYSTEM,
         at: float | None = None,
+        retention_s: float = DEFAULT_RETENTION_S,
     ) -> None:
         """``system`` is the principal the sweeps run as (role system); ``at`` the UTC time the
         sweeps run as of (default: the store's clock), for replays and tests. Audit events keep
-        the store's clock: they record when the sweep really ran."""
+        the store's clock: they record when the sweep really ran. ``retention_s`` is the
+        retention setting of :meth:`decay`."""
+        self.retention_s = retention_s
         self.system = system
         self.at = at
         self.gm = gm
@@ -128,9 +152,35 @@ class Maintainer:
             self.gm.commit(turn)
         return done, discarded
 
-    def decay(self) -> tuple[int, int]:
-        """Decay every long-term record past ``decay_at`` (semantic versions: past the same
-        scorer's time, counted from their newest impression's clinical time).
+    def decay_plan(self) -> list[DecayPlan]:
+        """The long-term records due for decay now, with why (see :class:`DecayPlan`); writes
+        nothing. Due means ``last_activity + retention_s x confidence x tier_weight <= now``
+        (:func:`~msm_mem._memory.ranking.decay_at`), ``last_activity`` the newest long-term
+        write of the record's patient; the anonymised pool (no patient) never decays again."""
+        now = self.now()
+        plan: list[DecayPlan] = []
+        for d in self.store.decay_due(now, self.retention_s, TIER_WEIGHTS, DEFAULT_TIER_WEIGHT):
+            due = decay_at(d.last_activity, d.confidence, d.evidence_tier, self.retention_s)
+            if due > now:  # the store's arithmetic is the same; this keeps the rule in one place
+                continue
+            to = State.ANONYMIZED if d.state == State.ACTIVE and d.table != "semantic" else State.RETRACTED
+            plan.append(
+                DecayPlan(
+                    d.table,
+                    d.record_id,
+                    d.state,
+                    d.confidence,
+                    d.evidence_tier,
+                    d.last_activity,
+                    due - d.last_activity,
+                    due,
+                    to,
+                )
+            )
+        return plan
+
+    def decay(self, plan: list[DecayPlan] | None = None) -> tuple[int, int]:
+        """Decay every long-term record due (:meth:`decay_plan`, or ``plan`` when given).
 
         ACTIVE episodic, visual and claim records are anonymised in place: a random new id,
         patient, source, study and supersession links removed, times coarsened to the year,
@@ -139,16 +189,9 @@ class Maintainer:
         blanked and RETRACTED instead. The audit event names the old id only. Returns the
         counts (anonymised, retracted).
         """
-        now = self.now()
-        due: list[tuple[str, str, State | None]] = [(t, i, None) for t, i in self.store.decay_due(now)]
-        due += [
-            ("semantic", s.state_id, s.state)
-            for s in self.store.semantic_created_before(now)
-            if _semantic_decay_at(s) <= now
-        ]
         counts = {State.ANONYMIZED: 0, State.RETRACTED: 0}
-        for table, record_id, known in due:
-            change = self._decayed(table, record_id, known)
+        for item in self.decay_plan() if plan is None else plan:
+            change = self._decayed(item.kind, item.record_id, item.state)
             tr.check(
                 tr.Place(tr.Tier.LTM, change.expect),
                 tr.Place(tr.Tier.LTM, change.to),
@@ -162,14 +205,14 @@ class Maintainer:
                 source_tier="ltm",
                 target_tier="ltm",
                 purpose="operations",
-                record_ids=[record_id],
+                record_ids=[item.record_id],
                 reason=change.to.value,
             )
             self.gm.audit.write(WriteBatch(changes=[change]), [spec])
             counts[change.to] += 1
         return counts[State.ANONYMIZED], counts[State.RETRACTED]
 
-    def _decayed(self, table: str, record_id: str, known: State | None) -> StateChange:
+    def _decayed(self, table: str, record_id: str, known: State) -> StateChange:
         values: dict[str, str]
         if table == "episodic":
             e = self.store.get_episodes([record_id])[0]
@@ -192,7 +235,6 @@ class Maintainer:
             values = {"content": deid.scrub(c.content), "source": "", "key": new_id("anon"), "supersedes": ""}
             prefix, state = "C", c.state
         else:
-            assert known is not None
             values, prefix, state = {"impressions": "", "supersedes": ""}, "S", known
         to = State.ANONYMIZED if state == State.ACTIVE and table != "semantic" else State.RETRACTED
         if to == State.RETRACTED:
@@ -210,13 +252,20 @@ class Maintainer:
             fields=tuple(values.items()),
         )
 
-    def run(self) -> MaintenanceReport:
-        """expire, consolidate by age, decay, then checkpoint the audit chain."""
+    def run(self, *, dry_run: bool = False) -> MaintenanceReport:
+        """expire, consolidate by age, decay, then checkpoint the audit chain; with ``dry_run``
+        only :meth:`decay_plan` (nothing written)."""
+        if dry_run:
+            plan = tuple(self.decay_plan())
+            anonymized = sum(1 for p in plan if p.to == State.ANONYMIZED)
+            return MaintenanceReport(anonymized=anonymized, retracted=len(plan) - anonymized, dry_run=True, decay=plan)
         expired = self.expire()
         consolidated, discarded = self.consolidate_aged()
-        anonymized, retracted = self.decay()
+        # planned after consolidation: a record it wrote is the patient's newest activity
+        done = self.decay_plan()
+        anonymized, retracted = self.decay(done)
         checkpoint = self.gm.audit.checkpoint()
-        return MaintenanceReport(expired, consolidated, discarded, anonymized, retracted, checkpoint)
+        return MaintenanceReport(expired, consolidated, discarded, anonymized, retracted, checkpoint, decay=tuple(done))
 
     # corrections ---------------------------------------------------------------------------
 

@@ -15,7 +15,6 @@ from .._storage.base import Store, VectorKind, WriteBatch
 from .claim_evidence import claim_hits
 from .gate import GateDecision, WriteBackGate
 from .lexicon import Lexicon
-from .ranking import decay_at
 from .retrieval import Retrieval, Scope, query
 from .semantic import DEFAULT_CATEGORY, SemanticMemory
 
@@ -160,7 +159,7 @@ class Memory:
         epi_id = vis_id = None
         if decision.written:
             epi_id, vis_id = new_id("E"), new_id("V") if it.visual else None
-            created, decays = now, decay_at(it.timestamp, it.confidence, it.evidence_tier, "episodic")
+            created = now
             batch.episodes.append(
                 EpisodicRecord(
                     episode_id=epi_id,
@@ -177,11 +176,11 @@ class Memory:
                     evidence_tier=it.evidence_tier,
                     source=it.source,
                     created_at=created,
-                    decay_at=decays,
+                    decay_at=None,  # decided at sweep time from the patient's last activity (ranking.decay_at)
                 )
             )
             if vis_id is not None:
-                batch.visuals.append(self._visual(it, z, vis_id, epi_id, created, decays))
+                batch.visuals.append(self._visual(it, z, vis_id, epi_id, created))
             pending.vectors.setdefault(it.patient_id, []).append(z)
         if not semantic or not decision.written:  # a held answer reaches no long-term memory
             return WriteResult(decision, epi_id, vis_id, None)
@@ -203,7 +202,7 @@ class Memory:
         return WriteResult(decision, epi_id, vis_id, new_state)
 
     @staticmethod
-    def _visual(it: Interaction, z: Vector, vis_id: str, epi_id: str, created: float, decays: float) -> VisualRecord:
+    def _visual(it: Interaction, z: Vector, vis_id: str, epi_id: str, created: float) -> VisualRecord:
         return VisualRecord(
             visual_id=vis_id,
             patient_id=it.patient_id,
@@ -216,7 +215,7 @@ class Memory:
             evidence_tier=it.evidence_tier,
             source=it.source,
             created_at=created,
-            decay_at=decays,
+            decay_at=None,
         )
 
     def write_back(self, interaction: Interaction, *, force: bool = False) -> WriteResult:

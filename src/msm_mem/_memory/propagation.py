@@ -33,7 +33,7 @@ from .._storage.base import StateChange, Store, WriteBatch
 from .._tier_records import StmChange, StmState
 from .claim_evidence import question_key
 from .population import derived_from
-from .ranking import decay_at, verified
+from .ranking import verified
 
 __all__ = ["Propagated", "discard_held", "supersede_study"]
 
@@ -61,7 +61,7 @@ def _copy(e: EpisodicRecord, text: str, decision: str, now: float, critic: str) 
         # the critic's text is no copy of population experience: the corrected copy is the critic's
         source=critic if derived_from(e.source) else e.source,
         created_at=now,
-        decay_at=decay_at(e.timestamp, 1.0, "critic", "episodic"),
+        decay_at=None,  # decided at sweep time from the patient's last activity (ranking.decay_at)
         supersedes=e.episode_id,
     )
 
@@ -76,7 +76,7 @@ def _visual_copy(v: VisualRecord, episode: EpisodicRecord, now: float) -> Visual
         evidence_tier="critic",
         source=episode.source,
         created_at=now,
-        decay_at=decay_at(v.timestamp, 1.0, "critic", "visual"),
+        decay_at=None,
         supersedes=v.visual_id,
     )
 

@@ -17,11 +17,16 @@ never ranks below an unverified one about the same study (the same patient and c
 the unverified one's rank is capped at the lowest verified rank of its study
 (:attr:`Score.cap`).
 
-The same scorer sets ``decay_at``, counted from the same clinical time: the first query time at
-which ``confidence x tier_weight x freshness`` falls below :data:`DECAY_THRESHOLD`, i.e.
-``observed_at + half_life x log2(confidence x weight / threshold)`` (``observed_at`` itself when
-``confidence x weight`` is already below the threshold). Evidence ingested after that time is
-due for decay at the next maintenance sweep.
+**Retention is not ranking.** When a long-term record decays does not depend on its clinical
+age: it counts from the patient's last activity in the store (the newest ``created_at``, the
+store's clock, among the patient's ACTIVE and SUPERSEDED long-term records: a new study, a
+written answer, a critic's verdict), so an imported archive of old studies keeps its history.
+:func:`decay_at` is ``last_activity + retention x confidence x tier_weight``: the retention
+setting (:attr:`msm_mem.Settings.retention_s`) is what a record of full trust keeps (confidence
+1, weight 1: ground truth, a signed report); a critic's verdict keeps 0.95 of it, the agent's
+own impression at confidence 0.8 keeps 0.48 of it, a record of confidence 0 goes at the next
+sweep. It is decided at sweep time, never stored: a new activity moves every record of the
+patient at once without rewriting any.
 """
 
 from __future__ import annotations
@@ -32,7 +37,6 @@ from dataclasses import dataclass, replace
 from .._records import Claim, EpisodicRecord, Hit, SemanticState, VisualRecord
 
 __all__ = [
-    "DECAY_THRESHOLD",
     "HALF_LIFE_DAYS",
     "TIER_WEIGHTS",
     "VERIFIED_TIERS",
@@ -57,7 +61,6 @@ TIER_WEIGHTS: dict[str, float] = {
     "population": 0.5,
 }
 DEFAULT_TIER_WEIGHT = 0.5
-DECAY_THRESHOLD = 0.05
 #: the tiers checked by someone other than the agent (every other tier is unverified)
 VERIFIED_TIERS = frozenset({"ground_truth", "report", "critic", "clinician"})
 
@@ -104,13 +107,12 @@ def composite(confidence: float, age_s: float, tier: str, kind: str) -> float:
     return confidence * freshness(age_s, kind) * tier_weight(tier)
 
 
-def decay_at(observed_at: float, confidence: float, tier: str, kind: str) -> float:
-    """When the composite of evidence observed at clinical time ``observed_at`` falls below the
-    threshold for a query asked then (see the module docstring)."""
-    start = confidence * tier_weight(tier)
-    if start <= DECAY_THRESHOLD:
-        return observed_at
-    return observed_at + HALF_LIFE_DAYS.get(kind, 365.0) * DAY * math.log2(start / DECAY_THRESHOLD)
+def decay_at(last_activity: float, confidence: float, tier: str, retention_s: float) -> float:
+    """When a long-term record decays (UTC seconds): ``last_activity + retention_s x
+    (confidence x tier_weight)``, ``last_activity`` the patient's newest long-term write (UTC
+    seconds, the store's clock), ``confidence`` in [0, 1], ``retention_s`` > 0 (see the module
+    docstring). The sweep and every read compute it the same way."""
+    return last_activity + retention_s * (confidence * tier_weight(tier))
 
 
 def clinical_time(hit: Hit) -> float | None:

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import ClassVar, Literal, Protocol
 
 from .._errors import InvalidInput
-from .._records import EpisodicRecord, SemanticState, Vector, VisualRecord
+from .._records import EpisodicRecord, SemanticState, State, Vector, VisualRecord
 from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
 from .batch import StateChange, WriteBatch
 from .codec import PII_FIELDS, FieldCodec
@@ -37,6 +38,7 @@ __all__ = [
     "PII_FIELDS",
     "Audit",
     "Consents",
+    "DecayDue",
     "FieldCodec",
     "Keys",
     "Records",
@@ -55,6 +57,20 @@ VectorKind = Literal["episodic", "visual"]
 RecordTable = Literal["episodic", "visual", "semantic", "claims"]
 #: builds a batch's audit rows after the stored chain head ``(seq, event_hash)``
 AuditChainer = Callable[[int, str], list[AuditRow]]
+
+
+@dataclass(frozen=True, slots=True)
+class DecayDue:
+    """A long-term row :meth:`Records.decay_due` found due: its table, id, state, confidence
+    (1 for semantic state), evidence tier and its patient's last activity (UTC seconds)."""
+
+    table: RecordTable
+    record_id: str
+    state: State
+    confidence: float
+    evidence_tier: str
+    last_activity: float
+
 
 #: audit rows per page of :meth:`Audit.iter_audit_batches`: one query per page costs little,
 #: and a page this small stays in the CPU caches and is freed before the cyclic GC scans it
@@ -133,8 +149,19 @@ class Records(Protocol):
         study (or ``study_id`` is blank). Only the episodes returned are read and decrypted."""
 
     @abstractmethod
-    def decay_due(self, now: float) -> list[tuple[str, str]]:
-        """``(table, record id)`` of ACTIVE or SUPERSEDED long-term records with decay_at <= now."""
+    def last_activity(self, patient_id: str) -> float | None:
+        """The newest ``created_at`` (UTC seconds, the store's clock) among the patient's ACTIVE
+        and SUPERSEDED episodic, visual, semantic and claim rows; None when there is none."""
+
+    @abstractmethod
+    def decay_due(
+        self, now: float, retention_s: float, weights: Mapping[str, float], default_weight: float
+    ) -> list[DecayDue]:
+        """ACTIVE and SUPERSEDED long-term rows (episodic, visual, semantic, claims; in that
+        order of tables, by id) whose patient's :meth:`last_activity` plus ``retention_s x
+        (confidence x weight)`` is at or before ``now``; ``weight`` is ``weights[evidence tier]``
+        (``default_weight`` for another tier), a semantic version's confidence is 1. The
+        anonymised pool (no patient) is never due."""
 
 
 class Vectors(Protocol):

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Literal
 
 from .._errors import InvalidInput
-from .._records import EpisodicRecord, SemanticState, VisualRecord
+from .._records import EpisodicRecord, SemanticState, State, VisualRecord
 from . import rows as r
-from .base import RecordTable
+from .base import DecayDue, RecordTable
 from .sql_core import SqlCore
 
 __all__ = ["SqlRecords"]
 
-_RECORD_TABLES = ("episodic", "visual", "semantic", "claims")
+_RECORD_TABLES: tuple[RecordTable, ...] = ("episodic", "visual", "semantic", "claims")
 _SEMANTIC_KEYS = ("patient_id", "category", "version", "id")
 
 
@@ -125,14 +125,34 @@ class SqlRecords(SqlCore):
             (self.tenant, patient_id, study_id, *(() if limit is None else (limit,))),
         )
 
-    def decay_due(self, now: float) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
+    def last_activity(self, patient_id: str) -> float | None:
+        live = "WHERE tenant = ? AND patient_id = ? AND state IN ('active', 'superseded')"
+        union = " UNION ALL ".join(f"SELECT MAX(created_at) AS t FROM {t} {live}" for t in _RECORD_TABLES)
         with self._db():
-            for table in ("episodic", "visual", "claims"):
+            row = self._q(f"SELECT MAX(t) FROM ({union}) u", (self.tenant, patient_id) * 4).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def decay_due(
+        self, now: float, retention_s: float, weights: Mapping[str, float], default_weight: float
+    ) -> list[DecayDue]:
+        live = "tenant = ? AND patient_id <> '' AND state IN ('active', 'superseded')"
+        last = " UNION ALL ".join(
+            f"SELECT patient_id, MAX(created_at) AS t FROM {t} WHERE {live} GROUP BY patient_id" for t in _RECORD_TABLES
+        )
+        tiers = sorted(weights)
+        weight = f"CASE r.evidence_tier {' '.join('WHEN ? THEN ?' for _ in tiers)} ELSE ? END"
+        pairs = [x for tier in tiers for x in (tier, float(weights[tier]))]
+        out: list[DecayDue] = []
+        with self._db():
+            for table in _RECORD_TABLES:
+                confidence = "1.0" if table == "semantic" else "r.confidence"
+                # the same arithmetic as ranking.decay_at: last + retention x (confidence x weight)
                 rows = self._q(
-                    f"SELECT id FROM {table} WHERE tenant = ? AND decay_at IS NOT NULL AND decay_at <= ?"
-                    " AND state IN ('active', 'superseded') ORDER BY decay_at, id",
-                    (self.tenant, now),
-                )
-                out += [(table, row[0]) for row in rows]
+                    f"SELECT r.id, r.state, {confidence}, r.evidence_tier, a.t FROM {table} r JOIN"
+                    f" (SELECT patient_id, MAX(t) AS t FROM ({last}) u GROUP BY patient_id) a"
+                    f" ON a.patient_id = r.patient_id WHERE r.tenant = ? AND r.state IN ('active', 'superseded')"
+                    f" AND a.t + ? * ({confidence} * {weight}) <= ? ORDER BY r.id",
+                    (self.tenant,) * 4 + (self.tenant, float(retention_s), *pairs, float(default_weight), now),
+                ).fetchall()
+                out += [DecayDue(table, i, State(st), float(c), tier, float(t)) for i, st, c, tier, t in rows]
         return out
