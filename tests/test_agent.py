@@ -267,3 +267,24 @@ def test_ask_many_without_write_back_is_identical_in_one_store(mem: MsmMem, synt
     many = mem._agent.ask_many(AGENT, queries, use_vis=False, write_back=False)
     one = [mem._agent.ask(AGENT, q, use_vis=False, write_back=False) for q in queries]
     assert [x.to_json() for x in many] == [x.to_json() for x in one]
+
+
+def test_the_question_asked_is_what_is_answered(new_mem: MemFactory, tmp_path: Any) -> None:
+    """A patient's studies answer two questions each (a finding and "in the ICU?"): a new study's
+    "What is the diagnosis?" gets the finding, never "yes", and "in the ICU?" gets the newest
+    verified outcome, not the one most older answers give."""
+    from tests.helpers import SYSTEM, png
+
+    mem = new_mem()
+    rows = []
+    for i, icu in enumerate(["yes", "yes", "yes", "no"]):
+        image = str(png(tmp_path, i))
+        when = 1_600_000_000.0 + i * 86_400
+        rows.append(ManifestRow("P1", f"S{i}", when, image, "What is the diagnosis?", "COVID-19"))
+        rows.append(ManifestRow("P1", f"S{i}", when, image, "Is the patient in the ICU?", icu))
+    mem.ingest(SYSTEM, rows)
+    new = str(png(tmp_path, 9))
+    diagnosis = mem.ask(AGENT, "P1", new, "What is the diagnosis?", timestamp=1_600_000_000.0 + 9 * 86_400)
+    assert diagnosis.answer == "COVID-19"
+    icu = mem.ask(AGENT, "P1", new, "is the patient in the ICU", timestamp=1_600_000_000.0 + 9 * 86_400)
+    assert icu.answer == "no"

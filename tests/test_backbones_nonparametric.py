@@ -165,3 +165,79 @@ def test_semantic_bonus_tie_is_order_independent() -> None:
     a = c("S-a", "consolidation", 0.0, time=1, kind="semantic")
     b = c("S-b", "effusion", 0.0, time=1, kind="semantic")
     assert ask(a, b).answer == ask(b, a).answer
+
+
+# the question asked ------------------------------------------------------------------------------
+
+
+def q(id_: str, text: str, weight: float, key: str, *, time: float = 0.0, tier: float = 1.0) -> Candidate:
+    return Candidate(id_, "episodic", text, "", weight, time, tier, key)
+
+
+def ask_q(question: str, key: str, *cands: Candidate, prior: tuple[Candidate, ...] = ()) -> BackboneReply:
+    request = BackboneRequest("prompt", question, tuple(cands), prior, question_key=key)
+    return NonparametricBackbone().generate(request)
+
+
+def test_evidence_of_the_question_asked_votes_alone() -> None:
+    """Evidence that answered the question asked decides, however strong other questions' evidence is."""
+    reply = ask_q(
+        "What is the diagnosis?",
+        "kdiag",
+        q("E-1", "yes", 0.9, "kicu"),
+        q("E-2", "yes", 0.9, "kicu"),
+        q("E-3", "COVID-19", 0.2, "kdiag", tier=0.6),
+    )
+    assert (reply.answer, reply.cited, reply.source) == ("COVID-19", ("E-3",), "memory")
+
+
+def test_the_newest_verified_answer_of_a_changing_outcome_wins() -> None:
+    """Thirteen older verified "yes" and three newer "no" to one question: the newest verified answer, "no"."""
+    older = [q(f"E-{i}", "yes", 0.9, "kicu", time=float(i)) for i in range(13)]
+    newer = [q(f"E-{i}", "no", 0.5, "kicu", time=float(i)) for i in range(13, 16)]
+    reply = ask_q("Is the patient in the ICU?", "kicu", *older, *newer)
+    assert reply.answer == "no" and reply.cited == ("E-13", "E-14", "E-15")
+    assert reply.confidence == pytest.approx(1.5 / (13 * 0.9 + 1.5))
+
+
+def test_unverified_answers_of_the_question_are_voted_on() -> None:
+    """Without a verified answer to the question the same-question evidence votes by weight."""
+    reply = ask_q(
+        "Is the patient in the ICU?",
+        "kicu",
+        q("E-1", "no", 0.3, "kicu", time=9.0, tier=0.6),
+        q("E-2", "yes", 0.4, "kicu", time=1.0, tier=0.6),
+        q("E-3", "yes", 0.4, "kicu", time=2.0, tier=0.6),
+    )
+    assert reply.answer == "yes" and reply.cited == ("E-2", "E-3")
+
+
+def test_population_evidence_of_the_question_comes_before_other_questions() -> None:
+    """No own answer to the question: other patients' answers to it (the prior) vote before the
+    patient's answers to other questions."""
+    reply = ask_q(
+        "Was the patient intubated?",
+        "kint",
+        q("E-1", "yes", 0.9, "kicu"),
+        prior=(q("P-1", "no", 0.2, "kint"), q("P-2", "no", 0.1, "kint"), q("P-3", "yes", 0.25, "kint")),
+    )
+    assert (reply.answer, reply.cited, reply.source) == ("no", ("P-1", "P-2"), "population-prior")
+
+
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [("What is the diagnosis?", "Pneumonia"), ("Is there an effusion?", "yes"), ("Findings?", "yes")],
+)
+def test_an_answer_of_the_questions_form(question: str, answer: str) -> None:
+    """Without evidence of the question itself: an open question is never answered by a bare yes
+    or no, a yes/no question only by yes or no, a question of no telling form by the plain vote."""
+    reply = ask_q(question, "knew", q("E-1", "yes", 0.9, "k1"), q("E-2", "Pneumonia", 0.3, "k2"))
+    assert reply.answer == answer
+
+
+def test_a_yes_no_question_without_yes_no_evidence_tries_the_prior_then_everything() -> None:
+    """A yes/no question over label-only own evidence: the prior's yes/no evidence answers; with
+    none anywhere, the plain vote over the patient's evidence."""
+    own = (q("E-1", "Pneumonia", 0.9, "k1"),)
+    assert ask_q("Is it severe?", "k", *own, prior=(q("P-1", "no", 0.1, "k2"),)).answer == "no"
+    assert ask_q("Is it severe?", "k", *own).answer == "Pneumonia"

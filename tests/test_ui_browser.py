@@ -121,8 +121,9 @@ def test_a_clinician_sees_the_timeline_of_its_patient(site: tuple[Served, dict[s
     assert page.locator("article.study").count() == 4
     assert page.locator("article.study img[src^='data:image/png;base64,']").count() == 4
     s4 = page.locator("article.study", has_text="Study S4")
-    assert "Claim and its supersession chain (2)" in s4.inner_text()
-    assert s4.locator(".chain li.superseded").count() == 1 and s4.locator(".chain li.active").count() == 1
+    # the agent's answer about S4 was held by the gate (no claim); the critic's verdict started the chain
+    assert "Claim on “Any pneumonia?” and its supersession chain (1)" in s4.inner_text()
+    assert s4.locator(".chain li.superseded").count() == 0 and s4.locator(".chain li.active").count() == 1
     assert "Left basal effusion, no consolidation." in s4.inner_text()
     versions = page.locator("#sec-semantic-state-versions").locator("xpath=..").locator("tbody tr")
     assert versions.count() >= 4 and "active" in versions.first.inner_text()

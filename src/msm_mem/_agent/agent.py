@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from .._errors import BackendError, InvalidInput, MsmMemError
 from .._limits import check_observation
-from .._memory.claim_evidence import study_of
+from .._memory.claim_evidence import question_key, question_of, study_of
 from .._memory.fusion import fuse
 from .._memory.population import deidentified_text, derived_source
 from .._memory.ranking import Score, rank_key, verified_first
@@ -161,11 +161,14 @@ class MemoryAgent:
                         Candidate(h.id, "semantic", r.last.text, r.last.decision, weight, r.last.timestamp, tier)
                     )
             elif isinstance(r, EpisodicRecord):
-                out.append(Candidate(h.id, "episodic", r.answer, r.decision, weight, r.timestamp, tier))
+                q = question_key(r.question)
+                out.append(Candidate(h.id, "episodic", r.answer, r.decision, weight, r.timestamp, tier, q))
             elif isinstance(r, VisualRecord) and (src := sources.get(r.source_episode_id)) is not None:
-                out.append(Candidate(h.id, "visual", src.answer, src.decision, weight, src.timestamp, tier))
+                q = question_key(src.question)
+                out.append(Candidate(h.id, "visual", src.answer, src.decision, weight, src.timestamp, tier, q))
             elif isinstance(r, Claim):
-                out.append(Candidate(h.id, "claim", r.content, "", weight, h.time or r.created_at, tier))
+                t = h.time or r.created_at
+                out.append(Candidate(h.id, "claim", r.content, "", weight, t, tier, question_of(r)))
         return tuple(out)
 
     def _episodes(self, ids: Sequence[str]) -> dict[str, EpisodicRecord]:
@@ -310,7 +313,13 @@ class MemoryAgent:
                 claims=got.claims if "semantic" in on else [],
             )
             request = BackboneRequest(
-                prompt.text, query.question, candidates, prior, img, options={"expert_weights": weights.to_json()}
+                prompt.text,
+                query.question,
+                candidates,
+                prior,
+                img,
+                options={"expert_weights": weights.to_json()},
+                question_key=question_key(query.question),
             )
             try:
                 reply = _checked(self.backbone.generate(request), self.backbone.name)

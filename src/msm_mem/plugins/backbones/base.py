@@ -18,7 +18,10 @@ class Candidate:
     ``kind`` is episodic, visual or semantic; ``text`` the answer or impression it carries;
     ``weight`` the retrieval score after ranking (cosine x composite_k, >= 0); ``time`` UTC s;
     ``tier`` the evidence-tier weight in [0, 1] of the record it comes from (1 ground truth or a
-    signed report, 0.95 a critic's verdict, 0.6 the agent's own answer; 0 when unknown).
+    signed report, 0.95 a critic's verdict, 0.6 the agent's own answer; 0 when unknown);
+    ``question_key`` the key of the question the evidence answered (16 hex digits, the claim
+    key's question part; "" for evidence that answers no particular question, such as the
+    semantic state).
     """
 
     id: str
@@ -28,13 +31,15 @@ class Candidate:
     weight: float
     time: float
     tier: float = 0.0
+    question_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class BackboneRequest:
     """Everything a backbone may use. ``prompt`` is the fused text; ``candidates`` the same
     evidence in structured form (ranked); ``prior`` population-level answers with weights,
-    used when the patient has no memory; ``image`` the current grayscale image or None."""
+    used when the patient has no memory; ``image`` the current grayscale image or None;
+    ``question_key`` the key of the question asked (as :attr:`Candidate.question_key`)."""
 
     prompt: str
     question: str
@@ -42,6 +47,7 @@ class BackboneRequest:
     prior: tuple[Candidate, ...] = ()
     image: npt.NDArray[np.float32] | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    question_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)

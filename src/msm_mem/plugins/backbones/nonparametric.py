@@ -1,39 +1,86 @@
 """The memory-conditioned nonparametric backbone: the honest CPU baseline.
 
-It does not read the image or generate text. It answers with the impression that the
-retrieved evidence supports most: every candidate votes for its (normalised) answer text with
-its ranking weight (cosine x composite_k), the most recent semantic impression with its weight
-times ``semantic_weight`` (so an old or unverified impression weighs what its rank says, never
-a fixed amount); the answer with the largest total wins (ties: the most recent
-evidence, then the lexicographically smallest text, so the result is deterministic). With no
-patient evidence it votes over the population prior (nearest neighbours of other patients, or
-anonymised experience). With nothing at all it says so.
+It does not read the image or generate text. It answers the question asked with the answer
+the retrieved evidence supports most:
+
+1. **Evidence of the same question first.** When some of the evidence answered the question
+   asked (its question key equals the request's), only that evidence votes; among it, when a
+   verified answer exists (evidence tier weight at least 0.95: ground truth, a signed report, a
+   critic's verdict), the newest verified answer of the patient is the answer: an outcome that
+   changes within a patient (in the ICU, then out) is answered as it stands now, not by the
+   count of older answers. Population evidence of the same question votes (after the patient's
+   own evidence of it, before the patient's evidence of other questions).
+2. **Else evidence of the same form.** A question that asks yes or no (it opens with an
+   auxiliary verb: is, are, was, does, did, has, can, ...) is answered only from evidence that
+   says yes or no; an open question (what, which, where, how, ...) never from a bare yes or no.
+   Evidence of no compatible form is left out; when none is left, the other source (patient
+   evidence or population prior) is tried, and only then the whole evidence.
+3. **The vote.** Every candidate votes for its (normalised) answer text with its ranking weight
+   (cosine x composite_k), the most recent semantic impression with its weight times
+   ``semantic_weight`` (so an old or unverified impression weighs what its rank says, never a
+   fixed amount); the answer with the largest total wins (ties: the most recent evidence, then
+   the lexicographically smallest text, so the result is deterministic).
+
+With no patient evidence it votes over the population prior (nearest neighbours of other
+patients, or anonymised experience). With nothing at all it says so.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from collections.abc import Sequence
 
 from .base import BackboneReply, BackboneRequest, Candidate
 
 __all__ = ["NonparametricBackbone"]
 
 EMPTY_ANSWER = "No prior evidence in memory."
+#: the evidence tier weight from which an answer counts as verified
+VERIFIED_TIER = 0.95
+
+_YES_NO_OPENERS = frozenset(
+    "is are was were am do does did has have had can could will would should shall may might must".split()
+)
+_OPEN_OPENERS = frozenset("what which where when why how who whom whose describe list name".split())
+_YES_NO_ANSWERS = frozenset({"yes", "no", "y", "n", "true", "false"})
+_WORD = re.compile(r"[^\W_]+")
 
 
 def _key(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+def _form(question: str) -> str:
+    """``yes_no``, ``open`` or "" (not told) from the question's first word."""
+    words = _WORD.findall(question.casefold())
+    if not words:
+        return ""
+    return "yes_no" if words[0] in _YES_NO_OPENERS else "open" if words[0] in _OPEN_OPENERS else ""
+
+
+def _says_yes_or_no(text: str) -> bool:
+    words = _WORD.findall(text.casefold())
+    return len(words) == 1 and words[0] in _YES_NO_ANSWERS
+
+
+def _compatible(candidates: Sequence[Candidate], form: str) -> list[Candidate]:
+    if form == "yes_no":
+        return [c for c in candidates if _says_yes_or_no(c.text)]
+    if form == "open":
+        return [c for c in candidates if not _says_yes_or_no(c.text)]
+    return list(candidates)
+
+
 class NonparametricBackbone:
-    """Similarity-weighted vote over retrieved answers (see module docstring)."""
+    """Question-aware, similarity-weighted vote over retrieved answers (see module docstring)."""
 
     name = "nonparametric"
 
     def __init__(self, semantic_weight: float = 1.0) -> None:
         self.semantic_weight = semantic_weight
 
-    def _vote(self, candidates: tuple[Candidate, ...], source: str) -> BackboneReply | None:
+    def _vote(self, candidates: Sequence[Candidate], source: str) -> BackboneReply | None:
         usable = [c for c in candidates if c.text.strip()]
         if not usable:
             return None
@@ -61,10 +108,43 @@ class NonparametricBackbone:
             source=source,
         )
 
-    def generate(self, request: BackboneRequest) -> BackboneReply:
-        """Vote over the patient's evidence, else the population prior, else say there is none."""
-        return (
-            self._vote(request.candidates, "memory")
-            or self._vote(request.prior, "population-prior")
-            or BackboneReply(EMPTY_ANSWER, source="empty")
+    def _same_question(
+        self, candidates: Sequence[Candidate], key: str, source: str, *, newest_verified: bool
+    ) -> BackboneReply | None:
+        """The answer from the evidence of the question asked: with ``newest_verified`` (the
+        patient's own evidence) the newest verified one, else the vote."""
+        same = [c for c in candidates if key and c.question_key == key and c.text.strip()]
+        if not same:
+            return None
+        verified = [c for c in same if c.tier >= VERIFIED_TIER]
+        if not verified or not newest_verified:
+            return self._vote(same, source)
+        newest = max(verified, key=lambda c: (c.time, c.id))
+        agreeing = [c for c in same if _key(c.text) == _key(newest.text)]
+        total = sum(max(c.weight, 0.0) for c in same) or 1.0
+        return BackboneReply(
+            answer=newest.text.strip(),
+            cited=tuple(dict.fromkeys(c.id for c in agreeing)),
+            decision=newest.decision,
+            confidence=sum(max(c.weight, 0.0) for c in agreeing) / total,
+            source=source,
         )
+
+    def generate(self, request: BackboneRequest) -> BackboneReply:
+        """Answer from the patient's evidence, else the population prior (module docstring),
+        else say there is none."""
+        key, form = request.question_key, _form(request.question)
+        sources = ((request.candidates, "memory"), (request.prior, "population-prior"))
+        for candidates, source in sources:
+            reply = self._same_question(candidates, key, source, newest_verified=source == "memory")
+            if reply is not None:
+                return reply
+        for candidates, source in sources:
+            reply = self._vote(_compatible(candidates, form), source)
+            if reply is not None:
+                return reply
+        for candidates, source in sources:
+            reply = self._vote(candidates, source)
+            if reply is not None:
+                return reply
+        return BackboneReply(EMPTY_ANSWER, source="empty")

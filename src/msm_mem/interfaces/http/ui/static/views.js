@@ -44,9 +44,22 @@
       if (!e.study_id) continue;
       (studies[e.study_id] = studies[e.study_id] || []).push(e);
     }
-    const keys = claims.items.map((c) => c.key).filter((k) => k.startsWith("study:")).slice(0, 30);
+    const keys = claims.items.map((c) => c.key).filter((k) => k.startsWith("study:")).slice(0, 60);
     const histories = Object.fromEntries(await Promise.all(keys.map(async (k) =>
       [k, (await api(`${P(pid)}/claims/history?key=${encodeURIComponent(k)}&limit=50`)).items])));
+    // a claim key is study:<study>|q:<question key>: one chain per question about a study (a key
+    // without "|q:" is a study's claim of an earlier version); its question is that of the
+    // episode its newest version names
+    const studyOf = (k) => { const r = k.slice(6); const i = r.lastIndexOf("|q:"); return i >= 0 ? r.slice(0, i) : r; };
+    const episodeBy = Object.fromEntries(episodes.items.map((e) => [e.episode_id, e]));
+    const questionOf = (chain) => {
+      for (const c of chain.slice().reverse()) {
+        try { const e = episodeBy[JSON.parse(c.source).episode]; if (e) return e.question; } catch (_) { /* not JSON */ }
+      }
+      return "";
+    };
+    const chainsOf = {};
+    for (const [k, chain] of Object.entries(histories)) (chainsOf[studyOf(k)] = chainsOf[studyOf(k)] || []).push(chain);
     const order = Object.keys(studies).sort((a, b) =>
       Math.min(...studies[a].map((e) => e.timestamp)) - Math.min(...studies[b].map((e) => e.timestamp)));
 
@@ -57,7 +70,7 @@
       const img = t && t.png_base64
         ? h("img", { src: `data:image/png;base64,${t.png_base64}`, alt: `Image of study ${sid}`, width: 128, height: 128 })
         : h("div", { class: "noimg", role: "img", "aria-label": `No image for study ${sid}` }, t ? t.problem : "no image");
-      const chain = histories[`study:${sid}`];
+      const chains = chainsOf[sid] || [];
       return h("article", { class: "study", "aria-labelledby": `study-${sid}` },
         h("div", { class: "thumb" }, img),
         h("div", { class: "study-body" },
@@ -67,8 +80,12 @@
           h("p", { class: "meta" }, badge(latest.state), badge(latest.evidence_tier, "etier"),
             `confidence ${latest.confidence.toFixed(2)} · ${eps.length} episode version${eps.length > 1 ? "s" : ""}`,
             latest.decay_at ? ` · decays ${when(latest.decay_at)}` : ""),
-          chain ? h("details", { open: chain.length > 1 },
-            h("summary", {}, `Claim and its supersession chain (${chain.length})`), claimChain(chain)) : null));
+          ...chains.map((chain) => {
+            const q = questionOf(chain);
+            return h("details", { open: chain.length > 1 },
+              h("summary", {}, `Claim${q ? ` on “${q}”` : ""} and its supersession chain (${chain.length})`),
+              claimChain(chain));
+          })));
     });
 
     const semRows = semantic.items.slice().reverse().map((s) => {
