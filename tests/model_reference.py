@@ -17,8 +17,8 @@ STUDY_TIME = {"S1": T0 - 90 * DAY, "S2": T0 - 60 * DAY, "S3": T0 - 30 * DAY}
 # the documented retention rule (docs/design.md, "Retention"): a long-term record decays at
 # the sweep once its patient's last activity (the newest write among the patient's active and
 # superseded long-term records) plus retention x confidence x tier weight has passed; the
-# retention's default is ten years; a semantic version's confidence is 1. Its clinical time
-# plays no part.
+# retention's default is ten years; a semantic version keeps the whole retention. The clinical
+# time plays no part.
 TIER_WEIGHT = {"ground_truth": 1.0, "critic": 0.95, "agent": 0.6}
 RETENTION = 10 * 365.25 * DAY
 STM_TTL = 86_400.0
@@ -81,7 +81,7 @@ class Sem:
 
     @property
     def keep(self) -> float:
-        return keeps(1.0, self.tier)
+        return RETENTION
 
 
 @dataclass(eq=False)

@@ -108,6 +108,26 @@ def test_weaker_evidence_keeps_a_shorter_share_of_the_retention(new_mem: MemFact
         assert d.retention_s == pytest.approx(10 * YEAR * d.confidence * 0.6) and d.due_at <= NOW + 7 * YEAR
 
 
+def test_the_last_activity_does_not_move_back_when_the_newest_answer_decays(
+    new_mem: MemFactory, tmp_path: Path
+) -> None:
+    """Old ground truth, then an agent answer years later: after the answer's records decay the ground truth still
+    counts from the answer (its semantic version keeps the whole retention)."""
+    clock = FixedClock(NOW)
+    mem = _imported(new_mem, tmp_path, clock, settings=Settings(retention_s=10 * YEAR))
+    clock.advance(8 * YEAR)
+    answered = clock.now()
+    a = mem.ask(AGENT, "P1", _png(tmp_path, 20), "Any consolidation in the lower lobe?", study_id="S-new")
+    assert a.gate is not None and a.gate.written
+    assert len(mem.episodes(CRITIC, "P1")) == 4
+    gone = mem.maintain(SYSTEM, at=answered + 7 * YEAR)  # P2's records and P1's agent answer
+    assert {d.last_activity for d in gone.decay if d.evidence_tier == "agent"} == {answered}
+    assert {e.evidence_tier for e in mem.episodes(CRITIC, "P1")} == {"ground_truth"} and _live(mem, "P2") == (0, 0)
+    assert mem.maintain(SYSTEM, at=answered + 10 * YEAR - 1).decay == ()
+    assert {e.decay_at for e in mem.episodes(CRITIC, "P1")} == {answered + 10 * YEAR}
+    assert mem.maintain(SYSTEM, at=answered + 10 * YEAR).anonymized == 9 and _live(mem, "P1") == (0, 0)
+
+
 def test_a_dry_run_says_what_would_decay_and_writes_nothing(new_mem: MemFactory, tmp_path: Path) -> None:
     """dry_run lists kind, id, last activity, retention and due time; no record changes, one read event."""
     clock = FixedClock(NOW)

@@ -11,7 +11,8 @@ lifecycle (TTL, held items retried once at the age threshold), critic verdicts s
 record of the judged study (the episode and its visual record by critic copies, the study's
 other unverified episodes and visual records, its other held items discarded), decay
 (due once the patient's last activity, its newest long-term write, plus the retention x
-confidence x tier weight has passed, whatever the study's clinical time; active records
+confidence x tier weight, a semantic version's the whole retention, has passed, whatever the
+study's clinical time; active records
 anonymised, superseded ones and semantic versions retracted, both leaving the patient),
 consent (a revoked permit refuses the next call and the refusal is audited) and shredding
 (everything refused afterwards). Record ids are random, so the model names records by the

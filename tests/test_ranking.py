@@ -128,6 +128,7 @@ def test_decay_at_keeps_full_retention_for_full_trust_and_less_for_weaker_eviden
     assert decay_at(T0, 1.0, "ground_truth", 10 * year) == T0 + 10 * year
     assert decay_at(T0, 1.0, "critic", 10 * year) > decay_at(T0, 0.6, "agent", 10 * year) > T0
     assert decay_at(T0, 0.0, "report", 10 * year) == T0
+    assert decay_at(T0, 0.5, "agent", 10 * year, "semantic") == T0 + 10 * year  # the summary keeps it all
 
 
 def test_rerank_orders_by_cosine_times_composite() -> None:

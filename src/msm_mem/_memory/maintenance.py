@@ -42,8 +42,8 @@ class DecayPlan:
     and ``state`` its state (ACTIVE or SUPERSEDED) before decay; ``last_activity`` the
     patient's newest long-term write (UTC seconds, the store's clock); ``retention_s`` what
     this record keeps after it: the retention setting x ``confidence`` x the weight of
-    ``evidence_tier``; ``due_at = last_activity + retention_s`` (at or before the sweep's
-    time); ``to`` is ANONYMIZED or RETRACTED."""
+    ``evidence_tier`` (a semantic version: the whole setting); ``due_at = last_activity +
+    retention_s`` (at or before the sweep's time); ``to`` is ANONYMIZED or RETRACTED."""
 
     kind: str
     record_id: str
@@ -155,12 +155,13 @@ class Maintainer:
     def decay_plan(self) -> list[DecayPlan]:
         """The long-term records due for decay now, with why (see :class:`DecayPlan`); writes
         nothing. Due means ``last_activity + retention_s x confidence x tier_weight <= now``
+        (a semantic version: ``last_activity + retention_s <= now``)
         (:func:`~msm_mem._memory.ranking.decay_at`), ``last_activity`` the newest long-term
         write of the record's patient; the anonymised pool (no patient) never decays again."""
         now = self.now()
         plan: list[DecayPlan] = []
         for d in self.store.decay_due(now, self.retention_s, TIER_WEIGHTS, DEFAULT_TIER_WEIGHT):
-            due = decay_at(d.last_activity, d.confidence, d.evidence_tier, self.retention_s)
+            due = decay_at(d.last_activity, d.confidence, d.evidence_tier, self.retention_s, d.table)
             if due > now:  # the store's arithmetic is the same; this keeps the rule in one place
                 continue
             to = State.ANONYMIZED if d.state == State.ACTIVE and d.table != "semantic" else State.RETRACTED

@@ -25,8 +25,11 @@ written answer, a critic's verdict), so an imported archive of old studies keeps
 setting (:attr:`msm_mem.Settings.retention_s`) is what a record of full trust keeps (confidence
 1, weight 1: ground truth, a signed report); a critic's verdict keeps 0.95 of it, the agent's
 own impression at confidence 0.8 keeps 0.48 of it, a record of confidence 0 goes at the next
-sweep. It is decided at sweep time, never stored: a new activity moves every record of the
-patient at once without rewriting any.
+sweep. A semantic version (the patient's running summary, written with every study, answer
+and verdict) keeps the whole retention whatever its tier: so the newest write outlives every
+other record of the patient, and the last activity never moves back while anything is kept.
+It is decided at sweep time, never stored: a new activity moves every record of the patient
+at once without rewriting any.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ __all__ = [
     "decay_at",
     "rank_key",
     "rerank",
+    "retention_share",
     "verified",
     "verified_first",
 ]
@@ -107,12 +111,18 @@ def composite(confidence: float, age_s: float, tier: str, kind: str) -> float:
     return confidence * freshness(age_s, kind) * tier_weight(tier)
 
 
-def decay_at(last_activity: float, confidence: float, tier: str, retention_s: float) -> float:
+def retention_share(confidence: float, tier: str, kind: str) -> float:
+    """The share of the retention a record keeps, in [0, 1]: ``confidence x tier_weight``; 1
+    for a semantic version (``kind == "semantic"``, see the module docstring)."""
+    return 1.0 if kind == "semantic" else confidence * tier_weight(tier)
+
+
+def decay_at(last_activity: float, confidence: float, tier: str, retention_s: float, kind: str = "claims") -> float:
     """When a long-term record decays (UTC seconds): ``last_activity + retention_s x
-    (confidence x tier_weight)``, ``last_activity`` the patient's newest long-term write (UTC
-    seconds, the store's clock), ``confidence`` in [0, 1], ``retention_s`` > 0 (see the module
-    docstring). The sweep and every read compute it the same way."""
-    return last_activity + retention_s * (confidence * tier_weight(tier))
+    retention_share(confidence, tier, kind)``, ``last_activity`` the patient's newest long-term
+    write (UTC seconds, the store's clock), ``confidence`` in [0, 1], ``retention_s`` > 0 (see
+    the module docstring). The sweep and every read compute it the same way."""
+    return last_activity + retention_s * retention_share(confidence, tier, kind)
 
 
 def clinical_time(hit: Hit) -> float | None:

@@ -160,8 +160,8 @@ class Records(Protocol):
         """ACTIVE and SUPERSEDED long-term rows (episodic, visual, semantic, claims; in that
         order of tables, by id) whose patient's :meth:`last_activity` plus ``retention_s x
         (confidence x weight)`` is at or before ``now``; ``weight`` is ``weights[evidence tier]``
-        (``default_weight`` for another tier), a semantic version's confidence is 1. The
-        anonymised pool (no patient) is never due."""
+        (``default_weight`` for another tier); a semantic version keeps the whole
+        ``retention_s`` (its confidence reads 1). The anonymised pool (no patient) is never due."""
 
 
 class Vectors(Protocol):

@@ -145,14 +145,16 @@ class SqlRecords(SqlCore):
         out: list[DecayDue] = []
         with self._db():
             for table in _RECORD_TABLES:
-                confidence = "1.0" if table == "semantic" else "r.confidence"
+                semantic = table == "semantic"
+                confidence = "1.0" if semantic else "r.confidence"
                 # the same arithmetic as ranking.decay_at: last + retention x (confidence x weight)
+                share, args = ("1.0", ()) if semantic else (f"(r.confidence * {weight})", (*pairs, default_weight))
                 rows = self._q(
                     f"SELECT r.id, r.state, {confidence}, r.evidence_tier, a.t FROM {table} r JOIN"
                     f" (SELECT patient_id, MAX(t) AS t FROM ({last}) u GROUP BY patient_id) a"
                     f" ON a.patient_id = r.patient_id WHERE r.tenant = ? AND r.state IN ('active', 'superseded')"
-                    f" AND a.t + ? * ({confidence} * {weight}) <= ? ORDER BY r.id",
-                    (self.tenant,) * 4 + (self.tenant, float(retention_s), *pairs, float(default_weight), now),
+                    f" AND a.t + ? * {share} <= ? ORDER BY r.id",
+                    (self.tenant,) * 4 + (self.tenant, float(retention_s), *args, now),
                 ).fetchall()
                 out += [DecayDue(table, i, State(st), float(c), tier, float(t)) for i, st, c, tier, t in rows]
         return out
