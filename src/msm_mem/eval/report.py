@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .bootstrap import paired_markdown, scope_tests
+from .cohorts import cohort_records, cohorts_markdown
 from .records import MODES, ProtocolRun, arm_config
 from .scores import ALL, METRICS, SCOPE_METRICS, finding_counts, scopes, summarise
 from .split import PHASES
@@ -204,7 +205,12 @@ def _gate_cell(gate: dict[str, Any]) -> str:
 
 
 def results_json(
-    records: Sequence[dict[str, Any]], run: ProtocolRun, *, n_boot: int, paired: Sequence[dict[str, Any]] = ()
+    records: Sequence[dict[str, Any]],
+    run: ProtocolRun,
+    *,
+    n_boot: int,
+    paired: Sequence[dict[str, Any]] = (),
+    cohorts: Sequence[dict[str, Any]] = (),
 ) -> str:
     """Everything as canonical JSON (sorted keys, floats rounded to 6 places)."""
     m = run.memory_settings
@@ -237,6 +243,8 @@ def results_json(
         doc["fitted"] = {"file": "fitted.npz", **run.fitted.meta()}
     if paired:
         doc["paired_bootstrap"] = {"resamples": n_boot, "seed": run.settings.seed, "tests": list(paired)}
+    if cohorts:
+        doc["cohorts"] = list(cohorts)
     return json.dumps(_round(doc), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
@@ -260,7 +268,10 @@ def write_reports(run: ProtocolRun, out: Path, *, n_boot: int = 1000) -> list[di
     (out / "phases.md").write_text(_phases_markdown(records, run), encoding="utf-8")
     (out / "phases.csv").write_text(_csv(records), encoding="utf-8")
     tests = [p.to_json() for p in paired]
-    (out / "results.json").write_text(results_json(records, run, n_boot=n_boot, paired=tests), encoding="utf-8")
+    cohorts = cohort_records(run, n_boot=n_boot)
+    (out / "cohorts.md").write_text(cohorts_markdown(cohorts, run, titles=_ARM_TITLES), encoding="utf-8")
+    doc = results_json(records, run, n_boot=n_boot, paired=tests, cohorts=cohorts)
+    (out / "results.json").write_text(doc, encoding="utf-8")
     lines = (json.dumps(asdict(a), ensure_ascii=False, sort_keys=True) for a in run.answers)
     (out / "answers.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return records
