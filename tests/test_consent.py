@@ -318,3 +318,15 @@ def test_grant_refuses_unknown_classes_and_roles(new_mem: MemFactory) -> None:
         assert len(mem._store.consents()) == before
     finally:
         mem.close()
+
+
+def test_grant_refuses_an_actor_grantee_outside_the_id_grammar(new_mem: MemFactory) -> None:
+    """Grantee actor:evil one is refused naming the actor id rule, and nothing is stored."""
+    mem = new_mem("g", policy=[])
+    try:
+        bad = ConsentRecord("C-z", "P1", "actor:evil one", "treatment", "permit", ("*",), 0.0)
+        with pytest.raises(InvalidInput, match=r"grantee actor:<id> must be .*no spaces"):
+            mem.grant(ADMIN, [bad])
+        assert not any(c.grantee == "actor:evil one" for c in mem._store.consents())
+    finally:
+        mem.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,6 +12,8 @@ from msm_mem import InvalidInput
 from msm_mem._limits import (
     MAX_ID_CHARS,
     MAX_QUESTION_CHARS,
+    check_actor_id,
+    check_grantee,
     check_id,
     check_observation,
     check_path,
@@ -96,3 +100,82 @@ def test_paths_refuse_nul() -> None:
     """A path with a NUL byte would fail deep in the OS; it is refused up front."""
     with pytest.raises(InvalidInput, match="NUL"):
         check_path("image", "a\x00.png")
+
+
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [
+        ("a\x00b", "U+0000"),
+        ("a\x1b[31mred", "U+001B"),  # an ANSI escape: it would recolour a terminal
+        ("a\x85b", "U+0085"),  # a C1 control
+        ("a\rb", "U+000D"),  # a bare carriage return overwrites a terminal line
+        ("abc\u202edcba", "U+202E"),  # a right-to-left override
+        ("a\u2066b\u2069", "U+2066"),  # a left-to-right isolate
+        ("no\u200bdule", "U+200B"),  # a zero-width space
+        ("a\ufeffb", "U+FEFF"),
+    ],
+)
+def test_free_text_refuses_controls_bidi_and_zero_width_naming_the_character(value: str, code: str) -> None:
+    """A control (but tab and line breaks), bidi or zero-width character in free text is refused by code point."""
+    with pytest.raises(InvalidInput, match=f"answer .*{re.escape(code)}"):
+        check_text("answer", value, 100)
+
+
+def test_free_text_keeps_tabs_and_line_breaks() -> None:
+    """Tabs, newlines and CRLF line ends are free text's own controls and pass."""
+    text = "Findings:\tnone\r\nImpression:\n- normal"
+    assert check_text("report", text, 100) == text
+
+
+def test_free_text_comes_back_in_nfc() -> None:
+    """Decomposed text (e + combining acute) comes back composed."""
+    assert check_text("question", "Is the re\u0301sume\u0301 clear?", 100) == "Is the r\u00e9sum\u00e9 clear?"
+
+
+def test_observation_returns_its_text_in_nfc() -> None:
+    """check_observation hands back the question and tag normalised, the study id as given."""
+    assert check_observation("cafe\u0301?", study_id="S1", visual_tag="A\u030a") == ("caf\u00e9?", "S1", "\u00c5")
+
+
+@pytest.mark.parametrize(("value", "code"), [("p\x1b1", "U+001B"), ("p\u202ex", "U+202E"), ("p\u200dx", "U+200D")])
+def test_ids_name_the_refused_character(value: str, code: str) -> None:
+    """An id's refused control or format character is named by its code point."""
+    with pytest.raises(InvalidInput, match=f"patient_id .*{re.escape(code)}"):
+        check_id("patient_id", value)
+
+
+def test_an_id_not_in_nfc_is_refused_not_rewritten() -> None:
+    """A decomposed id is refused, so two spellings never name two patients."""
+    assert check_id("patient_id", "Jos\u00e9") == "Jos\u00e9"
+    with pytest.raises(InvalidInput, match="patient_id is not in Unicode NFC"):
+        check_id("patient_id", "Jose\u0301")
+
+
+def test_paths_are_not_normalised() -> None:
+    """A path names a file by its bytes: a decomposed name comes back unchanged."""
+    assert check_path("image", "/data/e\u0301.png") == "/data/e\u0301.png"
+
+
+def test_actor_ids_follow_the_token_grammar() -> None:
+    """An actor id is a printable token; a space is refused naming the rule."""
+    assert check_actor_id("actor", "dr.smith@ward-3") == "dr.smith@ward-3"
+    with pytest.raises(InvalidInput, match="no spaces"):
+        check_actor_id("actor", "evil one")
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        ("actor:evil one", "grantee actor:<id> must be an ASCII letter or digit"),
+        ("actor:", "grantee actor:<id>"),
+        ("actor:a\x1b", "grantee actor:<id>"),
+        ("role:clinican", "unknown role 'clinican'"),
+        ("team:x", "actor:<id> or role:<role>"),
+    ],
+)
+def test_grantees_are_checked_by_their_grammar(value: str, match: str) -> None:
+    """A grantee is actor:<actor id> or role:<known role>; anything else is refused naming the rule."""
+    with pytest.raises(InvalidInput, match=match):
+        check_grantee(value, roles=frozenset({"agent", "clinician"}))
+    assert check_grantee("actor:a1", roles=frozenset()) == "actor:a1"
+    assert check_grantee("role:agent", roles=frozenset({"agent"})) == "role:agent"

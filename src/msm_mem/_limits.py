@@ -20,14 +20,28 @@ limits as keyword arguments for callers that need larger images.
 | :data:`MAX_IMAGE_PIXELS` | 33,554,432 | declared width x height (x frames), checked before decoding |
 | :data:`MAX_BATCH_PIXELS` | 268,435,456 | decoded pixels ingest holds before it encodes a batch |
 
-An id is valid when it is a non-blank string of at most :data:`MAX_ID_CHARS` characters with
-no ``*`` (the consent wildcard), no control or format character (``\\x00``, newlines, tabs,
-bidirectional overrides, zero-width characters) and no line or paragraph separator.
+Text from outside is Unicode in NFC, checked here and nowhere else:
+
+- An id (patient, study, item, consent) is a non-blank string of at most :data:`MAX_ID_CHARS`
+  characters in NFC with no ``*`` (the consent wildcard), no control or format character
+  (``\\x00``, newlines, tabs, C1 controls, bidirectional overrides and isolates, zero-width
+  characters), no private-use character and no line or paragraph separator.
+- An actor id (a principal, the ``<id>`` of a grantee ``actor:<id>``) is a short printable
+  token: an ASCII letter or digit, then up to 127 of ``A-Za-z0-9._@:+-``.
+- A grantee is ``actor:<actor id>`` or ``role:<role>`` of a known role.
+- Free text (questions, answers, reports, decisions, corrections, tags, reasons) is normalised
+  to NFC and may hold tabs and line breaks (``\\n``, ``\\r\\n``) but no other C0 or C1 control,
+  no bidirectional override or isolate (U+202A-U+202E, U+2066-U+2069) and no zero-width
+  formatting character (U+200B-U+200D, U+2060-U+2064, U+FEFF, U+180E).
+
+A refusal is :class:`InvalidInput` naming the field and the character as ``U+XXXX``. Stored
+content is not re-checked when it is read: a record written before a rule existed stays readable.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 
 from ._errors import InvalidInput
@@ -45,11 +59,15 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "MAX_VIDEO_BYTES",
     "MAX_CLOCK_SKEW_S",
+    "ACTOR_ID_PATTERN",
+    "check_actor_id",
+    "check_grantee",
     "check_id",
     "check_observation",
     "check_query_time",
     "check_path",
     "check_text",
+    "nfc",
 ]
 
 MAX_ID_CHARS = 256
@@ -68,6 +86,18 @@ MAX_CLOCK_SKEW_S = 300.0
 
 #: control, format, surrogate and private-use characters, line and paragraph separators
 _BAD_ID_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+#: bidirectional embeddings, overrides and isolates: they reorder what a reader sees
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+#: zero-width formatting characters: invisible, they make equal-looking text differ
+_ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff\u180e")
+#: the controls free text may hold (a CR only as part of CRLF, checked apart)
+_TEXT_CONTROLS = frozenset("\t\n\r")
+#: an actor id: a short printable token (no spaces, control characters or the ``*`` wildcard)
+ACTOR_ID_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._@:+-]{0,127}\Z")
+
+
+def _codepoint(ch: str) -> str:
+    return f"U+{ord(ch):04X}"
 
 
 def _unicode(name: str, value: str) -> None:
@@ -77,9 +107,16 @@ def _unicode(name: str, value: str) -> None:
         raise InvalidInput(f"{name} is not valid Unicode text (it holds a lone surrogate)") from None
 
 
+def nfc(value: str) -> str:
+    """``value`` in Unicode normalisation form C (composed: ``e`` + U+0301 becomes U+00E9)."""
+    return value if unicodedata.is_normalized("NFC", value) else unicodedata.normalize("NFC", value)
+
+
 def check_id(name: str, value: object, *, allow_empty: bool = False) -> str:
     """``value`` if it is a valid id (see the module docstring), else :class:`InvalidInput`
-    naming ``name``; ``allow_empty`` admits ``""`` (an optional id left out)."""
+    naming ``name`` (and the offending character as ``U+XXXX``); ``allow_empty`` admits ``""``
+    (an optional id left out). An id is never rewritten: one not in NFC is refused, so two
+    spellings of one id cannot name two patients or one patient twice."""
     if not isinstance(value, str):
         raise InvalidInput(f"{name} must be a string, got {type(value).__name__}")
     if allow_empty and value == "":
@@ -92,13 +129,57 @@ def check_id(name: str, value: object, *, allow_empty: bool = False) -> str:
         raise InvalidInput(f"{name} must not contain '*' (the consent wildcard)")
     bad = next((ch for ch in value if unicodedata.category(ch) in _BAD_ID_CATEGORIES), None)
     if bad is not None:
-        raise InvalidInput(f"{name} must not contain control or separator characters (found {bad!r})")
+        raise InvalidInput(f"{name} must not contain control, format or separator characters (found {_codepoint(bad)})")
+    if not unicodedata.is_normalized("NFC", value):
+        raise InvalidInput(f"{name} is not in Unicode NFC (normalise it before use)")
     return value
 
 
+def check_actor_id(name: str, value: object) -> str:
+    """``value`` if it is an actor id (see the module docstring), else :class:`InvalidInput`
+    naming ``name`` and the rule."""
+    if not isinstance(value, str) or not ACTOR_ID_PATTERN.match(value):
+        raise InvalidInput(
+            f"{name} must be an ASCII letter or digit followed by at most 127 of A-Za-z0-9._@:+- "
+            f"(no spaces or control characters), got {str(value)[:40]!r}"
+        )
+    return value
+
+
+def check_grantee(value: object, *, roles: frozenset[str] | set[str]) -> str:
+    """``value`` if it is a grantee: ``actor:<actor id>`` or ``role:<role>`` with a role of
+    ``roles``; :class:`InvalidInput` naming the rule otherwise."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"consent grantee must be a string, got {type(value).__name__}")
+    if value.startswith("actor:"):
+        check_actor_id("consent grantee actor:<id>", value[6:])
+        return value
+    if value.startswith("role:"):
+        if value[5:] not in roles:
+            raise InvalidInput(f"unknown role {value[5:]!r}: use one of {', '.join(sorted(roles))}")
+        return value
+    raise InvalidInput(f"consent grantee must be actor:<id> or role:<role>, got {value[:40]!r}")
+
+
+def _check_characters(name: str, value: str) -> None:
+    """Refuse the controls, bidirectional and zero-width characters free text must not hold."""
+    for i, ch in enumerate(value):
+        if ch in _BIDI:
+            raise InvalidInput(f"{name} must not contain a bidirectional override or isolate (found {_codepoint(ch)})")
+        if ch in _ZERO_WIDTH:
+            raise InvalidInput(f"{name} must not contain a zero-width character (found {_codepoint(ch)})")
+        if unicodedata.category(ch) == "Cc":
+            if ch == "\r" and value[i + 1 : i + 2] == "\n":
+                continue
+            if ch not in _TEXT_CONTROLS or ch == "\r":
+                raise InvalidInput(f"{name} must not contain a control character (found {_codepoint(ch)})")
+
+
 def check_text(name: str, value: object, limit: int, *, required: bool = False) -> str:
-    """``value`` if it is a string of at most ``limit`` characters (non-blank when
-    ``required``) that can be stored as UTF-8, else :class:`InvalidInput` naming ``name``."""
+    """``value`` in NFC if it is a string of at most ``limit`` characters (non-blank when
+    ``required``) that can be stored as UTF-8 and holds no control character other than tab
+    and line breaks, no bidirectional override or isolate and no zero-width character; else
+    :class:`InvalidInput` naming ``name`` (and the character as ``U+XXXX``)."""
     if not isinstance(value, str):
         raise InvalidInput(f"{name} must be a string, got {type(value).__name__}")
     if len(value) > limit:
@@ -106,25 +187,35 @@ def check_text(name: str, value: object, limit: int, *, required: bool = False) 
     if required and not value.strip():
         raise InvalidInput(f"{name} must not be empty")
     _unicode(name, value)
-    return value
+    if not (value.isascii() and value.isprintable()):
+        _check_characters(name, value)
+    return nfc(value)
 
 
 def check_path(name: str, value: object) -> str:
     """``value`` if it is a path string of at most :data:`MAX_PATH_CHARS` characters without
-    a NUL byte, else :class:`InvalidInput` naming ``name``."""
-    text = check_text(name, value, MAX_PATH_CHARS)
-    if "\x00" in text:
+    a NUL byte, else :class:`InvalidInput` naming ``name``. A path is not normalised: it names
+    a file by its bytes."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{name} must be a string, got {type(value).__name__}")
+    if len(value) > MAX_PATH_CHARS:
+        raise InvalidInput(f"{name} is longer than {MAX_PATH_CHARS:,} characters ({len(value):,})")
+    _unicode(name, value)
+    if "\x00" in value:
         raise InvalidInput(f"{name} must not contain a NUL character")
-    return text
+    return value
 
 
-def check_observation(question: object, *, study_id: object = "", visual_tag: object = "") -> None:
+def check_observation(question: object, *, study_id: object = "", visual_tag: object = "") -> tuple[str, str, str]:
     """Check what one observation brings in: a non-empty question of at most
     :data:`MAX_QUESTION_CHARS`, an optional study id, a visual tag of at most
-    :data:`MAX_TAG_CHARS`; :class:`InvalidInput` names the first bad one."""
-    check_text("question", question, MAX_QUESTION_CHARS, required=True)
-    check_id("study_id", study_id, allow_empty=True)
-    check_text("visual_tag", visual_tag, MAX_TAG_CHARS)
+    :data:`MAX_TAG_CHARS`; returns ``(question, study_id, visual_tag)`` with the text in NFC,
+    or :class:`InvalidInput` naming the first bad one."""
+    return (
+        check_text("question", question, MAX_QUESTION_CHARS, required=True),
+        check_id("study_id", study_id, allow_empty=True),
+        check_text("visual_tag", visual_tag, MAX_TAG_CHARS),
+    )
 
 
 def check_query_time(name: str, value: object, now: float) -> float:

@@ -7,17 +7,17 @@ table and a :class:`Purpose` of use from a closed set. Anything else is refused 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
 from ._errors import InvalidInput
+from ._limits import ACTOR_ID_PATTERN
 
 __all__ = ["Principal", "Purpose", "Role"]
 
 #: ids are short printable tokens: no spaces, control characters, newlines or the ``*`` wildcard
-_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._@:+-]{0,127}\Z")
+_ID = ACTOR_ID_PATTERN
 
 
 class Role(StrEnum):

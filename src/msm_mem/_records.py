@@ -322,10 +322,11 @@ class ManifestRow:
         check_path("image", self.image)
         if not self.image.strip():
             raise InvalidInput("image must not be empty")
-        check_text("question", self.question, MAX_QUESTION_CHARS, required=True)
+        # text in NFC: frozen, so the checked values are set past the dataclass's guard
+        object.__setattr__(self, "question", check_text("question", self.question, MAX_QUESTION_CHARS, required=True))
         for name in ("answer", "report", "decision"):
-            check_text(name, getattr(self, name), MAX_TEXT_CHARS)
-        check_text("view", self.view, MAX_TAG_CHARS)
+            object.__setattr__(self, name, check_text(name, getattr(self, name), MAX_TEXT_CHARS))
+        object.__setattr__(self, "view", check_text("view", self.view, MAX_TAG_CHARS))
         if self.question_type not in QUESTION_TYPES:
             raise InvalidInput(
                 f"question_type must be one of {', '.join(QUESTION_TYPES)}, got {str(self.question_type)[:40]!r}"

@@ -271,7 +271,10 @@ class MemoryAgent:
         something other than a step) raises after auditing the consent decision, the reads that
         happened and the error; nothing else is written.
         """
-        check_observation(query.question, study_id=query.study_id, visual_tag=query.visual_tag)
+        question, study_id, visual_tag = check_observation(
+            query.question, study_id=query.study_id, visual_tag=query.visual_tag
+        )
+        query = replace(query, question=question, study_id=study_id, visual_tag=visual_tag)
         flags: dict[MemoryName, bool] = {"semantic": use_sem, "episodic": use_epi, "visual": use_vis}
         allowed = frozenset(m for m in MEMORIES if flags[m])
         turn = self.gm.begin(principal, query.patient_id)

@@ -13,7 +13,7 @@ from .._errors import AccessDenied, AuditChainBroken, InvalidInput, NotFound
 from .._governance.audit.verify import VerifyResult
 from .._governance.consent import check_record, evaluate
 from .._governance.upgrade import upgrade_store
-from .._limits import check_id
+from .._limits import MAX_TEXT_CHARS, check_id, check_text
 from .._memory.maintenance import MaintenanceReport
 from .._principal import Principal, Purpose, Role
 from .._storage.base import WriteBatch
@@ -29,7 +29,7 @@ __all__: list[str] = []
 def _reason(reason: str, what: str) -> str:
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidInput(f"{what} needs a stated reason")
-    return reason.strip()
+    return check_text(f"{what} reason", reason, MAX_TEXT_CHARS).strip()
 
 
 class _Admin(_Base):

@@ -178,7 +178,7 @@ class _Care(_Base):
         of an image: as for :meth:`ask` (the observation is about that study). Audited."""
         p = self._allow(principal, Operation.OBSERVE)
         study_id = _study_of(study_id, image_study)
-        check_observation(question, study_id=study_id, visual_tag=visual_tag)
+        question, study_id, visual_tag = check_observation(question, study_id=study_id, visual_tag=visual_tag)
         image = _one_image(image, image_study)
         turn = self._gm.begin(p, patient_id)
         try:
@@ -207,8 +207,8 @@ class _Care(_Base):
         ``answer``, through the write-back gate (held items stay in STM); the semantic state
         and the study's claim are superseded. The seed's explicit consolidate. Audited."""
         p = self._allow(principal, Operation.CONSOLIDATE)
-        check_text("answer", answer, MAX_TEXT_CHARS)
-        check_text("decision", decision, MAX_TEXT_CHARS)
+        answer = check_text("answer", answer, MAX_TEXT_CHARS)
+        decision = check_text("decision", decision, MAX_TEXT_CHARS)
         turn = self._gm.begin(p, patient_id)
         try:
             found = [i for i in self._store.stm_get([item_id]) if i.patient_id == patient_id]

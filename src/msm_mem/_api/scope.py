@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 from .._errors import AccessDenied, InvalidInput
+from .._limits import MAX_TEXT_CHARS, check_text
 from .._principal import Principal
 from .access import Operation
 from .base import _Base
@@ -50,5 +51,6 @@ class _Scope(_Base):
         op = _operation(operation)
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidInput("break-glass needs a stated reason")
+        reason = check_text("break-glass reason", reason, MAX_TEXT_CHARS)
         note = f"{op.value}: {' '.join(reason.split())}"[:120]
         self._event(p, "break_glass", "ltm", "ltm", patient=patient_id, reason=note)

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .._errors import InvalidInput
-from .._limits import check_id
+from .._limits import check_grantee, check_id
 from .._principal import as_purpose
 from .._records import new_id
 from .._tier_records import ConsentRecord
@@ -91,8 +91,7 @@ def check_record(c: ConsentRecord) -> None:
     unknown = sorted(set(c.data_classes) - {*DATA_CLASSES, POPULATION, "*"})
     if unknown:
         raise InvalidInput(f"unknown data class(es) {unknown}: use {', '.join((*DATA_CLASSES, POPULATION))} or *")
-    if c.grantee.startswith("role:") and c.grantee[5:] not in ROLES:
-        raise InvalidInput(f"unknown role {c.grantee[5:]!r}: use one of {', '.join(sorted(ROLES))}")
+    check_grantee(c.grantee, roles=frozenset(ROLES))
     if c.purpose != "*":
         as_purpose(c.purpose)
 

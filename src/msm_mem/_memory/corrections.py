@@ -84,10 +84,10 @@ class Corrections:
         other held items are discarded. Answers to the study's other questions are left as
         they are. Only the critic and clinician roles may give a verdict."""
         check_id("study_id", study_id)
-        check_text("correction", correction, MAX_TEXT_CHARS)
-        check_text("decision", decision, MAX_TEXT_CHARS)
+        correction = check_text("correction", correction, MAX_TEXT_CHARS)
+        decision = check_text("decision", decision, MAX_TEXT_CHARS)
         if question is not None:
-            check_text("question", question, MAX_QUESTION_CHARS, required=True)
+            question = check_text("question", question, MAX_QUESTION_CHARS, required=True)
         if not accept and not correction.strip():
             raise InvalidInput("a rejecting verdict needs the correction")
         turn = self.gm.begin(actor, patient_id)

@@ -118,9 +118,9 @@ class GovernedMemory(TurnBeginning):
     ) -> StmItem:
         """Write the current interaction into short-term memory (source -> STM)."""
         self._check(turn, tr.SOURCE, tr.STM_ACTIVE, tr.Trigger.WRITE)
-        check_observation(question, study_id=study_id, visual_tag=visual_tag)
+        question, study_id, visual_tag = check_observation(question, study_id=study_id, visual_tag=visual_tag)
         check_path("media_path", media_path)
-        check_text("media_description", media_description, MAX_TEXT_CHARS)
+        media_description = check_text("media_description", media_description, MAX_TEXT_CHARS)
         now = self.clock.now()
         payload = StmPayload(
             question,
