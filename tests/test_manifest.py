@@ -388,3 +388,42 @@ def test_question_type_column_and_several_questions_per_study(tmp_path: Path) ->
     assert "question_type must be one of label, yes_no, text" in reasons[7]
     (tmp_path / "n.csv").write_text(HEADER + "\np1,s1,2020-01-05,a.png,Q?,A,,\n", encoding="utf-8")
     assert read_manifest(tmp_path / "n.csv")[0][0].question_type == "text"  # no column: text
+
+
+# hygiene ---------------------------------------------------------------------------------------
+
+
+def test_a_csv_header_with_a_duplicate_column_is_refused_naming_it(tmp_path: Path) -> None:
+    """A header naming answer twice is a ManifestError at line 1, not rows filed under the last answer."""
+    text = f"{HEADER},answer\n{GOOD},other answer\n"
+    with pytest.raises(ManifestError, match="duplicate CSV column.*'answer'") as info:
+        read_manifest(write_file(tmp_path / "m.csv", text))
+    assert info.value.line == 1
+
+
+def test_a_jsonl_row_with_a_duplicate_key_is_a_problem_naming_its_line(tmp_path: Path) -> None:
+    """A row repeating patient_id is reported at its line; the other rows are read."""
+    good = json.dumps(json_row())
+    twice = good[:-1] + ', "patient_id": "p2"}'
+    rows, problems = read_manifest(write_jsonl(tmp_path / "m.jsonl", [good, twice]))
+    assert [r.line for r in rows] == [1]
+    assert problems == [RowProblem(2, "duplicate JSON key 'patient_id' in the row")]
+
+
+def test_manifest_text_is_read_in_nfc(tmp_path: Path) -> None:
+    """Decomposed ids and text in a manifest are stored composed."""
+    row = json_row(patient_id="Jose\u0301", question="Is the re\u0301sume\u0301 clear?")
+    (read,), problems = read_manifest(write_jsonl(tmp_path / "m.jsonl", [row]))
+    assert problems == []
+    assert (read.patient_id, read.question) == ("Jos\u00e9", "Is the r\u00e9sum\u00e9 clear?")
+
+
+def test_a_control_or_bidi_character_in_a_manifest_is_a_row_problem(tmp_path: Path) -> None:
+    """An ESC in an answer or an RLO in a view is reported at its line naming the code point."""
+    items = [json_row(answer="ok\x1b[2J"), json_row(study_id="s2", view="P\u202eA")]
+    rows, problems = read_manifest(write_jsonl(tmp_path / "m.jsonl", items))
+    assert rows == []
+    assert by_line(problems) == {
+        1: "answer must not contain a control character (found U+001B)",
+        2: "view must not contain a bidirectional override or isolate (found U+202E)",
+    }

@@ -14,7 +14,10 @@ different questions. ``(patient_id, study_id, question)`` is unique, and the row
 must name the same image and time (a later row that differs is a problem).
 
 Files are CSV (with a header) or JSONL (one object a line). Reading never stops at a bad row:
-each bad row becomes a :class:`RowProblem` with its 1-based line number and reason.
+each bad row becomes a :class:`RowProblem` with its 1-based line number and reason. A JSONL row
+that repeats a key is such a problem; a CSV header that repeats a column is a
+:class:`ManifestError` for the file (every row would be filed under the last of the two).
+Text is read as Unicode NFC.
 
 Rows are bounded before they are parsed (:mod:`msm_mem._limits`): a row (a JSONL line or a CSV
 record) of more than ``MAX_ROW_CHARS`` characters is skipped without being held whole, a JSONL
@@ -41,7 +44,7 @@ from typing import IO, Any
 
 from .._errors import InvalidInput, ManifestError
 from .._files import inside
-from .._limits import MAX_JSON_DEPTH, MAX_ROW_CHARS
+from .._limits import MAX_JSON_DEPTH, MAX_ROW_CHARS, nfc
 from .._records import QUESTION_TYPES, ManifestRow, RowProblem
 
 __all__ = [
@@ -121,7 +124,10 @@ def _validate(raw: dict[str, Any], line: int, base: Path, roots: Sequence[Path])
         if not isinstance(value, (str, int)) or isinstance(value, bool):
             raise ManifestError(f"column {name} must be text, got {type(value).__name__}", line)
         stripped = name in ("patient_id", "study_id", "image", "view", "question_type")
-        values[name] = str(value).strip() if stripped else str(value)
+        text = str(value).strip() if stripped else str(value)
+        # text from the file in NFC (ids too: the library refuses an id in another form); the
+        # image path names a file by its bytes and is kept as written
+        values[name] = text if name == "image" else nfc(text)
     if not values["question"].strip():
         raise ManifestError("question must not be empty", line)
     kind = values["question_type"] or "text"
@@ -219,6 +225,23 @@ def _json_depth(text: str) -> int:
     return deepest
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's members as a dict; :class:`_DuplicateKey` when a key repeats (``json``
+    would keep the last value and drop the first without a word)."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
 def _jsonl_rows(fh: IO[str]) -> Iterator[tuple[int, dict[str, Any] | ManifestError]]:
     lines = _Lines(fh)
     while True:
@@ -237,7 +260,10 @@ def _jsonl_rows(fh: IO[str]) -> Iterator[tuple[int, dict[str, Any] | ManifestErr
             yield number, ManifestError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels", number)
             continue
         try:
-            obj = json.loads(text)
+            obj = json.loads(text, object_pairs_hook=_unique_keys)
+        except _DuplicateKey as exc:
+            yield number, ManifestError(f"duplicate JSON key {_show(exc.key, 40)} in the row", number)
+            continue
         except json.JSONDecodeError as exc:
             yield number, ManifestError(f"invalid JSON: {exc.msg}", number)
             continue
@@ -296,6 +322,12 @@ def _csv_rows(fh: IO[str], path: Path) -> Iterator[tuple[int, dict[str, Any] | M
         if not record:  # a blank line
             continue
         if header is None:
+            twice = sorted({c for c in record if record.count(c) > 1})
+            if twice:  # a row would be filed under the last of the two values, silently
+                raise ManifestError(
+                    f"{path}: duplicate CSV column(s) in the header: {', '.join(_show(c, 40) for c in twice[:5])}",
+                    start,
+                )
             header = record
         elif len(record) > len(header):
             yield start, ManifestError("more fields than the header has", start)
