@@ -94,8 +94,8 @@ def make_store(root: Path, database_url: str | None = None, schema: str = "msm_m
     images.mkdir(parents=True, exist_ok=True)
     directory = root / "store"
     kwargs = {} if database_url is None else {"database_url": database_url, "schema": schema}
-    # studies of the last weeks: the service runs on the system clock, and maintenance decays
-    # evidence past its horizon counted from the study's time (years-old studies would be due)
+    # studies of the last weeks (retention counts from the store's last write, whatever the
+    # studies' dates: docs/design.md, "Retention")
     start = float(int(time.time() // 86_400) * 86_400) - 30 * 86_400
     with MsmMem.init(directory, ADMIN, **kwargs) as mem:  # type: ignore[arg-type]
         rows = [

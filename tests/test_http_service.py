@@ -18,6 +18,8 @@ import pytest
 from PIL import Image
 
 from msm_mem import AccessDenied, ConsentDenied, ConsentRecord, InvalidInput, MemoryClient, NotFound
+from msm_mem._memory.ranking import TIER_WEIGHTS
+from msm_mem._settings import DEFAULT_RETENTION_S
 from tests.helpers import png
 from tests.http_support import (
     JWT_AUDIENCE,
@@ -88,6 +90,17 @@ def test_the_client_mirrors_the_api_call_for_call(served: Served) -> None:
         assert {v.patient_id for v in agent.visuals(OWN)} == {OWN}
         assert {c.patient_id for c in agent.claims(OWN)} == {OWN}
         assert agent.stm_items(OWN, state="active") == [] or all(i.patient_id == OWN for i in agent.stm_items(OWN))
+
+
+def test_a_records_decay_time_counts_from_the_patients_last_activity(served: Served) -> None:
+    """GET episodes and claims: decay_at is one last activity (the newest write) + ten years x confidence x weight."""
+    with httpx.Client(base_url=served.url, headers=served.headers("agent"), timeout=30) as http:
+        episodes = http.get(f"/v1/patients/{OWN}/episodes").json()["items"]
+        claims = http.get(f"/v1/patients/{OWN}/claims").json()["items"]
+    records = [*episodes, *claims]
+    share = {id(r): r["confidence"] * TIER_WEIGHTS[r["evidence_tier"]] for r in records}
+    last = [r["decay_at"] - DEFAULT_RETENTION_S * share[id(r)] for r in records]
+    assert max(last) - min(last) < 1e-3 and min(last) >= max(r["created_at"] for r in records) - 1e-3
 
 
 def test_a_list_page_is_paged_in_the_read_and_audited_as_returned(served: Served) -> None:

@@ -79,7 +79,9 @@
           h("p", {}, h("strong", {}, "Answer: "), latest.answer || "—"),
           h("p", { class: "meta" }, badge(latest.state), badge(latest.evidence_tier, "etier"),
             `confidence ${latest.confidence.toFixed(2)} · ${eps.length} episode version${eps.length > 1 ? "s" : ""}`,
-            latest.decay_at ? ` · decays ${when(latest.decay_at)}` : ""),
+            // decay_at is decided at each read as the sweep decides it: the patient's last activity
+            // in the store plus the retention x confidence x tier weight (a new study moves it)
+            latest.decay_at ? ` · decays ${when(latest.decay_at)} unless the patient has new activity` : ""),
           ...chains.map((chain) => {
             const q = questionOf(chain);
             return h("details", { open: chain.length > 1 },
