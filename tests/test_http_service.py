@@ -5,7 +5,9 @@ what the log holds (the matrix of roles x endpoints x own/other patient: test_ht
 from __future__ import annotations
 
 import io
+import json
 import re
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -372,3 +374,59 @@ def test_the_readme_agent_runs_against_the_server(
     exec(compile(code.replace('"P1"', repr(OWN)), "README.md", "exec"), {})
     out = capsys.readouterr().out.splitlines()
     assert out[0] and out[-1].startswith("['")  # the answer, then the study's claim history
+
+
+def _raw_get(served: Served, target: bytes, role: str = "clinician") -> tuple[int, dict[str, str], bytes]:
+    """GET ``target`` exactly as given (no client re-encoding) over a socket: status, headers, body."""
+    host, port = served.url.removeprefix("http://").split(":")
+    token = served.tokens[role].encode()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(
+            b"GET "
+            + target
+            + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            + token
+            + b"\r\nConnection: close\r\n\r\n"
+        )
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, body
+
+
+def test_invalid_utf8_in_a_url_path_is_a_400_not_a_patient(served: Served) -> None:
+    """Two different invalid byte sequences are each a 400 problem and nothing is audited for either."""
+    before = served.head_seq()
+    for bad in (b"%FF%FE%FD%FC", b"%C3%28%A0%A1"):
+        status, headers, body = _raw_get(served, b"/v1/patients/" + bad + b"/episodes")
+        assert status == 400, body
+        assert headers["content-type"].startswith("application/problem+json")
+        assert json.loads(body)["detail"] == "the URL path is not valid UTF-8"
+    assert served.head_seq() == before  # refused before any governed call
+    status, _, _ = _raw_get(served, f"/v1/patients/{OWN}/episodes".encode())
+    assert status == 200
+
+
+def test_a_405_answer_names_the_allowed_methods(served: Served) -> None:
+    """A wrong method on a known path is 405 with Allow listing every method of that path."""
+    r = httpx.put(f"{served.url}/v1/consents", headers=served.headers("admin"))
+    assert r.status_code == 405, r.text
+    assert r.headers["allow"] == "GET, POST"
+    assert r.json()["type"] == "urn:msm-mem:problem:method-not-allowed"
+    r = httpx.delete(f"{served.url}/v1/patients/{OWN}/episodes", headers=served.headers("admin"))
+    assert r.status_code == 405 and r.headers["allow"] == "GET"
+
+
+def test_a_question_with_an_escape_code_is_refused_naming_the_character(served: Served) -> None:
+    """An ESC in a question sent to /ask is a 422 invalid-input problem naming U+001B."""
+    r = httpx.post(
+        f"{served.url}/v1/patients/{OWN}/ask",
+        headers=served.headers("agent"),
+        data={"question": "What \x1b[2J is seen?"},
+        files={"image": ("x.png", _png_bytes(7), "image/png")},
+    )
+    assert r.status_code == 422, r.text
+    assert "question must not contain a control character (found U+001B)" in r.json()["detail"]

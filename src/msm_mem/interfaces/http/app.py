@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
@@ -71,9 +72,12 @@ class _Guard:
             await send(message)
 
         try:
+            if not _utf8_path(scope):
+                await self._refuse(sending, 400, "malformed-request", "the URL path is not valid UTF-8")
+                return
             body = await self._body(scope, receive)
             if body is None:
-                await self._too_large(sending)
+                await self._refuse(sending, 413, "payload-too-large", f"the body is over {self.limit} bytes")
                 return
             chunks = [body]
 
@@ -117,14 +121,27 @@ class _Guard:
                 break
         return b"".join(parts)
 
-    async def _too_large(self, send: Send) -> None:
-        p = slug("payload-too-large")
-        body = json.dumps(
-            {"type": p.type, "title": p.title, "status": p.status, "detail": f"the body is over {self.limit} bytes"}
-        ).encode()
+    async def _refuse(self, send: Send, status: int, slug_: str, detail: str) -> None:
+        """Answer the problem ``slug_`` before the app sees the request."""
+        p = slug(slug_)
+        body = json.dumps({"type": p.type, "title": p.title, "status": p.status, "detail": detail}).encode()
         headers = [(b"content-type", MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def _utf8_path(scope: Scope) -> bool:
+    """Whether the request's path, percent-escapes decoded, is UTF-8. The server decodes an
+    invalid sequence to U+FFFD, so different byte strings would name one patient: such a path
+    is refused before routing (the raw path is the one the client sent)."""
+    raw = scope.get("raw_path")
+    if not isinstance(raw, bytes):
+        return True
+    try:
+        urllib.parse.unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def openapi_schema(app: FastAPI) -> dict[str, Any]:

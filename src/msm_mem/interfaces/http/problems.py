@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from ... import AuditChainBroken, InvalidInput, ManifestError, MissingExtra, MsmMemError
 from ..._problems import Problem, problem_for, slug
@@ -25,6 +26,7 @@ from ..auth.credentials import Unauthenticated
 __all__ = ["MEDIA_TYPE", "HttpProblem", "install", "problem_response"]
 
 MEDIA_TYPE = "application/problem+json"
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 log = logging.getLogger("msm_mem.http")
 
 
@@ -46,9 +48,13 @@ def _scrub(text: str, request: Request) -> str:
 
 
 def problem_response(
-    request: Request, problem: Problem, detail: str, extra: dict[str, Any] | None = None
+    request: Request,
+    problem: Problem,
+    detail: str,
+    extra: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    """The problem document of ``problem`` for this request."""
+    """The problem document of ``problem`` for this request, with ``headers`` besides."""
     body: dict[str, Any] = {
         "type": problem.type,
         "title": problem.title,
@@ -58,7 +64,9 @@ def problem_response(
     }
     body = {k: v for k, v in body.items() if v is not None}
     body.update(extra or {})
-    headers = {"WWW-Authenticate": 'Bearer realm="msm-mem"'} if problem.status == 401 else None
+    headers = dict(headers or {})
+    if problem.status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="msm-mem"'
     return JSONResponse(body, status_code=problem.status, media_type=MEDIA_TYPE, headers=headers)
 
 
@@ -103,7 +111,13 @@ def _starlette(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 404:
         return problem_response(request, slug("no-route"), "no such endpoint")
     if exc.status_code == 405:
-        return problem_response(request, slug("method-not-allowed"), "method not allowed here")
+        allowed = _allowed_methods(request)
+        return problem_response(
+            request,
+            slug("method-not-allowed"),
+            f"method not allowed here (allowed: {allowed})",
+            headers={"Allow": allowed},
+        )
     if exc.status_code == 413:
         return problem_response(request, slug("payload-too-large"), str(exc.detail))
     if exc.status_code == 415:
@@ -111,6 +125,15 @@ def _starlette(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 401:
         return problem_response(request, slug("unauthenticated"), str(exc.detail))
     return problem_response(request, slug("malformed-request"), str(exc.detail))
+
+
+def _allowed_methods(request: Request) -> str:
+    """The methods some route answers at the request's path (RFC 9110: a 405 answer lists them
+    in ``Allow``); starlette would name the first matching route's only, or none."""
+    scope = {k: v for k, v in request.scope.items() if k not in ("route", "endpoint", "path_params")}
+    routes = request.app.router.routes
+    allowed = [m for m in _METHODS if any(r.matches({**scope, "method": m})[0] is Match.FULL for r in routes)]
+    return ", ".join(allowed)
 
 
 def _unexpected(request: Request, exc: Exception) -> JSONResponse:
