@@ -1,5 +1,6 @@
-"""Tests of decay in maintenance (msm_mem._memory.maintenance): records past their decay time
-anonymised in place (no Safe Harbor identifier left, the scanner finds none), leaving the patient
+"""Tests of decay in maintenance (msm_mem._memory.maintenance): records past their decay time (the
+ten-year default retention after the patient's last activity; the rule is tested in
+``tests/test_maintenance_retention.py``) anonymised in place (no Safe Harbor identifier left, the scanner finds none), leaving the patient
 scope with no link to their old ids, the audit naming only the old id, a rejected answer never
 coming back, and the semantic state decaying too."""
 
@@ -194,7 +195,7 @@ def test_rejected_answer_does_not_return_after_decay(mem: MsmMem, tmp_path: Path
 
 
 def test_semantic_state_decays_too(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
-    """Long after every other record decayed, the patient's semantic history is anonymised as well."""
+    """Ten years after the patient's last activity the patient's semantic history goes as well (retracted)."""
     _phi_store(mem, tmp_path)
     clock.advance(10 * YEAR)
     mem.maintain(SYSTEM)

@@ -153,7 +153,8 @@ def test_honest_writes_keep_verifying(tmp_path: Path, new_mem: MemFactory) -> No
     extra = ConsentRecord("C-bind-extra", PATIENT, "role:agent", "research", "permit", ("episodic",), T0)
     mem.grant(ADMIN, [extra])
     mem.revoke(ADMIN, extra.consent_id)
-    mem.maintain(SYSTEM, at=T0 + 10 * 365 * 86400.0)  # everything expires, ages and decays
+    # everything expires, ages and decays (past the ten-year retention after the last write)
+    mem.maintain(SYSTEM, at=T0 + 11 * 365 * 86400.0)
     assert mem.verify_audit(AUDITOR).ok
     mem.rotate_keys(ADMIN, "yearly rotation")
     mem.ask(AGENT, "P-BIND-2", png(tmp_path, 8), QUESTION, study_id="ACC-9")

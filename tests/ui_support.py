@@ -41,14 +41,14 @@ def radiograph(path: Path, seed: int, size: int = 192) -> Path:
 
 
 def make_explorer_store(root: Path) -> Path:
-    """The store: OLD ingested five years ago; OWN's three studies, a question written back, an
+    """The store: OLD ingested eleven years ago (past the ten-year retention: it decays); OWN's three studies, a question written back, an
     explicit consolidation, a critic's correction, an STM item left to expire, maintenance
     (expiry and decay); then a pending STM item holding identifiable text. Times are set by a
     fixed clock that ends about now, so the server's clock continues from it."""
     images = root / "images"
     images.mkdir(parents=True, exist_ok=True)
     now = time.time()
-    clock = FixedClock(now - 5 * YEAR)
+    clock = FixedClock(now - 11 * YEAR)
     directory = root / "store"
 
     def row(patient: str, study: str, when: float, seed: int, answer: str) -> ManifestRow:
@@ -58,7 +58,7 @@ def make_explorer_store(root: Path) -> Path:
 
     with MsmMem.init(directory, ADMIN, clock=clock) as mem:
         mem.ingest(INGEST, [row(OLD, "S-OLD", clock.now(), 90, "Clear lungs, no acute process.")])
-        clock.advance(5 * YEAR - 3 * DAY)
+        clock.advance(11 * YEAR - 3 * DAY)
         base = clock.now()
         answers = [
             "Right lower lobe consolidation.",
