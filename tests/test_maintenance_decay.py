@@ -1,8 +1,9 @@
 """Tests of decay in maintenance (msm_mem._memory.maintenance): records past their decay time (the
 ten-year default retention after the patient's last activity; the rule is tested in
-``tests/test_maintenance_retention.py``) anonymised in place (no Safe Harbor identifier left, the scanner finds none), leaving the patient
-scope with no link to their old ids, the audit naming only the old id, a rejected answer never
-coming back, and the semantic state decaying too."""
+``tests/test_maintenance_retention.py``) anonymised in place (no Safe Harbor identifier left,
+the scanner finds none), leaving the patient scope with no link to their old ids, the audit
+naming only the old id, a rejected answer never coming back, and the semantic state decaying
+too."""
 
 from __future__ import annotations
 

@@ -41,10 +41,11 @@ def radiograph(path: Path, seed: int, size: int = 192) -> Path:
 
 
 def make_explorer_store(root: Path) -> Path:
-    """The store: OLD ingested eleven years ago (past the ten-year retention: it decays); OWN's three studies, a question written back, an
-    explicit consolidation, a critic's correction, an STM item left to expire, maintenance
-    (expiry and decay); then a pending STM item holding identifiable text. Times are set by a
-    fixed clock that ends about now, so the server's clock continues from it."""
+    """The store: OLD ingested eleven years ago (past the ten-year retention: it decays); OWN's
+    three studies, a question written back, an explicit consolidation, a critic's correction, an
+    STM item left to expire, maintenance (expiry and decay); then a pending STM item holding
+    identifiable text. Times are set by a fixed clock that ends about now, so the server's clock
+    continues from it."""
     images = root / "images"
     images.mkdir(parents=True, exist_ok=True)
     now = time.time()
