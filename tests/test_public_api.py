@@ -28,6 +28,7 @@ PUBLIC = [
     "Clock",
     "ConsentDenied",
     "ConsentRecord",
+    "DecayPlan",
     "DecryptionError",
     "Encoder",
     "EncoderMismatch",

@@ -45,7 +45,7 @@ from ._governance.audit.event import AuditEvent
 from ._governance.audit.verify import VerifyResult
 from ._memory.claim_evidence import claim_key
 from ._memory.gate import GateDecision
-from ._memory.maintenance import MaintenanceReport
+from ._memory.maintenance import DecayPlan, MaintenanceReport
 from ._memory.msm import WriteResult
 from ._principal import Principal, Purpose, Role
 from ._records import (
@@ -87,6 +87,7 @@ __all__ = [
     "Clock",
     "ConsentDenied",
     "ConsentRecord",
+    "DecayPlan",
     "DecryptionError",
     "Encoder",
     "EncoderMismatch",
