@@ -1,17 +1,72 @@
-"""How commands read times and print records: ISO 8601 in and out, records as plain JSON values."""
+"""How commands read times and print records: ISO 8601 in and out, records as plain JSON values,
+and every line written to the terminal with its control characters escaped.
+
+A record may hold text stored before the input rules refused control characters (an ESC, a
+C1 control, a right-to-left override): :func:`escaped_output`, which ``main`` wraps around
+every command, writes each such character as its Python escape (``\\x1b``, ``\\u202e``) so no
+output of the CLI can move the cursor, recolour, retitle or reorder the terminal.
+"""
 
 from __future__ import annotations
 
 import json
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import fields, is_dataclass
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, TextIO
 
 from ... import InvalidInput
 from ...datasets.manifest import parse_timestamp
 
-__all__ = ["as_json", "iso", "parse_time", "print_json"]
+__all__ = ["as_json", "escaped_output", "iso", "parse_time", "print_json", "terminal_safe"]
+
+#: what a terminal acts on rather than shows: C0 controls but tab and newline, DEL and C1
+#: controls, bidirectional marks, overrides and isolates, zero-width characters, line and
+#: paragraph separators
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every character a terminal would act on (see :data:`_UNSAFE`) written as
+    its escape (``\\x1b``, ``\\u202e``); tabs and newlines are kept."""
+    return _UNSAFE.sub(_escape, text)
+
+
+class _Escaping:
+    """A text stream that writes through :func:`terminal_safe` (everything else delegated)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(terminal_safe(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def escaped_output() -> Iterator[None]:
+    """Within the block, ``sys.stdout`` and ``sys.stderr`` escape control characters (the
+    streams in place before are restored after it)."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Escaping(out), _Escaping(err)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
 
 
 def as_json(value: object) -> Any:
@@ -29,8 +84,10 @@ def as_json(value: object) -> Any:
 
 
 def print_json(value: object) -> None:
-    """Print ``value`` as exactly one line of JSON."""
-    print(json.dumps(as_json(value), ensure_ascii=False))
+    """Print ``value`` as exactly one line of JSON (a character a terminal would act on as a
+    JSON ``\\uXXXX`` escape, so the line stays valid JSON)."""
+    text = json.dumps(as_json(value), ensure_ascii=False)
+    print(_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
 def iso(t: float | None, none: str = "open") -> str:

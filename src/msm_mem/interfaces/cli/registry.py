@@ -19,6 +19,7 @@ from typing import Any
 from ... import MsmMem, MsmMemError, Principal, Purpose, Role, StoreError, __version__
 from ..._settings import Settings
 from . import identity
+from .output import escaped_output
 
 __all__ = [
     "COMMANDS",
@@ -255,6 +256,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     A command on a store checks that DIR is one before it resolves who is acting, so a
     mistyped DIR is the first error named.
     """
+    with escaped_output():  # stored text reaches the terminal: no raw escape codes
+        return _run(argv)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse exits on --help (0) and on usage errors (2)
