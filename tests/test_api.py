@@ -141,6 +141,8 @@ def test_api_refuses_bad_patient_ids_and_writes_nothing(tmp_path: Path, patient:
         ({"study_id": "S\n1"}, "study_id"),
         ({"study_id": "*"}, "wildcard"),
         ({"visual_tag": "t" * 1000}, "visual_tag"),
+        ({"question": "What \x1b[2J is seen?"}, r"question .*U\+001B"),
+        ({"visual_tag": "P\u202eA"}, r"visual_tag .*U\+202E"),
     ],
 )
 def test_api_refuses_oversized_or_bad_fields_and_writes_nothing(
@@ -170,7 +172,22 @@ def test_api_refuses_oversized_answer_and_correction(tmp_path: Path) -> None:
             mem.feedback(CRITIC, "P1", "S1", accept=False, correction="c" * 200_000)
         with pytest.raises(InvalidInput, match="study_id"):
             mem.feedback(CRITIC, "P1", "S\x001", accept=True)
+        with pytest.raises(InvalidInput, match=r"item_id .*U\+001B"):
+            mem.consolidate(CLINICIAN, "P1", "M\x1b", "fine")
+        with pytest.raises(InvalidInput, match=r"decision .*U\+0085"):
+            mem.consolidate(CLINICIAN, "P1", item.item_id, "fine", decision="x\x85")
         assert _written(mem) == before
+
+
+def test_observed_text_is_stored_in_nfc(tmp_path: Path) -> None:
+    """A decomposed question and tag are stored composed: one spelling per text."""
+    with MsmMem.init(tmp_path / "s", ADMIN) as mem:
+        item = mem.observe(
+            AGENT, "P1", np.ones((8, 8), dtype=np.float32), "Is the re\u0301sume\u0301 clear?", visual_tag="A\u030a"
+        )
+        (stored,) = mem.stm_items(AGENT, "P1")
+        assert stored.item_id == item.item_id
+        assert (stored.payload.question, stored.payload.visual_tag) == ("Is the r\u00e9sum\u00e9 clear?", "\u00c5")
 
 
 def test_api_image_path_is_bounded(tmp_path: Path) -> None:

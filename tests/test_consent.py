@@ -327,6 +327,9 @@ def test_grant_refuses_an_actor_grantee_outside_the_id_grammar(new_mem: MemFacto
         bad = ConsentRecord("C-z", "P1", "actor:evil one", "treatment", "permit", ("*",), 0.0)
         with pytest.raises(InvalidInput, match=r"grantee actor:<id> must be .*no spaces"):
             mem.grant(ADMIN, [bad])
+        bad_id = ConsentRecord("C-\u202ez", "P1", "actor:a1", "treatment", "permit", ("*",), 0.0)
+        with pytest.raises(InvalidInput, match=r"consent_id .*U\+202E"):
+            mem.grant(ADMIN, [bad_id])
         assert not any(c.grantee == "actor:evil one" for c in mem._store.consents())
     finally:
         mem.close()

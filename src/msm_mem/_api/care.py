@@ -207,6 +207,7 @@ class _Care(_Base):
         ``answer``, through the write-back gate (held items stay in STM); the semantic state
         and the study's claim are superseded. The seed's explicit consolidate. Audited."""
         p = self._allow(principal, Operation.CONSOLIDATE)
+        check_id("item_id", item_id)
         answer = check_text("answer", answer, MAX_TEXT_CHARS)
         decision = check_text("decision", decision, MAX_TEXT_CHARS)
         turn = self._gm.begin(p, patient_id)

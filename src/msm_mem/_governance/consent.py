@@ -86,6 +86,7 @@ def check_record(c: ConsentRecord) -> None:
     A typo (``episodc``, ``role:clinican``) would otherwise be stored and silently grant or
     deny nothing.
     """
+    check_id("consent_id", c.consent_id)
     if c.patient_id != "*":  # the wildcard, or one valid patient id
         check_id("consent patient_id", c.patient_id)
     unknown = sorted(set(c.data_classes) - {*DATA_CLASSES, POPULATION, "*"})
