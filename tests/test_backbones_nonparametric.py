@@ -212,15 +212,13 @@ def test_unverified_answers_of_the_question_are_voted_on() -> None:
     assert reply.answer == "yes" and reply.cited == ("E-2", "E-3")
 
 
-def test_population_evidence_of_the_question_comes_before_other_questions() -> None:
-    """No own answer to the question: other patients' answers to it (the prior) vote before the
-    patient's answers to other questions."""
-    reply = ask_q(
-        "Was the patient intubated?",
-        "kint",
-        q("E-1", "yes", 0.9, "kicu"),
-        prior=(q("P-1", "no", 0.2, "kint"), q("P-2", "no", 0.1, "kint"), q("P-3", "yes", 0.25, "kint")),
-    )
+def test_the_patients_own_evidence_of_the_form_comes_before_the_population() -> None:
+    """No own answer to the question: the patient's own answers of the question's form vote
+    before other patients' answers to the question; without any, those vote (the prior)."""
+    prior = (q("P-1", "no", 0.2, "kint"), q("P-2", "no", 0.1, "kint"), q("P-3", "yes", 0.25, "kint"))
+    own = ask_q("Was the patient intubated?", "kint", q("E-1", "yes", 0.9, "kicu"), prior=prior)
+    assert (own.answer, own.source) == ("yes", "memory")
+    reply = ask_q("Was the patient intubated?", "kint", q("E-1", "Pneumonia", 0.9, "kdx"), prior=prior)
     assert (reply.answer, reply.cited, reply.source) == ("no", ("P-1", "P-2"), "population-prior")
 
 

@@ -3,23 +3,26 @@
 It does not read the image or generate text. It answers the question asked with the answer
 the retrieved evidence supports most:
 
-1. **Evidence of the same question first.** When some of the evidence answered the question
-   asked (its question key equals the request's), only that evidence votes; among it, when a
+1. **The patient's evidence of the same question first.** When some of the patient's evidence
+   answered the question asked (its question key equals the request's), only that evidence
+   votes; among it, when a
    verified answer exists (evidence tier weight at least 0.95: ground truth, a signed report, a
    critic's verdict), the newest verified answer of the patient is the answer: an outcome that
    changes within a patient (in the ICU, then out) is answered as it stands now, not by the
-   count of older answers. Population evidence of the same question votes (after the patient's
-   own evidence of it, before the patient's evidence of other questions).
-2. **Else evidence of the same form.** A question that asks yes or no (it opens with an
-   auxiliary verb: is, are, was, does, did, has, can, ...) is answered only from evidence that
-   says yes or no; an open question (what, which, where, how, ...) never from a bare yes or no.
-   Evidence of no compatible form is left out; when none is left, the other source (patient
-   evidence or population prior) is tried, and only then the whole evidence.
-3. **The vote.** Every candidate votes for its (normalised) answer text with its ranking weight
-   (cosine x composite_k), the most recent semantic impression with its weight times
-   ``semantic_weight`` (so an old or unverified impression weighs what its rank says, never a
-   fixed amount); the answer with the largest total wins (ties: the most recent evidence, then
-   the lexicographically smallest text, so the result is deterministic).
+   count of older answers.
+2. **Else the patient's evidence of the same form.** A question that asks yes or no (it opens
+   with an auxiliary verb: is, are, was, does, did, has, can, ...) is answered only from
+   evidence that says yes or no; an open question (what, which, where, how, ...) never from a
+   bare yes or no; a question of no telling form from any evidence.
+3. **Else population experience:** other patients' answers to the same question, then their
+   evidence of the same form; and only then the whole evidence of the patient, then of the
+   population.
+4. **The vote** (within whichever step answers). Every candidate votes for its (normalised)
+   answer text with its ranking weight (cosine x composite_k), the most recent semantic
+   impression with its weight times ``semantic_weight`` (so an old or unverified impression
+   weighs what its rank says, never a fixed amount); the answer with the largest total wins
+   (ties: the most recent evidence, then the lexicographically smallest text, so the result is
+   deterministic).
 
 With no patient evidence it votes over the population prior (nearest neighbours of other
 patients, or anonymised experience). With nothing at all it says so.
@@ -134,17 +137,13 @@ class NonparametricBackbone:
         """Answer from the patient's evidence, else the population prior (module docstring),
         else say there is none."""
         key, form = request.question_key, _form(request.question)
-        sources = ((request.candidates, "memory"), (request.prior, "population-prior"))
-        for candidates, source in sources:
-            reply = self._same_question(candidates, key, source, newest_verified=source == "memory")
-            if reply is not None:
-                return reply
-        for candidates, source in sources:
-            reply = self._vote(_compatible(candidates, form), source)
-            if reply is not None:
-                return reply
-        for candidates, source in sources:
-            reply = self._vote(candidates, source)
-            if reply is not None:
-                return reply
-        return BackboneReply(EMPTY_ANSWER, source="empty")
+        own, prior = request.candidates, request.prior
+        return (
+            self._same_question(own, key, "memory", newest_verified=True)
+            or self._vote(_compatible(own, form), "memory")
+            or self._same_question(prior, key, "population-prior", newest_verified=False)
+            or self._vote(_compatible(prior, form), "population-prior")
+            or self._vote(own, "memory")
+            or self._vote(prior, "population-prior")
+            or BackboneReply(EMPTY_ANSWER, source="empty")
+        )
