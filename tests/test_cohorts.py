@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from msm_mem._settings import Settings
-from msm_mem.eval.cohorts import cohort_of, cohort_records, cohorts_markdown
+from msm_mem.eval.cohorts import cohort_of, cohort_records, cohorts_markdown, follow_up_rows
 from msm_mem.eval.protocol import Answered, ProtocolRun, ProtocolSettings
 from msm_mem.eval.report import write_reports
 from msm_mem.eval.split import split_patients
@@ -31,15 +31,19 @@ HAND = [
     _a("SEV", "b", "3", "no", "no"),
     _a("SEV", "b", "4", "no", "no", prior="3"),
     _a("copy-prior", "a", "1", "no", "yes"),
-    _a("copy-prior", "a", "2", "yes", "yes", prior="1"),
+    _a("copy-prior", "a", "2", "yes", "yes"),  # a baseline records no prior study: the row tells
     _a("copy-prior", "b", "3", "yes", "no"),
-    _a("copy-prior", "b", "4", "no", "no", prior="3"),
+    _a("copy-prior", "b", "4", "no", "no"),
 ]
 
 
 def test_a_first_study_has_no_earlier_study_in_its_probe() -> None:
-    """An answer with no prior study of its patient is a first study; one with a prior, a follow-up."""
+    """An answer with no prior study of its patient is a first study; one with a prior, a
+    follow-up; a baseline's answer about a row an agent arm answered as a follow-up is one too."""
     assert [cohort_of(a) for a in HAND[:4]] == ["first", "follow-up", "first", "follow-up"]
+    rows = follow_up_rows(HAND)
+    assert [cohort_of(a, rows) for a in HAND[4:]] == ["first", "follow-up", "first", "follow-up"]
+    assert [cohort_of(a) for a in HAND[4:]] == ["first"] * 4
 
 
 def test_each_cohort_is_scored_apart_with_its_n() -> None:

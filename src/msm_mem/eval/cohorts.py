@@ -1,8 +1,9 @@
 """First studies and follow-ups apart: what memory adds where it can only copy, and where it can't.
 
 A *first study* is an answer about a patient's study with no earlier study of that patient in
-the same probe (:attr:`~.records.Answered.prior` is ``""``): the patient's own memory holds
-nothing, so only population experience (and the image) can help. A *follow-up* has at least one
+the same probe (:attr:`~.records.Answered.prior` is ``""`` for every arm's answer about it; the
+agent arms record the prior study, the baselines answer the same rows): the patient's own
+memory holds nothing, so only population experience (and the image) can help. A *follow-up* has at least one
 earlier study of the patient: copying the patient's last answer (``copy-prior``) is the bar
 there, since many outcomes are constant per patient.
 
@@ -25,15 +26,23 @@ from .records import MODES, Answered, ProtocolRun
 from .scores import ALL, PER_ANSWER, PRIMARY, SCOPE_METRICS, in_scope
 from .split import PHASES
 
-__all__ = ["COHORTS", "cohort_of", "cohort_records", "cohorts_markdown"]
+__all__ = ["COHORTS", "cohort_of", "cohort_records", "cohorts_markdown", "follow_up_rows"]
 
 #: the cohorts, in report order
 COHORTS: tuple[str, ...] = ("first", "follow-up")
 
 
-def cohort_of(answer: Answered) -> str:
-    """``first`` for an answer about a patient's first study in its probe, else ``follow-up``."""
-    return "follow-up" if answer.prior else "first"
+def cohort_of(answer: Answered, follow_ups: frozenset[tuple[str, str, str, str]] = frozenset()) -> str:
+    """``first`` for an answer about a patient's first study in its probe, else ``follow-up``
+    (its own ``prior``, or its row among ``follow_ups``: see :func:`follow_up_rows`)."""
+    row = (answer.mode, answer.phase, answer.patient_id, answer.study_id)
+    return "follow-up" if answer.prior or row in follow_ups else "first"
+
+
+def follow_up_rows(answers: Sequence[Answered]) -> frozenset[tuple[str, str, str, str]]:
+    """The (mode, phase, patient, study) rows some arm answered with a prior study: every arm
+    answering that row answers a follow-up."""
+    return frozenset((a.mode, a.phase, a.patient_id, a.study_id) for a in answers if a.prior)
 
 
 def _primary(answers: Sequence[Answered], kind: str, n_boot: int, seed: int) -> dict[str, float]:
@@ -50,10 +59,11 @@ def cohort_records(run: ProtocolRun, *, n_boot: int = 1000) -> list[dict[str, An
     (``all`` or a type), ``cohort``, ``mode``, ``phase``, ``arm``, ``n``, ``patients``,
     ``metric`` (the primary metric's name) and ``score`` (mean, lo, hi in [0, 1])."""
     kinds = [ALL] + [k for k in SCOPE_METRICS if k != ALL and any(a.question_type == k for a in run.answers)]
+    follow_ups = follow_up_rows(run.answers)
     groups: dict[tuple[str, str, str, str, str], list[Answered]] = defaultdict(list)
     for kind in kinds:
         for a in in_scope(run.answers, kind, ""):
-            groups[(kind, cohort_of(a), a.mode, a.phase, a.arm)].append(a)
+            groups[(kind, cohort_of(a, follow_ups), a.mode, a.phase, a.arm)].append(a)
     out = []
     for kind in kinds:
         for cohort in COHORTS:
