@@ -28,7 +28,8 @@ def test_terminal_safe_escapes_what_a_terminal_acts_on() -> None:
 
 
 def test_escaped_output_wraps_both_streams_and_restores_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inside the block print escapes on stdout and stderr; after it the original streams are back."""
+    """Inside the block print escapes on stdout and stderr (stderr keeps the carriage return a
+    progress bar redraws with); after it the original streams are back."""
     out, err = io.StringIO(), io.StringIO()
     monkeypatch.setattr(sys, "stdout", out)
     monkeypatch.setattr(sys, "stderr", err)
@@ -38,7 +39,8 @@ def test_escaped_output_wraps_both_streams_and_restores_them(monkeypatch: pytest
     assert sys.stdout is out and sys.stderr is err
     for stream in (out, err):
         text = stream.getvalue()
-        assert not any(ch in text for ch in "\x1b\x9b\x07\r\u202e\u200b"), text
+        assert not any(ch in text for ch in "\x1b\x9b\x07\u202e\u200b"), text
+    assert "\\x0dg" in out.getvalue() and "f\rg" in err.getvalue()
 
 
 def test_print_json_stays_valid_json_with_hostile_text(capsys: pytest.CaptureFixture[str]) -> None:

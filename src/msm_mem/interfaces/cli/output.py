@@ -37,20 +37,24 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def terminal_safe(text: str) -> str:
+def terminal_safe(text: str, *, carriage_return: bool = False) -> str:
     """``text`` with every character a terminal would act on (see :data:`_UNSAFE`) written as
-    its escape (``\\x1b``, ``\\u202e``); tabs and newlines are kept."""
+    its escape (``\\x1b``, ``\\u202e``); tabs and newlines are kept, and with
+    ``carriage_return`` a carriage return too (a progress bar redraws its line with it)."""
+    if carriage_return:
+        return _UNSAFE.sub(lambda m: m.group() if m.group() == "\r" else _escape(m), text)
     return _UNSAFE.sub(_escape, text)
 
 
 class _Escaping:
     """A text stream that writes through :func:`terminal_safe` (everything else delegated)."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, *, carriage_return: bool = False) -> None:
         self._stream = stream
+        self._carriage_return = carriage_return
 
     def write(self, text: str) -> int:
-        self._stream.write(terminal_safe(text))
+        self._stream.write(terminal_safe(text, carriage_return=self._carriage_return))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:
@@ -60,9 +64,10 @@ class _Escaping:
 @contextmanager
 def escaped_output() -> Iterator[None]:
     """Within the block, ``sys.stdout`` and ``sys.stderr`` escape control characters (the
-    streams in place before are restored after it)."""
+    streams in place before are restored after it); stderr keeps carriage returns, with which
+    the progress bars redraw their line."""
     out, err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _Escaping(out), _Escaping(err)
+    sys.stdout, sys.stderr = _Escaping(out), _Escaping(err, carriage_return=True)
     try:
         yield
     finally:
