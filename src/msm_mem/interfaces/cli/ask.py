@@ -242,8 +242,8 @@ def _configure_feedback(p: argparse.ArgumentParser) -> None:
         help="the question whose answer is judged (needed when the study holds answers to several)",
     )
     verdict = p.add_mutually_exclusive_group(required=True)
-    verdict.add_argument("--accept", action="store_true", help="the agent's impression stands")
-    verdict.add_argument("--correction", metavar="TEXT", help="reject it: the correct impression")
+    verdict.add_argument("--accept", action="store_true", help="the agent's answer stands")
+    verdict.add_argument("--correction", metavar="TEXT", help="reject it: the correct answer")
     p.add_argument("--decision", default="", help="the clinical decision, if any")
     _json_flag(p)
 
