@@ -109,6 +109,31 @@ def test_eval_on_a_manifest_reports_bad_rows_and_scores_each_question_type(
     assert [q["question_type"] for q in doc["data"]["questions"]] == ["yes_no", "text"]
     assert {m["question_type"] for m in doc["metrics"]} == {"all", "yes_no", "text"}
     assert "## yes/no questions." in captured.out and "## free-text questions." in captured.out
+    assert "no question_type" not in captured.err  # every readable row names its type
+
+
+def test_eval_warns_of_rows_without_a_question_type(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A CSV manifest without the question_type column: eval warns, naming the rows' lines, that
+    they are scored as free text (the rows are still evaluated)."""
+    import csv
+
+    from msm_mem.datasets.synthetic import generate
+
+    rows, _ = generate(tmp_path / "data", patients=15, studies_per_patient=(2, 2), seed=1, size=64)
+    path = tmp_path / "data" / "untyped.csv"
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh)
+        out.writerow(["patient_id", "study_id", "timestamp", "image", "question", "answer"])
+        for r in rows:
+            out.writerow([r.patient_id, r.study_id, r.timestamp, r.image, r.question, r.answer])
+    argv = ["eval", "--dataset", "manifest", str(path), "--out", str(tmp_path / "out"), "--configs", "sev"]
+    code = main(
+        [*argv, "--no-baselines", "--bootstrap", "10", "--no-progress", "--no-plots", "--jobs", "1", "--no-fit"]
+    )
+    err = capsys.readouterr().err
+    assert code == 0, err
+    lines = ", ".join(str(n) for n in range(2, len(rows) + 2))  # every data line of the file
+    assert f"warning: {path}: no question_type on line {lines}: scored as free text" in err
 
 
 def test_eval_on_a_manifest_with_too_few_patients_is_an_error(
@@ -174,3 +199,28 @@ def test_eval_on_a_manifest_whose_rows_were_all_skipped_says_so(
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"error: no rows to evaluate: all 4 rows of {manifest} were skipped (line 1: image ")
     assert "outside the folder" in last and "answer is empty" not in err
+
+
+def test_eval_warns_of_a_question_whose_validation_answers_are_one_class(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A question group whose frozen (validation) answers are all one answer is named in a
+    warning; a group with two answers, and online answers, are not."""
+    from msm_mem.eval.records import Answered
+    from msm_mem.interfaces.cli.evaluate import _warn_one_class
+
+    def a(mode: str, question: str, reference: str) -> Answered:
+        return Answered(mode, "WB4", "SEV", "p", "s", "x", reference, question_type="yes_no", question=question)
+
+    _warn_one_class(
+        [
+            a("frozen", "Intubated?", "No."),
+            a("frozen", "Intubated?", "no"),
+            a("online", "Intubated?", "yes"),
+            a("frozen", "ICU?", "yes"),
+            a("frozen", "ICU?", "no"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert "every validation answer of yes_no question 'Intubated?' is 'no'" in err
+    assert "ICU?" not in err

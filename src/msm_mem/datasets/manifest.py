@@ -54,6 +54,7 @@ __all__ = [
     "RowProblem",
     "parse_timestamp",
     "read_manifest",
+    "untyped_lines",
     "write_manifest",
 ]
 
@@ -274,6 +275,17 @@ def _jsonl_rows(fh: IO[str]) -> Iterator[tuple[int, dict[str, Any] | ManifestErr
             yield number, ManifestError("a JSONL row must be an object", number)
             continue
         yield number, obj
+
+
+def untyped_lines(path: str | Path) -> list[int]:
+    """The line numbers of the rows of the manifest at ``path`` that name no ``question_type``
+    (they are read as free text): every row when the column is absent. Rows that cannot be
+    read are left to :func:`read_manifest` to report."""
+    out = []
+    for number, raw in _raw_rows(Path(path)):
+        if isinstance(raw, dict) and not str(raw.get("question_type") or "").strip():
+            out.append(number)
+    return out
 
 
 def _raw_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | ManifestError]]:

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +152,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise InvalidInput(
             f"no rows to evaluate: all {len(problems)} rows of {path} were skipped (line {first.line}: {first.reason})"
         )
+    if name == "manifest":
+        _warn_untyped(Path(path))
     run = run_protocol(rows, settings, memory=memory, dataset=name, jobs=args.jobs, progress=not args.no_progress)
+    _warn_one_class(run.answers)
     records = write_reports(run, args.out, n_boot=args.bootstrap)
     if not args.no_plots:
         from ...eval.plots import write_plots
@@ -160,3 +164,36 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(table1_markdown(records, run))
     print(f"reports and plots in {args.out}")
     return 0
+
+
+def _warn_untyped(path: Path) -> None:
+    """A warning naming the manifest rows without a question type (scored as free text)."""
+    from ...datasets.manifest import untyped_lines
+
+    lines = untyped_lines(path)
+    if lines:
+        shown = ", ".join(str(n) for n in lines[:_SHOWN]) + (
+            f", ... ({len(lines)} rows)" if len(lines) > _SHOWN else ""
+        )
+        print(
+            f"warning: {path}: no question_type on line {shown}: scored as free text (token F1, BLEU, "
+            "CIDEr); give label or yes_no where the answers are labels or yes/no",
+            file=sys.stderr,
+        )
+
+
+def _warn_one_class(answers: Sequence[Any]) -> None:
+    """A warning naming each question group whose validation answers are all one answer."""
+    from ...eval.metrics import normalize_answer
+
+    refs: dict[tuple[str, str], set[str]] = {}
+    for a in answers:
+        if a.mode == "frozen":
+            refs.setdefault((a.question_type, a.question), set()).add(normalize_answer(a.reference))
+    for (kind, question), seen in sorted(refs.items()):
+        if len(seen) == 1:
+            print(
+                f"warning: every validation answer of {kind} question {question!r} is {next(iter(seen))!r}: "
+                "its scores measure agreement with one answer, not a discrimination",
+                file=sys.stderr,
+            )
