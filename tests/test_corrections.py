@@ -225,3 +225,23 @@ def test_a_verdict_leaves_the_answers_to_the_studys_other_questions(mem: MsmMem,
     (state,) = mem.semantic_state(CRITIC, "P1")
     assert sorted(i.text for i in state.impressions) == sorted([effusion, RIGHT])
     assert sorted(i.text for i in state_before.impressions) == sorted([WRONG, effusion])
+
+
+def test_a_claim_of_an_earlier_version_is_judged_by_its_study(mem: MsmMem, tmp_path: Path) -> None:
+    """A claim keyed by its study alone (``study:<id>``, written by an earlier version) is the
+    study's answer to no particular question: a verdict with or without a question supersedes
+    it, keeping its key."""
+    import json
+
+    from msm_mem._records import new_id
+    from msm_mem._storage.base import WriteBatch
+    from msm_mem._tier_records import Claim
+
+    ask(mem, tmp_path, 1, "S1", T0 - 30 * DAY)  # the patient and its data key exist
+    source = json.dumps({"by": "agent", "stm": "", "episode": "", "time": T0 - 10 * DAY})
+    legacy = Claim(new_id("C"), "P1", "study:S9", WRONG, source, 0.6, "agent", T0)
+    mem._store.write(WriteBatch(claims=[legacy]))
+    first = mem.feedback(CRITIC, "P1", "S9", accept=False, correction=RIGHT, question="Any new finding?")
+    assert (first.key, first.content, first.supersedes) == ("study:S9", RIGHT, legacy.claim_id)
+    second = mem.feedback(CRITIC, "P1", "S9", accept=True)
+    assert (second.key, second.content, second.supersedes) == ("study:S9", RIGHT, first.claim_id)
