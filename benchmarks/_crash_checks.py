@@ -120,7 +120,7 @@ def _states(mem: MsmMem, table: str, patient: str) -> set[str]:
     """The states of every row of ``table`` of ``patient``, retracted ones included (the API
     lists retracted records no more)."""
     store: Any = mem._store
-    mark = "?" if hasattr(store, "_index") else "%s"
+    mark = "?" if hasattr(store, "directory") else "%s"
     with store._db() as conn:
         rows = conn.execute(f"SELECT DISTINCT state FROM {table} WHERE patient_id = {mark}", (patient,)).fetchall()
     return {str(r[0]) for r in rows}
@@ -211,10 +211,10 @@ def _check_vectors(mem: MsmMem) -> None:
     store: Any = mem._store
     for kind in ("episodic", "visual"):
         rows = store.count(kind)
-        if hasattr(store, "_index"):
+        if hasattr(store, "directory"):
             ids = [r[0] for r in store._conn.execute(f"SELECT id FROM {kind} ORDER BY pos")]
-            _expect(store._index[kind].ntotal == rows == len(ids), "vectors", f"{kind}: index and rows differ")
-            _expect(store._ids[kind] == ids, "vectors", f"{kind}: a position names another row")
+            _expect(store._vectors._index[kind].ntotal == rows == len(ids), "vectors", f"{kind}: index and rows differ")
+            _expect(store._vectors._ids[kind] == ids, "vectors", f"{kind}: a position names another row")
         else:
             with store._db() as conn:
                 n = conn.execute(f"SELECT count(*) FROM {kind} WHERE z IS NOT NULL").fetchone()[0]

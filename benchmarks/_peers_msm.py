@@ -142,8 +142,8 @@ class MsmMemSystem(System):
 
     def patient_limit(self) -> PatientQuery:
         """numpy over the patient's rows of the store's own vectors (read in place)."""
-        index = self.store._index["episodic"]
-        view, ids = index.vectors(), self.store._ids["episodic"]
+        index = self.store._vectors._index["episodic"]
+        view, ids = index.vectors(), self.store._vectors._ids["episodic"]
 
         def query(q: np.ndarray, p: int, k: int) -> list[int]:
             rows = index.positions(f"P{p}")
@@ -154,7 +154,7 @@ class MsmMemSystem(System):
 
     def population_limit(self) -> Query:
         """One BLAS matrix-vector product over the store's own vectors (read in place) and a top-k."""
-        view = self.store._index["episodic"].vectors()
+        view = self.store._vectors._index["episodic"].vectors()
 
         def query(q: np.ndarray, k: int) -> list[int]:
             s = view @ q
@@ -219,7 +219,7 @@ class MsmMemHnsw(MsmMemSystem):
         (``Graph.search``: the walk on its 8-bit codes, the best 2k candidates scored exactly
         from the flat vectors), without the lock, validation, retired-row filter, tail or id
         mapping: msm-mem's overhead."""
-        vectors = self.store._index["episodic"]
+        vectors = self.store._vectors._index["episodic"]
         graph = vectors.graph
         assert graph is not None
         none = np.zeros(0, dtype=np.int64)

@@ -132,12 +132,12 @@ def run_one(n: int, workdir: Path) -> dict[str, float]:
     queries = qrng.standard_normal((len(sample), DIM), dtype=np.float32)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     # brute-force baseline: each sampled patient's vectors gathered in advance
-    epi_vecs = store._index["episodic"].vectors()  # the store's cache, read in place
-    vis_vecs = store._index["visual"].vectors()
+    epi_vecs = store._vectors._index["episodic"].vectors()  # the store's cache, read in place
+    vis_vecs = store._vectors._index["visual"].vectors()
     mats = {}
     for p in sample:
-        pos = store._index["episodic"].positions(f"P{p}")
-        vpos = store._index["visual"].positions(f"P{p}")
+        pos = store._vectors._index["episodic"].positions(f"P{p}")
+        vpos = store._vectors._index["visual"].positions(f"P{p}")
         mats[p] = (pos.copy(), vpos.copy())
 
     full: list[float] = []

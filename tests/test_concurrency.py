@@ -48,7 +48,7 @@ def _writer(directory: str, worker: int, ops: int, out: Any) -> None:
         with store._db():  # type: ignore[attr-defined]
             store.sync()
             rows = [r[0] for r in store._conn.execute("SELECT id FROM episodic ORDER BY pos")]  # type: ignore[attr-defined]
-            out.put(("index", worker, store._ids["episodic"][: len(rows)] == rows))  # type: ignore[attr-defined]
+            out.put(("index", worker, store._vectors._ids["episodic"][: len(rows)] == rows))  # type: ignore[attr-defined]
         mem.close()
     except BaseException as exc:  # reported, so the parent fails with the reason
         out.put(("crashed", worker, repr(exc)))

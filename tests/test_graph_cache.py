@@ -31,7 +31,7 @@ def test_a_loaded_graph_links_new_vectors_at_level_0_and_saves_them(
     ids = write(store, x[:200])
     store.close()
     reopened = hnsw_store(tmp_path / "s")
-    graph = reopened._index["episodic"].graph
+    graph = reopened._vectors._index["episodic"].graph
     assert graph is not None and graph.built == graph.covered == 200
     ids += write(reopened, x[200:], start=200)
     assert graph.built == 200 and graph.covered == 390  # linked, not rebuilt (390 < 2 x 200)
@@ -42,7 +42,7 @@ def test_a_loaded_graph_links_new_vectors_at_level_0_and_saves_them(
     reopened.close()
     with caplog.at_level(logging.WARNING):
         again = hnsw_store(tmp_path / "s")
-    graph = again._index["episodic"].graph
+    graph = again._vectors._index["episodic"].graph
     assert not caplog.records and graph is not None and (graph.built, graph.covered) == (200, 390)
     assert np.array_equal(faiss.vector_to_array(graph.hnsw.hnsw.levels), levels)
     for i, z in enumerate(x):
@@ -95,7 +95,7 @@ def test_a_corrupt_graph_file_is_rebuilt_from_the_vectors(
     with caplog.at_level(logging.WARNING, logger="msm_mem"):
         reopened = hnsw_store(tmp_path / "s")
     assert "rebuilding" in caplog.text
-    graph = reopened._index["episodic"].graph
+    graph = reopened._vectors._index["episodic"].graph
     assert graph is not None and graph.covered == len(x)
     got = results(reopened, x)
     assert [[rid for rid, _ in hits] for hits in got] == [[rid for rid, _ in hits] for hits in want]
@@ -115,7 +115,7 @@ def test_a_damaged_flat_cache_of_a_graph_store_is_rebuilt_from_the_rows(
     with caplog.at_level(logging.WARNING, logger="msm_mem"):
         reopened = hnsw_store(tmp_path / "s")
     assert "does not match the store; rebuilding" in caplog.text
-    assert np.array_equal(reopened._index["episodic"].vectors(), x)
+    assert np.array_equal(reopened._vectors._index["episodic"].vectors(), x)
     assert results(reopened, x) == want
     reopened.close()
 
@@ -136,7 +136,7 @@ def test_a_cache_of_the_format_before_opens(tmp_path: Path, small_tail: None, ca
     with caplog.at_level(logging.WARNING, logger="msm_mem"):
         reopened = hnsw_store(tmp_path / "s")
     assert "rebuilding" not in caplog.text  # neither from the rows nor a damaged graph
-    graph = reopened._index["episodic"].graph
+    graph = reopened._vectors._index["episodic"].graph
     assert graph is not None and graph.covered == len(x)
     assert [[rid for rid, _ in h] for h in results(reopened, x)] == [[rid for rid, _ in h] for h in want]
     reopened.close()
@@ -165,9 +165,9 @@ def test_switching_modes_converts_the_cache(tmp_path: Path) -> None:
     exact = results(store, x)
     store.close()
     approx = hnsw_store(tmp_path / "s", ef_search=200)
-    assert approx._index["episodic"].graph is not None
+    assert approx._vectors._index["episodic"].graph is not None
     assert [[rid for rid, _ in h] for h in results(approx, x)] == [[rid for rid, _ in h] for h in exact]
     approx.close()
     again = with_codec(SqliteStore.open(tmp_path / "s"))
-    assert again._index["episodic"].graph is None and results(again, x) == exact
+    assert again._vectors._index["episodic"].graph is None and results(again, x) == exact
     again.close()

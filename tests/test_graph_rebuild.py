@@ -238,14 +238,14 @@ def test_a_store_write_returns_during_the_rebuild_and_close_saves_the_rebuilt_gr
     store = hnsw_store_created(tmp_path / "s")
     ids = write(store, x[:200])
     ids += write(store, x[200:450], start=200)  # 450 >= 2 x 200: the rebuild starts, held
-    graph = store._index["episodic"].graph
+    graph = store._vectors._index["episodic"].graph
     assert graph is not None and graph.rebuilding and graph.built == 200
     for i in range(0, 450, 11):
         assert store.search("episodic", x[i], 1, None)[0][0] == ids[i]
     threading.Timer(0.2, held.release).start()
     store.close()
     reopened = hnsw_store(tmp_path / "s")
-    graph = reopened._index["episodic"].graph
+    graph = reopened._vectors._index["episodic"].graph
     assert graph is not None and graph.built == graph.covered == 450 and not graph.rebuilding
     ids += write(reopened, x[450:], start=450)
     for i in range(0, 460, 7):
@@ -265,7 +265,7 @@ def test_an_open_without_a_graph_builds_it_once_over_every_row(tmp_path: Path, b
     for name in ("episodic.graph", "episodic.faiss"):  # the vectors read from the rows
         (tmp_path / "s" / "index" / name).unlink()
     reopened = hnsw_store(tmp_path / "s")
-    graph = reopened._index["episodic"].graph
+    graph = reopened._vectors._index["episodic"].graph
     assert graph is not None and graph.built == graph.covered == 10_000 and not graph.rebuilding
     assert [reopened.search("episodic", z, 1, None)[0][0] for z in x[::97]] == ids[::97]
     reopened.close()

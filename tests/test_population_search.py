@@ -127,7 +127,7 @@ def test_the_graph_follows_writes_and_never_returns_retired_records(tmp_path: Pa
     rng = np.random.default_rng(1)
     x = clustered(rng, 60, 6)
     ids = write(store, x[:40])
-    index = store._index["episodic"]
+    index = store._vectors._index["episodic"]
     assert index.graph is not None and index.graph.covered == 40
     ids += write(store, x[40:42], start=40)  # in the tail, not linked yet
     assert index.graph.covered == 40
@@ -146,11 +146,11 @@ def test_the_graph_follows_writes_and_never_returns_retired_records(tmp_path: Pa
     check(store)
     store.close()
     reopened = hnsw_store(tmp_path / "s")
-    assert reopened._index["episodic"].graph.covered == 42  # linked before the save
+    assert reopened._vectors._index["episodic"].graph.covered == 42  # linked before the save
     check(reopened)
     reopened.close()
     exact = with_codec(SqliteStore.open(tmp_path / "s"))
-    assert exact._index["episodic"].graph is None
+    assert exact._vectors._index["episodic"].graph is None
     check(exact)
     exact.close()
 
@@ -165,7 +165,7 @@ def test_a_shredded_patients_vectors_are_never_returned(tmp_path: Path, small_ta
             for patient in ("P1", "P2", "P3"):
                 mem.ask(AGENT, patient, png(tmp_path, 10 * i + int(patient[1])), "Any consolidation?", study_id=f"S{i}")
         p1 = set(mem._store.record_ids("episodic", "P1")) | set(mem._store.record_ids("visual", "P1"))
-        assert mem._store._index["episodic"].graph.covered > 0
+        assert mem._store._vectors._index["episodic"].graph.covered > 0
         images = [png(tmp_path, 10 * i + 1) for i in range(6)]
         before = [
             {item.evidence.id for item in mem.retrieve(AGENT, "P2", im, scope="population").items} for im in images

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 from ..._errors import InvalidInput, StoreError
 from ..._private import private_dir, private_file
+from ..._records import Vector
 from ..._settings import DEFAULT_EF_SEARCH, DEFAULT_TENANT, PopulationSearch, check_population_search, check_tenant
 from ..._tier_records import ConsentRecord
 from ..base import AuditChainer, VectorKind
@@ -53,7 +54,7 @@ from .vectors import FaissVectors
 __all__ = ["SqliteStore"]
 
 
-class SqliteStore(FaissVectors, CachedReads):
+class SqliteStore(CachedReads):
     """The embedded store of record. Thread-safe: one connection behind a lock, and a side
     connection for the writes of audit rows alone (``connection.py``)."""
 
@@ -83,7 +84,6 @@ class SqliteStore(FaissVectors, CachedReads):
     ) -> None:
         self.population_search = check_population_search(population_search, ef_search)
         self.tenant, meta, self._legacy = read_meta(conn, directory, tenant)
-        self._ef_search = ef_search if population_search == "hnsw" else None
         self.directory = directory
         self._conn = conn
         self._lock = threading.RLock()
@@ -106,11 +106,18 @@ class SqliteStore(FaissVectors, CachedReads):
         self.encoder_name = meta["encoder"]
         self.store_id = meta["store_id"]
         self.schema_version = meta.get("schema", "")
-        self._seen_version = self._changes.current()  # before reading the rows: a later change is followed
-        self._seen_moved = self._changes.moved()
-        self._index, self._ids, self._next = {}, {}, {}
-        if not self._legacy:  # schema 1 or 2, opened for its upgrade only: nothing is searched
-            self._open_indexes()
+        self._vectors = FaissVectors(
+            conn,
+            self._lock,
+            lambda: self._closed,
+            lambda: self._writing.conn is not None,
+            directory=directory,
+            dim=self.dim,
+            tenant=self.tenant,
+            changes=self._changes,
+            ef_search=ef_search if population_search == "hnsw" else None,
+            load=not self._legacy,  # schema 1 or 2, opened for its upgrade only: nothing is searched
+        )
 
     # opening ------------------------------------------------------------------------------
 
@@ -222,7 +229,7 @@ class SqliteStore(FaissVectors, CachedReads):
         if self.read_only:
             return
         with self._db():
-            self._save_indexes()
+            self._vectors.save()
 
     def close(self) -> None:
         with self._turn, self._lock:  # after a write of this process in progress, if any
@@ -263,6 +270,19 @@ class SqliteStore(FaissVectors, CachedReads):
     def keys(self) -> SqliteKeyTable:
         return self._keys
 
+    # vector search (``vectors.py``) ----------------------------------------------------------
+
+    def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
+        return self._vectors.search(kind, z, k, scope)
+
+    def search_many(
+        self, z: Vector, requests: Sequence[tuple[VectorKind, int]], scope: str | None
+    ) -> list[list[tuple[str, float]]]:
+        return self._vectors.search_many(z, requests, scope)
+
+    def max_cosine(self, z: Vector, kinds: Sequence[VectorKind], scope: str) -> float | None:
+        return self._vectors.max_cosine(z, kinds, scope)
+
     def use_codec(self, codec: FieldCodec) -> None:
         with self._lock:
             super().use_codec(codec)
@@ -293,7 +313,7 @@ class SqliteStore(FaissVectors, CachedReads):
             raise StoreError(f"the store is busy or cannot be written, nothing was written: {exc}") from exc
         try:
             if side is None:
-                self._follow_others()  # moves the change generation past every earlier change elsewhere
+                self._vectors.follow_others()  # moves the change generation past every earlier change elsewhere
             yield
             seen = self._changes.seen() if side is None else None
             conn.execute("COMMIT")
@@ -340,21 +360,10 @@ class SqliteStore(FaissVectors, CachedReads):
             conn.execute("ROLLBACK")
 
     def _positions(self) -> dict[VectorKind, int]:
-        if self._writing.conn is not None:  # audit rows alone: no vector is placed
-            return dict(self._next)
-        # read inside the write transaction: the rows every writer has committed
-        kinds: tuple[VectorKind, ...] = ("episodic", "visual")
-        stored = {
-            kind: int(
-                self._conn.execute(
-                    f"SELECT COALESCE(MAX(pos) + 1, 0) FROM {kind} WHERE tenant = ?", (self.tenant,)
-                ).fetchone()[0]
-            )
-            for kind in kinds
-        }
-        if stored != self._next:
-            raise StoreError(f"the vector index does not follow the rows ({self._next} vs {stored})")
-        return stored
+        return self._vectors.positions()
+
+    def _vectors_added(self, kind: VectorKind, start: int, rows: list[tuple[Any, ...]]) -> None:
+        self._vectors.vectors_added(kind, start, rows)
 
     def _add_tenant(self) -> None:
         add_tenant(self._conn, self.tenant)
@@ -365,7 +374,7 @@ class SqliteStore(FaissVectors, CachedReads):
         self._cache.committed(batch)
         if batch.consents or batch.revocations:
             self._consent_cache.clear()
-        self._follow(batch, moved)
+        self._vectors.follow(batch, moved)
 
     # what other connections committed (the reads the caches serve: ``cached_reads.py``) ----
 
@@ -374,7 +383,7 @@ class SqliteStore(FaissVectors, CachedReads):
         a server runs): empty the consent and key caches when the database changed. Called at
         the start of every governed turn and audit write, so caches never outlive one."""
         with self._db():
-            self._follow_others()
+            self._vectors.follow_others()
             version = self._changes.current()
             if version != self._consent_version:
                 self._consent_cache.clear()

@@ -3,7 +3,7 @@
 The i-th episodic (visual) row has vector position i in its index. Each position carries a
 scope: the patient id of a live (ACTIVE or ANONYMIZED) record, or :data:`RETIRED` for one that
 is superseded or retracted, which no search returns. The indexes are caches: they are saved
-beside the database by :meth:`FaissVectors.flush` and caught up or rebuilt from the rows on open.
+beside the database by :meth:`FaissVectors.save` and caught up or rebuilt from the rows on open.
 Population search is exact by default; with ``population_search="hnsw"`` it is an HNSW graph
 (``graph.py``) built and kept in step the same way (its file fingerprinted in the sidecar).
 
@@ -24,7 +24,7 @@ import hashlib
 import logging
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -63,21 +63,44 @@ def _digest_key(kind: VectorKind) -> str:
 
 
 class FaissVectors:
-    """Search, and the indexes following the committed writes (mixed into the SQLite store)."""
+    """The SQLite store's vector search part: the FAISS caches over its connection's rows, and
+    those caches following the committed writes (its own, and other processes')."""
 
-    directory: Path
-    dim: int
-    tenant: str
-    _conn: sqlite3.Connection
-    _lock: threading.RLock
-    _closed: bool
-    _index: dict[VectorKind, VectorIndex]
-    _ids: dict[VectorKind, list[str]]  # position -> record id
-    _next: dict[VectorKind, int]
-    _seen_version: int
-    _seen_moved: object
-    _changes: ChangeMark
-    _ef_search: int | None  # None: exact population search; else the HNSW graph's search depth
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        lock: threading.RLock,
+        closed: Callable[[], bool],
+        on_side: Callable[[], bool],
+        *,
+        directory: Path,
+        dim: int,
+        tenant: str,
+        changes: ChangeMark,
+        ef_search: int | None,
+        load: bool = True,
+    ) -> None:
+        """``conn`` is the store's connection and ``lock`` its lock; ``closed`` says whether the
+        store is closed, ``on_side`` whether this thread writes audit rows alone on the side
+        connection (it places no vector). ``ef_search`` None: exact population search, else the
+        HNSW graph's search depth. ``load`` False (a store opened for its upgrade only): no
+        index is opened and nothing is searched."""
+        self.directory = directory
+        self.dim = dim
+        self.tenant = tenant
+        self._conn = conn
+        self._lock = lock
+        self._is_closed = closed
+        self._on_side = on_side
+        self._changes = changes
+        self._ef_search = ef_search
+        self._seen_version = changes.current()  # before reading the rows: a later change is followed
+        self._seen_moved = changes.moved()
+        self._index: dict[VectorKind, VectorIndex] = {}
+        self._ids: dict[VectorKind, list[str]] = {}  # position -> record id
+        self._next: dict[VectorKind, int] = {}
+        if load:
+            self._open_indexes()
 
     def _open_indexes(self) -> None:
         self._index, self._ids, self._next = {}, {}, {}
@@ -102,7 +125,30 @@ class FaissVectors:
         count, digest = str(row[0]).split(":", 1)
         return int(count), bytes.fromhex(digest)
 
-    def _vectors_added(self, kind: VectorKind, start: int, rows: list[tuple[object, ...]]) -> None:
+    def positions(self) -> dict[VectorKind, int]:
+        """The next vector position of each kind (inside the write transaction): the rows every
+        writer has committed, which the indexes must have followed."""
+        if self._on_side():  # audit rows alone: no vector is placed
+            return dict(self._next)
+        stored = {
+            kind: int(
+                self._conn.execute(
+                    f"SELECT COALESCE(MAX(pos) + 1, 0) FROM {kind} WHERE tenant = ?", (self.tenant,)
+                ).fetchone()[0]
+            )
+            for kind in _KINDS
+        }
+        if stored != self._next:
+            raise StoreError(f"the vector index does not follow the rows ({self._next} vs {stored})")
+        return stored
+
+    def vector_rows(self, kind: VectorKind, rows: list[tuple[object, ...]]) -> Sequence[Sequence[object]]:
+        """Rows as SQLite takes them: the ``z`` blob is stored as given."""
+        return rows
+
+    def vectors_added(self, kind: VectorKind, start: int, rows: list[tuple[object, ...]]) -> None:
+        """Inside the write transaction, after inserting vector rows at ``start``: advance the
+        running digest of the stored vectors."""
         recorded = self._recorded_digest(kind)
         if recorded is None or recorded[0] != start:  # first write since the digest was introduced
             old = self._conn.execute(
@@ -172,7 +218,7 @@ class FaissVectors:
             return None
         return index, ids
 
-    def _follow_others(self) -> None:
+    def follow_others(self) -> None:
         """Follow what other processes committed since we last looked (the caller holds the
         lock): the rows they appended are read past the index's end and the rows they updated
         (the moved mark names them, ``changes.py``) read again; when the mark cannot name them
@@ -228,7 +274,7 @@ class FaissVectors:
                 self._ids[kind][int(pos)] = str(rid)
                 index.rescope(int(pos), pid if state in _LIVE else RETIRED)
 
-    def _save_indexes(self) -> None:
+    def save(self) -> None:
         """Persist the caches; a failure (a full disk, read-only media) only costs a rebuild."""
         try:
             self._write_indexes()
@@ -252,7 +298,7 @@ class FaissVectors:
             tail = self._blob_at(kind, n - 1) if n else b""
             index.save(self._index_path(kind), vector_sha(tail or b""))
 
-    def _follow(self, batch: WriteBatch, moved: list[Moved]) -> None:
+    def follow(self, batch: WriteBatch, moved: list[Moved]) -> None:
         """Follow a committed batch: its vectors at the next positions, its state changes."""
         if batch.episodes:
             mat = np.stack([e.z for e in batch.episodes])
@@ -279,7 +325,7 @@ class FaissVectors:
     ) -> list[list[tuple[str, float]]]:
         check_vector(z, self.dim, "query")
         with self._lock:
-            if self._closed:
+            if self._is_closed():
                 raise StoreError("the store is closed")
             if scope is None:
                 return [self._search_population(kind, z, k) for kind, k in requests]
@@ -293,7 +339,7 @@ class FaissVectors:
         if scope == RETIRED:
             return None
         with self._lock:
-            if self._closed:
+            if self._is_closed():
                 raise StoreError("the store is closed")
             scores = [s for kind in kinds if (s := self._index[kind].max_score(z, scope)) is not None]
         return max(scores) if scores else None
