@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from msm_mem._errors import InvalidInput
-from msm_mem.eval.baselines import BASELINES, Known, KnownStudies, baseline_answer
+from msm_mem.eval.baselines import BASELINES, Known, KnownStudies, baseline_answer, majority
 
 
 def _z(*values: float) -> np.ndarray:
@@ -78,10 +78,36 @@ def test_copy_is_independent() -> None:
 def test_empty_memory_answers_nothing() -> None:
     """With nothing known every baseline answers the empty string."""
     empty = KnownStudies()
-    assert [baseline_answer(b, empty, "p", _z(1, 0)) for b in BASELINES] == ["", "", ""]
+    assert [baseline_answer(b, empty, "p", _z(1, 0)) for b in BASELINES] == ["", "", "", ""]
 
 
 def test_unknown_baseline_is_refused() -> None:
     """A name outside BASELINES raises InvalidInput."""
     with pytest.raises(InvalidInput, match="unknown baseline"):
         baseline_answer("oracle", _known(), "p1", _z(1, 0, 0))
+
+
+def test_view_baseline_votes_among_studies_of_the_same_view() -> None:
+    """PA studies say effusion, AP studies cardiomegaly: the view decides (case-insensitive);
+    an unknown or missing view falls back to the population prior."""
+    known = KnownStudies(
+        [
+            Known("a", 1, "1", "effusion", _z(1, 0), "PA"),
+            Known("b", 2, "2", "effusion", _z(1, 0), "pa"),
+            Known("c", 3, "3", "cardiomegaly", _z(0, 1), "AP"),
+            Known("d", 4, "4", "cardiomegaly", _z(0, 1), "AP"),
+            Known("e", 5, "5", "cardiomegaly", _z(0, 1), ""),
+        ]
+    )
+    assert baseline_answer("view", known, "x", _z(1, 0), "PA") == "effusion"
+    assert baseline_answer("view", known, "x", _z(1, 0), " Ap ") == "cardiomegaly"
+    assert baseline_answer("view", known, "x", _z(1, 0), "L") == known.prior() == "cardiomegaly"
+    assert baseline_answer("view", known, "x", _z(1, 0)) == "cardiomegaly"
+
+
+def test_majority_is_the_most_frequent_answer_fixed_from_its_rows() -> None:
+    """Three "no" against two "yes" (after normalisation); ties go to the smaller text; no rows
+    give the empty answer."""
+    assert majority([(1, "a", "No"), (2, "b", "yes"), (3, "c", "no."), (4, "d", "Yes"), (5, "e", "NO")]) == "NO"
+    assert majority([(1, "a", "yes"), (2, "b", "no")]) == "no"
+    assert majority([]) == ""

@@ -41,7 +41,8 @@ def test_eval_writes_reports_and_prints_table1(capsys: pytest.CaptureFixture[str
     assert "# Table 1" in printed and "| SEV | ✓ | ✓ | ✓ |" in printed
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert doc["data"]["patients"] == 12 and doc["settings"]["configs"] == ["S", "SEV"]
-    assert doc["split"]["counts"]["Base"] == 0  # 4 memory patients over 5 parts: Base is left empty
+    assert [s["counts"]["validation"] for s in doc["splits"]] == [3, 3, 2, 2, 2]  # 12 patients in 5 folds
+    assert len({p for s in doc["splits"] for p in s["patients"]["validation"]}) == 12  # each patient probed once
     assert not list(out.glob("*.png"))
 
 
@@ -106,7 +107,7 @@ def test_eval_on_a_manifest_reports_bad_rows_and_scores_each_question_type(
     assert "skipped 2 rows of manifest:" in captured.err
     assert "  line 2: invalid JSON" in captured.err and "  line 4: question_type must be one of" in captured.err
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    assert [q["question_type"] for q in doc["data"]["questions"]] == ["yes_no", "text"]
+    assert {tuple(q["question_type"] for q in f["questions"]) for f in doc["data"]["folds"]} == {("yes_no", "text")}
     assert {m["question_type"] for m in doc["metrics"]} == {"all", "yes_no", "text"}
     assert "## yes/no questions." in captured.out and "## free-text questions." in captured.out
     assert "no question_type" not in captured.err  # every readable row names its type
@@ -157,14 +158,18 @@ def _eval(tmp_path: Path, *extra: str) -> dict[str, object]:
 
 
 def test_eval_fits_by_default_and_no_fit_skips_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    """By default eval adds the ft and SEV-ft rows and writes fitted.npz; --no-fit leaves them out."""
+    """By default eval adds the ft and SEV-ft rows and writes each fold's fitted models;
+    --no-fit leaves them out."""
     doc = _eval(tmp_path / "a", "--no-progress", "--no-plots", "--jobs", "1")
     arms = {m["arm"] for m in doc["metrics"]}  # type: ignore[attr-defined]
-    assert {"SEV", "ft", "SEV-ft"} <= arms and (tmp_path / "a" / "out" / "fitted.npz").is_file()
+    assert {"SEV", "ft", "SEV-ft"} <= arms
+    written = sorted(p.name for p in (tmp_path / "a" / "out").glob("fitted*.npz"))
+    assert written == [f"fitted-fold{k}.npz" for k in range(5)]
+    assert [f["file"] for f in doc["fitted"]] == written  # type: ignore[attr-defined]
     assert "no memory, fitted image model (FT)" in capsys.readouterr().out
     doc = _eval(tmp_path / "b", "--no-fit", "--no-progress", "--no-plots", "--jobs", "1")
     assert not {"ft", "SEV-ft"} & {m["arm"] for m in doc["metrics"]}  # type: ignore[attr-defined]
-    assert not (tmp_path / "b" / "out" / "fitted.npz").exists() and "fitted" not in doc
+    assert not list((tmp_path / "b" / "out").glob("fitted*.npz")) and "fitted" not in doc
 
 
 def test_eval_structured_gate_is_recorded(tmp_path: Path) -> None:

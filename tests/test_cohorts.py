@@ -18,7 +18,7 @@ def _run(answers: list[Answered]) -> ProtocolRun:
     split = split_patients(["a", "b", "c"], seed=0)
     data = {"name": "hand", "fingerprint": "0" * 64, "rows": 6, "labelled": 6, "patients": 3, "studies": {}}
     settings = ProtocolSettings(configs=("SEV",), baselines=("copy-prior",))
-    return ProtocolRun(settings, Settings(), split, data, answers)
+    return ProtocolRun(settings, Settings(), (split,), data, answers)
 
 
 def _a(arm: str, patient: str, study: str, prediction: str, reference: str, prior: str = "") -> Answered:

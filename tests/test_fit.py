@@ -177,7 +177,9 @@ def test_reports_keep_untrained_and_fitted_rows_with_paired_tests(fitted_run: Pr
         assert title in table
     assert "Paired bootstrap" in table and (tmp_path / "paired.md").is_file()
     doc = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
-    assert doc["fitted"]["file"] == "fitted.npz" and doc["fitted"]["groups"][0]["question_type"] == "text"
+    assert [f["file"] for f in doc["fitted"]] == ["fitted.npz"] and doc["fitted"][0]["groups"][0][
+        "question_type"
+    ] == "text"
     tests = doc["paired_bootstrap"]["tests"]
     assert doc["paired_bootstrap"]["resamples"] == 50
     frozen = {(t["target"], t["rival"]) for t in tests if t["mode"] == "frozen" and t["phase"] == "WB4"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,6 +11,7 @@ import pytest
 from msm_mem._errors import InvalidInput
 from msm_mem.datasets.manifest import ManifestRow
 from msm_mem.datasets.synthetic import generate
+from msm_mem.eval.metrics import normalize_answer
 from msm_mem.eval.protocol import (
     CONFIGS,
     Answered,
@@ -131,19 +132,32 @@ def test_every_arm_answers_the_same_queries(truth: ProtocolRun) -> None:
     keys: dict[str, list[tuple[str, str, str, str]]] = defaultdict(list)
     for a in truth.answers:
         keys[a.arm].append((a.mode, a.phase, a.patient_id, a.study_id))
-    assert set(keys) == {"none", "S", "SEV", "prior", "copy-prior", "nearest-neighbour"}
+    assert set(keys) == {"none", "S", "SEV", "prior", "copy-prior", "nearest-neighbour", "view"}
     assert len({tuple(v) for v in keys.values()}) == 1
 
 
 def test_answers_come_before_their_write_back(truth: ProtocolRun) -> None:
     """With only semantic memory a patient's first study has nothing to go on (its own study is
-    not yet in memory), and the no-memory agent never has anything."""
+    not yet in memory); the no-memory row is the memory-free model: the training split's
+    majority answer, one fixed answer whatever the query."""
     first: dict[tuple[str, str, str], Answered] = {}
     for a in truth.answers:
         if a.arm == "S":
             first.setdefault((a.mode, a.phase, a.patient_id), a)
     assert first and all(a.prediction == EMPTY_ANSWER for a in first.values())
-    assert {a.prediction for a in truth.answers if a.arm == "none"} == {EMPTY_ANSWER}
+    assert truth.memory_free
+
+
+def test_no_memory_is_the_training_majority(truth: ProtocolRun, data: list[ManifestRow]) -> None:
+    """The ``none`` row answers the most frequent answer of the Base and fine-tune patients'
+    rows (the validation patients' answers never count), never the voter's empty answer."""
+    training = set(truth.split.phases[0]) | set(truth.split.finetune)
+    votes = Counter(normalize_answer(r.answer) for r in data if r.patient_id in training)
+    nones = {a.prediction for a in truth.answers if a.arm == "none"}
+    assert len(nones) == 1 and EMPTY_ANSWER not in nones
+    top = max(votes.values())
+    assert normalize_answer(next(iter(nones))) == min(k for k, v in votes.items() if v == top)  # ties: smallest
+    assert len(votes) > 1  # more than one answer to choose from, so the check can fail
 
 
 def _followers(run: ProtocolRun, arm: str) -> list[tuple[Answered, Answered]]:
@@ -174,11 +188,11 @@ def test_without_feedback_only_the_agents_own_answers_are_written_back(blind: Pr
 
 
 def test_gate_outcomes_are_recorded_for_memory_configurations_only(truth: ProtocolRun) -> None:
-    """Agent answers carry written/discarded:<codes>; baselines carry no gate."""
-    gates = {a.gate for a in truth.answers if a.arm in CONFIGS}
+    """Agent answers carry written/discarded:<codes>; baselines and the memory-free model carry
+    no gate."""
+    gates = {a.gate for a in truth.answers if a.arm in CONFIGS and a.arm != "none"}
     assert gates and all(g == "written" or g.startswith("discarded:") for g in gates)
-    assert {a.gate for a in truth.answers if a.arm not in CONFIGS} == {""}
-    assert {a.gate for a in truth.answers if a.arm == "none"} <= {g for g in gates if g.startswith("discarded")}
+    assert {a.gate for a in truth.answers if a.arm not in CONFIGS or a.arm == "none"} == {""}
 
 
 def test_same_seed_same_answers_whatever_the_number_of_processes(data: list[ManifestRow], truth: ProtocolRun) -> None:
@@ -228,7 +242,8 @@ def test_each_question_group_has_its_own_memory_and_one_split(data: list[Manifes
     assert probed[("yes_no", EFFUSION)] == probed[("text", data[0].question)]
     yes_no = {a.prediction for a in run.answers if a.question_type == "yes_no"}
     assert yes_no <= {"yes", "no", EMPTY_ANSWER} and {"yes", "no"} <= yes_no
-    assert [q["question_type"] for q in run.data["questions"]] == ["yes_no", "text"]  # type: ignore[index,union-attr]
+    fold = run.data["folds"][0]  # type: ignore[index]
+    assert [q["question_type"] for q in fold["questions"]] == ["yes_no", "text"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q0-yes_no", "q1-text"]
     assert (tmp_path / "q0-yes_no" / "SEV").is_dir()
     single = run_protocol(data, ProtocolSettings(configs=(), baselines=("copy-prior",)))
@@ -253,9 +268,8 @@ def test_evidence_recall_is_recorded_for_memory_configurations(truth: ProtocolRu
     for rec in summarise(truth, n_boot=10):
         if rec["kind"] == "memory":
             assert rec["evidence_recall"]["n"] > 0
-            if rec["arm"] == "none":
-                assert rec["evidence_recall"]["at_5"] == 0.0
         else:
+            assert rec["kind"] != "memory-free" or rec["arm"] == "none"
             assert "evidence_recall" not in rec
 
 
@@ -272,3 +286,22 @@ def test_structured_gate_admits_short_label_answers(data: list[ManifestRow]) -> 
     assert online and all(g.startswith("discarded:") and "answer_too_short" in g for g in online)
     written = [a.gate for a in structured.answers if a.mode == "online" and a.gate == "written"]
     assert written and structured.memory_settings.structured_gate
+
+
+def test_cross_validated_folds_probe_every_patient_once(data: list[ManifestRow]) -> None:
+    """With 3 folds each fold runs the protocol on its own split: the frozen probe of each fold
+    answers that fold's validation patients only, every patient is probed in exactly one fold,
+    and a fold's validation patients never sit in its memory."""
+    run = run_protocol(data, ProtocolSettings(configs=("SEV",), baselines=("copy-prior",), folds=3))
+    assert [s.fold for s in run.splits] == [0, 1, 2] and len(run.data["folds"]) == 3  # type: ignore[arg-type]
+    probed: dict[str, set[int]] = defaultdict(set)
+    for a in run.answers:
+        split = run.splits[a.fold]
+        if a.mode == "frozen":
+            assert a.patient_id in split.validation
+            probed[a.patient_id].add(a.fold)
+        else:
+            assert a.patient_id in split.memory and a.patient_id not in split.validation
+    assert set(probed) == {r.patient_id for r in data} and all(len(f) == 1 for f in probed.values())
+    with pytest.raises(InvalidInput, match="folds"):
+        run.split  # noqa: B018

@@ -40,7 +40,7 @@ def _run(answers: list[Answered]) -> ProtocolRun:
     split = split_patients(["a", "b", "c"], seed=0)
     data = {"name": "hand", "fingerprint": "0" * 64, "rows": 4, "labelled": 4, "patients": 3, "studies": {}}
     settings = ProtocolSettings(configs=("SEV",), baselines=("prior",))
-    return ProtocolRun(settings, Settings(), split, data, answers)
+    return ProtocolRun(settings, Settings(), (split,), data, answers)
 
 
 HAND = [
@@ -161,7 +161,7 @@ def test_results_json_has_settings_fingerprint_split_and_no_random_ids(reports: 
     assert doc["settings"]["configs"] == ["none", "SEV"] and doc["settings"]["feedback"] == "truth"
     assert doc["settings"]["memory"]["tau"] == 0.9
     assert doc["data"]["fingerprint"] == run.data["fingerprint"]
-    assert sorted(doc["split"]["patients"]["validation"]) == list(run.split.validation)
+    assert [sorted(s["patients"]["validation"]) for s in doc["splits"]] == [list(run.split.validation)]
     assert not re.search(r"[0-9a-f]{32}", text.replace(str(run.data["fingerprint"]), ""))
 
 

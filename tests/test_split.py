@@ -9,7 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from msm_mem._errors import InvalidInput
-from msm_mem.eval.split import PHASE_SHARES, PHASES, SPLIT_SHARES, largest_remainder, split_patients
+from msm_mem.eval.split import (
+    PHASE_SHARES,
+    PHASES,
+    SPLIT_SHARES,
+    fold_patients,
+    largest_remainder,
+    split_patients,
+)
 
 
 def _ids(n: int) -> list[str]:
@@ -123,3 +130,37 @@ def test_a_zero_validation_share_is_refused() -> None:
     """Shares that leave validation empty raise InvalidInput."""
     with pytest.raises(InvalidInput):
         split_patients(_ids(2) + ["c"], shares=(1.0, 1.0, 0.0))
+
+
+# ---------------------------------------------------------------- cross-validation folds
+
+
+@given(st.integers(2, 10), st.integers(0, 60), st.integers(0, 2**32 - 1))
+def test_folds_validate_every_patient_once(folds: int, extra: int, seed: int) -> None:
+    """Each fold's parts are disjoint and cover every patient; the validation parts of the
+    folds are disjoint, cover every patient, and differ in size by at most one; memory and
+    fine-tune keep the 30:60 weights within one patient."""
+    n = folds + 2 + extra
+    splits = fold_patients(_ids(n), folds, seed=seed)
+    assert [s.fold for s in splits] == list(range(folds)) and {s.folds for s in splits} == {folds}
+    for s in splits:
+        flat = [p for part in (*s.phases, s.finetune, s.validation) for p in part]
+        assert len(flat) == len(set(flat)) == n and s.memory and s.validation
+        rest = n - len(s.validation)
+        assert abs(len(s.memory) - rest / 3) < 1
+    validated = [p for s in splits for p in s.validation]
+    assert sorted(validated) == _ids(n)
+    sizes = [len(s.validation) for s in splits]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_one_fold_is_the_paper_split() -> None:
+    """folds=1 is the single 30/60/10 split of the same seed."""
+    assert fold_patients(_ids(40), 1, seed=5) == (split_patients(_ids(40), seed=5),)
+
+
+@pytest.mark.parametrize(("n", "folds"), [(6, 5), (10, 0), (10, True), (10, 2.0)])
+def test_bad_folds_are_refused(n: int, folds: object) -> None:
+    """Too few patients for the folds, or folds that are not a positive whole number."""
+    with pytest.raises(InvalidInput, match="folds"):
+        fold_patients(_ids(n), folds)  # type: ignore[arg-type]

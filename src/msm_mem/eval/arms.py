@@ -33,6 +33,7 @@ __all__ = [
     "AgentArm",
     "Arm",
     "BaselineArm",
+    "FixedArm",
     "Plan",
     "Runner",
     "key",
@@ -109,17 +110,39 @@ class BaselineArm:
         return BaselineArm(self.name, self.known.copy(), self.run)
 
     def answer(self, row: ManifestRow) -> tuple[str, str, tuple[str, ...]]:
-        return baseline_answer(self.name, self.known, row.patient_id, self.run.plan.z[key(row)]), "", ()
+        z = self.run.plan.z[key(row)]
+        return baseline_answer(self.name, self.known, row.patient_id, z, row.view), "", ()
 
     def learn(self, row: ManifestRow, prediction: str) -> None:
         text = row.answer if self.run.plan.settings.feedback == "truth" else prediction
-        self.known.add(Known(row.patient_id, row.timestamp, row.study_id, text, self.run.plan.z[key(row)]))
+        z = self.run.plan.z[key(row)]
+        self.known.add(Known(row.patient_id, row.timestamp, row.study_id, text, z, row.view))
 
     def close(self, *, discard: bool = False) -> None:
         return None
 
 
-Arm = AgentArm | BaselineArm
+class FixedArm:
+    """A memory-free model that gives every query one answer fixed before probing (the
+    training split's majority, :func:`~msm_mem.eval.baselines.majority`) and learns nothing."""
+
+    def __init__(self, name: str, text: str) -> None:
+        self.name, self.text = name, text
+
+    def fork(self, directory: Path) -> FixedArm:
+        return self
+
+    def answer(self, row: ManifestRow) -> tuple[str, str, tuple[str, ...]]:
+        return self.text, "", ()
+
+    def learn(self, row: ManifestRow, prediction: str) -> None:
+        return None
+
+    def close(self, *, discard: bool = False) -> None:
+        return None
+
+
+Arm = AgentArm | BaselineArm | FixedArm
 
 
 #: the split's parts beside the phases: fitted on, and probed
@@ -143,6 +166,7 @@ class Plan:
     keep: Path | None = None
     group: tuple[str, str] = ("text", "")
     fitted: Path | None = None
+    fold: int = 0
 
     def per_arm(self) -> int:
         return sum(len(self.parts[p]) for p in PHASES[1:]) + len(PHASES) * len(self.parts["validation"])
@@ -208,6 +232,7 @@ class Runner:
                     question,
                     prior,
                     retrieved,
+                    self.plan.fold,
                 )
             )
             arm.learn(row, prediction)

@@ -12,6 +12,13 @@ the reference when the ground truth arrives as feedback, else with the baseline'
 - ``nearest-neighbour`` (population scope): the answer of the known study whose image
   embedding has the largest cosine with the query's, over every patient (the patient's own
   studies included; ties: the earliest known).
+- ``view`` (view only): the most frequent answer among known studies of the query's view
+  (``PA``, ``AP``, ``L``, ...; compared case-insensitively), the population prior when none
+  is known or the query carries no view. A run drops it when no row carries a view.
+
+The memory-free model (the ``none`` row when the backbone is the nonparametric voter, which
+cannot answer without memory) is :func:`majority`: the most frequent answer of the training
+rows, fixed before probing.
 
 Answers are compared after :func:`~msm_mem.eval.metrics.normalize_answer`; ties in the prior's
 vote go to the smallest normalised text, and the text returned is the latest known wording of
@@ -30,23 +37,25 @@ import numpy.typing as npt
 from .._errors import InvalidInput
 from .metrics import normalize_answer
 
-__all__ = ["BASELINES", "Known", "KnownStudies", "baseline_answer"]
+__all__ = ["BASELINES", "Known", "KnownStudies", "baseline_answer", "majority"]
 
 #: Baseline names, in report order.
-BASELINES: tuple[str, ...] = ("prior", "copy-prior", "nearest-neighbour")
+BASELINES: tuple[str, ...] = ("prior", "copy-prior", "nearest-neighbour", "view")
 
 Vector = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True, slots=True)
 class Known:
-    """One study a baseline knows: who, when (UTC seconds), which, the answer, the unit embedding."""
+    """One study a baseline knows: who, when (UTC seconds), which, the answer, the unit
+    embedding, the view (``""`` when not recorded)."""
 
     patient_id: str
     timestamp: float
     study_id: str
     answer: str
     z: Vector
+    view: str = ""
 
 
 class KnownStudies:
@@ -55,6 +64,7 @@ class KnownStudies:
     def __init__(self, items: Iterable[Known] = ()) -> None:
         self._items: list[Known] = []
         self._votes: Counter[str] = Counter()
+        self._view_votes: dict[str, Counter[str]] = {}
         self._wording: dict[str, tuple[float, str, str]] = {}
         self._last: dict[str, Known] = {}
         self._matrix: Vector | None = None
@@ -71,6 +81,8 @@ class KnownStudies:
         key = normalize_answer(item.answer)
         if key:
             self._votes[key] += 1
+            if view := item.view.strip().casefold():
+                self._view_votes.setdefault(view, Counter())[key] += 1
             order = (item.timestamp, item.study_id, item.answer)
             if key not in self._wording or order > self._wording[key]:
                 self._wording[key] = order
@@ -84,9 +96,16 @@ class KnownStudies:
 
     def prior(self) -> str:
         """The most frequent known answer (see the module docstring); ``""`` when none."""
-        if not self._votes:
+        return self._most(self._votes)
+
+    def of_view(self, view: str) -> str:
+        """The most frequent known answer among studies of ``view``, else the population prior."""
+        return self._most(self._view_votes.get(view.strip().casefold(), Counter())) or self.prior()
+
+    def _most(self, votes: Counter[str]) -> str:
+        if not votes:
             return ""
-        best = min(self._votes, key=lambda k: (-self._votes[k], k))
+        best = min(votes, key=lambda k: (-votes[k], k))
         return self._wording[best][2]
 
     def last_of(self, patient_id: str) -> str:
@@ -103,8 +122,18 @@ class KnownStudies:
         return self._items[int(np.argmax(self._matrix @ z))].answer
 
 
-def baseline_answer(name: str, known: KnownStudies, patient_id: str, z: Vector) -> str:
-    """Answer with baseline ``name`` (one of :data:`BASELINES`); raises :class:`InvalidInput`."""
+def majority(answers: Iterable[tuple[float, str, str]]) -> str:
+    """The most frequent of ``(timestamp, study_id, answer)`` answers after normalisation (ties:
+    the smallest normalised text; the latest wording of it); ``""`` when none is non-empty."""
+    zero = np.zeros(0, dtype=np.float32)
+    return KnownStudies(Known("", t, study, answer, zero) for t, study, answer in answers).prior()
+
+
+def baseline_answer(name: str, known: KnownStudies, patient_id: str, z: Vector, view: str = "") -> str:
+    """Answer with baseline ``name`` (one of :data:`BASELINES`) for a query of ``patient_id``
+    with embedding ``z`` and ``view``; raises :class:`InvalidInput`."""
+    if name == "view":
+        return known.of_view(view)
     if name == "prior":
         return known.prior()
     if name == "copy-prior":

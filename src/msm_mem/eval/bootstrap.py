@@ -5,7 +5,7 @@ type, and each question of a type that has several), each on that scope's answer
 scope's primary metric (:data:`msm_mem.eval.scores.PRIMARY`: exact match for labels, accuracy
 for yes/no questions, token F1 for free text and for all questions together). For a target arm
 ``A`` (``SEV`` and, when fitted, ``SEV-ft``) and each other arm ``B``, per mode and phase, the
-answers of ``A`` and ``B`` to the same queries (same patient, study and question) are paired,
+answers of ``A`` and ``B`` to the same queries (same patient, study, question and fold) are paired,
 and each pair gives the difference ``d = score(A) - score(B)``. The statistic is the mean of
 ``d``. Its 95% interval is a percentile bootstrap that resamples *patients* with replacement
 (``n_resamples`` resamples, default 1000, ``numpy.random.default_rng(seed)``), keeping every
@@ -83,10 +83,10 @@ def paired_tests(
     than 1 resample."""
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
         raise InvalidInput(f"n_resamples must be a positive integer, got {n_resamples!r}")
-    table: dict[tuple[str, str, str], dict[tuple[str, str, str, str], Answered]] = defaultdict(dict)
+    table: dict[tuple[str, str, str], dict[tuple[str, str, str, str, int], Answered]] = defaultdict(dict)
     order: dict[tuple[str, str], None] = {}
     for a in answers:
-        table[(a.mode, a.phase, a.arm)][(a.patient_id, a.study_id, a.question_type, a.question)] = a
+        table[(a.mode, a.phase, a.arm)][(a.patient_id, a.study_id, a.question_type, a.question, a.fold)] = a
         order.setdefault((a.mode, a.phase), None)
     out: list[Paired] = []
     for mode, phase in order:

@@ -32,17 +32,17 @@ __all__ = ["COHORTS", "cohort_of", "cohort_records", "cohorts_markdown", "follow
 COHORTS: tuple[str, ...] = ("first", "follow-up")
 
 
-def cohort_of(answer: Answered, follow_ups: frozenset[tuple[str, str, str, str]] = frozenset()) -> str:
+def cohort_of(answer: Answered, follow_ups: frozenset[tuple[str, str, str, str, int]] = frozenset()) -> str:
     """``first`` for an answer about a patient's first study in its probe, else ``follow-up``
     (its own ``prior``, or its row among ``follow_ups``: see :func:`follow_up_rows`)."""
-    row = (answer.mode, answer.phase, answer.patient_id, answer.study_id)
+    row = (answer.mode, answer.phase, answer.patient_id, answer.study_id, answer.fold)
     return "follow-up" if answer.prior or row in follow_ups else "first"
 
 
-def follow_up_rows(answers: Sequence[Answered]) -> frozenset[tuple[str, str, str, str]]:
-    """The (mode, phase, patient, study) rows some arm answered with a prior study: every arm
+def follow_up_rows(answers: Sequence[Answered]) -> frozenset[tuple[str, str, str, str, int]]:
+    """The (mode, phase, patient, study, fold) rows some arm answered with a prior study: every arm
     answering that row answers a follow-up."""
-    return frozenset((a.mode, a.phase, a.patient_id, a.study_id) for a in answers if a.prior)
+    return frozenset((a.mode, a.phase, a.patient_id, a.study_id, a.fold) for a in answers if a.prior)
 
 
 def _primary(answers: Sequence[Answered], kind: str, n_boot: int, seed: int) -> dict[str, float]:

@@ -13,6 +13,16 @@ in two modes, both recorded:
   scratch copy of the arm's memory (their own earlier studies answered and written back in
   time order, then the copy is thrown away), so every phase is scored on the same queries.
 
+Cross-validation: with ``folds`` above 1 the patients are cut into that many folds
+(:func:`~msm_mem.eval.split.fold_patients`) and the whole protocol runs once per fold, each
+validating on its own fold, so every patient is probed once; every answer records its fold and
+the scores pool all folds (their intervals resample patients over all of them).
+
+The memory-free model: the nonparametric voter answers from memory only, so its ``none``
+configuration would have no model at all; with it, the ``none`` row is the majority answer of
+the group's training rows (Base and fine-tune patients), fixed before probing. With another
+backbone ``none`` is that backbone without memory, the paper's row.
+
 Question groups: rows are grouped by ``(question_type, question)``
 (:func:`~msm_mem.eval.records.question_groups`). One patient split covers every group; each
 group runs the whole protocol above on memories of its own (its own base memory, arms and
@@ -58,8 +68,8 @@ from .._settings import Settings
 from ..plugins.backbones.base import BackboneRequest
 from ..plugins.backbones.fitted_format import FittedModels
 from ..plugins.backbones.fitted_format import load as load_fitted
-from .arms import ADMIN, CRITIC, INGEST, SPARE, AgentArm, BaselineArm, Plan, Runner, key, memo_encoder
-from .baselines import Known, KnownStudies, Vector
+from .arms import ADMIN, CRITIC, INGEST, SPARE, AgentArm, BaselineArm, FixedArm, Plan, Runner, key, memo_encoder
+from .baselines import Known, KnownStudies, Vector, majority
 from .fit import RecordingBackbone, combine_models, fit_models, fittable
 from .records import (
     CONFIGS,
@@ -70,10 +80,11 @@ from .records import (
     ProtocolSettings,
     config_flags,
     fingerprint,
+    memory_free,
     parse_configs,
     question_groups,
 )
-from .split import PHASES, split_patients
+from .split import PHASES, Split, fold_patients
 
 __all__ = [
     "CONFIGS",
@@ -146,8 +157,10 @@ def _fit(plan: Plan, base: Path, encoder: str) -> FittedModels | None:
 
 
 def _agents(plan: Plan) -> tuple[str, ...]:
-    """The plan's agent arms: its configurations, then the fitted arms when it was fitted."""
-    return (*plan.settings.configs, *(FITTED_ARMS if plan.fitted is not None else ()))
+    """The plan's agent arms: its configurations (but the memory-free ``none``, see
+    :func:`~msm_mem.eval.records.memory_free`), then the fitted arms when it was fitted."""
+    configs = tuple(c for c in plan.settings.configs if c != "none" or not memory_free(plan.settings))
+    return (*configs, *(FITTED_ARMS if plan.fitted is not None else ()))
 
 
 def _run_configs(tasks: Sequence[tuple[Plan, Path]], jobs: int, bar: tqdm[Any]) -> list[Answered]:
@@ -178,6 +191,80 @@ def _run_configs(tasks: Sequence[tuple[Plan, Path]], jobs: int, bar: tqdm[Any]) 
     return answers
 
 
+def _plans(
+    split: Split,
+    groups: Sequence[tuple[str, str]],
+    order: Sequence[ManifestRow],
+    settings: ProtocolSettings,
+    store_settings: Settings,
+    t0: float,
+    z: dict[tuple[str, str], Vector],
+    work: Path,
+    keep: Path | None,
+) -> list[Plan]:
+    """One fold's plan per question group."""
+    where = split.phase_of()
+    plans = []
+    for i, group in enumerate(groups):
+        mine = [r for r in order if (r.question_type, r.question) == group]
+        parts = {name: [r for r in mine if where[r.patient_id] == name] for name in (*PHASES, *SPARE)}
+        # one group keeps the single-question layout (work/arms, keep/<configuration>)
+        sub = "" if len(groups) == 1 else f"q{i}-{group[0]}"
+        fitted_at = work / sub / "fitted.npz" if settings.fit else None
+        plans.append(
+            Plan(
+                settings,
+                store_settings,
+                t0,
+                parts,
+                z,
+                work / sub,
+                None if keep is None else keep / sub,
+                group,
+                fitted_at,
+                split.fold,
+            )
+        )
+    return plans
+
+
+def _run_fold(plans: list[Plan], jobs: int, bar: tqdm[Any]) -> tuple[list[Answered], list[FittedModels]]:
+    """Every arm of one fold's question groups: its answers and the models it fitted."""
+    settings = plans[0].settings
+    answers: list[Answered] = []
+    fitted_groups: list[FittedModels] = []
+    agents = len(settings.configs) + (len(FITTED_ARMS) if settings.fit else 0)
+    if agents:
+        tasks = []
+        for i, plan in enumerate(plans):
+            base = plan.work / "base"
+            with MsmMem.init(base, ADMIN, settings=plan.memory, clock=FixedClock(plan.t0)) as mem:
+                mem.ingest(INGEST, plan.parts["Base"])
+            if plan.keep is not None:
+                plan.keep.mkdir(parents=True, exist_ok=True)
+            if settings.fit:
+                bar.set_description("eval: fitting the fine-tune split")
+                if (models := _fit(plan, base, settings.encoder)) is None:
+                    plan = plans[i] = replace(plan, fitted=None)
+                else:
+                    fitted_groups.append(models)
+            tasks.append((plan, base))
+        answers += _run_configs(tasks, jobs, bar)
+    for plan in plans:
+        if memory_free(plan.settings):
+            training = [(r.timestamp, r.study_id, r.answer) for r in (*plan.parts["Base"], *plan.parts["finetune"])]
+            answers += Runner(plan, bar.update).run_arm(FixedArm("none", majority(training)))
+        for name in settings.baselines:
+            bar.set_description(f"eval {name}")
+            known = [
+                Known(r.patient_id, r.timestamp, r.study_id, r.answer, plan.z[key(r)], r.view)
+                for r in plan.parts["Base"]
+            ]
+            runner = Runner(plan, bar.update)
+            answers += runner.run_arm(BaselineArm(name, KnownStudies(known), runner))
+    return answers, fitted_groups
+
+
 def run_protocol(
     rows: Sequence[ManifestRow],
     settings: ProtocolSettings | None = None,
@@ -198,11 +285,15 @@ def run_protocol(
     as ``keep_stores/<configuration>`` (replaced if present). With ``settings.fit`` each question
     group's fine-tune rows are fitted first (:mod:`msm_mem.eval.fit`, saved as ``fitted.npz`` in
     the group's work folder) and the arms ``ft`` and ``SEV-ft`` run beside its configurations;
-    the run then carries every group's fitted models in one :class:`FittedModels`. Returns every
-    answer with its mode, phase, arm and question group; metrics are computed by
-    :mod:`msm_mem.eval.scores`. With several question groups each group's stores live in
-    ``work_dir/q<i>-<type>`` and are kept as ``keep_stores/q<i>-<type>/<configuration>``.
-    Raises :class:`InvalidInput` for no labelled row or fewer than 3 labelled patients.
+    the run then carries every group's fitted models in one :class:`FittedModels` per fold.
+    Returns every answer with its mode, phase, arm, question group and fold; metrics are
+    computed by :mod:`msm_mem.eval.scores`. With several question groups each group's stores
+    live in ``work_dir/q<i>-<type>`` and are kept as ``keep_stores/q<i>-<type>/<configuration>``;
+    with several folds each fold's under ``fold<k>/`` of those folders. The ``none``
+    configuration with the nonparametric backbone is the memory-free majority model
+    (:func:`~msm_mem.eval.baselines.majority` of the group's Base and fine-tune rows); the
+    ``view`` baseline is dropped when no row carries a view. Raises :class:`InvalidInput` for
+    no labelled row, fewer than 3 labelled patients, or fewer than ``folds + 2``.
     """
     settings = settings or ProtocolSettings()
     labelled = [r for r in rows if r.answer.strip()]
@@ -215,8 +306,9 @@ def run_protocol(
             f"the subject-level split (memory / fine-tune / validation) needs at least 3 labelled patients, "
             f"got {len(patients)}"
         )
-    split = split_patients(patients, seed=settings.seed)
-    where = split.phase_of()
+    splits = fold_patients(patients, settings.folds, seed=settings.seed)
+    if "view" in settings.baselines and not any(r.view.strip() for r in labelled):
+        settings = replace(settings, baselines=tuple(b for b in settings.baselines if b != "view"))
     order = sorted(labelled, key=lambda r: (r.timestamp, r.patient_id, r.study_id, r.question))
     groups = question_groups(labelled)
     z: dict[tuple[str, str], Vector] = {}
@@ -227,77 +319,64 @@ def run_protocol(
         z = {key(r): v for r, v in zip(needed, vectors, strict=True)}
     t0 = float(np.ceil(max(r.timestamp for r in labelled))) + 86_400.0
     answers: list[Answered] = []
-    fitted_groups: list[FittedModels] = []
+    fitted: list[FittedModels | None] = []
+    folds: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="msm-mem-eval-") as tmp:
         work = Path(work_dir) if work_dir is not None else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         keep = None if keep_stores is None else Path(keep_stores)
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
-        plans = []
-        for i, group in enumerate(groups):
-            mine = [r for r in order if (r.question_type, r.question) == group]
-            parts = {name: [r for r in mine if where[r.patient_id] == name] for name in (*PHASES, *SPARE)}
-            # one group keeps the single-question layout (work/arms, keep/<configuration>)
-            sub = "" if len(groups) == 1 else f"q{i}-{group[0]}"
-            fitted_at = work / sub / "fitted.npz" if settings.fit else None
-            plans.append(
-                Plan(
-                    settings,
-                    store_settings,
-                    t0,
-                    parts,
-                    z,
-                    work / sub,
-                    None if keep is None else keep / sub,
-                    group,
-                    fitted_at,
-                )
+        one = len(splits) == 1
+        fold_plans = [
+            _plans(
+                split,
+                groups,
+                order,
+                settings,
+                store_settings,
+                t0,
+                z,
+                work if one else work / f"fold{split.fold}",
+                keep if one or keep is None else keep / f"fold{split.fold}",
             )
-        agents = len(settings.configs) + (len(FITTED_ARMS) if settings.fit else 0)
-        total = sum(plan.per_arm() for plan in plans) * (agents + len(settings.baselines))
+            for split in splits
+        ]
+        arms = len(settings.configs) + (len(FITTED_ARMS) if settings.fit else 0) + len(settings.baselines)
+        total = sum(plan.per_arm() for plans in fold_plans for plan in plans) * arms
         with tqdm(total=total, desc="eval", unit="answer", disable=not progress) as bar:
-            if agents:
-                tasks = []
-                for i, plan in enumerate(plans):
-                    base = plan.work / "base"
-                    with MsmMem.init(base, ADMIN, settings=store_settings, clock=FixedClock(t0)) as mem:
-                        mem.ingest(INGEST, plan.parts["Base"])
-                    if plan.keep is not None:
-                        plan.keep.mkdir(parents=True, exist_ok=True)
-                    if settings.fit:
-                        bar.set_description("eval: fitting the fine-tune split")
-                        if (models := _fit(plan, base, settings.encoder)) is None:
-                            plan = plans[i] = replace(plan, fitted=None)
-                        else:
-                            fitted_groups.append(models)
-                    tasks.append((plan, base))
-                answers += _run_configs(tasks, jobs, bar)
-            for plan in plans if settings.baselines else ():
-                known = [Known(r.patient_id, r.timestamp, r.study_id, r.answer, z[key(r)]) for r in plan.parts["Base"]]
-                for name in settings.baselines:
-                    bar.set_description(f"eval {name}")
-                    runner = Runner(plan, bar.update)
-                    answers += runner.run_arm(BaselineArm(name, KnownStudies(known), runner))
+            for split, plans in zip(splits, fold_plans, strict=True):
+                got, fitted_groups = _run_fold(plans, jobs, bar)
+                answers += got
+                where = split.phase_of()
+                record = {
+                    "finetune_patients": len(split.finetune),
+                    "finetune_studies": len({key(r) for r in labelled if where[r.patient_id] == "finetune"}),
+                }
+                fitted.append(combine_models(fitted_groups, record))
+                folds.append(
+                    {
+                        "fold": split.fold,
+                        "studies": {
+                            name: len({key(r) for r in labelled if where[r.patient_id] == name})
+                            for name in (*PHASES, *SPARE)
+                        },
+                        "questions": [
+                            {
+                                "question_type": plan.group[0],
+                                "question": plan.group[1],
+                                "rows": {name: len(part) for name, part in plan.parts.items()},
+                            }
+                            for plan in plans
+                        ],
+                    }
+                )
     data: dict[str, object] = {
         "name": dataset,
         "fingerprint": fingerprint(labelled),
         "rows": len(rows),
         "labelled": len(labelled),
         "patients": len(patients),
-        "studies": {name: len({key(r) for r in labelled if where[r.patient_id] == name}) for name in (*PHASES, *SPARE)},
-        "questions": [
-            {
-                "question_type": plan.group[0],
-                "question": plan.group[1],
-                "rows": {name: len(part) for name, part in plan.parts.items()},
-            }
-            for plan in plans
-        ],
+        "folds": folds,
     }
-    finetune = [r for r in labelled if where[r.patient_id] == "finetune"]
-    record = {
-        "finetune_patients": len({r.patient_id for r in finetune}),
-        "finetune_studies": len({key(r) for r in finetune}),
-    }
-    return ProtocolRun(settings, store_settings, split, data, answers, combine_models(fitted_groups, record))
+    return ProtocolRun(settings, store_settings, splits, data, answers, tuple(fitted))

@@ -23,6 +23,7 @@ from .split import Split
 __all__ = [
     "CONFIGS",
     "FITTED_ARMS",
+    "MAX_FOLDS",
     "MODES",
     "Answered",
     "Feedback",
@@ -31,6 +32,7 @@ __all__ = [
     "arm_config",
     "config_flags",
     "fingerprint",
+    "memory_free",
     "parse_configs",
     "question_groups",
 ]
@@ -43,6 +45,8 @@ MODES: tuple[str, ...] = ("online", "frozen")
 #: memories with the fitted backbone and router (the MoE-FT analogue).
 FITTED_ARMS: dict[str, str] = {"ft": "none", "SEV-ft": "SEV"}
 Feedback = Literal["truth", "none"]
+#: the most cross-validation folds a run takes (each fold runs the whole protocol)
+MAX_FOLDS = 20
 
 
 def parse_configs(text: str) -> tuple[str, ...]:
@@ -97,9 +101,10 @@ def fingerprint(rows: Sequence[ManifestRow]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ProtocolSettings:
-    """What one evaluation runs: configurations, baselines, plugins, feedback, seed, and
-    whether to fit the fine-tune split (``fit``: adds the :data:`FITTED_ARMS`; needs
-    scikit-learn, the ``fit`` extra)."""
+    """What one evaluation runs: configurations, baselines, plugins, feedback, seed, whether
+    to fit the fine-tune split (``fit``: adds the :data:`FITTED_ARMS`; needs scikit-learn, the
+    ``fit`` extra) and the number of patient-level cross-validation ``folds`` (1: the paper's
+    single 30/60/10 split; see :func:`~msm_mem.eval.split.fold_patients`)."""
 
     configs: tuple[str, ...] = CONFIGS
     baselines: tuple[str, ...] = BASELINES
@@ -108,6 +113,7 @@ class ProtocolSettings:
     feedback: Feedback = "truth"
     seed: int = 0
     fit: bool = False
+    folds: int = 1
 
     def __post_init__(self) -> None:
         if self.feedback not in ("truth", "none"):
@@ -118,6 +124,8 @@ class ProtocolSettings:
             raise InvalidInput(f"unknown baseline(s) {unknown}; known: {', '.join(BASELINES)}")
         if not isinstance(self.fit, bool):
             raise InvalidInput(f"fit must be true or false, got {self.fit!r}")
+        if isinstance(self.folds, bool) or not isinstance(self.folds, int) or not 1 <= self.folds <= MAX_FOLDS:
+            raise InvalidInput(f"folds must be a whole number from 1 to {MAX_FOLDS}, got {self.folds!r}")
         if not self.configs and not self.baselines and not self.fit:
             raise InvalidInput("nothing to evaluate: no configuration and no baseline")
 
@@ -128,7 +136,8 @@ class Answered:
     (the agent's own answer at the write-back gate) or ``""`` for baselines;
     ``question_type`` and ``question`` name the question group it belongs to. ``prior`` is the
     patient's study answered just before in the same probe ("" for a first study), ``retrieved``
-    the distinct studies of the answer's study-linked evidence in rank order (:mod:`msm_mem.eval.recall`)."""
+    the distinct studies of the answer's study-linked evidence in rank order (:mod:`msm_mem.eval.recall`);
+    ``fold`` the cross-validation fold it was answered in."""
 
     mode: str
     phase: str
@@ -142,6 +151,13 @@ class Answered:
     question: str = ""
     prior: str = ""
     retrieved: tuple[str, ...] = ()
+    fold: int = 0
+
+
+def memory_free(settings: ProtocolSettings) -> bool:
+    """Whether ``settings`` run ``none`` as the memory-free majority model: the nonparametric
+    backbone answers from memory only, so without memory it has no model of its own."""
+    return "none" in settings.configs and settings.backbone == "nonparametric"
 
 
 def question_groups(rows: Sequence[ManifestRow]) -> list[tuple[str, str]]:
@@ -153,15 +169,36 @@ def question_groups(rows: Sequence[ManifestRow]) -> list[tuple[str, str]]:
 
 @dataclass(slots=True)
 class ProtocolRun:
-    """Everything one run produced: settings, the split, study counts, every answer and the
-    models fitted on the fine-tune split (None without ``fit``)."""
+    """Everything one run produced: settings, the split of each fold, study counts, every
+    answer and each fold's models fitted on the fine-tune split (None without ``fit``)."""
 
     settings: ProtocolSettings
     memory_settings: Settings
-    split: Split
+    splits: tuple[Split, ...]
     data: dict[str, object]
     answers: list[Answered] = field(default_factory=list)
-    fitted: FittedModels | None = None
+    fitted_folds: tuple[FittedModels | None, ...] = ()
+
+    @property
+    def split(self) -> Split:
+        """The split of a one-fold run; raises :class:`InvalidInput` for a cross-validated one."""
+        if len(self.splits) != 1:
+            raise InvalidInput(f"this run has {len(self.splits)} folds: read splits, not split")
+        return self.splits[0]
+
+    @property
+    def fitted(self) -> FittedModels | None:
+        """The fitted models of a one-fold run (None without ``fit``); raises
+        :class:`InvalidInput` for a cross-validated one (read ``fitted_folds``)."""
+        if len(self.splits) != 1:
+            raise InvalidInput(f"this run has {len(self.splits)} folds: read fitted_folds, not fitted")
+        return self.fitted_folds[0] if self.fitted_folds else None
+
+    @property
+    def memory_free(self) -> bool:
+        """Whether the ``none`` row is the memory-free majority model (the nonparametric
+        backbone's: see :mod:`msm_mem.eval.protocol`) rather than the backbone alone."""
+        return memory_free(self.settings)
 
     @property
     def fitted_arms(self) -> tuple[str, ...]:

@@ -30,7 +30,16 @@ from .records import MODES, ProtocolRun, arm_config
 from .scores import ALL, METRICS, SCOPE_METRICS, finding_counts, scopes, summarise
 from .split import PHASES
 
-__all__ = ["METRICS", "finding_counts", "results_json", "summarise", "table1_markdown", "write_reports"]
+__all__ = [
+    "METRICS",
+    "arm_titles",
+    "finding_counts",
+    "fitted_file",
+    "results_json",
+    "summarise",
+    "table1_markdown",
+    "write_reports",
+]
 
 FINAL = PHASES[-1]
 _TYPE_TITLES = {
@@ -100,13 +109,29 @@ def _scope_title(kind: str, question: str) -> str:
 
 
 _ARM_TITLES = {
-    "none": "no memory (agent)",
+    "none": "no memory (backbone alone)",
     "ft": "no memory, fitted image model (FT)",
     "SEV-ft": "SEV, fitted backbone and router (MoE-FT)",
     "prior": "baseline: population prior",
     "copy-prior": "baseline: copy patient's last answer",
     "nearest-neighbour": "baseline: nearest neighbour (population)",
+    "view": "baseline: view only",
 }
+
+
+def arm_titles(run: ProtocolRun) -> dict[str, str]:
+    """Each arm's row title; the ``none`` row names the memory-free model it is."""
+    titles = dict(_ARM_TITLES)
+    if run.settings.backbone == "nonparametric":
+        titles["none"] = "no memory: majority answer of the training split"
+    return titles
+
+
+def _folds_text(run: ProtocolRun) -> str:
+    n = len(run.splits)
+    return "one patient split (30/60/10)" if n == 1 else f"{n}-fold patient-level cross-validation (answers pooled)"
+
+
 _MODE_TITLES = {
     "frozen": "Frozen probe: the validation patients answered against the memory after {phase}",
     "online": "Online: the {phase} studies, each answered before its write-back",
@@ -129,7 +154,8 @@ def table1_markdown(records: Sequence[dict[str, Any]], run: ProtocolRun, phase: 
         "",
         f"Data: {run.data['name']} ({run.data['labelled']} labelled questions, {run.data['patients']} patients; "
         f"fingerprint `{str(run.data['fingerprint'])[:16]}`). Encoder `{s.encoder}`, backbone `{s.backbone}`, "
-        f"feedback `{s.feedback}`, seed {s.seed}; gate tau {m.tau}, at least {m.min_answer_words} words"
+        f"feedback `{s.feedback}`, seed {s.seed}, {_folds_text(run)}; "
+        f"gate tau {m.tau}, at least {m.min_answer_words} words"
         f"{' (shorter answers: novelty only)' if m.structured_gate else ''}. "
         "Percent (CIDEr-D in [0, 10]); brackets: 95% bootstrap interval over patients.",
         "",
@@ -151,8 +177,9 @@ def table1_markdown(records: Sequence[dict[str, Any]], run: ProtocolRun, phase: 
                 "| Configuration | S | E | V | " + " | ".join(METRICS[k] for k in keys) + " |",
                 "|---|:-:|:-:|:-:|" + "---:|" * len(keys),
             ]
+            titles = arm_titles(run)
             for r in rows:
-                name = _ARM_TITLES.get(r["arm"], r["arm"])
+                name = titles.get(r["arm"], r["arm"])
                 marks = " | ".join(_mark(r["arm"], c) for c in "SEV")
                 lines.append(f"| {name} | {marks} | " + " | ".join(_pct(r[k], k) for k in keys) + " |")
             lines.append("")
@@ -214,10 +241,13 @@ def results_json(
 ) -> str:
     """Everything as canonical JSON (sorted keys, floats rounded to 6 places)."""
     m = run.memory_settings
-    split = {name: list(ids) for name, ids in zip(PHASES, run.split.phases, strict=True)}
-    split.update(finetune=list(run.split.finetune), validation=list(run.split.validation))
+    splits = []
+    for split in run.splits:
+        patients = {name: list(ids) for name, ids in zip(PHASES, split.phases, strict=True)}
+        patients.update(finetune=list(split.finetune), validation=list(split.validation))
+        splits.append({"fold": split.fold, "counts": split.counts(), "patients": patients})
     doc: dict[str, Any] = {
-        "format": "msm-mem-eval/2",
+        "format": "msm-mem-eval/3",
         "settings": {
             **asdict(run.settings),
             "bootstrap_resamples": n_boot,
@@ -236,16 +266,27 @@ def results_json(
             },
         },
         "data": run.data,
-        "split": {"counts": run.split.counts(), "patients": split},
+        "splits": splits,
         "metrics": list(records),
     }
-    if run.fitted is not None:
-        doc["fitted"] = {"file": "fitted.npz", **run.fitted.meta()}
+    fitted = [
+        {"fold": fold, "file": fitted_file(run, fold), **models.meta()}
+        for fold, models in enumerate(run.fitted_folds)
+        if models is not None
+    ]
+    if fitted:
+        doc["fitted"] = fitted
     if paired:
         doc["paired_bootstrap"] = {"resamples": n_boot, "seed": run.settings.seed, "tests": list(paired)}
     if cohorts:
         doc["cohorts"] = list(cohorts)
     return json.dumps(_round(doc), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def fitted_file(run: ProtocolRun, fold: int) -> str:
+    """The file name of a fold's fitted models: ``fitted.npz``, or ``fitted-fold<k>.npz`` in a
+    cross-validated run."""
+    return "fitted.npz" if len(run.splits) == 1 else f"fitted-fold{fold}.npz"
 
 
 def write_reports(run: ProtocolRun, out: Path, *, n_boot: int = 1000) -> list[dict[str, Any]]:
@@ -262,14 +303,15 @@ def write_reports(run: ProtocolRun, out: Path, *, n_boot: int = 1000) -> list[di
         (out / "paired.md").write_text(
             "# Paired bootstrap tests at " + FINAL + "\n\n" + "\n".join(sections), encoding="utf-8"
         )
-    if run.fitted is not None:
-        run.fitted.save(out / "fitted.npz")
+    for fold, models in enumerate(run.fitted_folds):
+        if models is not None:
+            models.save(out / fitted_file(run, fold))
     (out / "table1.csv").write_text(_csv(final), encoding="utf-8")
     (out / "phases.md").write_text(_phases_markdown(records, run), encoding="utf-8")
     (out / "phases.csv").write_text(_csv(records), encoding="utf-8")
     tests = [p.to_json() for p in paired]
     cohorts = cohort_records(run, n_boot=n_boot)
-    (out / "cohorts.md").write_text(cohorts_markdown(cohorts, run, titles=_ARM_TITLES), encoding="utf-8")
+    (out / "cohorts.md").write_text(cohorts_markdown(cohorts, run, titles=arm_titles(run)), encoding="utf-8")
     doc = results_json(records, run, n_boot=n_boot, paired=tests, cohorts=cohorts)
     (out / "results.json").write_text(doc, encoding="utf-8")
     lines = (json.dumps(asdict(a), ensure_ascii=False, sort_keys=True) for a in run.answers)

@@ -204,16 +204,23 @@ def summarise(run: ProtocolRun, *, n_boot: int = 1000) -> list[dict[str, Any]]:
             for phase in PHASES:
                 for arm in run.arms:
                     if answers := groups.get((kind, question, mode, phase, arm)):
+                        fixed = arm == "none" and run.memory_free
                         record = {
                             "question_type": kind,
                             "question": question,
                             "mode": mode,
                             "phase": phase,
                             "arm": arm,
-                            "kind": "memory" if arm in CONFIGS else "fitted" if arm in FITTED_ARMS else "baseline",
+                            "kind": "memory-free"
+                            if fixed
+                            else "memory"
+                            if arm in CONFIGS
+                            else "fitted"
+                            if arm in FITTED_ARMS
+                            else "baseline",
                             **_score(kind, answers, n_boot, run.settings.seed),
                         }
-                        if arm_config(arm) is not None:  # an agent arm: memory or fitted
+                        if arm_config(arm) is not None and not fixed:  # an agent arm: memory or fitted
                             record["evidence_recall"] = evidence_recall(answers)
                         out.append(record)
     return out

@@ -15,6 +15,11 @@ remainder method:
 
 Which patients fall where is a seeded shuffle of the sorted patient ids
 (``numpy.random.default_rng(seed)``), so the split depends only on the set of ids and the seed.
+
+Cross-validation (:func:`fold_patients`): the shuffled patients are cut into ``folds`` parts of
+near-equal size (largest remainder); fold ``k`` validates on part ``k`` and splits the other
+patients into memory and fine-tune by the same 30:60 weights (and the memory into its phases as
+above), so every patient is validated exactly once over the folds.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import numpy as np
 
 from .._errors import InvalidInput
 
-__all__ = ["PHASES", "PHASE_SHARES", "SPLIT_SHARES", "Split", "largest_remainder", "split_patients"]
+__all__ = ["PHASES", "PHASE_SHARES", "SPLIT_SHARES", "Split", "fold_patients", "largest_remainder", "split_patients"]
 
 #: memory, fine-tune, validation (fractions of all patients)
 SPLIT_SHARES: tuple[float, float, float] = (0.30, 0.60, 0.10)
@@ -71,13 +76,16 @@ class Split:
 
     ``phases`` holds the memory split's five parts in :data:`PHASES` order (Base, WB1..WB4);
     ``finetune`` is kept for the paper's shape (a nonparametric backbone trains on nothing).
-    Each tuple is sorted.
+    Each tuple is sorted. ``fold`` is this split's fold (0-based) of ``folds``; one fold is
+    the paper's single 30/60/10 split.
     """
 
     phases: tuple[tuple[str, ...], ...]
     finetune: tuple[str, ...]
     validation: tuple[str, ...]
     seed: int
+    fold: int = 0
+    folds: int = 1
 
     @property
     def memory(self) -> tuple[str, ...]:
@@ -117,14 +125,67 @@ def split_patients(
         raise InvalidInput(f"a subject-level split needs at least 3 patients, got {len(ids)}")
     if len(shares) != 3 or len(phase_shares) != len(PHASES):
         raise InvalidInput(f"need 3 split shares and {len(PHASES)} phase shares")
-    order = [ids[i] for i in np.random.default_rng(seed).permutation(len(ids))]
+    order = _shuffled(ids, seed)
     n_mem, n_ft, n_val = largest_remainder(len(ids), shares)
     if n_val == 0 or n_mem == 0:  # only with a zero share
         raise InvalidInput(f"shares {list(shares)} leave the memory or validation split empty")
     memory, finetune, validation = order[:n_mem], order[n_mem : n_mem + n_ft], order[n_mem + n_ft :]
+    return Split(_phases(memory, phase_shares), tuple(sorted(finetune)), tuple(sorted(validation)), seed)
+
+
+def fold_patients(
+    patient_ids: Iterable[str],
+    folds: int,
+    *,
+    seed: int = 0,
+    shares: Sequence[float] = SPLIT_SHARES,
+    phase_shares: Sequence[float] = PHASE_SHARES,
+) -> tuple[Split, ...]:
+    """Patient-level cross-validation: ``folds`` splits whose validation parts are disjoint and
+    cover every patient (see the module docstring). ``folds == 1`` is :func:`split_patients`.
+    Only the memory and fine-tune weights of ``shares`` are read when ``folds > 1``. Raises
+    :class:`InvalidInput` when ``folds`` is not a whole number from 1 to the number of patients
+    less two (every fold needs a memory patient and a validation patient besides)."""
+    ids = sorted(set(patient_ids))
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 1:
+        raise InvalidInput(f"folds must be a whole number of at least 1, got {folds!r}")
+    if folds == 1:
+        return (split_patients(ids, seed=seed, shares=shares, phase_shares=phase_shares),)
+    if len(ids) < folds + 2:
+        raise InvalidInput(f"{folds} folds need at least {folds + 2} patients, got {len(ids)}: use fewer folds")
+    if len(shares) != 3 or len(phase_shares) != len(PHASES):
+        raise InvalidInput(f"need 3 split shares and {len(PHASES)} phase shares")
+    order = _shuffled(ids, seed)
+    out: list[Split] = []
+    start = 0
+    for fold, size in enumerate(largest_remainder(len(ids), [1.0] * folds)):
+        validation = order[start : start + size]
+        rest = order[:start] + order[start + size :]
+        start += size
+        n_mem, _ = largest_remainder(len(rest), shares[:2])
+        if n_mem == 0:
+            raise InvalidInput(f"shares {list(shares)} leave the memory split empty")
+        out.append(
+            Split(
+                _phases(rest[:n_mem], phase_shares),
+                tuple(sorted(rest[n_mem:])),
+                tuple(sorted(validation)),
+                seed,
+                fold,
+                folds,
+            )
+        )
+    return tuple(out)
+
+
+def _shuffled(ids: list[str], seed: int) -> list[str]:
+    return [ids[i] for i in np.random.default_rng(seed).permutation(len(ids))]
+
+
+def _phases(memory: list[str], phase_shares: Sequence[float]) -> tuple[tuple[str, ...], ...]:
     phases: list[tuple[str, ...]] = []
     start = 0
-    for count in largest_remainder(n_mem, phase_shares):
+    for count in largest_remainder(len(memory), phase_shares):
         phases.append(tuple(sorted(memory[start : start + count])))
         start += count
-    return Split(tuple(phases), tuple(sorted(finetune)), tuple(sorted(validation)), seed)
+    return tuple(phases)

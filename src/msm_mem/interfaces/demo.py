@@ -50,6 +50,7 @@ _NAMES = {
     "prior": "population prior",
     "copy-prior": "copy of the patient's last answer",
     "nearest-neighbour": "nearest neighbour",
+    "view": "view only",
 }
 
 

@@ -18,6 +18,8 @@ from .registry import command
 __all__ = ["cmd_demo", "cmd_eval"]
 
 _SHOWN = 50  # bad rows printed one by one
+#: the evaluation's cross-validation folds unless --folds says otherwise
+DEFAULT_FOLDS = 5
 
 
 def _configure_demo(p: argparse.ArgumentParser) -> None:
@@ -57,7 +59,16 @@ def _configure_eval(p: argparse.ArgumentParser) -> None:
         help="truth: the reference arrives after each answer as a critic verdict; none: it never does",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the patient split and the bootstrap")
-    p.add_argument("--no-baselines", action="store_true", help="skip the prior, copy-prior and nearest-neighbour")
+    p.add_argument(
+        "--folds",
+        type=int,
+        default=DEFAULT_FOLDS,
+        help=f"patient-level cross-validation folds; each validates on its own patients, so every patient is "
+        f"probed once (default {DEFAULT_FOLDS}; 1: the paper's single 30/60/10 split; at least folds + 2 patients)",
+    )
+    p.add_argument(
+        "--no-baselines", action="store_true", help="skip the prior, copy-prior, nearest-neighbour and view baselines"
+    )
     p.add_argument(
         "--no-fit",
         action="store_true",
@@ -108,18 +119,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     --dataset manifest FILE evaluates any manifest (CSV or JSONL, docs/manifest.md): every
     bad row is printed with its line and the good ones are evaluated. Rows are grouped by
     (question_type, question); each group runs the protocol on memories of its own. Patients
-    are split 30/60/10 (memory / fine-tune / validation; at least 3 labelled patients); the
-    memory split's Base part builds the base memory and WB1..WB4 are write-back phases. For
+    are cut into --folds folds (default 5); each fold validates on its own patients and splits
+    the others 30:60 into memory and fine-tune, so every patient is probed once and the scores
+    pool the folds (--folds 1: the paper's single 30/60/10 split). The memory split's Base part
+    builds the base memory and WB1..WB4 are write-back phases. For
     each group a memory-free image model and a router over the memory experts are fitted on
     the fine-tune patients only (rows ft and SEV-ft beside the untrained ones; --no-fit skips
     them). Each configuration (and each baseline) is scored online (each phase's studies
     answered before write-back) and frozen (the validation patients answered against a copy of
     the memory after each phase), per question type and overall; S+E+V is compared with each
-    rival by a paired bootstrap in each of those scopes. Writes OUT/table1.md and .csv,
-    phases.md and .csv, paired.md, results.json, answers.jsonl, fitted.npz (the fitted
-    parameters, which MsmMem.open(..., backbone="fitted", backbone_options={"path": ...})
-    loads) and PNG plots, and prints Table 1. The same data, options and seed give identical
-    files. The stores it builds are its own (temporary), so it takes no acting principal."""
+    rival by a paired bootstrap in each of those scopes; first studies and follow-ups are
+    scored apart (cohorts.md). With the nonparametric backbone the no-memory row is the
+    training split's majority answer. Writes OUT/table1.md and .csv, phases.md and .csv,
+    paired.md, cohorts.md, results.json, answers.jsonl, fitted-fold<k>.npz per fold (fitted.npz
+    with one fold: the fitted parameters, which MsmMem.open(..., backbone="fitted",
+    backbone_options={"path": ...}) loads) and PNG plots, and prints Table 1. The same data,
+    options and seed give identical files. The stores it builds are its own (temporary), so it
+    takes no acting principal."""
     from ...datasets.registry import load_dataset
     from ...eval.baselines import BASELINES
     from ...eval.protocol import ProtocolSettings, parse_configs, run_protocol
@@ -136,6 +152,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         feedback=args.feedback,
         seed=args.seed,
         fit=not args.no_fit,
+        folds=args.folds,
     )
     if args.bootstrap < 1:
         raise InvalidInput("--bootstrap must be at least 1")
