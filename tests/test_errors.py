@@ -13,6 +13,7 @@ from msm_mem._errors import (
     AccessDenied,
     AuditChainBroken,
     BackendError,
+    BackendUnavailable,
     CanonicalJSONError,
     CheckpointKeyMissing,
     ConsentDenied,
@@ -48,6 +49,7 @@ EXPECTED: dict[type[Exception], tuple[type[Exception], type[Exception]]] = {
     AuditChainBroken: (IntegrityError, RuntimeError),
     DecryptionError: (IntegrityError, RuntimeError),
     BackendError: (MsmMemError, RuntimeError),
+    BackendUnavailable: (BackendError, RuntimeError),
     MissingExtra: (MsmMemError, ImportError),
 }
 

@@ -99,6 +99,10 @@ def _operations(tmp: Path) -> dict[str, tuple[Callable[[Any, Principal], object]
     def consolidate(m: Any, p: Principal) -> object:
         return m.consolidate(p, "P1", PREPARED[id(m)], "Stable right lower lobe consolidation.")
 
+    def record_answer(m: Any, p: Principal) -> object:
+        model = {"backbone": "openai", "model": "llava-med"}
+        return m.record_answer(p, "P1", PREPARED[id(m)], "Stable right lower lobe consolidation.", model=model)
+
     def ingest(m: Any, p: Principal) -> object:
         row = ManifestRow("P1", "S-new", 1_700_000_000.0, str(png(tmp, 7)), "What is the impression?", "Clear.")
         return m.ingest(p, [row])
@@ -117,6 +121,8 @@ def _operations(tmp: Path) -> dict[str, tuple[Callable[[Any, Principal], object]
         "ask": (lambda m, p: m.ask(p, "P1", img, "What is the impression?"), AGENT, RESEARCHER),
         "ask_many": (lambda m, p: m.ask_many(p, [msm_mem.Query("P1", img, "Impression?")]), AGENT, RESEARCHER),
         "retrieve": (lambda m, p: m.retrieve(p, "P1", img), AGENT, RESEARCHER),
+        "context": (lambda m, p: m.context(p, "P1", img, "What is the impression?"), AGENT, RESEARCHER),
+        "record_answer": (record_answer, AGENT, RESEARCHER),
         "observe": (lambda m, p: m.observe(p, "P1", img, "Any change?"), AGENT, RESEARCHER),
         "consolidate": (consolidate, AGENT, RESEARCHER),
         "feedback": (lambda m, p: m.feedback(p, "P1", "S0", accept=True), CRITIC, AGENT),
@@ -149,6 +155,7 @@ def _operations(tmp: Path) -> dict[str, tuple[Callable[[Any, Principal], object]
 PREPARED: dict[int, str] = {}
 PREPARE: dict[str, Callable[[Any, Path], str]] = {
     "consolidate": lambda m, tmp: m.observe(AGENT, "P1", str(png(tmp, 98)), "Any change?").item_id,
+    "record_answer": lambda m, tmp: m.context(AGENT, "P1", str(png(tmp, 98)), "Any change?").context_id,
     "revoke": lambda m, tmp: m.consents(ADMIN)[0].consent_id,
 }
 

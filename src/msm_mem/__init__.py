@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 
 from ._agent.agent import AgentAnswer, Evidence, Query
+from ._agent.answer import ModelRef
 from ._agent.offline import IngestReport
 from ._agent.router import ExpertWeights, FixedRouter, LearnedRouter, fit_router
 from ._api import MsmMem
 from ._api.access import OPERATIONS, Operation
 from ._api.care import Retrieved, RetrievedItem
+from ._api.context import FusedContext, RecordedAnswer
 from ._api.reads import RecordPage
 from ._api.trail import AuditTrail
 from ._client import AsyncMemoryClient, MemoryClient
@@ -24,6 +26,7 @@ from ._errors import (
     AccessDenied,
     AuditChainBroken,
     BackendError,
+    BackendUnavailable,
     CanonicalJSONError,
     CheckpointKeyMissing,
     ConsentDenied,
@@ -80,6 +83,7 @@ __all__ = [
     "BackboneReply",
     "BackboneRequest",
     "BackendError",
+    "BackendUnavailable",
     "CanonicalJSONError",
     "Checkpoint",
     "CheckpointKeyMissing",
@@ -96,6 +100,7 @@ __all__ = [
     "ExpertWeights",
     "FixedClock",
     "FixedRouter",
+    "FusedContext",
     "GateDecision",
     "Hit",
     "IllegalTransition",
@@ -111,6 +116,7 @@ __all__ = [
     "ManifestRow",
     "MemoryClient",
     "MissingExtra",
+    "ModelRef",
     "MsmMem",
     "MsmMemError",
     "NotFound",
@@ -120,6 +126,7 @@ __all__ = [
     "Purpose",
     "Query",
     "RecordPage",
+    "RecordedAnswer",
     "Retrieved",
     "RetrievedItem",
     "Role",

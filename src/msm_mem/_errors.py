@@ -20,7 +20,8 @@ do not know this library::
     +-- IntegrityError(RuntimeError)
     |   +-- AuditChainBroken                the audit chain or its checkpoints do not verify
     |   +-- DecryptionError                 a ciphertext that fails authentication or was shredded
-    +-- BackendError(RuntimeError)          a model backend failed (timeout, malformed reply)
+    +-- BackendError(RuntimeError)          a model backend failed (malformed or refused reply)
+    |   +-- BackendUnavailable              the model server cannot be reached, times out or is overloaded
     +-- MissingExtra(ImportError)           an optional dependency is not installed
 
 The HTTP layer maps these to status codes in one table; the CLI maps them to exit codes.
@@ -32,6 +33,7 @@ __all__ = [
     "AccessDenied",
     "AuditChainBroken",
     "BackendError",
+    "BackendUnavailable",
     "CanonicalJSONError",
     "CheckpointKeyMissing",
     "ConsentDenied",
@@ -126,6 +128,10 @@ class DecryptionError(IntegrityError):
 
 class BackendError(MsmMemError, RuntimeError):
     """A model backend failed: timeout, transport error or a malformed reply."""
+
+
+class BackendUnavailable(BackendError):
+    """The model server cannot be reached, timed out, or answered 429 or 5xx after every retry."""
 
 
 class MissingExtra(MsmMemError, ImportError):

@@ -15,6 +15,7 @@ from ._errors import (
     AccessDenied,
     AuditChainBroken,
     BackendError,
+    BackendUnavailable,
     CanonicalJSONError,
     CheckpointKeyMissing,
     ConsentDenied,
@@ -69,6 +70,7 @@ LIBRARY: tuple[Problem, ...] = (
     Problem(AuditChainBroken, 409, "audit-chain-broken", "The audit chain does not verify"),
     Problem(DecryptionError, 500, "decryption-error", "A ciphertext failed authentication"),
     Problem(IntegrityError, 500, "integrity-error", "Stored data failed an integrity check"),
+    Problem(BackendUnavailable, 503, "backend-unavailable", "The model server is unavailable"),
     Problem(BackendError, 502, "backend-error", "The model backend failed"),
     Problem(MissingExtra, 501, "missing-extra", "An optional dependency is not installed"),
 )

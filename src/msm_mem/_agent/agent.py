@@ -23,7 +23,7 @@ shredding their patient removes it.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -33,24 +33,45 @@ import numpy.typing as npt
 from .._errors import BackendError, InvalidInput, MsmMemError
 from .._limits import check_observation
 from .._memory.claim_evidence import question_key, question_of, study_of
-from .._memory.fusion import fuse
+from .._memory.fusion import FusedPrompt, fuse
 from .._memory.population import deidentified_text, derived_source
 from .._memory.ranking import Score, rank_key, verified_first
 from .._memory.studies import study_time
 from .._memory.tiers import GovernedMemory, Turn
 from .._principal import Principal
 from .._records import Claim, EpisodicRecord, Hit, SemanticState, State, VisualRecord
+from .._tier_records import StmItem
 from ..plugins.backbones.base import Backbone, BackboneRequest, Candidate
 from ..plugins.backbones.nonparametric import NonparametricBackbone
 from ..plugins.encoders.base import Encoder
-from .answer import AgentAnswer, Evidence, Query
+from .answer import AgentAnswer, Evidence, ModelRef, Query
 from .policy import MEMORIES, HeuristicPolicy, MemoryName, PolicyQuery, RetrievalPolicy, RetrievalStep, Step
 from .replies import checked as _checked
 from .replies import scrubbed as _scrubbed
-from .router import ROUTER_FILE, ExpertWeights, FixedRouter, LearnedRouter, Router, features_from
+from .router import ROUTER_FILE, ExpertWeights, FixedRouter, LearnedRouter, Router, RouterFeatures, features_from
 from .stored import pixels
 
-__all__ = ["AgentAnswer", "Evidence", "MemoryAgent", "Query"]
+__all__ = ["AgentAnswer", "Evidence", "MemoryAgent", "Prepared", "Query"]
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What :meth:`MemoryAgent.prepare` made of a query: the STM item observed, the backbone's
+    request (fused prompt, candidates, prior, image), the fused prompt with its included and
+    dropped ids, the character budget it was fused under, the evidence trail (with ``studies``
+    aligned to it), and the policy's steps, the expert weights, the router's features and the
+    candidates before the router."""
+
+    item: StmItem
+    request: BackboneRequest
+    prompt: FusedPrompt
+    budget_chars: int
+    evidence: tuple[Evidence, ...]
+    studies: tuple[str, ...]
+    steps: tuple[RetrievalStep, ...]
+    weights: ExpertWeights
+    features: RouterFeatures
+    raw: tuple[Candidate, ...]
 
 
 @dataclass
@@ -255,6 +276,72 @@ class MemoryAgent:
         got.claims.sort(key=lambda h: -h.score)
         return got
 
+    def prepare(self, turn: Turn, query: Query, flags: Mapping[MemoryName, bool]) -> Prepared:
+        """The first half of :meth:`ask` inside ``turn``: the query observed into STM, the policy's
+        reads, the router, the candidates and the fused prompt: everything a backbone is given.
+        ``query`` must be checked (:func:`~msm_mem._limits.check_observation`)."""
+        allowed = frozenset(m for m in MEMORIES if flags[m])
+        img, media = pixels(self.memory.store, query.patient_id, query.image, self.directory)
+        z = self.encoder.encode([img])[0]
+        at = self._clinical_time(query)
+        item = self.gm.observe(
+            turn,
+            z,
+            query.question,
+            timestamp=at,
+            media_path=media,
+            visual_tag=query.visual_tag,
+            study_id=query.study_id,
+        )
+        got = self._gather(turn, z, at, PolicyQuery(query.question, allowed))
+        features = features_from(got.own, at)
+        routed = self.router.route(features)
+        if not isinstance(routed, ExpertWeights):
+            raise InvalidInput(f"the router returned {type(routed).__name__}, not ExpertWeights")
+        weights = ExpertWeights(**{m: routed.of(m) if flags[m] else 0.0 for m in MEMORIES})
+        on = frozenset(m for m in MEMORIES if weights.of(m) > 0.0)
+        raw = self._candidates(got.own)
+        candidates = tuple(
+            replace(c, weight=c.weight * weights.of(_expert(c.kind))) for c in raw if _expert(c.kind) in on
+        )
+        prior = tuple(
+            replace(c, weight=c.weight * weights.of(c.kind))
+            for c in self._candidates(got.prior, population=True)
+            if c.kind in on
+        )
+        budget = self.memory.settings.prompt_budget_chars
+        prompt = fuse(
+            [s for s in got.semantic if "semantic" in on],
+            got.episodic if "episodic" in on else [],
+            got.visual if "visual" in on else [],
+            query.question,
+            budget_chars=budget,
+            claims=got.claims if "semantic" in on else [],
+        )
+        request = BackboneRequest(
+            prompt.text,
+            query.question,
+            candidates,
+            prior,
+            img,
+            options={"expert_weights": weights.to_json()},
+            question_key=question_key(query.question),
+        )
+        own = [(h, sc) for h, sc in got.own if _expert(h.kind) in on]
+        offered = {c.id for c in prior}
+        evidence = tuple(
+            Evidence(h.id, h.kind, sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight, _tier(h))
+            for h, sc in own
+        ) + tuple(
+            Evidence(
+                h.id, f"population-{h.kind}", sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight, _tier(h)
+            )
+            for h, sc in got.prior
+            if h.id in offered
+        )
+        studies = self._studies([h for h, _ in own]) + ("",) * (len(evidence) - len(own))
+        return Prepared(item, request, prompt, budget, evidence, studies, tuple(got.steps), weights, features, raw)
+
     def ask(
         self,
         principal: Principal,
@@ -269,106 +356,54 @@ class MemoryAgent:
 
         A failure (unreadable image, backbone error or malformed reply, a policy returning
         something other than a step) raises after auditing the consent decision, the reads that
-        happened and the error; nothing else is written.
+        happened and the error; nothing else is written. The answer's audit event (``answer``)
+        names the STM item, the model (:attr:`ModelRef.audit_id`) and the ids the answer cites.
         """
         question, study_id, visual_tag = check_observation(
             query.question, study_id=query.study_id, visual_tag=query.visual_tag
         )
         query = replace(query, question=question, study_id=study_id, visual_tag=visual_tag)
         flags: dict[MemoryName, bool] = {"semantic": use_sem, "episodic": use_epi, "visual": use_vis}
-        allowed = frozenset(m for m in MEMORIES if flags[m])
         turn = self.gm.begin(principal, query.patient_id)
         try:
-            img, media = pixels(self.memory.store, query.patient_id, query.image, self.directory)
-            z = self.encoder.encode([img])[0]
-            at = self._clinical_time(query)
-            item = self.gm.observe(
-                turn,
-                z,
-                query.question,
-                timestamp=at,
-                media_path=media,
-                visual_tag=query.visual_tag,
-                study_id=query.study_id,
-            )
-            got = self._gather(turn, z, at, PolicyQuery(query.question, allowed))
-            features = features_from(got.own, at)
-            routed = self.router.route(features)
-            if not isinstance(routed, ExpertWeights):
-                raise InvalidInput(f"the router returned {type(routed).__name__}, not ExpertWeights")
-            weights = ExpertWeights(**{m: routed.of(m) if flags[m] else 0.0 for m in MEMORIES})
-            on = {m for m in MEMORIES if weights.of(m) > 0.0}
-            raw = self._candidates(got.own)
-            candidates = tuple(
-                replace(c, weight=c.weight * weights.of(_expert(c.kind))) for c in raw if _expert(c.kind) in on
-            )
-            prior = tuple(
-                replace(c, weight=c.weight * weights.of(c.kind))
-                for c in self._candidates(got.prior, population=True)
-                if c.kind in on
-            )
-            prompt = fuse(
-                [s for s in got.semantic if "semantic" in on],
-                got.episodic if "episodic" in on else [],
-                got.visual if "visual" in on else [],
-                query.question,
-                budget_chars=self.memory.settings.prompt_budget_chars,
-                claims=got.claims if "semantic" in on else [],
-            )
-            request = BackboneRequest(
-                prompt.text,
-                query.question,
-                candidates,
-                prior,
-                img,
-                options={"expert_weights": weights.to_json()},
-                question_key=question_key(query.question),
-            )
+            prep = self.prepare(turn, query, flags)
+            request = prep.request
             try:
                 reply = _checked(self.backbone.generate(request), self.backbone.name)
             except MsmMemError:
                 raise
             except Exception as exc:  # any other backbone failure is a backend error, audited below
                 raise BackendError(f"backbone {self.backbone.name!r} failed: {type(exc).__name__}: {exc}") from exc
-            derived = [c.id for c in prior if c.id in reply.cited or reply.source == "population-prior"]
+            derived = [c.id for c in request.prior if c.id in reply.cited or reply.source == "population-prior"]
             if derived:  # the agent's answer from population experience: scrubbed, its sources named
                 reply = _scrubbed(reply)
+            model = ModelRef.reported(self.backbone.name, reply.model, reply.model_version)
+            cited = tuple(i for i in reply.cited if i in {e.id for e in prep.evidence})
+            self.gm._event(turn, "answer", "stm", "stm", [prep.item.item_id, model.audit_id, *cited])
             gate = None
             if write_back:
                 source = derived_source(derived) if derived else "agent"
-                gate = self.gm.consolidate(turn, item, reply.answer, decision=reply.decision, source=source).gate
+                gate = self.gm.consolidate(turn, prep.item, reply.answer, decision=reply.decision, source=source).gate
             self.gm.commit(turn)
         except MsmMemError as exc:
             if turn.audit:
                 self.gm.fail(turn, exc)
             raise
-        offered = {c.id for c in prior}
-        own = [(h, sc) for h, sc in got.own if _expert(h.kind) in on]
-        evidence = tuple(
-            Evidence(h.id, h.kind, sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight, _tier(h))
-            for h, sc in own
-        ) + tuple(
-            Evidence(
-                h.id, f"population-{h.kind}", sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight, _tier(h)
-            )
-            for h, sc in got.prior
-            if h.id in offered
-        )
-        studies = self._studies([h for h, _ in own]) + ("",) * (len(evidence) - len(own))
         return AgentAnswer(
             reply.answer,
-            evidence,
+            prep.evidence,
             gate,
-            prompt.text,
+            prep.prompt.text,
             self.backbone.name,
             reply.source,
             reply.decision,
-            tuple(got.steps),
-            weights,
-            features,
-            raw,
-            tuple(i for i in reply.cited if i in {e.id for e in evidence}),
-            studies,
+            prep.steps,
+            prep.weights,
+            prep.features,
+            prep.raw,
+            cited,
+            prep.studies,
+            model,
         )
 
     def ask_many(

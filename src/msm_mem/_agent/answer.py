@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from .._errors import InvalidInput
 from .._memory.gate import GateDecision
 from ..plugins.backbones.base import Candidate
 from .policy import RetrievalStep
 from .router import ExpertWeights, RouterFeatures
 from .stored import StoredStudy
 
-__all__ = ["AgentAnswer", "Evidence", "Query"]
+__all__ = ["MODEL_PART", "AgentAnswer", "Evidence", "ModelRef", "Query"]
+
+MODEL_PART = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:+/-]{0,127}\Z")
+"""What a backbone name, a model id or a model version may hold: a letter or digit, then up
+to 127 letters, digits and ``. _ : + / -`` (the ids model servers use, never free text)."""
+
+_OUTSIDE_PART = re.compile(r"[^A-Za-z0-9._:+/-]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +74,55 @@ class Query:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelRef:
+    """The model that produced an answer: the ``backbone`` (a plugin name, or what an agent
+    calls its own model's family, e.g. ``openai``), the ``model`` id (e.g.
+    ``llava-hf/llava-1.5-7b-hf``; "" for a backbone with no separate model) and its ``version``
+    where the server reports one ("" otherwise). Each part matches :data:`MODEL_PART`
+    (:class:`InvalidInput` otherwise), so it can go into the audit trail as an id."""
+
+    backbone: str
+    model: str = ""
+    version: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("backbone", "model", "version"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise InvalidInput(f"model {name} must be a string, got {type(value).__name__}")
+            if (value or name == "backbone") and not MODEL_PART.match(value):
+                raise InvalidInput(
+                    f"model {name} {value[:40]!r} must be 1-128 characters: a letter or digit, then letters, "
+                    "digits and . _ : + / -"
+                )
+
+    @classmethod
+    def reported(cls, backbone: str, model: str = "", version: str = "") -> ModelRef:
+        """A reference from what a model server reported: characters outside
+        :data:`MODEL_PART` become ``_`` and each part is cut to 128 characters (a server's
+        text is never refused, only made safe to audit)."""
+
+        def safe(text: str) -> str:
+            cleaned = _OUTSIDE_PART.sub("_", text.strip()).lstrip("._:+/-")[:128]
+            return cleaned
+
+        return cls(safe(backbone) or "unknown", safe(model), safe(version))
+
+    @property
+    def audit_id(self) -> str:
+        """``model:<backbone>[/<model>][@<version>]``: how the audit trail names the model."""
+        return (
+            "model:"
+            + self.backbone
+            + (f"/{self.model}" if self.model else "")
+            + (f"@{self.version}" if self.version else "")
+        )
+
+    def to_json(self) -> dict[str, str]:
+        return {"backbone": self.backbone, "model": self.model, "version": self.version}
+
+
+@dataclass(frozen=True, slots=True)
 class AgentAnswer:
     """The answer, its evidence trail, the gate decision (None when write-back is off).
 
@@ -75,7 +132,7 @@ class AgentAnswer:
     (aligned with ``evidence``: the patient's own study each line is about, "" for the semantic
     state and population experience; for evidence recall). ``cited`` are the ids of the
     evidence the backbone says the answer rests on (a subset of the evidence trail's ids; empty
-    when it names none).
+    when it names none). ``model`` is the model that answered, as the audit trail names it.
     """
 
     answer: str
@@ -91,10 +148,12 @@ class AgentAnswer:
     candidates: tuple[Candidate, ...] = ()
     cited: tuple[str, ...] = ()
     studies: tuple[str, ...] = ()
+    model: ModelRef | None = None
 
     def to_json(self) -> dict[str, object]:
         """The documented JSON shape: ``answer``, ``evidence`` [{id, kind, score, factors...}],
-        ``gate`` {written, reasons}, plus ``backbone`` and ``source``."""
+        ``gate`` {written, reasons}, plus ``backbone``, ``source``, ``decision`` and ``model``
+        {backbone, model, version}."""
         gate = {"written": self.gate.written, "reasons": list(self.gate.reasons)} if self.gate else None
         return {
             "answer": self.answer,
@@ -103,4 +162,5 @@ class AgentAnswer:
             "backbone": self.backbone,
             "source": self.source,
             "decision": self.decision,
+            "model": self.model.to_json() if self.model is not None else None,
         }

@@ -25,6 +25,8 @@ class Operation(StrEnum):
     INGEST = "ingest"
     ASK = "ask"
     RETRIEVE = "retrieve"
+    CONTEXT = "context"
+    RECORD_ANSWER = "record_answer"
     OBSERVE = "observe"
     CONSOLIDATE = "consolidate"
     FEEDBACK = "feedback"
@@ -86,6 +88,9 @@ OPERATIONS = OperationTable(
         Operation.INGEST: frozenset({Role.SYSTEM, Role.CLINICIAN}),
         Operation.ASK: _CARE,
         Operation.RETRIEVE: _READERS,
+        # the two halves of ask for an agent's own model: the same roles as ask
+        Operation.CONTEXT: _CARE,
+        Operation.RECORD_ANSWER: _CARE,
         Operation.OBSERVE: _CARE | {Role.SYSTEM},
         Operation.CONSOLIDATE: _CARE | {Role.SYSTEM},
         Operation.FEEDBACK: frozenset({Role.CRITIC, Role.CLINICIAN}),

@@ -18,6 +18,7 @@ from .._memory.msm import WriteResult
 from .._memory.studies import study_time
 from .._principal import Principal
 from .._records import EpisodicRecord, ManifestRow, SemanticState, VisualRecord
+from .._storage.base import Store
 from .._tier_records import Claim, StmItem, StmState
 from .access import Operation
 from .base import _Base
@@ -212,12 +213,8 @@ class _Care(_Base):
         decision = check_text("decision", decision, MAX_TEXT_CHARS)
         turn = self._gm.begin(p, patient_id)
         try:
-            found = [i for i in self._store.stm_get([item_id]) if i.patient_id == patient_id]
-            if not found:
-                raise NotFound(f"no short-term item {item_id!r} for this patient")
-            if found[0].state != StmState.ACTIVE:
-                raise IllegalTransition(f"short-term item {item_id!r} is {found[0].state.value}, not active")
-            result = self._gm.consolidate(turn, found[0], answer, decision=decision)
+            item = _active_item(self._store, patient_id, item_id)
+            result = self._gm.consolidate(turn, item, answer, decision=decision)
         except MsmMemError as exc:
             self._gm.fail(turn, exc)
             raise
@@ -247,6 +244,17 @@ class _Care(_Base):
         return Corrections(self._gm).critic_verdict(
             p, patient_id, study_id, accept=accept, correction=correction, decision=decision, question=question
         )
+
+
+def _active_item(store: Store, patient_id: str, item_id: str) -> StmItem:
+    """The patient's active short-term item ``item_id``: NotFound when the patient has none of
+    that id, IllegalTransition when it is no longer active (consolidated, discarded, expired)."""
+    found = [i for i in store.stm_get([item_id]) if i.patient_id == patient_id]
+    if not found:
+        raise NotFound(f"no short-term item {item_id!r} for this patient")
+    if found[0].state != StmState.ACTIVE:
+        raise IllegalTransition(f"short-term item {item_id!r} is {found[0].state.value}, not active")
+    return found[0]
 
 
 def _one_image(image: object, image_study: object) -> object:

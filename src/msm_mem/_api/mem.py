@@ -51,6 +51,7 @@ from ..plugins.encoders import Encoder, get_encoder
 from .access import Operation, require
 from .admin import _Admin
 from .care import _Care
+from .context import _Context
 from .reads import _Reads
 from .scope import _Scope
 from .trail import _Trail
@@ -87,8 +88,9 @@ def _encoder(encoder: str | Encoder, options: Mapping[str, Any] | None) -> Encod
     return encoder
 
 
-class MsmMem(_Care, _Reads, _Admin, _Trail, _Scope):
-    """One governed memory store: ingest, ask, retrieve, observe, consolidate, feedback, reads,
+class MsmMem(_Care, _Context, _Reads, _Admin, _Trail, _Scope):
+    """One governed memory store: ingest, ask, context, record_answer, retrieve, observe,
+    consolidate, feedback, reads,
     consent, keys, audit, maintenance, export and import, each called with a principal.
 
     Open with :meth:`init` (new directory) or :meth:`open`; close it (or use it as a context

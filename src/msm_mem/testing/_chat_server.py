@@ -10,34 +10,55 @@ Use it to exercise :class:`~msm_mem.plugins.backbones.openai_http.OpenAICompatib
 
 Every ``POST /v1/chat/completions`` consumes the next scripted :class:`FakeReply` (a plain
 string is shorthand for a 200 completion with that text); once the script is used up, the
-``default`` reply answers (``None``: HTTP 500). Other paths and methods get 404. Received
-requests are recorded in order in :attr:`FakeChatServer.requests`. The server binds port 0
-(the OS picks a free port) and runs in a background thread; :meth:`FakeChatServer.close`
-wakes any delayed reply and joins every thread, so nothing outlives the ``with`` block.
+``default`` reply answers (``None``: HTTP 500). ``GET /v1/models`` lists ``model`` (what
+a health probe asks); other paths and methods get 404. Received requests are recorded in
+order in :attr:`FakeChatServer.requests` (and, with ``record``, appended to that file as JSON
+lines). The server binds port 0 (the OS picks a free port) and runs in a background thread;
+:meth:`FakeChatServer.close` wakes any delayed reply and joins every thread, so nothing
+outlives the ``with`` block.
+
+As a process of its own (a model server on loopback, for end-to-end tests and demos)::
+
+    python -m msm_mem.testing chat-server --script replies.json --record requests.jsonl
+
+prints its ``base_url`` on the first line of stdout and serves until it is sent SIGTERM or
+SIGINT or its stdin closes. ``replies.json`` is a JSON array; each entry is a string (a 200
+completion with that text) or an object with ``status``, ``text`` (a completion) or ``body``
+(a JSON object, or a string sent as is), ``headers`` and ``delay_s``; ``--default`` gives the
+reply once the script is used up in the same form.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import signal
+import sys
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 __all__ = ["FakeChatServer", "FakeReply", "RecordedRequest", "completion"]
 
 
-def completion(text: str, model: str = "fake-model") -> dict[str, Any]:
-    """A minimal, well-formed chat-completions response body whose content is ``text``."""
-    return {
+def completion(text: str, model: str = "fake-model", fingerprint: str = "") -> dict[str, Any]:
+    """A minimal, well-formed chat-completions response body whose content is ``text``, naming
+    ``model`` and (when given) its ``system_fingerprint``."""
+    body: dict[str, Any] = {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
         "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
     }
+    if fingerprint:
+        body["system_fingerprint"] = fingerprint
+    return body
 
 
 @dataclass(frozen=True)
@@ -54,6 +75,21 @@ class FakeReply:
     def text(cls, text: str) -> FakeReply:
         """A 200 completion whose message content is ``text``."""
         return cls(200, completion(text))
+
+    @classmethod
+    def from_json(cls, entry: object) -> FakeReply:
+        """A reply from its JSON form (see the module docstring); ValueError for another shape."""
+        if isinstance(entry, str):
+            return cls.text(entry)
+        if not isinstance(entry, dict) or set(entry) - {"status", "text", "body", "headers", "delay_s", "model"}:
+            raise ValueError(
+                f"a scripted reply is a string or an object of status, text, body, headers, delay_s: {entry!r}"
+            )
+        text, model = str(entry.get("text", "ok")), str(entry.get("model", "fake-model"))
+        body: Mapping[str, Any] | str | bytes = completion(text, model)
+        if "body" in entry:
+            body = entry["body"]
+        return cls(int(entry.get("status", 200)), body, dict(entry.get("headers", {})), float(entry.get("delay_s", 0)))
 
 
 @dataclass(frozen=True)
@@ -123,7 +159,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(reply)
 
     def do_GET(self) -> None:  # noqa: N802 (stdlib name)
-        self._send(FakeReply(404, {"error": {"message": "only POST /v1/chat/completions"}}))
+        owner = self.server.owner
+        owner._record(RecordedRequest("GET", self.path, {k.lower(): v for k, v in self.headers.items()}, b"", None))
+        if self.path.split("?", 1)[0].rstrip("/") == "/v1/models":
+            self._send(FakeReply(200, {"object": "list", "data": [{"id": owner.model, "object": "model"}]}))
+            return
+        self._send(FakeReply(404, {"error": {"message": "only POST /v1/chat/completions and GET /v1/models"}}))
 
 
 class FakeChatServer:
@@ -138,7 +179,11 @@ class FakeChatServer:
         replies: Iterable[FakeReply | str] = (),
         *,
         default: FakeReply | str | None = None,
+        model: str = "fake-model",
+        record: str | os.PathLike[str] | None = None,
     ) -> None:
+        self.model = model
+        self._record_path = None if record is None else Path(record)
         self._script: deque[FakeReply] = deque(self._coerce(r) for r in replies)
         self._default = None if default is None else self._coerce(default)
         self._lock = threading.Lock()
@@ -154,6 +199,15 @@ class FakeChatServer:
     def _record(self, request: RecordedRequest) -> None:
         with self._lock:
             self._requests.append(request)
+            if self._record_path is not None:
+                line = {
+                    "method": request.method,
+                    "path": request.path,
+                    "headers": request.headers,
+                    "json": request.json,
+                }
+                with self._record_path.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(line) + "\n")
 
     def _next(self) -> FakeReply:
         with self._lock:
@@ -214,3 +268,32 @@ class FakeChatServer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve as a process of its own (see the module docstring) until SIGTERM, SIGINT or the
+    end of stdin."""
+    parser = argparse.ArgumentParser(prog="python -m msm_mem.testing chat-server", description=main.__doc__)
+    parser.add_argument("--script", type=Path, help="JSON array of scripted replies")
+    parser.add_argument("--default", help="the reply once the script is used up, as JSON (default: HTTP 500)")
+    parser.add_argument("--record", type=Path, help="append every request received to this file as a JSON line")
+    parser.add_argument("--model", default="fake-model", help="the model GET /v1/models lists")
+    args = parser.parse_args(argv)
+    script = json.loads(args.script.read_text(encoding="utf-8")) if args.script else []
+    if not isinstance(script, list):
+        parser.error("--script must hold a JSON array")
+    default = None if args.default is None else FakeReply.from_json(json.loads(args.default))
+    replies = [FakeReply.from_json(entry) for entry in script]
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def until_stdin_closes() -> None:
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=until_stdin_closes, daemon=True).start()
+    with FakeChatServer(replies, default=default, model=args.model, record=args.record) as server:
+        print(server.base_url, flush=True)
+        stop.wait()
+    return 0

@@ -9,7 +9,8 @@ Event mapping (``action`` of the stored event -> resource; BALP names are R4 pro
 ``IHE.BasicAudit.<name>``; "DCM" is the DICOM code system, "rest" is restful-interaction)::
 
     stored action                    BALP           category (DCM)        code                 action
-    read                             PatientRead    110110 Patient Record rest read            R
+    read, context (a fused prompt    PatientRead    110110 Patient Record rest read            R
+      handed out)
     write, cross_scope_copy,         PatientCreate  110110 Patient Record rest create          C
       consolidate, age_threshold,
       critic_promote
@@ -29,8 +30,10 @@ Event mapping (``action`` of the stored event -> resource; BALP names are R4 pro
                                                     110107 Import
     purge_expired                    -              110100 Application    local only           D
                                                     Activity
-    turn (a failed turn) and any     -              110100 Application    local only           E
-      action not listed                             Activity
+    answer (a model's answer, as     -              110100 Application    local only           E
+      ask gives it or as an agent                   Activity
+      records it), turn (a failed
+      turn) and any action not listed
 
 ``code`` always also carries the stored action verbatim as a coding of the local CodeSystem
 ``urn:msm-mem:audit-action`` (and as ``code.text``), so the original is never lost.
@@ -54,7 +57,10 @@ Other elements:
   ``role`` = the stored role (local ``urn:msm-mem:role``), ``type`` from the role: agent and
   system -> DCM ``110150`` Application; clinician, admin, auditor -> extra-security-role-type
   ``humanuser``; critic -> v3-ParticipationType ``VRF`` verifier.
-* ``entity``: one per non-empty record id, ``what.identifier {system: urn:msm-mem:record}``
+* a record id ``model:<backbone>[/<model>][@<version>]`` (the model that produced an answer)
+  is a second ``agent``: ``who.identifier {system: urn:msm-mem:model, value: <the id without
+  "model:">}``, ``type`` DCM ``110150`` Application, ``requestor`` false.
+* ``entity``: one per other non-empty record id, ``what.identifier {system: urn:msm-mem:record}``
   and object-role ``4`` Domain Resource (consent ids of consent_grant/revoke use
   ``urn:msm-mem:consent``, ``what.type`` Consent and object-role ``13`` Security Resource); the
   deciding consent of the event (``consent_id``) is such a Consent entity as well.
@@ -108,6 +114,8 @@ _PSEUDONYM = "urn:msm-mem:pseudonym"
 _ACTOR = "urn:msm-mem:actor"
 _RECORD = "urn:msm-mem:record"
 _CONSENT = "urn:msm-mem:consent"
+_MODEL = "urn:msm-mem:model"
+_MODEL_PREFIX = "model:"
 
 Code = tuple[str, str, str]  # (system, code, display)
 
@@ -131,7 +139,7 @@ def _patient(rest: str, action: str) -> _Pattern:
 _AUTHZ_CONSENT: Code = (_AUTHZ, "AuthZ-Consent", "Authorization Decision using Roles and Consent")
 _ATTRS_CHANGED: Code = (_DCM, "110135", "Object Security Attributes Changed")
 _PATTERNS: dict[str, _Pattern] = {
-    "read": _patient("read", "R"),
+    **{a: _patient("read", "R") for a in ("read", "context")},
     **{
         a: _patient("create", "C")
         for a in ("write", "cross_scope_copy", "consolidate", "age_threshold", "critic_promote")
@@ -229,7 +237,7 @@ def _entities(event: AuditEvent, patient_ref: dict[str, Any] | None) -> list[dic
         out.append({"what": patient_ref, "role": _concept((_OBJECT_ROLE, "1", "Patient"))})
     consents: set[str] = set()
     for rid in dict.fromkeys(event.record_ids):  # unique, in order; "" marks "none" in a slot
-        if not rid:
+        if not rid or rid.startswith(_MODEL_PREFIX):
             continue
         if event.action in _CONSENT_ACTIONS:
             out.append(_consent_entity(rid))
@@ -300,7 +308,16 @@ def to_fhir(event: AuditEvent) -> dict[str, Any]:
     if event.patient and event.patient != "*":
         patient_ref = {"type": "Patient", "identifier": _identifier(_PSEUDONYM, event.patient)}
         resource["patient"] = patient_ref
-    resource["agent"] = [agent]
+    models = [
+        {
+            "type": _concept(_APPLICATION),
+            "who": {"identifier": _identifier(_MODEL, rid[len(_MODEL_PREFIX) :])},
+            "requestor": False,
+        }
+        for rid in dict.fromkeys(event.record_ids)
+        if rid.startswith(_MODEL_PREFIX)
+    ]
+    resource["agent"] = [agent, *models]
     source_type = ("6", "Security Server") if event.action == "consent" else ("4", "Application Server")
     resource["source"] = {"observer": {"display": "msm-mem"}, "type": [_concept((_SOURCE_TYPE, *source_type))]}
     entities = _entities(event, patient_ref)

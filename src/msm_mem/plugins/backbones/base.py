@@ -52,13 +52,18 @@ class BackboneRequest:
 
 @dataclass(frozen=True, slots=True)
 class BackboneReply:
-    """The answer, the memory ids it rests on, a decision (may be empty), and a confidence in [0, 1]."""
+    """The answer, the memory ids it rests on, a decision (may be empty), and a confidence in
+    [0, 1]. ``model`` and ``model_version`` name the model behind a backbone as its server
+    reported them ("" when the backbone is the model, or the server reports none); they go into
+    the audit trail (:class:`~msm_mem.ModelRef`)."""
 
     answer: str
     cited: tuple[str, ...] = ()
     decision: str = ""
     confidence: float = 0.0
     source: str = ""
+    model: str = ""
+    model_version: str = ""
 
 
 @runtime_checkable

@@ -12,9 +12,15 @@ encoded as a PNG (grayscale, 8-bit, ``round(v * 255)`` of the ``[0, 1]`` values)
 Failures: a connection error, a timeout, HTTP 429 or any 5xx is retried up to ``retries``
 times, waiting ``backoff_s * 2**attempt`` seconds (or the server's ``Retry-After``, capped at
 :data:`MAX_RETRY_AFTER_S`) between attempts; any other 4xx is not retried. Every failure ends
-in :class:`~msm_mem._errors.BackendError` naming the URL, the HTTP status, a short excerpt of
-the body and the attempts made. A reply that is not JSON, has no ``choices`` or has empty
-content is a ``BackendError`` too (not retried: the server answered).
+in a :class:`~msm_mem._errors.BackendError` naming the URL, the HTTP status, a short excerpt of
+the body and the attempts made: :class:`~msm_mem._errors.BackendUnavailable` when the retried
+failures ran out (the server is down, slow or overloaded), a plain ``BackendError`` for a
+4xx. A reply that is not JSON, has no ``choices`` or has empty content is a ``BackendError``
+too (not retried: the server answered). The answer is cleaned before anyone stores it
+(:func:`cleaned_reply`: control and invisible characters removed, at most
+:data:`MAX_REPLY_CHARS`); the reply names the model the server reports and its
+``system_fingerprint`` as the version. :meth:`OpenAICompatibleBackbone.probe` checks at start
+that the server answers.
 
 Privacy: the prompt and the image are never logged; DEBUG records carry only the URL, model,
 prompt length in characters and the image shape.
@@ -26,8 +32,10 @@ import base64
 import io
 import json
 import logging
+import math
 import re
 import time
+import unicodedata
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -38,15 +46,19 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
-from ..._errors import BackendError, InvalidInput
+from ..._errors import BackendError, BackendUnavailable, InvalidInput
 from ..images import to_rgb_uint8
 from .base import BackboneReply, BackboneRequest
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
+    "MAX_REPLY_BYTES",
+    "MAX_REPLY_CHARS",
     "MAX_RETRY_AFTER_S",
+    "MAX_TIMEOUT_S",
     "OpenAICompatibleBackbone",
     "cited_ids",
+    "cleaned_reply",
     "image_data_url",
 ]
 
@@ -62,6 +74,15 @@ DEFAULT_SYSTEM_PROMPT = (
 
 MAX_RETRY_AFTER_S = 30.0
 """The longest wait (seconds) honoured from a ``Retry-After`` header."""
+
+MAX_TIMEOUT_S = 600.0
+"""The longest ``timeout_s`` (seconds) one attempt may be given."""
+
+MAX_REPLY_CHARS = 32_768
+"""The longest answer (characters) taken from a model; a longer one is a BackendError."""
+
+MAX_REPLY_BYTES = 4 * 1024 * 1024
+"""The largest response body (bytes) read from the server; a larger one is a BackendError."""
 
 _EXCERPT = 200  # characters of a response body quoted in an error message
 _BRACKETED = re.compile(r"\[([^\[\]\n]{1,200})\]")
@@ -111,6 +132,32 @@ def _excerpt(body: bytes | str) -> str:
     return text if len(text) <= _EXCERPT else text[:_EXCERPT] + "..."
 
 
+def _number(name: str, value: object, low: float, high: float, *, low_open: bool = False) -> float:
+    """``value`` as a float in [low, high] (``low`` excluded with ``low_open``), else InvalidInput."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and (value > low if low_open else value >= low) and value <= high:  # type: ignore[operator]
+        return float(value)  # type: ignore[arg-type]
+    side = ">" if low_open else ">="
+    raise InvalidInput(f"{name} must be a number {side} {low:g} and <= {high:g}, got {value!r}")
+
+
+_UNSAFE = re.compile(  # C0/C1 controls but tab and line breaks, bidi overrides/isolates, zero-width
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200d\u2060-\u2064\ufeff\u180e\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def cleaned_reply(text: str) -> str:
+    """A model's answer made safe to store: control characters (but tab and line breaks),
+    bidirectional overrides and zero-width characters removed, NFC, stripped; a
+    :class:`BackendError` when it is longer than :data:`MAX_REPLY_CHARS` or empty."""
+    text = unicodedata.normalize("NFC", _UNSAFE.sub("", text)).strip()
+    if len(text) > MAX_REPLY_CHARS:
+        raise BackendError(f"the model's answer is {len(text):,} characters, over the {MAX_REPLY_CHARS:,} allowed")
+    if not text:
+        raise BackendError("the model's answer is empty once control characters are removed")
+    return text
+
+
 def _retry_after(value: str | None) -> float | None:
     try:
         return None if value is None else min(max(float(value), 0.0), MAX_RETRY_AFTER_S)
@@ -148,18 +195,21 @@ class OpenAICompatibleBackbone:
         parts = urllib.parse.urlsplit(base_url) if isinstance(base_url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidInput(f"base_url must be an http(s) URL with a host, got {base_url!r}")
+        if parts.username or parts.password:
+            raise InvalidInput("base_url must not hold a user or password: give the key in api_key")
         if not isinstance(model, str) or not model.strip():
             raise InvalidInput("model must be a non-empty string")
-        if not timeout_s > 0:
-            raise InvalidInput(f"timeout_s must be > 0, got {timeout_s!r}")
-        if not isinstance(retries, int) or retries < 0:
-            raise InvalidInput(f"retries must be an int >= 0, got {retries!r}")
-        if not backoff_s >= 0:
-            raise InvalidInput(f"backoff_s must be >= 0, got {backoff_s!r}")
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise InvalidInput(f"max_tokens must be an int >= 1, got {max_tokens!r}")
-        if not temperature >= 0:
-            raise InvalidInput(f"temperature must be >= 0, got {temperature!r}")
+        timeout_s = _number("timeout_s", timeout_s, 0.0, MAX_TIMEOUT_S, low_open=True)
+        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 10:
+            raise InvalidInput(f"retries must be an integer from 0 to 10, got {retries!r}")
+        backoff_s = _number("backoff_s", backoff_s, 0.0, MAX_RETRY_AFTER_S)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 32_768:
+            raise InvalidInput(f"max_tokens must be an integer from 1 to 32768, got {max_tokens!r}")
+        temperature = _number("temperature", temperature, 0.0, 2.0)
+        if not isinstance(system_prompt, str):
+            raise InvalidInput(f"system_prompt must be a string, got {type(system_prompt).__name__}")
+        if api_key is not None and (not isinstance(api_key, str) or not api_key.isprintable()):
+            raise InvalidInput("api_key must be printable text")
         self.base_url = base_url.rstrip("/")
         self.url = self.base_url + "/chat/completions"
         self.model = model
@@ -201,13 +251,39 @@ class OpenAICompatibleBackbone:
         shape = None if request.image is None else tuple(np.asarray(request.image).shape)
         log.debug("POST %s model=%s prompt_chars=%d image=%s", self.url, self.model, len(request.prompt), shape)
         raw = self._post(body)
-        text = self._content(raw)
+        text, reported, version = self._content(raw)
         known = [c.id for c in request.candidates] + [c.id for c in request.prior]
         return BackboneReply(
             answer=text,
             cited=cited_ids(request.prompt, text, known),
             source=f"openai:{self.model}",
+            model=reported or self.model,
+            model_version=version,
         )
+
+    def probe(self) -> str:
+        """Check that the server answers (``GET {base_url}/models``, one attempt, ``timeout_s``):
+        returns a short description of what answered; a connection error, a timeout or a 5xx
+        is a :class:`BackendError` naming the URL. A 4xx counts as reachable (some servers
+        have no model list, or want a key for it)."""
+        url = self.base_url + "/models"
+        headers = {"Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        req = urllib.request.Request(url, headers=headers, method="GET")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310 (scheme checked)
+                return f"GET {url}: HTTP {resp.status}"
+        except urllib.error.HTTPError as exc:
+            with exc:
+                if exc.code < 500:
+                    return f"GET {url}: HTTP {exc.code}"
+                problem = f"GET {url} gave HTTP {exc.code}"
+                raise BackendUnavailable(f"the model server at {self.base_url} is unhealthy: {problem}") from None
+        except (TimeoutError, urllib.error.URLError, OSError) as exc:
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            what = f"timed out after {self.timeout_s:g} s" if isinstance(reason, TimeoutError) else f"{reason}"
+            raise BackendUnavailable(f"the model server at {self.base_url} is unreachable: GET {url}: {what}") from None
 
     def _post(self, body: bytes) -> bytes:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -221,7 +297,9 @@ class OpenAICompatibleBackbone:
             try:
                 # the scheme was checked in __init__: only http(s) reaches urlopen
                 with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310
-                    data: bytes = resp.read()
+                    data: bytes = resp.read(MAX_REPLY_BYTES + 1)
+                    if len(data) > MAX_REPLY_BYTES:
+                        raise BackendError(f"POST {self.url}: the reply is over {MAX_REPLY_BYTES:,} bytes")
                     return data
             except urllib.error.HTTPError as exc:
                 with exc:
@@ -244,15 +322,17 @@ class OpenAICompatibleBackbone:
                 # the body excerpt may echo the request, so only the status is logged
                 log.warning("POST %s: %s; retry %d of %d in %.2f s", self.url, short, attempt + 1, self.retries, wait)
                 self._sleep(wait)
-        raise BackendError(
+        raise BackendUnavailable(
             f"POST {self.url} failed: {problem}; gave up after {attempts} attempt(s) "
             "(connection errors, timeouts, HTTP 429 and 5xx are retried)"
         )
 
-    def _content(self, raw: bytes) -> str:
+    def _content(self, raw: bytes) -> tuple[str, str, str]:
+        """The answer (cleaned), the model the server names and its version (its
+        ``system_fingerprint``), each "" when absent."""
         try:
             data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise BackendError(f"POST {self.url}: reply is not JSON: {_excerpt(raw)!r}") from None
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or not choices:
@@ -265,4 +345,9 @@ class OpenAICompatibleBackbone:
             content = "".join(t for t in texts if isinstance(t, str))
         if not isinstance(content, str) or not content.strip():
             raise BackendError(f"POST {self.url}: reply has empty content: {_excerpt(raw)!r}")
-        return content.strip()
+        model, version = data.get("model"), data.get("system_fingerprint")
+        return (
+            cleaned_reply(content),
+            model if isinstance(model, str) else "",
+            version if isinstance(version, str) else "",
+        )
