@@ -207,7 +207,7 @@ class MsmMemHnsw(MsmMemSystem):
         return {"build_s": time.perf_counter() - t0, "from_exact": 1.0}
 
     def set_knob(self, value: int) -> None:
-        for index in self.store._index.values():
+        for index in self.store._vectors._index.values():
             assert index.graph is not None
             index.graph.ef_search = value
 

@@ -212,7 +212,7 @@ def test_postgres_connection_lost_mid_request_is_a_clear_error_then_works(tmp_pa
     with MsmMem.init(tmp_path / "s", ADMIN, database_url=postgres_url, schema=f"t_faults_{os.getpid()}") as mem:
         mem.ask(AGENT, "P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
         episodes = len(mem.episodes(AGENT, "P1"))
-        pid = mem._store._conn.info.backend_pid  # type: ignore[attr-defined]
+        pid = mem._store._sql.conn.info.backend_pid  # type: ignore[attr-defined]
         original = SqlWriter._append_audit
 
         def drop_then_append(self: SqlWriter, audit: object, head_seq: int | None = None) -> None:

@@ -148,9 +148,9 @@ def test_novelty_read_ahead_answers_as_the_searches_do(tmp_path: Path, postgres_
         store.prefetch(patients, queries)
         trace = tmp_path / "trace.txt"
         with trace.open("w") as f:
-            store._conn.pgconn.trace(f.fileno())
+            store._sql.conn.pgconn.trace(f.fileno())
             answered = [store.search_many(q, requests, p) for p, q in queries]
-            store._conn.pgconn.untrace()
+            store._sql.conn.pgconn.untrace()
         assert answered == expected
         assert _round_trips(trace) == 0
         assert store.search_many(asked[0], [("episodic", 2)], "P0") == [store.search("episodic", asked[0], 2, "P0")]
@@ -182,17 +182,17 @@ def test_a_batch_of_turns_costs_one_round_trip_per_turn(tmp_path: Path, postgres
         assert isinstance(store, PostgresStore)
         trace = tmp_path / "trace.txt"
         with trace.open("w") as f:
-            store._conn.pgconn.trace(f.fileno())
+            store._sql.conn.pgconn.trace(f.fileno())
             _turns(mem, patients, 6)
-            store._conn.pgconn.untrace()
+            store._sql.conn.pgconn.untrace()
         per_batch = _round_trips(trace) - len(patients)
         assert 0 < per_batch <= 16, per_batch
         assert len(store.claims_active("P0")) == 2
         # with the novelty searches read ahead, the batch's searches cost no round trip of their own
         with trace.open("w") as f:
-            store._conn.pgconn.trace(f.fileno())
+            store._sql.conn.pgconn.trace(f.fileno())
             _turns(mem, patients, 7, ahead=True)
-            store._conn.pgconn.untrace()
+            store._sql.conn.pgconn.untrace()
         assert _round_trips(trace) == per_batch
         assert len(store.claims_active("P0")) == 3
     finally:
@@ -201,7 +201,7 @@ def test_a_batch_of_turns_costs_one_round_trip_per_turn(tmp_path: Path, postgres
 
 def _rows_read(store: PostgresStore) -> int:
     """Rows of the vector tables the server has read so far, by sequential or index scans."""
-    conn = store._conn
+    conn = store._sql.conn
     conn.execute("SELECT pg_stat_force_next_flush()")  # (this backend's counts, reported now)
     conn.execute("SELECT pg_stat_clear_snapshot()")
     row = conn.execute(
@@ -231,7 +231,7 @@ def test_a_patients_search_reads_the_patients_rows_as_the_tables_grow(postgres_u
             found = store.search_many(z, [("episodic", 3), ("visual", 3)], f"P{i % 12}-{i}")
             assert [len(hits) for hits in found] == [1, 1]
         assert _rows_read(store) - before == 40
-        kept = store._conn.execute(
+        kept = store._sql.conn.execute(
             "SELECT sum(generic_plans + custom_plans) FROM pg_prepared_statements WHERE statement LIKE '%<#>%'"
         ).fetchone()
         assert kept is not None and kept[0] >= 20, "the searches stay prepared (parsed once)"
@@ -285,7 +285,7 @@ def test_a_key_read_for_its_patient_is_then_served_by_id_without_a_read(
         assert isinstance(store, PostgresStore)
         keys = store.keys()
         store.sync()
-        patient_refs = [row[0] for row in store._conn.execute("SELECT patient_ref FROM keys").fetchall()]
+        patient_refs = [row[0] for row in store._sql.conn.execute("SELECT patient_ref FROM keys").fetchall()]
         assert len(patient_refs) == 1, patient_refs
         key = keys.get(patient_refs[0])
         assert key is not None

@@ -68,25 +68,25 @@ def test_the_store_analyzes_its_grown_tables_as_it_writes(postgres_url: str) -> 
     try:
         store = mem._store
         assert isinstance(store, PostgresStore)
-        for (table,) in store._conn.execute(  # (autovacuum's own ANALYZE would race the counts checked)
+        for (table,) in store._sql.conn.execute(  # (autovacuum's own ANALYZE would race the counts checked)
             "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
         ).fetchall():
-            store._conn.execute(f"ALTER TABLE {schema}.{table} SET (autovacuum_enabled = off)")
+            store._sql.conn.execute(f"ALTER TABLE {schema}.{table} SET (autovacuum_enabled = off)")
         gm = mem._gm
         rng = np.random.default_rng(0)
         checks = 0
         for i in range(3 * MIN_CHANGED):
             if i == MIN_CHANGED - 1:
-                assert "episodic" not in {row[0] for row in store._conn.execute(analyzed, (schema,)).fetchall()}
+                assert "episodic" not in {row[0] for row in store._sql.conn.execute(analyzed, (schema,)).fetchall()}
             turn = gm.begin(AGENT, f"P{i}")
             z = rng.standard_normal(store.dim).astype(np.float32)
             item = gm.observe(turn, z / np.linalg.norm(z), "Impression?", timestamp=1.7e9, study_id=f"S{i}")
             gm.consolidate(turn, item, "No acute finding.", decision="discharge")
-            written = store._written
+            written = store._sql.written
             gm.commit(turn)
-            checks += store._written < written
+            checks += store._sql.written < written
         assert checks >= 2, f"{3 * MIN_CHANGED} turns pass CHECK_EVERY writes at least twice"
-        tables = {row[0] for row in store._conn.execute(analyzed, (schema,)).fetchall()}
+        tables = {row[0] for row in store._sql.conn.execute(analyzed, (schema,)).fetchall()}
         assert {"episodic", "visual"} <= tables, tables
     finally:
         mem.close()

@@ -205,23 +205,23 @@ def test_a_commit_whose_reply_is_lost_is_never_misreported(tmp_path: Path, serve
     real commit: a restart cannot be timed into that gap). With the server reachable the write
     is found by its audit row and reported done; with the server down the call fails saying the
     write may or may not be stored, and once the server is back it is there and verifies."""
-    from msm_mem._storage.postgres.store import PostgresStore
+    from msm_mem._storage.postgres.connection import PgDialect
     from msm_mem._storage.sql_core import CommitLost
 
     with MsmMem.init(tmp_path / "s", ADMIN, database_url=server.dsn, schema="restart") as mem:
-        original = PostgresStore._transaction
+        original = PgDialect.transaction
 
         @contextlib.contextmanager
-        def lose_the_reply(self: PostgresStore) -> Iterator[None]:
-            PostgresStore._transaction = original  # type: ignore[method-assign]
+        def lose_the_reply(self: PgDialect) -> Iterator[None]:
+            PgDialect.transaction = original  # type: ignore[method-assign]
             with original(self):
                 yield
             if server_down:
                 server.stop()
-            self._conn.close()
+            self.conn.close()
             raise CommitLost("server closed the connection unexpectedly (after its commit)")
 
-        PostgresStore._transaction = lose_the_reply  # type: ignore[assignment, method-assign]
+        PgDialect.transaction = lose_the_reply  # type: ignore[assignment, method-assign]
         try:
             if server_down:
                 with pytest.raises(StoreError, match="may or may not be stored"):
@@ -230,7 +230,7 @@ def test_a_commit_whose_reply_is_lost_is_never_misreported(tmp_path: Path, serve
             else:
                 mem.grant(ADMIN, [_consent("lost-reply")])
         finally:
-            PostgresStore._transaction = original  # type: ignore[method-assign]
+            PgDialect.transaction = original  # type: ignore[method-assign]
         assert "C-lost-reply" in _stored(mem)
         mem.grant(ADMIN, [_consent("next")])
         assert mem.verify_audit(AUDITOR).ok

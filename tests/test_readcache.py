@@ -223,8 +223,8 @@ def test_records_read_inside_a_transaction_are_not_kept(tmp_path: Path) -> None:
     store.write(WriteBatch(episodes=[_episode(1)]))
     assert store.get_episodes(["E-1"])[0].state == State.ACTIVE
     seen = _statements(store)
-    with pytest.raises(RuntimeError, match="rolled back"), store._db(), store._transaction():
-        store._q("UPDATE episodic SET state = 'superseded' WHERE id = 'E-1'")
+    with pytest.raises(RuntimeError, match="rolled back"), store._db(), store._sql.transaction():
+        store._sql.q("UPDATE episodic SET state = 'superseded' WHERE id = 'E-1'")
         assert store.get_episodes(["E-1"])[0].state == State.SUPERSEDED
         raise RuntimeError("rolled back")
     assert store.get_episodes(["E-1"])[0].state == State.ACTIVE

@@ -1,5 +1,6 @@
 """The row digests of a SQL store (see :mod:`.row_digest`): kept in ``meta``, maintained by the
-write path inside its transaction, recomputed from the rows for verification."""
+write path inside its transaction, recomputed from the rows for verification. A part of the
+store (:class:`SqlRowDigests`), built over its tables."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from .._errors import InvalidInput, StoreError
 from .row_digest import DIGEST_TABLES, RowDigest, TableDigest, empty, select_columns
-from .sql_core import ID_CHUNK, PAGE, SqlCore
+from .sql_core import ID_CHUNK, PAGE, SqlTables
 
 __all__ = ["UPGRADABLE", "SqlRowDigests", "initial_meta", "schema_problem"]
 
@@ -36,15 +37,17 @@ def initial_meta() -> list[tuple[str, str]]:
     return [(_PREFIX + t, d.meta_value()) for t, d in empty().items()]
 
 
-class SqlRowDigests(SqlCore):
+class SqlRowDigests:
     """The key, the stored sums and the two ways of computing them."""
 
-    _row_key: bytes | None = None
-    #: the writing thread and the digests its write in progress leaves (set by
-    #: :meth:`_digest_save` inside the transaction, cleared by the writer when it ends; one
-    #: writer at a time, and only its own thread is answered with them: SQLite's writer of
-    #: audit rows alone does not hold the lock other threads read under)
-    _saved_digests: tuple[int, dict[str, TableDigest]] | None = None
+    def __init__(self, tables: SqlTables) -> None:
+        self._t = tables
+        self._row_key: bytes | None = None
+        #: the writing thread and the digests its write in progress leaves (set by :meth:`save`
+        #: inside the transaction, cleared by the writer when it ends (:meth:`forget_saved`);
+        #: one writer at a time, and only its own thread is answered with them: SQLite's
+        #: writer of audit rows alone does not hold the lock other threads read under)
+        self._saved_digests: tuple[int, dict[str, TableDigest]] | None = None
 
     def use_row_key(self, key: bytes) -> None:
         """The key of the row digests (at least 32 bytes; the governed API derives it from the
@@ -61,8 +64,8 @@ class SqlRowDigests(SqlCore):
     def _stored_digests(self) -> dict[str, TableDigest]:
         """The sums ``meta`` holds (call inside the write transaction to read the latest)."""
         rows = dict(
-            self._q(
-                "SELECT key, value FROM meta WHERE tenant = ? AND substr(key, 1, 5) = 'rows:'", (self.tenant,)
+            self._t.dialect.q(
+                "SELECT key, value FROM meta WHERE tenant = ? AND substr(key, 1, 5) = 'rows:'", (self._t.tenant,)
             ).fetchall()
         )
         missing = [t for t in DIGEST_TABLES if _PREFIX + t not in rows]
@@ -73,23 +76,29 @@ class SqlRowDigests(SqlCore):
     def row_digests(self) -> dict[str, TableDigest]:
         """The stored digests of every governed table (what the last commit left; inside a
         write's ``before_commit``, what that write saved, without reading them back)."""
-        with self._db():
+        with self._t.dialect.db():
             saved = self._saved_digests
             if saved is not None and saved[0] == threading.get_ident():
                 return dict(saved[1])
             return self._stored_digests()
 
-    def _digest_begin(self) -> RowDigest:
+    def begin(self) -> RowDigest:
+        """Inside a write transaction: the running sums, from what ``meta`` holds."""
         return RowDigest(self._digest_key(), self._stored_digests())
 
-    def _digest_save(self, digest: RowDigest) -> None:
+    def save(self, digest: RowDigest) -> None:
+        """Inside the write transaction: store the sums of the tables the write changed."""
         result = digest.result()
         self._saved_digests = (threading.get_ident(), result)
         for table in sorted(digest.changed):
-            self._q(
+            self._t.dialect.q(
                 "UPDATE meta SET value = ? WHERE tenant = ? AND key = ?",
-                (result[table].meta_value(), self.tenant, _PREFIX + table),
+                (result[table].meta_value(), self._t.tenant, _PREFIX + table),
             )
+
+    def forget_saved(self) -> None:
+        """The write has committed or rolled back: ``meta`` holds the truth again."""
+        self._saved_digests = None
 
     def _digest_rows(self, table: str, ids: Sequence[str]) -> list[Any]:
         """The digested columns of the rows of ``ids`` that exist (inside the transaction)."""
@@ -98,13 +107,13 @@ class SqlRowDigests(SqlCore):
         for start in range(0, len(unique), ID_CHUNK):
             part = unique[start : start + ID_CHUNK]
             marks = ",".join("?" * len(part))
-            found += self._q(
+            found += self._t.dialect.q(
                 f"SELECT {select_columns(table)} FROM {table} WHERE tenant = ? AND id IN ({marks})",
-                (self.tenant, *part),
+                (self._t.tenant, *part),
             ).fetchall()
         return found
 
-    def _track(
+    def track(
         self, digest: RowDigest, table: str, before: Sequence[str], after: Sequence[str] | None = None
     ) -> Callable[[], None]:
         """Uncount the rows ``before`` now; the returned call counts the rows ``after`` (default:
@@ -115,14 +124,15 @@ class SqlRowDigests(SqlCore):
     def computed_row_digests(self) -> dict[str, TableDigest]:
         """The digests recomputed from every stored row (a full read; verification)."""
         digest = RowDigest(self._digest_key())
+        d = self._t.dialect
         for table in DIGEST_TABLES:
             after: tuple[str, ...] = ()  # the first page has no bound: a row with id '' counts too
             while True:
                 where = " AND id > ?" if after else ""
-                with self._db():
-                    rows = self._q(
+                with d.db():
+                    rows = d.q(
                         f"SELECT {select_columns(table)} FROM {table} WHERE tenant = ?{where} ORDER BY id LIMIT {PAGE}",
-                        (self.tenant, *after),
+                        (self._t.tenant, *after),
                     ).fetchall()
                 digest.add(table, rows)
                 if len(rows) < PAGE:

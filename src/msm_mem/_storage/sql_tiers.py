@@ -1,5 +1,7 @@
 """The reads of the governed tiers (short-term items, claims, graph, consent) and the audit
-rows, written once for both SQL stores."""
+rows, written once for both SQL stores: the parts of a SQL store behind the
+:class:`~msm_mem._storage.base.Tiers` and :class:`~msm_mem._storage.base.Consents` protocols
+(:class:`SqlTiers`) and the :class:`~msm_mem._storage.base.Audit` protocol (:class:`SqlAudit`)."""
 
 from __future__ import annotations
 
@@ -9,19 +11,24 @@ from .._errors import NotFound
 from .._tier_records import Claim, ConsentRecord, Entity, Relationship, StmItem, StmState
 from . import tier_rows as g
 from .base import AUDIT_PAGE_ROWS
-from .sql_core import UPSERT_META, SqlCore
+from .sql_core import UPSERT_META, PatientCache, SqlTables
 
-__all__ = ["GENESIS", "SqlTiers"]
+__all__ = ["GENESIS", "SqlAudit", "SqlTiers"]
 
 #: the hash the first audit event links to
 GENESIS = "0" * 64
 
 
-class SqlTiers(SqlCore):
-    """Short-term items, claims, entities, relationships, consent records and audit rows."""
+class SqlTiers:
+    """Short-term items, claims, entities, relationships and consent records; the reads a turn
+    repeats go through ``cache``."""
+
+    def __init__(self, tables: SqlTables, cache: PatientCache) -> None:
+        self._t = tables
+        self._cache = cache
 
     def stm_get(self, item_ids: Sequence[str]) -> list[StmItem]:
-        return self._get("stm", item_ids, g.stm_from_row, 0, "short-term item")
+        return self._t.get("stm", item_ids, g.stm_from_row, 0, "short-term item")
 
     def stm_list(
         self,
@@ -32,7 +39,7 @@ class SqlTiers(SqlCore):
         created_before: float | None = None,
     ) -> list[StmItem]:
         where: list[str] = ["tenant = ?"]
-        args: list[object] = [self.tenant]
+        args: list[object] = [self._t.tenant]
         for clause, value in (
             ("patient_id = ?", patient_id),
             ("state = ?", state.value if state else None),
@@ -43,95 +50,112 @@ class SqlTiers(SqlCore):
                 where.append(clause)
                 args.append(value)
         sql = "SELECT * FROM stm WHERE " + " AND ".join(where) + " ORDER BY created_at, id"
-        return self._select(sql, args, g.stm_from_row)
+        return self._t.select(sql, args, g.stm_from_row)
 
-    def claims_active(self, patient_id: str, key: str | None = None) -> list[Claim]:
+    def _load_claims(self, patient_id: str, key: str | None) -> list[Claim]:
+        """A patient's ACTIVE claims (of one key), by key (the statement the cache stands for)."""
+        t = self._t
         if key is None:
-            return self._select(
+            return t.select(
                 "SELECT * FROM claims WHERE tenant = ? AND patient_id = ? AND state = 'active' ORDER BY key",
-                (self.tenant, patient_id),
+                (t.tenant, patient_id),
                 g.claim_from_row,
             )
-        return self._select(
+        return t.select(
             "SELECT * FROM claims WHERE tenant = ? AND patient_id = ? AND key = ? AND state = 'active'",
-            (self.tenant, patient_id, key),
+            (t.tenant, patient_id, key),
             g.claim_from_row,
         )
 
+    def claims_active(self, patient_id: str, key: str | None = None) -> list[Claim]:
+        return self._cache.claims(patient_id, key, lambda: self._load_claims(patient_id, key))
+
     def claim_history(self, patient_id: str, key: str) -> list[Claim]:
-        return self._select(
+        return self._t.select(
             "SELECT * FROM claims WHERE tenant = ? AND patient_id = ? AND key = ?"
-            f" ORDER BY created_at, {self.ORDER['claims']}",
-            (self.tenant, patient_id, key),
+            f" ORDER BY created_at, {self._t.dialect.order['claims']}",
+            (self._t.tenant, patient_id, key),
             g.claim_from_row,
         )
 
     def get_claims(self, ids: Sequence[str]) -> list[Claim]:
-        return self._get("claims", ids, g.claim_from_row, 0, "claim")
+        return self._t.get("claims", ids, g.claim_from_row, 0, "claim")
 
     def _load_entities(self, patient_id: str) -> list[Entity]:
-        """A patient's ACTIVE entities, oldest first (the caller may cache them)."""
-        return self._select(
+        """A patient's ACTIVE entities, oldest first (the statement the cache stands for)."""
+        order = self._t.dialect.order["entities"]
+        return self._t.select(
             "SELECT id, patient_id, type, name, created_at, state FROM entities"
-            f" WHERE tenant = ? AND patient_id = ? AND state = 'active' ORDER BY created_at, {self.ORDER['entities']}",
-            (self.tenant, patient_id),
+            f" WHERE tenant = ? AND patient_id = ? AND state = 'active' ORDER BY created_at, {order}",
+            (self._t.tenant, patient_id),
             g.entity_from_row,
         )
 
     def entities(self, patient_id: str) -> list[Entity]:
-        return self._load_entities(patient_id)
+        return self._cache.entities(patient_id, lambda: self._load_entities(patient_id))
 
     def relationships(self, patient_id: str) -> list[Relationship]:
-        with self._db():
-            rows = self._q(
+        d = self._t.dialect
+        with d.db():
+            rows = d.q(
                 "SELECT id, patient_id, source_id, target_id, type, created_at, state FROM relationships"
                 " WHERE tenant = ? AND patient_id = ? AND state = 'active'"
-                f" ORDER BY created_at, {self.ORDER['relationships']}",
-                (self.tenant, patient_id),
+                f" ORDER BY created_at, {d.order['relationships']}",
+                (self._t.tenant, patient_id),
             ).fetchall()
         return [g.relationship_from_row(row) for row in rows]
 
     def _load_consents(self, patient_id: str | None) -> list[ConsentRecord]:
-        """Consent records of a patient and of every patient (``*``), or all (the caller may cache them)."""
-        with self._db():
+        """Consent records of a patient and of every patient (``*``), or all (the statement the
+        cache stands for)."""
+        d = self._t.dialect
+        with d.db():
             if patient_id is None:
-                rows = self._q(
-                    "SELECT * FROM consents WHERE tenant = ? ORDER BY created_at, id", (self.tenant,)
+                rows = d.q(
+                    "SELECT * FROM consents WHERE tenant = ? ORDER BY created_at, id", (self._t.tenant,)
                 ).fetchall()
             else:
-                rows = self._q(
+                rows = d.q(
                     "SELECT * FROM consents WHERE tenant = ? AND patient_id IN (?, '*') ORDER BY created_at, id",
-                    (self.tenant, patient_id),
+                    (self._t.tenant, patient_id),
                 ).fetchall()
         return [g.consent_from_row(row) for row in rows]
 
     def consents(self, patient_id: str | None = None) -> list[ConsentRecord]:
-        return self._load_consents(patient_id)
+        return self._cache.consents(patient_id, lambda: self._load_consents(patient_id))
 
-    # audit ---------------------------------------------------------------------------------
+
+class SqlAudit:
+    """The audit rows: the stored chain's head and base, its pages, and retention's purge."""
+
+    def __init__(self, tables: SqlTables) -> None:
+        self._t = tables
 
     def audit_base(self) -> tuple[int, str]:
-        with self._db():
-            row = self._q("SELECT value FROM meta WHERE tenant = ? AND key = 'audit_base'", (self.tenant,)).fetchone()
+        d = self._t.dialect
+        with d.db():
+            row = d.q("SELECT value FROM meta WHERE tenant = ? AND key = 'audit_base'", (self._t.tenant,)).fetchone()
         if row is None:
             return 0, GENESIS
         seq, digest = str(row[0]).split(":", 1)
         return int(seq), digest
 
     def audit_head(self) -> tuple[int, str]:
-        with self._db():
-            row = self._q(
-                "SELECT seq, event_hash FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1", (self.tenant,)
+        d = self._t.dialect
+        with d.db():
+            row = d.q(
+                "SELECT seq, event_hash FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1", (self._t.tenant,)
             ).fetchone()
             return (int(row[0]), str(row[1])) if row else self.audit_base()
 
     def iter_audit_batches(self, start_seq: int = 1) -> Iterator[list[tuple[int, bytes, str]]]:
         seq = start_seq
+        d = self._t.dialect
         while True:
-            with self._db():  # held for one page at a time, so a long verification never blocks writers
-                rows: list[tuple[int, bytes, str]] = self._q(
+            with d.db():  # held for one page at a time, so a long verification never blocks writers
+                rows: list[tuple[int, bytes, str]] = d.q(
                     "SELECT seq, payload, event_hash FROM audit WHERE tenant = ? AND seq >= ? ORDER BY seq LIMIT ?",
-                    (self.tenant, seq, AUDIT_PAGE_ROWS),
+                    (self._t.tenant, seq, AUDIT_PAGE_ROWS),
                 ).fetchall()
             if rows:
                 yield rows
@@ -141,14 +165,13 @@ class SqlTiers(SqlCore):
 
     def audit_purge(self, through_seq: int) -> int:
         """The one way audit rows leave the store: retention (the caller checks the period)."""
-        with self._db():
-            row = self._q(
-                "SELECT event_hash FROM audit WHERE tenant = ? AND seq = ?", (self.tenant, through_seq)
-            ).fetchone()
+        d, t = self._t.dialect, self._t.tenant
+        with d.db():
+            row = d.q("SELECT event_hash FROM audit WHERE tenant = ? AND seq = ?", (t, through_seq)).fetchone()
             if row is None:
                 raise NotFound(f"no audit event {through_seq}")
-            with self._transaction():
-                cur = self._q("DELETE FROM audit WHERE tenant = ? AND seq <= ?", (self.tenant, through_seq))
+            with d.transaction():
+                cur = d.q("DELETE FROM audit WHERE tenant = ? AND seq <= ?", (t, through_seq))
                 deleted = int(cur.rowcount)
-                self._q(UPSERT_META, ("audit_base", f"{through_seq}:{row[0]}", self.tenant))
+                d.q(UPSERT_META, ("audit_base", f"{through_seq}:{row[0]}", t))
             return deleted

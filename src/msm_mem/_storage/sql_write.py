@@ -6,29 +6,33 @@ must be in the expected state), the short-term changes, the supersession of clai
 semantic states, consent, appends the audit rows and keeps the row digests (:mod:`.sql_rows`)
 in step; any error rolls all of it back. A connection lost while the commit was sent is
 resolved from the write's last audit row (:meth:`SqlWriter._after_lost_commit`). The
-backend then follows the commit (:meth:`SqlWriter._committed`: the FAISS index, read caches).
+backend then follows the commit (the ``committed`` call it gave: the FAISS index, read caches).
+
+The writer is a part of the store, built over the other parts it writes through: the tables
+(the dialect, the tenant, the codec), the row digests, the audit rows' head, the key table and
+the vector part (:class:`VectorRows`: where new vectors go and how they are stored).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError
 from .._records import SemanticState, State
 from .._tier_records import AuditRow, Claim, StmItem
 from . import rows as r
 from . import tier_rows as g
-from .base import AuditChainer, VectorKind
+from .base import AuditChainer, VectorKind, WrappedKeyTable
 from .batch import StateChange, WriteBatch
 from .guard import check_batch
 from .row_digest import RowDigest
-from .sql_core import ID_CHUNK, UPSERT_META, CommitLost, insert_sql
+from .sql_core import ID_CHUNK, UPSERT_META, CommitLost, SqlTables, insert_sql
 from .sql_rows import SqlRowDigests
+from .sql_tiers import SqlAudit
 
-__all__ = ["Moved", "SqlWriter"]
+__all__ = ["Committed", "Moved", "SqlWriter", "VectorRows"]
 
 V = TypeVar("V", SemanticState, Claim)
 
@@ -46,43 +50,73 @@ class Moved:
     new_id: str
 
 
+#: follows a batch the store has just committed, with the state changes of its vector rows
+Committed = Callable[[WriteBatch, list[Moved]], None]
+
+
 def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-class SqlWriter(SqlRowDigests):
-    """:meth:`write`, with the hooks a backend fills: positions, vector values, after commit."""
+class VectorRows(Protocol):
+    """What the write path asks of a store's vector part."""
 
-    def _positions(self) -> dict[VectorKind, int]:
+    def positions(self) -> dict[VectorKind, int]:
         """The next vector position of each kind (called inside the write transaction)."""
-        raise NotImplementedError
+        ...
 
-    def _vector_rows(self, kind: VectorKind, rows: list[tuple[Any, ...]]) -> Sequence[Sequence[Any]]:
+    def vector_rows(self, kind: VectorKind, rows: list[tuple[Any, ...]]) -> Sequence[Sequence[Any]]:
         """Rows as the driver takes them (the ``z`` blob as the backend stores vectors)."""
-        return rows
+        ...
 
-    def _vectors_added(self, kind: VectorKind, start: int, rows: list[tuple[Any, ...]]) -> None:
-        """Inside the transaction, after inserting vector rows at ``start`` (default: nothing)."""
+    def vectors_added(self, kind: VectorKind, start: int, rows: list[tuple[Any, ...]]) -> None:
+        """Inside the transaction, after inserting vector rows at ``start``."""
+        ...
 
-    def _committed(self, batch: WriteBatch, moved: list[Moved]) -> None:
-        """Follow a batch this store has just committed (default: nothing to follow)."""
 
-    def _writer_turn(self) -> AbstractContextManager[object]:
-        """Held around a write, before the connection's lock is taken: where writers of several
-        processes queue for their turn without holding that lock (default: nothing)."""
-        return nullcontext()
+class SqlWriter:
+    """:meth:`write` and :meth:`upgrade`: one batch, one transaction, over the store's parts."""
+
+    def __init__(
+        self,
+        tables: SqlTables,
+        digests: SqlRowDigests,
+        audit: SqlAudit,
+        keys: WrappedKeyTable,
+        vectors: VectorRows,
+        committed: Committed,
+        *,
+        dim: int,
+        store_id: str,
+        schema_version: str,
+        current_schema: str,
+    ) -> None:
+        """``committed`` follows each batch once it is committed (caches, indexes); ``dim`` is
+        the vectors' size; ``schema_version`` the store's schema as opened, ``current_schema``
+        the one this msm-mem writes (an older store takes only :meth:`upgrade`)."""
+        self._t = tables
+        self._digests = digests
+        self._audit = audit
+        self._keys = keys
+        self._vectors = vectors
+        self._committed = committed
+        self.dim = dim
+        self.store_id = store_id
+        self.schema_version = schema_version
+        self.current_schema = current_schema
 
     def _after_lost_commit(self, batch: WriteBatch, lost: CommitLost) -> None:
         """Whether a write whose commit reply was lost is stored: returns when its last audit
         row is (the server committed it), raises :class:`StoreError` saying what is known
         otherwise. A write is never reported done unless it was committed."""
         last = batch.audit[-1] if batch.audit else None
-        unreachable: tuple[type[Exception], ...] = (StoreError, *self.DISCONNECTED)
+        d = self._t.dialect
+        unreachable: tuple[type[Exception], ...] = (StoreError, *d.disconnected)
         try:
-            self._reconnect_after_loss()
+            d.reconnect_after_loss()
             found = None
             if last is not None:
-                found = self._q("SELECT event_hash FROM audit WHERE tenant = ? AND seq = ?", (self.tenant, last.seq))
+                found = d.q("SELECT event_hash FROM audit WHERE tenant = ? AND seq = ?", (self._t.tenant, last.seq))
             row = None if found is None else found.fetchone()
         except unreachable as exc:
             where = f" (its audit event would be seq {last.seq})" if last is not None else ""
@@ -95,10 +129,6 @@ class SqlWriter(SqlRowDigests):
                 f"the connection was lost at the commit and the write is not stored, nothing was written: {lost}"
             )
 
-    def _reconnect_after_loss(self) -> None:
-        """Open a new connection after a lost one (a backend that can lose one overrides this)."""
-        raise StoreError("this store has no connection to lose")
-
     def write(
         self,
         batch: WriteBatch,
@@ -106,23 +136,24 @@ class SqlWriter(SqlRowDigests):
         *,
         before_commit: Callable[[], None] | None = None,
     ) -> None:
-        if self.schema_version != self.CURRENT_SCHEMA:
+        if self.schema_version != self.current_schema:
             raise StoreError(f"store schema {self.schema_version} is opened for its upgrade only: nothing is written")
         check_batch(batch)
         for e in batch.episodes:
             r.check_vector(e.z, self.dim, f"episode {e.episode_id}")
         for v in batch.visuals:
             r.check_vector(v.z, self.dim, f"visual {v.visual_id}")
-        with self._writer_turn(), self._db():
+        d = self._t.dialect
+        with d.writer_turn(), d.db():
             try:
-                with self._transaction():
+                with d.transaction():
                     moved = self._apply(batch, chain)
                     if before_commit is not None:
                         before_commit()
             except CommitLost as exc:
                 self._after_lost_commit(batch, exc)  # returns only when the write is stored
             finally:
-                self._saved_digests = None  # committed or rolled back: meta holds the truth again
+                self._digests.forget_saved()  # committed or rolled back: meta holds the truth again
             self._committed(batch, moved)
 
     def upgrade(
@@ -134,40 +165,37 @@ class SqlWriter(SqlRowDigests):
         check: Callable[[], None] | None = None,
     ) -> int:
         """Bring a store of an older schema to the current one in one transaction: the tables
-        get the tenant column (:meth:`_add_tenant`, every row the store's tenant's), ``check``
+        get the tenant column (:meth:`Dialect.add_tenant`, every row the store's tenant's), ``check``
         runs (the audit layer verifies the chain there), each visual tag for which
         ``reencode(visual_id, patient_id, stored)`` returns a new stored form is replaced
         (clear text encrypted), the row digests are computed from the rows, the schema is
         recorded, the audit rows of ``chain`` appended and ``before_commit`` run. Any error
         rolls all of it back. Returns the number of tags replaced."""
-        if self.schema_version == self.CURRENT_SCHEMA:
-            raise StoreError(f"the store is at schema {self.CURRENT_SCHEMA} already: nothing to upgrade")
-        t = self.tenant
-        with self._db():
-            with self._transaction():
-                found = self._q("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-                if found is None or found[0] == self.CURRENT_SCHEMA:
+        current = self.current_schema
+        if self.schema_version == current:
+            raise StoreError(f"the store is at schema {current} already: nothing to upgrade")
+        t, d = self._t.tenant, self._t.dialect
+        with d.db():
+            with d.transaction():
+                found = d.q("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+                if found is None or found[0] == current:
                     raise StoreError("the store was upgraded meanwhile (by another process): nothing to do")
-                self._add_tenant()
+                d.add_tenant(t)
                 if check is not None:
                     check()
-                tags = self._q("SELECT id, patient_id, visual_tag FROM visual WHERE tenant = ?", (t,)).fetchall()
+                tags = d.q("SELECT id, patient_id, visual_tag FROM visual WHERE tenant = ?", (t,)).fetchall()
                 new = [(value, t, rid) for rid, pid, tag in tags if (value := reencode(rid, pid, tag)) is not None]
                 if new:
-                    self._many("UPDATE visual SET visual_tag = ? WHERE tenant = ? AND id = ?", new)
-                meta = [(f"rows:{name}", d.meta_value(), t) for name, d in self.computed_row_digests().items()]
-                meta += [("schema", self.CURRENT_SCHEMA, t), ("store_id", self.store_id, t)]
-                self._many(UPSERT_META, meta)
-                self._q("DELETE FROM meta WHERE tenant = ? AND key = 'tenant'", (t,))  # now store_id
-                self._append_audit(chain(*self.audit_head()))
+                    d.many("UPDATE visual SET visual_tag = ? WHERE tenant = ? AND id = ?", new)
+                digests = self._digests.computed_row_digests().items()
+                meta = [(f"rows:{name}", digest.meta_value(), t) for name, digest in digests]
+                meta += [("schema", current, t), ("store_id", self.store_id, t)]
+                d.many(UPSERT_META, meta)
+                d.q("DELETE FROM meta WHERE tenant = ? AND key = 'tenant'", (t,))  # now store_id
+                self._append_audit(chain(*self._audit.audit_head()))
                 before_commit()
-            self.schema_version = self.CURRENT_SCHEMA
+            self.schema_version = current
         return len(new)
-
-    def _add_tenant(self) -> None:
-        """Inside the upgrade's transaction: give every table of a store of schema 1 or 2 the
-        tenant column, its rows the store's tenant's, and the keys of schema 3."""
-        raise NotImplementedError
 
     def _apply(self, batch: WriteBatch, chain: AuditChainer | None = None) -> list[Moved]:
         # read under the write lock: the key table, the positions and the audit head are what
@@ -175,20 +203,20 @@ class SqlWriter(SqlRowDigests):
         self._check_rewrapped(batch)
         head: int | None = None  # the stored audit head's seq, when read here
         if chain is not None:
-            head_seq, head_hash = self.audit_head()
+            head_seq, head_hash = self._audit.audit_head()
             batch.audit, head = chain(head_seq, head_hash), head_seq
-        d = self._digest_begin()
-        codec = self._codec
+        d = self._digests.begin()
+        codec, sql, tenant = self._t.codec, self._t.dialect, self._t.tenant
         # (a batch without vectors places none: an audit-only write spares the two reads)
-        pos = self._positions() if batch.episodes or batch.visuals else {}
+        pos = self._vectors.positions() if batch.episodes or batch.visuals else {}
         vectors: tuple[tuple[VectorKind, list[tuple[Any, ...]]], ...] = (
             ("episodic", [r.episode_to_row(e, pos["episodic"] + i, codec) for i, e in enumerate(batch.episodes)]),
             ("visual", [r.visual_to_row(v, pos["visual"] + i, codec) for i, v in enumerate(batch.visuals)]),
         )
         for kind, rows in vectors:
             if rows:
-                self._many(insert_sql(kind), [(*row, self.tenant) for row in self._vector_rows(kind, rows)])
-                self._vectors_added(kind, pos[kind], rows)
+                sql.many(insert_sql(kind), [(*row, tenant) for row in self._vectors.vector_rows(kind, rows)])
+                self._vectors.vectors_added(kind, pos[kind], rows)
                 d.add_full(kind, rows)
         moved = [m for c in batch.changes if (m := self._apply_change(c, d)) is not None]
         self._apply_stm(batch.stm, batch.stm_changes, d)
@@ -200,13 +228,13 @@ class SqlWriter(SqlRowDigests):
         )
         for table, rows in inserts:
             if rows:
-                self._many(insert_sql(table), [(*row, self.tenant) for row in rows])
+                sql.many(insert_sql(table), [(*row, tenant) for row in rows])
                 d.add_full(table, rows)
         for consent_id, when in batch.revocations:
-            done = self._track(d, "consents", [consent_id])
-            cur = self._q(
+            done = self._digests.track(d, "consents", [consent_id])
+            cur = sql.q(
                 "UPDATE consents SET revoked_at = ? WHERE tenant = ? AND id = ? AND revoked_at IS NULL",
-                (when, self.tenant, consent_id),
+                (when, tenant, consent_id),
             )
             if cur.rowcount != 1:
                 raise NotFound(f"no unrevoked consent {consent_id!r}")
@@ -215,37 +243,35 @@ class SqlWriter(SqlRowDigests):
         self._insert_versions(
             "semantic", "category", batch.semantic, lambda s: r.semantic_to_row(s, codec), batch.restore, d
         )
-        self._digest_save(d)
+        self._digests.save(d)
         for key in batch.rewrapped:  # the key table joins this transaction
-            self.keys().put(key)
+            self._keys.put(key)
         for patient_ref in batch.shred_keys:
-            self.keys().shred(patient_ref)
+            self._keys.shred(patient_ref)
         return moved
 
     def _check_rewrapped(self, batch: WriteBatch) -> None:
         """A batch may only rewrap data keys that exist: never create, re-patient or revive one."""
         for key in batch.rewrapped:
-            stored = self.keys().get_by_id(key.key_id)
+            stored = self._keys.get_by_id(key.key_id)
             if stored is None or stored.shredded or key.shredded or stored.patient_ref != key.patient_ref:
                 raise IllegalTransition(f"data key {key.key_id!r} can only be rewrapped, not created or revived")
 
     def _apply_change(self, c: StateChange, d: RowDigest) -> Moved | None:
-        table = c.table
+        table, sql, tenant = c.table, self._t.dialect, self._t.tenant
         vector = table in ("episodic", "visual")
-        row = self._q(
+        row = sql.q(
             f"SELECT patient_id, state{', pos' if vector else ''} FROM {table} WHERE tenant = ? AND id = ?",
-            (self.tenant, c.record_id),
+            (tenant, c.record_id),
         ).fetchone()
         if row is None:
             raise NotFound(f"no {table} record {c.record_id!r}")
         if row[1] != c.expect.value:
             raise IllegalTransition(f"{table} record {c.record_id!r} is {row[1]}, expected {c.expect.value}")
-        sets = r.change_sets(c, row[0], self._codec)
+        sets = r.change_sets(c, row[0], self._t.codec)
         assignments = ", ".join(f"{k} = ?" for k in sets)
-        done = self._track(d, table, [c.record_id], [str(sets["id"])])
-        self._q(
-            f"UPDATE {table} SET {assignments} WHERE tenant = ? AND id = ?", (*sets.values(), self.tenant, c.record_id)
-        )
+        done = self._digests.track(d, table, [c.record_id], [str(sets["id"])])
+        sql.q(f"UPDATE {table} SET {assignments} WHERE tenant = ? AND id = ?", (*sets.values(), tenant, c.record_id))
         done()
         if not vector:
             return None
@@ -253,6 +279,7 @@ class SqlWriter(SqlRowDigests):
         return Moved(kind, int(row[2]), row[0], c.expect, str(sets["patient_id"]), c.to, str(sets["id"]))
 
     def _apply_stm(self, items: list[StmItem], stm_changes: Sequence[Any], d: RowDigest) -> None:
+        sql, tenant, codec = self._t.dialect, self._t.tenant, self._t.codec
         changes = {c.item_id: c for c in stm_changes}
         rows = []
         for item in items:
@@ -269,11 +296,11 @@ class SqlWriter(SqlRowDigests):
                     payload=None if c.purge else (c.payload or item.payload),
                     z=None if c.purge else item.z,
                 )
-            rows.append(g.stm_to_row(item, self._codec))
+            rows.append(g.stm_to_row(item, codec))
         if rows:
-            self._many(insert_sql("stm"), [(*row, self.tenant) for row in rows])
+            sql.many(insert_sql("stm"), [(*row, tenant) for row in rows])
             d.add_full("stm", rows)
-        done = self._track(d, "stm", list(changes))
+        done = self._digests.track(d, "stm", list(changes))
         for c in changes.values():
             sets: list[str] = ["state = ?"]
             args: list[object] = [c.to.value]
@@ -283,19 +310,17 @@ class SqlWriter(SqlRowDigests):
             if c.purge:
                 sets.append("payload = '', z = NULL")
             if c.payload is not None:  # the content's AAD binds the item's patient
-                owner = self._q(
-                    "SELECT patient_id FROM stm WHERE tenant = ? AND id = ?", (self.tenant, c.item_id)
-                ).fetchone()
+                owner = sql.q("SELECT patient_id FROM stm WHERE tenant = ? AND id = ?", (tenant, c.item_id)).fetchone()
                 if owner is None:
                     raise NotFound(f"no short-term item {c.item_id!r}")
                 sets.append("payload = ?")
-                args.append(self._codec.encode("stm", c.item_id, "payload", owner[0], c.payload.to_json()))
-            cur = self._q(
+                args.append(codec.encode("stm", c.item_id, "payload", owner[0], c.payload.to_json()))
+            cur = sql.q(
                 f"UPDATE stm SET {', '.join(sets)} WHERE tenant = ? AND id = ? AND state = ?",
-                (*args, self.tenant, c.item_id, c.expect.value),
+                (*args, tenant, c.item_id, c.expect.value),
             )
             if cur.rowcount != 1:
-                row = self._q("SELECT state FROM stm WHERE tenant = ? AND id = ?", (self.tenant, c.item_id)).fetchone()
+                row = sql.q("SELECT state FROM stm WHERE tenant = ? AND id = ?", (tenant, c.item_id)).fetchone()
                 if row is None:
                     raise NotFound(f"no short-term item {c.item_id!r}")
                 raise IllegalTransition(f"short-term item {c.item_id!r} is {row[0]}, expected {c.expect.value}")
@@ -307,14 +332,15 @@ class SqlWriter(SqlRowDigests):
         write lock, so it is still the head), else it is read here."""
         if not audit:
             return
+        sql, tenant = self._t.dialect, self._t.tenant
         if head_seq is None:
-            row = self._q("SELECT seq FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1", (self.tenant,)).fetchone()
-            head_seq = int(row[0]) if row else self.audit_base()[0]
+            row = sql.q("SELECT seq FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1", (tenant,)).fetchone()
+            head_seq = int(row[0]) if row else self._audit.audit_base()[0]
         if audit[0].seq <= head_seq:
             raise IllegalTransition(f"the audit tier is append-only: seq {audit[0].seq} is stored already")
         if audit[0].seq != head_seq + 1 or any(b.seq != a.seq + 1 for a, b in zip(audit, audit[1:], strict=False)):
             raise InvalidInput(f"audit rows must continue the chain at seq {head_seq + 1}")
-        self._many(insert_sql("audit"), [(x.seq, x.payload, x.event_hash, self.tenant) for x in audit])
+        sql.many(insert_sql("audit"), [(x.seq, x.payload, x.event_hash, tenant) for x in audit])
 
     def _insert_versions(
         self,
@@ -335,7 +361,8 @@ class SqlWriter(SqlRowDigests):
         """
         if not versions:
             return
-        tenant: str = self.tenant
+        tenant: str = self._t.tenant
+        sql = self._t.dialect
 
         def ident(v: V) -> str:
             return v.state_id if isinstance(v, SemanticState) else v.claim_id
@@ -362,7 +389,7 @@ class SqlWriter(SqlRowDigests):
             found: dict[str, tuple[str, str]] = {}
             for start in range(0, len(stored), ID_CHUNK):
                 part = stored[start : start + ID_CHUNK]
-                rows = self._q(
+                rows = sql.q(
                     f"SELECT id, patient_id, {key_column} FROM {table}"
                     f" WHERE tenant = ? AND state = 'active' AND id IN ({_marks(len(part))})",
                     [tenant] + part,  # noqa: RUF005 (mypy cannot type a starred list in this generic function)
@@ -373,19 +400,19 @@ class SqlWriter(SqlRowDigests):
                 if found.get(old) != (v.patient_id, key(v)):
                     raise IllegalTransition(f"{table} version {old!r} is not the active version of this key")
             if stored:
-                done = self._track(d, table, stored)
-                self._many(
+                done = self._digests.track(d, table, stored)
+                sql.many(
                     f"UPDATE {table} SET state = 'superseded' WHERE tenant = ? AND id = ?",
                     [(tenant, old) for old in stored],
                 )
                 done()
             versions = [replace(v, state=State.SUPERSEDED) if ident(v) in wanted else v for v in versions]
         new_rows = [to_row(v) for v in versions]
-        self._flush()  # a pipelining backend raises the errors of the statements before as theirs,
+        sql.flush()  # a pipelining backend raises the errors of the statements before as theirs,
         try:
-            self._many(insert_sql(table), [new + (tenant,) for new in new_rows])  # noqa: RUF005 (as above)
-            self._flush()  # and this insert's refusal here
-        except self.INTEGRITY_ERROR as exc:
+            sql.many(insert_sql(table), [new + (tenant,) for new in new_rows])  # noqa: RUF005 (as above)
+            sql.flush()  # and this insert's refusal here
+        except sql.integrity_error as exc:
             raise IllegalTransition(
                 f"a {table} key already has an active version; a new version must supersede it ({exc})"
             ) from exc

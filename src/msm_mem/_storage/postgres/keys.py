@@ -35,7 +35,7 @@ class PgKeyTable:
     """
 
     def __init__(self, db: Db, tenant: str) -> None:
-        self._db = db  # the store's _db(): the connection under its lock, StoreError once closed
+        self._db = db  # the dialect's db(): the connection under its lock, StoreError once closed
         self._tenant = tenant
         self._by_patient: dict[str, WrappedKey] = {}
         self._by_id: dict[str, WrappedKey] = {}

@@ -1,7 +1,7 @@
 """A write transaction of the server store in psycopg's pipeline mode: statements are sent as
 they come, and the client waits for the server only where it needs an answer.
 
-Inside :meth:`~msm_mem._storage.postgres.store.PostgresStore._transaction` every statement
+Inside :meth:`~msm_mem._storage.postgres.connection.PgDialect.transaction` every statement
 is queued on the connection's pipeline: the inserts and updates of a batch (``executemany``
 rides the same pipeline) cost no round trip of their own; a read (``fetchone``, ``fetchall``)
 flushes what is queued and waits for its rows; :class:`Pending` makes ``rowcount`` wait for
@@ -9,7 +9,7 @@ its statement too; the end of the pipeline (a sync) waits for every statement be
 ``COMMIT`` is sent, so an error of any statement is raised before anything commits and rolls
 the whole transaction back, as without a pipeline. Where the shared write path needs an error
 raised at its statement (a refused insert it reports as another error), it calls
-``_flush`` (:meth:`~msm_mem._storage.sql_core.SqlCore._flush`).
+the dialect's ``flush`` (:meth:`~msm_mem._storage.sql_core.Dialect.flush`).
 """
 
 from __future__ import annotations

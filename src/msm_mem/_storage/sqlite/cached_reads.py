@@ -1,18 +1,18 @@
-"""The embedded store's reads served from the read cache (:mod:`.readcache`): records by id, a
-stored study's episodes, the active semantic states and entities of a patient, and its consent
-records. Mixed into :class:`~.store.SqliteStore`, which keeps the caches exact (its commits
-follow them, another connection's change empties them through the change mark)."""
+"""The embedded store's read cache part: the reads every turn repeats (records by id, the
+active semantic states and entities of a patient, its consent records) answered from the
+decoded rows kept beside the store's connection (:mod:`.readcache`) and a consent cache. The
+store keeps them exact: its commits follow them (:meth:`CachedReads.committed`), another
+connection's change empties them through the change mark (:meth:`CachedReads.sync`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from ..._records import EpisodicRecord, SemanticState
-from ..._tier_records import ConsentRecord, Entity
-from ..codec import FieldCodec
-from ..sql_store import SqlStore
-from .connection import Writing
+from ..._records import SemanticState
+from ..._tier_records import Claim, ConsentRecord, Entity
+from ..batch import WriteBatch
+from .connection import SqliteDialect
 from .readcache import ReadCache
 
 __all__ = ["CachedReads"]
@@ -25,47 +25,55 @@ _RECORD_TABLES = frozenset({"episodic", "visual"})
 _CONSENT_LIMIT = 10_000
 
 
-class CachedReads(SqlStore):
-    """Reads of the shared SQL store, answered from the caches of one SQLite connection."""
+class CachedReads:
+    """The :class:`~msm_mem._storage.sql_core.PatientCache` of the SQLite store: the read cache
+    of its connection and the consent records per patient, under the store's lock."""
 
-    _cache: ReadCache
-    _writing: Writing
-    _consent_cache: dict[str, list[ConsentRecord]]
+    by_id = True
 
-    def _find(self, table: str, ids: Sequence[str], conv: Callable[[Any, FieldCodec], T], at: int) -> dict[str, T]:
+    def __init__(self, dialect: SqliteDialect, cache: ReadCache) -> None:
+        self._sql = dialect
+        self.cache = cache
+        self._consents: dict[str, list[ConsentRecord]] = {}
+        self._consent_version = -1
+
+    def records(self, table: str, ids: Sequence[str], load: Callable[[Sequence[str]], dict[str, T]]) -> dict[str, T]:
         """Episodic and visual records by id come from the read cache (the hits of every
         retrieve); other tables, and the side connection's thread, read the rows."""
-        read = super()._find
-        if table not in _RECORD_TABLES or self._writing.conn is not None:
-            return read(table, ids, conv, at)
-        with self._db():
-            return self._cache.records(table, ids, lambda missing: read(table, missing, conv, at))
+        if table not in _RECORD_TABLES or self._sql.on_side():
+            return load(ids)
+        with self._sql.db():
+            return self.cache.records(table, ids, load)
 
-    def study_episodes(self, patient_id: str, study_id: str, limit: int | None = None) -> list[EpisodicRecord]:
-        """The ids in the shared order, the records by id (from the read cache): a retrieve of a
-        stored study decodes nothing it decoded before."""
-        if not study_id or limit == 0:
-            return []
-        with self._db():
-            ids = [row[0] for row in self._q(*self._study_query("id", patient_id, study_id, limit))]
-            found = self.find_episodes(ids)
-        return [found[i] for i in ids if i in found]  # one re-keyed meanwhile (anonymised) is gone
+    def semantic(self, patient_id: str, load: Callable[[], list[SemanticState]]) -> list[SemanticState]:
+        with self._sql.db():
+            return self.cache.semantic(patient_id, load)
 
-    def semantic_active(self, patient_id: str, category: str | None = None) -> list[SemanticState]:
-        with self._db():
-            states = self._cache.semantic(patient_id, lambda: self._load_semantic(patient_id))
-        return states if category is None else [s for s in states if s.category == category]
+    def entities(self, patient_id: str, load: Callable[[], list[Entity]]) -> list[Entity]:
+        with self._sql.db():
+            return self.cache.entities(patient_id, load)
 
-    def entities(self, patient_id: str) -> list[Entity]:
-        with self._db():
-            return self._cache.entities(patient_id, lambda: self._load_entities(patient_id))
-
-    def consents(self, patient_id: str | None = None) -> list[ConsentRecord]:
-        with self._db():
+    def consents(self, patient_id: str | None, load: Callable[[], list[ConsentRecord]]) -> list[ConsentRecord]:
+        with self._sql.db():
             if patient_id is None:
-                return self._load_consents(None)
-            if patient_id not in self._consent_cache:
-                if len(self._consent_cache) > _CONSENT_LIMIT:
-                    self._consent_cache.clear()
-                self._consent_cache[patient_id] = self._load_consents(patient_id)
-            return list(self._consent_cache[patient_id])
+                return load()
+            if patient_id not in self._consents:
+                if len(self._consents) > _CONSENT_LIMIT:
+                    self._consents.clear()
+                self._consents[patient_id] = load()
+            return list(self._consents[patient_id])
+
+    def claims(self, patient_id: str, key: str | None, load: Callable[[], list[Claim]]) -> list[Claim]:
+        return load()
+
+    def committed(self, batch: WriteBatch) -> None:
+        """Follow a batch the store's connection has just committed."""
+        self.cache.committed(batch)
+        if batch.consents or batch.revocations:
+            self._consents.clear()
+
+    def sync(self, version: int) -> None:
+        """Empty the consent cache when the store's change generation moved to ``version``."""
+        if version != self._consent_version:
+            self._consents.clear()
+            self._consent_version = version

@@ -1,5 +1,6 @@
-"""The embedded store's connections: how one is opened, the store's under its lock, and the
-side connection of the writes of audit rows alone.
+"""The embedded store's connections: how one is opened, the store's under its lock, the side
+connection of the writes of audit rows alone, and the SQLite dialect that holds them
+(:class:`SqliteDialect`: how the shared SQL runs on them, how a write transaction starts).
 
 Every governed read writes its audit events, and a group of them commits with two syncs to
 disk (the signed head file and SQLite's WAL). On the store's one connection that commit held
@@ -18,16 +19,32 @@ connection under its lock, as its caches follow it.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import Any
 
-from ..._errors import StoreError
+from ..._errors import InvalidInput, StoreError
 from ..batch import WriteBatch
+from ..sql_core import Rows
+from .changes import ChangeMark
+from .schema import DB_NAME
+from .upgrade import add_tenant
 
-__all__ = ["BUSY_TIMEOUT_MS", "Held", "Writing", "audit_only", "connect", "connect_read_only", "writable"]
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "Held",
+    "SqliteDialect",
+    "Writing",
+    "audit_only",
+    "connect",
+    "connect_read_only",
+    "writable",
+]
 
 
 #: how long a writer waits for another process's write transaction before failing cleanly
@@ -81,15 +98,6 @@ class Writing(threading.local):
     conn: sqlite3.Connection | None = None
 
 
-class _Owner(Protocol):
-    """What :class:`Held` uses of the store that owns it."""
-
-    _lock: threading.RLock
-    _closed: bool
-    _conn: sqlite3.Connection
-    _writing: Writing
-
-
 class Held:
     """The store's connection under its lock (re-entrant), refused once closed; on the thread
     writing audit rows alone, the side connection, without the lock.
@@ -97,24 +105,185 @@ class Held:
     A plain context manager rather than a generator one: every read takes it, often nested,
     and this costs what taking the lock costs."""
 
-    __slots__ = ("_store",)
+    __slots__ = ("_dialect",)
 
-    def __init__(self, store: _Owner) -> None:
-        self._store = store
+    def __init__(self, dialect: SqliteDialect) -> None:
+        self._dialect = dialect
 
     def __enter__(self) -> sqlite3.Connection:
-        store = self._store
-        side = store._writing.conn
+        dialect = self._dialect
+        side = dialect.writing.conn
         if side is not None:
-            if store._closed:  # closed while this writer waited for its turn
+            if dialect.closed:  # closed while this writer waited for its turn
                 raise StoreError("the store is closed")
             return side
-        store._lock.acquire()
-        if store._closed:
-            store._lock.release()
+        dialect.lock.acquire()
+        if dialect.closed:
+            dialect.lock.release()
             raise StoreError("the store is closed")
-        return store._conn
+        return dialect.conn
 
     def __exit__(self, *exc: object) -> None:
-        if self._store._writing.conn is None:  # the side connection took no lock
-            self._store._lock.release()
+        if self._dialect.writing.conn is None:  # the side connection took no lock
+            self._dialect.lock.release()
+
+
+class SqliteDialect:
+    """How the shared SQL runs on the embedded store: its connection behind a lock, the side
+    connection of audit rows alone, the writers' queue and ``BEGIN IMMEDIATE`` transactions.
+    Thread-safe."""
+
+    # ``+pos``, an expression: SQLite, without table statistics, takes an equality on the
+    # tenant (one value in a store) for a selective one, and would read a patient's records by
+    # walking the whole (tenant, pos) key in order rather than the patient index and a sort
+    order: Mapping[str, str] = {
+        "episodic": "+pos",
+        "visual": "+pos",
+        "semantic": "rowid",
+        "claims": "rowid",
+        "entities": "rowid",
+        "relationships": "rowid",
+    }
+    holds_nul = True
+    integrity_error: type[Exception] = sqlite3.IntegrityError
+    disconnected: tuple[type[Exception], ...] = ()
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        directory: Path,
+        changes: ChangeMark,
+        follow: Callable[[], None],
+        *,
+        legacy: bool,
+    ) -> None:
+        """``conn`` is the store's connection in ``directory``; ``changes`` its change mark;
+        ``follow`` is called first inside each write transaction of that connection, to follow
+        what other processes committed (the caches); ``legacy``: a store of schema 1 or 2,
+        opened for its upgrade only."""
+        self.conn = conn
+        self.directory = directory
+        self.lock = threading.RLock()
+        self.closed = False
+        self.read_only = False
+        self.legacy = legacy
+        self.writing = Writing()  # the side connection, on the thread writing audit rows alone
+        self._changes = changes
+        self._follow = follow
+        self._held = Held(self)
+        self._side: sqlite3.Connection | None = None
+        self._side_lock = threading.Lock()
+        self._durable = int(conn.execute("PRAGMA synchronous").fetchone()[0]) >= 2  # FULL or EXTRA
+        self._turn = threading.Lock()  # one writer of this process waits for the write lock
+        self._turn_fd: int | None = None
+
+    def on_side(self) -> bool:
+        """Whether this thread writes audit rows alone on the side connection."""
+        return self.writing.conn is not None
+
+    @contextmanager
+    def side(self) -> Iterator[None]:
+        """This thread's statements go to the side connection (opened at its first use)."""
+        with self._side_lock:
+            if self.closed:
+                raise StoreError("the store is closed")
+            if self._side is None:
+                self._side = connect(self.directory / DB_NAME, self._durable)
+        self.writing.conn = self._side  # used only inside the writer's turn, taken next
+        try:
+            yield
+        finally:
+            self.writing.conn = None
+
+    def close(self, flush: Callable[[], None]) -> None:
+        """Run ``flush`` and close the connections, after a write of this process in progress."""
+        with self._turn, self.lock:
+            if self.closed:
+                return
+            flush()
+            self.conn.close()
+            if self._side is not None:
+                self._side.close()
+            self.closed = True
+            if self._turn_fd is not None:
+                os.close(self._turn_fd)
+                self._turn_fd = None
+
+    def db(self) -> Held:
+        return self._held
+
+    def q(self, sql: str, args: Sequence[Any] = ()) -> Rows:
+        return (self.writing.conn or self.conn).execute(sql, args)
+
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        (self.writing.conn or self.conn).executemany(sql, rows)
+
+    def flush(self) -> None:
+        """Nothing to do: every statement was answered when it ran."""
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """``BEGIN IMMEDIATE``: writers of every process queue on SQLite's write lock (waiting
+        at most :data:`BUSY_TIMEOUT_MS`); inside it the caches first follow what others committed."""
+        side = self.writing.conn  # audit rows alone: nothing cached to follow or to update
+        conn = side or self.conn
+        if self.read_only:
+            raise StoreError(f"{self.directory} is opened read-only (read-only media or no write permission)")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"the store is busy or cannot be written, nothing was written: {exc}") from exc
+        try:
+            if side is None:
+                self._follow()  # moves the change generation past every earlier change elsewhere
+            yield
+            seen = self._changes.seen() if side is None else None
+            conn.execute("COMMIT")
+            if seen is not None:
+                self._changes.committed(seen)
+        except sqlite3.IntegrityError as exc:
+            self._rollback()
+            raise InvalidInput(f"write refused by the store: {exc}") from exc
+        except sqlite3.OperationalError as exc:  # a full disk, an I/O error: at COMMIT too
+            self._rollback()
+            raise StoreError(f"the write failed and was rolled back, nothing was written: {exc}") from exc
+        except BaseException:
+            self._rollback()
+            raise
+
+    @contextmanager
+    def writer_turn(self) -> Iterator[None]:
+        """Writers queue here (a thread lock, then ``flock`` on ``DIR/writer.lock``) before they
+        take the connection's lock and SQLite's: a process waiting for another's commit keeps
+        serving reads, and the kernel hands the turn on as soon as it is free, where SQLite's
+        own busy wait sleeps and polls (a busy process could starve the others). Only an order:
+        SQLite's write lock still guards the data; no lock file (read-only media), no queue."""
+        with self._turn:
+            fd = self._turn_file()
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                if fd is not None:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _turn_file(self) -> int | None:
+        if self._turn_fd is None and not self.read_only:
+            try:
+                self._turn_fd = os.open(self.directory / "writer.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError:
+                return None
+        return self._turn_fd
+
+    def _rollback(self) -> None:
+        conn = self.writing.conn or self.conn
+        if conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)
+            conn.execute("ROLLBACK")
+
+    def reconnect_after_loss(self) -> None:
+        raise StoreError("this store has no connection to lose")
+
+    def add_tenant(self, tenant: str) -> None:
+        add_tenant(self.conn, tenant)
+        self.legacy = False

@@ -12,66 +12,53 @@ Layout of a store directory::
 A write is one SQLite transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``, ``synchronous=FULL`` by
 default) and the in-memory index changes only after it commits, so a crash loses at most the
 write that was not yet acknowledged. On open, index files that are missing, stale or do not
-match the database are caught up or rebuilt from the rows. What SQLite adds to the shared SQL
-store: the FAISS search (``vectors.py``), the key table (``keys.py``) and read caches of the
-decoded rows every turn reads (``readcache.py``, the reads it serves in ``cached_reads.py``),
-kept exact with the change mark that triggers keep on the cached tables (``changes.py``):
-another process's commit of audit rows alone (a read's events) empties nothing.
+match the database are caught up or rebuilt from the rows. The parts SQLite gives the shared
+SQL store: its dialect and connections (``connection.py``), the FAISS vector part
+(``vectors.py``), the key table (``keys.py``) and the read cache of the decoded rows every turn
+reads (``readcache.py``, served by ``cached_reads.py``), kept exact with the change mark that
+triggers keep on the cached tables (``changes.py``): another process's commit of audit rows
+alone (a read's events) empties nothing.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
 import sqlite3
-import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ..._errors import InvalidInput, StoreError
 from ..._private import private_dir, private_file
-from ..._records import Vector
 from ..._settings import DEFAULT_EF_SEARCH, DEFAULT_TENANT, PopulationSearch, check_population_search, check_tenant
-from ..._tier_records import ConsentRecord
-from ..base import AuditChainer, VectorKind
+from ..base import AuditChainer
 from ..batch import WriteBatch
 from ..codec import FieldCodec
-from ..sql_core import Rows, insert_sql
+from ..sql_core import SqlTables, insert_sql
 from ..sql_rows import initial_meta, schema_problem
+from ..sql_store import SqlStore
 from ..sql_write import Moved
 from .cached_reads import CachedReads
 from .changes import ChangeMark, install
-from .connection import Held, Writing, audit_only, connect, connect_read_only, writable
+from .connection import SqliteDialect, audit_only, connect, connect_read_only, writable
 from .keys import SqliteKeyTable
 from .readcache import ReadCache
 from .schema import DB_NAME, FORMAT, SCHEMA, SCHEMA_VERSION
-from .upgrade import add_indexes, add_tenant, read_meta
+from .upgrade import add_indexes, read_meta
 from .vectors import FaissVectors
 
 __all__ = ["SqliteStore"]
 
 
-class SqliteStore(CachedReads):
-    """The embedded store of record. Thread-safe: one connection behind a lock, and a side
-    connection for the writes of audit rows alone (``connection.py``)."""
+class SqliteStore(SqlStore):
+    """The embedded store of record, built from parts over one SQLite connection: the dialect
+    (``connection.py``), the FAISS vector part (``vectors.py``), the key table (``keys.py``)
+    and the read cache (``cached_reads.py``). Thread-safe: one connection behind a lock, and a
+    side connection for the writes of audit rows alone (``connection.py``)."""
 
-    # ``+pos``, an expression: SQLite, without table statistics, takes an equality on the
-    # tenant (one value in a store) for a selective one, and would read a patient's records by
-    # walking the whole (tenant, pos) key in order rather than the patient index and a sort
-    ORDER: ClassVar[dict[str, str]] = {
-        "episodic": "+pos",
-        "visual": "+pos",
-        "semantic": "rowid",
-        "claims": "rowid",
-        "entities": "rowid",
-        "relationships": "rowid",
-    }
-    HOLDS_NUL: ClassVar[bool] = True
     CURRENT_SCHEMA: ClassVar[str] = SCHEMA_VERSION
-    INTEGRITY_ERROR: ClassVar[type[Exception]] = sqlite3.IntegrityError
+    _sql: SqliteDialect
+    _vectors: FaissVectors
 
     def __init__(
         self,
@@ -83,41 +70,46 @@ class SqliteStore(CachedReads):
         tenant: str | None = None,
     ) -> None:
         self.population_search = check_population_search(population_search, ef_search)
-        self.tenant, meta, self._legacy = read_meta(conn, directory, tenant)
+        found_tenant, meta, legacy = read_meta(conn, directory, tenant)
         self.directory = directory
         self._conn = conn
-        self._lock = threading.RLock()
-        self._closed = False
-        self._held = Held(self)
-        self._writing = Writing()  # the side connection, on the thread writing audit rows alone
-        self._side: sqlite3.Connection | None = None
-        self._side_lock = threading.Lock()
-        self._durable = int(conn.execute("PRAGMA synchronous").fetchone()[0]) >= 2  # FULL or EXTRA
-        self._turn = threading.Lock()  # one writer of this process waits for the write lock
-        self._turn_fd: int | None = None
-        self._changes = ChangeMark(conn, None if self._legacy else self.tenant)
-        self._cache = ReadCache(conn, self._changes.current)
-        self._keys = SqliteKeyTable(conn, self._lock, self.tenant, self._changes.current, on_shred=self._cache.clear)
-        self._consent_cache: dict[str, list[ConsentRecord]] = {}
-        self._consent_version = -1
-        self.read_only = False
-        self._init_codec(codec)
-        self.dim = int(meta["dim"])
-        self.encoder_name = meta["encoder"]
-        self.store_id = meta["store_id"]
-        self.schema_version = meta.get("schema", "")
+        self._changes = ChangeMark(conn, None if legacy else found_tenant)
+        self._sql = SqliteDialect(conn, directory, self._changes, lambda: self._vectors.follow_others(), legacy=legacy)
+        cache = ReadCache(conn, self._changes.current)
+        self._cached = CachedReads(self._sql, cache)
+        self._keys = SqliteKeyTable(conn, self._sql.lock, found_tenant, self._changes.current, on_shred=cache.clear)
+        tables = SqlTables(self._sql, found_tenant)
+        if codec is not None:
+            tables.use_codec(codec)  # (nothing cached yet)
+        dim = int(meta["dim"])
         self._vectors = FaissVectors(
             conn,
-            self._lock,
-            lambda: self._closed,
-            lambda: self._writing.conn is not None,
+            self._sql.lock,
+            lambda: self._sql.closed,
+            self._sql.on_side,
             directory=directory,
-            dim=self.dim,
-            tenant=self.tenant,
+            dim=dim,
+            tenant=found_tenant,
             changes=self._changes,
             ef_search=ef_search if population_search == "hnsw" else None,
-            load=not self._legacy,  # schema 1 or 2, opened for its upgrade only: nothing is searched
+            load=not legacy,  # schema 1 or 2, opened for its upgrade only: nothing is searched
         )
+        super().__init__(
+            tables,
+            cache=self._cached,
+            vectors=self._vectors,
+            keys=self._keys,
+            committed=self._committed,
+            dim=dim,
+            encoder_name=meta["encoder"],
+            store_id=meta["store_id"],
+            schema_version=meta.get("schema", ""),
+        )
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the store was opened read-only (read-only media or no write permission)."""
+        return self._sql.read_only
 
     # opening ------------------------------------------------------------------------------
 
@@ -205,8 +197,8 @@ class SqliteStore(CachedReads):
         except BaseException:
             conn.close()
             raise
-        store.read_only = read_only
-        if not read_only and not store._legacy:  # a store made before the change mark or an index gets it now
+        store._sql.read_only = read_only
+        if not read_only and not store._sql.legacy:  # a store made before the change mark or an index gets it now
             try:
                 with store._db():
                     install(conn, store.tenant)
@@ -232,17 +224,7 @@ class SqliteStore(CachedReads):
             self._vectors.save()
 
     def close(self) -> None:
-        with self._turn, self._lock:  # after a write of this process in progress, if any
-            if self._closed:
-                return
-            self.flush()
-            self._conn.close()
-            if self._side is not None:
-                self._side.close()
-            self._closed = True
-            if self._turn_fd is not None:
-                os.close(self._turn_fd)
-                self._turn_fd = None
+        self._sql.close(self.flush)  # after a write of this process in progress, if any
 
     def write(
         self,
@@ -256,124 +238,33 @@ class SqliteStore(CachedReads):
         if self.read_only or not audit_only(batch):
             super().write(batch, chain, before_commit=before_commit)
             return
-        with self._side_lock:
-            if self._closed:
-                raise StoreError("the store is closed")
-            if self._side is None:
-                self._side = connect(self.directory / DB_NAME, self._durable)
-        self._writing.conn = self._side  # used only inside the writer's turn, taken next
-        try:
+        with self._sql.side():
             super().write(batch, chain, before_commit=before_commit)
-        finally:
-            self._writing.conn = None
+
+    def upgrade(
+        self,
+        chain: AuditChainer,
+        reencode: Callable[[str, str, str], str | None],
+        *,
+        before_commit: Callable[[], None],
+        check: Callable[[], None] | None = None,
+    ) -> int:
+        """:meth:`Store.upgrade`; the read cache is emptied first (the upgrade rewrites visual tags)."""
+        with self._db():
+            self._cached.cache.clear()
+        return super().upgrade(chain, reencode, before_commit=before_commit, check=check)
 
     def keys(self) -> SqliteKeyTable:
         return self._keys
 
-    # vector search (``vectors.py``) ----------------------------------------------------------
-
-    def search(self, kind: VectorKind, z: Vector, k: int, scope: str | None) -> list[tuple[str, float]]:
-        return self._vectors.search(kind, z, k, scope)
-
-    def search_many(
-        self, z: Vector, requests: Sequence[tuple[VectorKind, int]], scope: str | None
-    ) -> list[list[tuple[str, float]]]:
-        return self._vectors.search_many(z, requests, scope)
-
-    def max_cosine(self, z: Vector, kinds: Sequence[VectorKind], scope: str) -> float | None:
-        return self._vectors.max_cosine(z, kinds, scope)
-
     def use_codec(self, codec: FieldCodec) -> None:
-        with self._lock:
+        with self._sql.lock:
             super().use_codec(codec)
-            self._cache.clear()
-
-    # the dialect ---------------------------------------------------------------------------
-
-    def _db(self) -> Held:
-        return self._held
-
-    def _q(self, sql: str, args: Sequence[Any] = ()) -> Rows:
-        return (self._writing.conn or self._conn).execute(sql, args)
-
-    def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        (self._writing.conn or self._conn).executemany(sql, rows)
-
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """``BEGIN IMMEDIATE``: writers of every process queue on SQLite's write lock (waiting
-        at most :data:`BUSY_TIMEOUT_MS`); inside it the caches first follow what others committed."""
-        side = self._writing.conn  # audit rows alone: nothing cached to follow or to update
-        conn = side or self._conn
-        if self.read_only:
-            raise StoreError(f"{self.directory} is opened read-only (read-only media or no write permission)")
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise StoreError(f"the store is busy or cannot be written, nothing was written: {exc}") from exc
-        try:
-            if side is None:
-                self._vectors.follow_others()  # moves the change generation past every earlier change elsewhere
-            yield
-            seen = self._changes.seen() if side is None else None
-            conn.execute("COMMIT")
-            if seen is not None:
-                self._changes.committed(seen)
-        except sqlite3.IntegrityError as exc:
-            self._rollback()
-            raise InvalidInput(f"write refused by the store: {exc}") from exc
-        except sqlite3.OperationalError as exc:  # a full disk, an I/O error: at COMMIT too
-            self._rollback()
-            raise StoreError(f"the write failed and was rolled back, nothing was written: {exc}") from exc
-        except BaseException:
-            self._rollback()
-            raise
-
-    @contextmanager
-    def _writer_turn(self) -> Iterator[None]:
-        """Writers queue here (a thread lock, then ``flock`` on ``DIR/writer.lock``) before they
-        take the connection's lock and SQLite's: a process waiting for another's commit keeps
-        serving reads, and the kernel hands the turn on as soon as it is free, where SQLite's
-        own busy wait sleeps and polls (a busy process could starve the others). Only an order:
-        SQLite's write lock still guards the data; no lock file (read-only media), no queue."""
-        with self._turn:
-            fd = self._turn_file()
-            if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                if fd is not None:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def _turn_file(self) -> int | None:
-        if self._turn_fd is None and not self.read_only:
-            try:
-                self._turn_fd = os.open(self.directory / "writer.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            except OSError:
-                return None
-        return self._turn_fd
-
-    def _rollback(self) -> None:
-        conn = self._writing.conn or self._conn
-        if conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)
-            conn.execute("ROLLBACK")
-
-    def _positions(self) -> dict[VectorKind, int]:
-        return self._vectors.positions()
-
-    def _vectors_added(self, kind: VectorKind, start: int, rows: list[tuple[Any, ...]]) -> None:
-        self._vectors.vectors_added(kind, start, rows)
-
-    def _add_tenant(self) -> None:
-        add_tenant(self._conn, self.tenant)
-        self._legacy = False
-        self._cache.clear()  # the upgrade rewrites visual tags in this transaction
+            self._cached.cache.clear()
 
     def _committed(self, batch: WriteBatch, moved: list[Moved]) -> None:
-        self._cache.committed(batch)
-        if batch.consents or batch.revocations:
-            self._consent_cache.clear()
+        """Follow a batch this store has just committed: the read caches, the vector indexes."""
+        self._cached.committed(batch)
         self._vectors.follow(batch, moved)
 
     # what other connections committed (the reads the caches serve: ``cached_reads.py``) ----
@@ -385,7 +276,5 @@ class SqliteStore(CachedReads):
         with self._db():
             self._vectors.follow_others()
             version = self._changes.current()
-            if version != self._consent_version:
-                self._consent_cache.clear()
-                self._consent_version = version
+            self._cached.sync(version)
             self._keys.sync(version)
