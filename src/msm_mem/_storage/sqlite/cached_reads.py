@@ -33,7 +33,7 @@ class CachedReads:
 
     def __init__(self, dialect: SqliteDialect, cache: ReadCache) -> None:
         self._sql = dialect
-        self.cache = cache
+        self._cache = cache
         self._consents: dict[str, list[ConsentRecord]] = {}
         self._consent_version = -1
 
@@ -43,15 +43,15 @@ class CachedReads:
         if table not in _RECORD_TABLES or self._sql.on_side():
             return load(ids)
         with self._sql.db():
-            return self.cache.records(table, ids, load)
+            return self._cache.records(table, ids, load)
 
     def semantic(self, patient_id: str, load: Callable[[], list[SemanticState]]) -> list[SemanticState]:
         with self._sql.db():
-            return self.cache.semantic(patient_id, load)
+            return self._cache.semantic(patient_id, load)
 
     def entities(self, patient_id: str, load: Callable[[], list[Entity]]) -> list[Entity]:
         with self._sql.db():
-            return self.cache.entities(patient_id, load)
+            return self._cache.entities(patient_id, load)
 
     def consents(self, patient_id: str | None, load: Callable[[], list[ConsentRecord]]) -> list[ConsentRecord]:
         with self._sql.db():
@@ -66,9 +66,13 @@ class CachedReads:
     def claims(self, patient_id: str, key: str | None, load: Callable[[], list[Claim]]) -> list[Claim]:
         return load()
 
+    def clear(self) -> None:
+        """Empty the decoded rows (a shred, a codec change, an upgrade: no plaintext outlives its key)."""
+        self._cache.clear()
+
     def committed(self, batch: WriteBatch) -> None:
         """Follow a batch the store's connection has just committed."""
-        self.cache.committed(batch)
+        self._cache.committed(batch)
         if batch.consents or batch.revocations:
             self._consents.clear()
 

@@ -75,9 +75,10 @@ class SqliteStore(SqlStore):
         self._conn = conn
         self._changes = ChangeMark(conn, None if legacy else found_tenant)
         self._sql = SqliteDialect(conn, directory, self._changes, lambda: self._vectors.follow_others(), legacy=legacy)
-        cache = ReadCache(conn, self._changes.current)
-        self._cached = CachedReads(self._sql, cache)
-        self._keys = SqliteKeyTable(conn, self._sql.lock, found_tenant, self._changes.current, on_shred=cache.clear)
+        self._cached = CachedReads(self._sql, ReadCache(conn, self._changes.current))
+        self._keys = SqliteKeyTable(
+            conn, self._sql.lock, found_tenant, self._changes.current, on_shred=self._cached.clear
+        )
         tables = SqlTables(self._sql, found_tenant)
         if codec is not None:
             tables.use_codec(codec)  # (nothing cached yet)
@@ -251,7 +252,7 @@ class SqliteStore(SqlStore):
     ) -> int:
         """:meth:`Store.upgrade`; the read cache is emptied first (the upgrade rewrites visual tags)."""
         with self._db():
-            self._cached.cache.clear()
+            self._cached.clear()
         return super().upgrade(chain, reencode, before_commit=before_commit, check=check)
 
     def keys(self) -> SqliteKeyTable:
@@ -260,7 +261,7 @@ class SqliteStore(SqlStore):
     def use_codec(self, codec: FieldCodec) -> None:
         with self._sql.lock:
             super().use_codec(codec)
-            self._cached.cache.clear()
+            self._cached.clear()
 
     def _committed(self, batch: WriteBatch, moved: list[Moved]) -> None:
         """Follow a batch this store has just committed: the read caches, the vector indexes."""
