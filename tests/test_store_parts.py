@@ -192,3 +192,45 @@ def test_a_dialect_refuses_statements_once_closed(dialect: SqliteDialect) -> Non
         pass
     with pytest.raises(sqlite3.ProgrammingError):
         dialect.conn.execute("SELECT 1")
+
+
+def test_the_server_parts_work_over_a_connection_of_their_own(postgres_url: str, pg_schema: str) -> None:
+    """PostgreSQL's dialect, read-ahead and vector part, each built by its constructor over a
+    new connection to a store's schema, read, read ahead and search as the store does."""
+    from msm_mem._storage.postgres import PostgresStore
+    from msm_mem._storage.postgres.connection import PgDialect
+    from msm_mem._storage.postgres.keys import PgKeyTable
+    from msm_mem._storage.postgres.pgvector import connect as pg_connect
+    from msm_mem._storage.postgres.pgvector import use_schema
+    from msm_mem._storage.postgres.readahead import ReadAhead
+    from msm_mem._storage.postgres.search import PgVectors
+
+    store = with_codec(PostgresStore.create(postgres_url, dim=4, encoder="t", schema=pg_schema))
+    store.write(WriteBatch(episodes=[_episode(0, "P1"), _episode(1, "P1")], consents=[_consent("a")]))
+    store.close()
+    conn = pg_connect(postgres_url)
+    use_schema(conn, pg_schema)
+    forgotten: list[bool] = []
+    dialect = PgDialect(
+        conn, pg_schema, TENANT, legacy=False, on_reconnect=lambda: None, on_write=lambda: forgotten.append(True)
+    )
+    try:
+        tables = SqlTables(dialect, TENANT)
+        assert SqlRecords(tables, NoCache()).record_ids("episodic", "P1") == ["E-0", "E-1"]
+        ahead = ReadAhead(dialect, tables, PgKeyTable(dialect.db, TENANT), dim=4)
+        ahead.prefetch(["P1"])
+
+        def unread() -> list[ConsentRecord]:
+            raise AssertionError("read again")
+
+        assert [c.consent_id for c in ahead.consents("P1", unread)] == ["C-a"]
+        vectors = PgVectors(dialect, ahead, dim=4, tenant=TENANT, approximate=False)
+        z = np.array([0, 1, 0, 0], np.float32)
+        assert vectors.search("episodic", z, 5, "P1") == [("E-1", 1.0), ("E-0", 0.0)]
+        assert vectors.max_cosine(z, ["episodic", "visual"], "P1") == 1.0
+        assert SqlAudit(tables).audit_head() == (0, GENESIS)
+        with dialect.db(), dialect.transaction():
+            assert vectors.positions() == {"episodic": 2, "visual": 0}
+        assert forgotten == [True]  # a write transaction drops what was read ahead
+    finally:
+        dialect.close(lambda: None)
