@@ -234,3 +234,14 @@ def test_the_server_parts_work_over_a_connection_of_their_own(postgres_url: str,
         assert forgotten == [True]  # a write transaction drops what was read ahead
     finally:
         dialect.close(lambda: None)
+
+
+def test_a_store_is_at_most_two_classes_above_the_contract() -> None:
+    """Each backend's store is a SqlStore over parts, not a tower: two classes down to Store."""
+    from msm_mem._storage.base import Store
+    from msm_mem._storage.postgres import PostgresStore
+    from msm_mem._storage.sql_store import SqlStore
+
+    for backend in (SqliteStore, PostgresStore):
+        mro = backend.__mro__
+        assert mro[: mro.index(Store)] == (backend, SqlStore)
