@@ -30,6 +30,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: every tool the server offers
 TOOLS = {
     "ask",
+    "context",
+    "record_answer",
     "retrieve",
     "observe",
     "consolidate",

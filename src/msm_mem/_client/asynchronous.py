@@ -133,6 +133,8 @@ class AsyncMemoryClient:
     ask = _awaited(operations.ask)
     retrieve = _awaited(operations.retrieve)
     observe = _awaited(operations.observe)
+    context = _awaited(operations.context)
+    record_answer = _awaited(operations.record_answer)
     consolidate = _awaited(operations.consolidate)
     feedback = _awaited(operations.feedback)
 

@@ -3,12 +3,16 @@ exceptions. Embeddings are not sent: a decoded record's ``z`` is an empty read-o
 
 from __future__ import annotations
 
+import base64
+import io
 from typing import Any
 
 import numpy as np
 
 from .._agent.agent import AgentAnswer, Evidence
+from .._agent.answer import ModelRef
 from .._api.care import Retrieved, RetrievedItem
+from .._api.context import FusedContext, RecordedAnswer
 from .._api.trail import AuditTrail
 from .._errors import AuditChainBroken, ManifestError, MissingExtra, MsmMemError
 from .._governance.audit.checkpoint import Checkpoint
@@ -25,9 +29,12 @@ __all__ = [
     "answer",
     "claim",
     "consent",
+    "context",
     "episode",
     "error",
     "maintenance",
+    "model",
+    "recorded_answer",
     "retrieved",
     "semantic",
     "stm_item",
@@ -69,6 +76,46 @@ def answer(d: dict[str, Any]) -> AgentAnswer:
         source=d["source"],
         decision=d["decision"],
         cited=tuple(d.get("cited", ())),
+        model=None if d.get("model") is None else model(d["model"]),
+    )
+
+
+def model(d: dict[str, Any]) -> ModelRef:
+    return ModelRef(d["backbone"], d["model"], d["version"])
+
+
+_PNG_URL = "data:image/png;base64,"
+
+
+def context(d: dict[str, Any]) -> FusedContext:
+    """A context; its image (when the service sent one) as grayscale values in [0, 1]."""
+    image = None
+    if isinstance(d.get("image"), str) and d["image"].startswith(_PNG_URL):
+        from PIL import Image
+
+        with Image.open(io.BytesIO(base64.b64decode(d["image"][len(_PNG_URL) :]))) as png:
+            image = np.asarray(png.convert("L"), dtype=np.float32) / 255.0
+    return FusedContext(
+        d["context_id"],
+        d["patient_id"],
+        d["question"],
+        d["prompt"],
+        tuple(d["included"]),
+        tuple(d["dropped"]),
+        d["budget_chars"],
+        tuple(evidence(e) for e in d["evidence"]),
+        d["study_id"],
+        d["image_study"],
+        d["expires_at"],
+        image,
+    )
+
+
+def recorded_answer(d: dict[str, Any]) -> RecordedAnswer:
+    g = gate(d["gate"])
+    assert g is not None
+    return RecordedAnswer(
+        d["context_id"], g, d["episode_id"], d["answer"], d["source"], tuple(d["evidence"]), model(d["model"])
     )
 
 

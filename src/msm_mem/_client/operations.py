@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from .._agent.agent import AgentAnswer
+from .._agent.answer import ModelRef
 from .._api.care import Retrieved
+from .._api.context import FusedContext, RecordedAnswer
 from .._api.reads import RecordPage
 from .._api.trail import AuditTrail
 from .._governance.audit.verify import VerifyResult
@@ -159,6 +161,50 @@ def observe(
     """:meth:`MsmMem.observe`."""
     fields = {"question": question, "timestamp": timestamp, "study_id": study_id, "visual_tag": visual_tag}
     return one(calls.form(calls.patient(patient_id, "observe"), image, image_study, fields, decode.stm_item))
+
+
+def context(
+    patient_id: str,
+    image: Image,
+    question: str,
+    *,
+    image_study: str | None = None,
+    timestamp: float | None = None,
+    study_id: str = "",
+    visual_tag: str = "",
+    include_image: bool = True,
+    use_sem: bool = True,
+    use_epi: bool = True,
+    use_vis: bool = True,
+) -> Plan[FusedContext]:
+    """:meth:`MsmMem.context`; with ``include_image`` the context's ``image`` comes back too."""
+    fields = {
+        "question": question,
+        "timestamp": timestamp,
+        "study_id": study_id,
+        "visual_tag": visual_tag,
+        "include_image": include_image,
+        "use_sem": use_sem,
+        "use_epi": use_epi,
+        "use_vis": use_vis,
+    }
+    return one(calls.form(calls.patient(patient_id, "context"), image, image_study, fields, decode.context))
+
+
+def record_answer(
+    patient_id: str,
+    context_id: str,
+    answer: str,
+    *,
+    model: ModelRef | Mapping[str, str],
+    evidence: Sequence[str] = (),
+    outcome: str = "",
+) -> Plan[RecordedAnswer]:
+    """:meth:`MsmMem.record_answer`."""
+    ref = model.to_json() if isinstance(model, ModelRef) else dict(model)
+    body = {"answer": answer, "evidence": list(evidence), "model": ref, "outcome": outcome}
+    path = calls.patient(patient_id, f"context/{calls.segment(context_id)}/answer")
+    return one(calls.post(path, body, decode.recorded_answer))
 
 
 def consolidate(patient_id: str, item_id: str, answer: str, *, decision: str = "") -> Plan[WriteResult]:

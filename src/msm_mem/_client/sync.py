@@ -131,6 +131,8 @@ class MemoryClient:
     ask = _blocking(operations.ask)
     retrieve = _blocking(operations.retrieve)
     observe = _blocking(operations.observe)
+    context = _blocking(operations.context)
+    record_answer = _blocking(operations.record_answer)
     consolidate = _blocking(operations.consolidate)
     feedback = _blocking(operations.feedback)
 

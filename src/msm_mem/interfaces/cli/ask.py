@@ -1,4 +1,5 @@
-"""Clinical commands: ask, retrieve, observe, consolidate, feedback."""
+"""Clinical commands: ask, retrieve, observe, consolidate, feedback, and context and
+record-answer for an agent that calls its own model."""
 
 from __future__ import annotations
 
@@ -9,9 +10,17 @@ from typing import Any
 
 from ... import Evidence, Role
 from .output import as_json, iso, parse_time, print_json
-from .registry import command, open_mem, principal
+from .registry import backbone_flags, backbone_of, command, open_mem, principal
 
-__all__ = ["cmd_ask", "cmd_consolidate", "cmd_feedback", "cmd_observe", "cmd_retrieve"]
+__all__ = [
+    "cmd_ask",
+    "cmd_consolidate",
+    "cmd_context",
+    "cmd_feedback",
+    "cmd_observe",
+    "cmd_record_answer",
+    "cmd_retrieve",
+]
 
 _MEMORIES = {"sem": "semantic", "epi": "episodic", "vis": "visual"}
 
@@ -74,6 +83,7 @@ def _configure_ask(p: argparse.ArgumentParser) -> None:
     _json_flag(p)
     p.add_argument("--no-write-back", action="store_true", help="answer without writing to memory")
     _ablation_flags(p)
+    backbone_flags(p)
 
 
 @command("ask", _configure_ask, role=Role.AGENT)
@@ -86,9 +96,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
     evidence trail (memory id, kind, score = cosine x composite_k, and each factor) and the
     gate decision; --json prints one object with keys answer, evidence [{id, kind, score,
     cosine, confidence, freshness, tier_weight}], gate {written, reasons} (null with
-    --no-write-back), backbone, source and decision."""
+    --no-write-back), backbone, source, decision and model {backbone, model, version}. The
+    answer comes from --backbone (default nonparametric) with its options, e.g. --backbone
+    openai --backbone-option base_url=http://gpu-host:8000/v1 --backbone-option model=NAME."""
     use_sem, use_epi, use_vis = _ablation(args)
-    with open_mem(args) as mem:
+    with open_mem(args, backbone=backbone_of(args).build()) as mem:
         result = mem.ask(
             principal(args),
             args.patient,
@@ -105,7 +117,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print_json(result.to_json())
         return 0
     print(f"answer: {result.answer}")
-    print(f"  (backbone {result.backbone}: {result.source})")
+    print(f"  (backbone {result.backbone}: {result.source}; model {result.model.audit_id if result.model else '-'})")
     _print_evidence(result.evidence or ())
     if result.gate is not None:
         verdict = "written to memory" if result.gate.written else "not written"
@@ -272,4 +284,97 @@ def cmd_feedback(args: argparse.Namespace) -> int:
         print_json(claim)
         return 0
     print(f"{claim.claim_id} {claim.key} ({claim.evidence_tier}, supersedes {claim.supersedes}): {claim.content}")
+    return 0
+
+
+def _configure_context(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument("--patient", required=True)
+    _image_flags(p)
+    p.add_argument("--question", required=True)
+    _study_flags(p)
+    _json_flag(p)
+    _ablation_flags(p)
+
+
+@command("context", _configure_context, role=Role.AGENT)
+def cmd_context(args: argparse.Namespace) -> int:
+    """Print the patient's memory fused into a prompt for your own model (ask without the model).
+
+    Runs ask up to the model (consent check, short-term write, the audited reads, fusion) as
+    an agent or clinician and prints the prompt: patient history, study claims, similar prior
+    encounters and images, each evidence line starting with its memory id in brackets, then the
+    question. Then the context id (answer it with record-answer before it expires), the ids
+    included and dropped for the character budget, and the evidence with its scores. --json
+    prints one object: context_id, patient_id, question, prompt, included, dropped,
+    budget_chars, evidence [{id, kind, score, cosine, confidence, freshness, tier_weight}],
+    study_id, image_study, expires_at."""
+    use_sem, use_epi, use_vis = _ablation(args)
+    with open_mem(args) as mem:
+        found = mem.context(
+            principal(args),
+            args.patient,
+            question=args.question,
+            **_image(args),
+            timestamp=parse_time(args.time),
+            study_id=args.study,
+            use_sem=use_sem,
+            use_epi=use_epi,
+            use_vis=use_vis,
+        )
+    if args.json:
+        print_json(found.to_json())
+        return 0
+    print(found.prompt)
+    print()
+    print(f"context {found.context_id} (answer it with record-answer before {iso(found.expires_at)})")
+    print(f"included: {' '.join(found.included) or '(none)'}")
+    print(f"dropped for the {found.budget_chars}-character budget: {' '.join(found.dropped) or '(none)'}")
+    return 0
+
+
+def _configure_record_answer(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path)
+    p.add_argument("--patient", required=True)
+    p.add_argument("--context", required=True, metavar="ID", help="the context answered (from context)")
+    p.add_argument("--answer", required=True, help="your model's answer")
+    p.add_argument("--evidence", action="append", default=[], metavar="ID", help="a memory id the answer used")
+    p.add_argument(
+        "--model-backbone", required=True, metavar="NAME", help="what served the model (e.g. openai, vllm, ollama)"
+    )
+    p.add_argument("--model", default="", metavar="ID", help="the model's id, e.g. llava-hf/llava-1.5-7b-hf")
+    p.add_argument("--model-version", default="", metavar="VERSION", help="the model's version, where known")
+    p.add_argument("--outcome", default="", help="the clinical decision taken, if any")
+    _json_flag(p)
+
+
+@command("record-answer", _configure_record_answer, role=Role.AGENT)
+def cmd_record_answer(args: argparse.Namespace) -> int:
+    """Write back the answer your own model gave to a context, through the write-back gate.
+
+    As ask writes back its own answer: the gate (novelty, answer length, clinical keyword)
+    decides whether it reaches long-term memory, and a written answer supersedes the patient's
+    semantic state and its question's claim. The audit trail names the model (--model-backbone,
+    --model, --model-version) and the evidence ids the answer used (--evidence, repeatable).
+    As an agent or clinician. --json prints one object: context_id, gate {written, reasons},
+    episode_id, answer, source, evidence, model {backbone, model, version}."""
+    model = {"backbone": args.model_backbone, "model": args.model, "version": args.model_version}
+    with open_mem(args) as mem:
+        result = mem.record_answer(
+            principal(args),
+            args.patient,
+            args.context,
+            args.answer,
+            model=model,
+            evidence=args.evidence,
+            outcome=args.outcome,
+        )
+    if args.json:
+        print_json(result.to_json())
+        return 0
+    verdict = "written to memory" if result.gate.written else "held in short-term memory"
+    print(f"gate: {verdict} ({', '.join(result.gate.reasons)})")
+    if result.episode_id is not None:
+        print(f"  episode_id {result.episode_id}")
+    print(f"  model {result.model.audit_id}")
     return 0

@@ -4,7 +4,6 @@ take no principal."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -13,7 +12,8 @@ from typing import Any
 
 from ... import InvalidInput
 from ..._settings import Settings
-from .registry import command
+from ..backbone import parse_options
+from .registry import backbone_flags, backbone_of, command
 
 __all__ = ["cmd_demo", "cmd_eval"]
 
@@ -50,7 +50,6 @@ def _configure_eval(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", type=Path, required=True, help="folder for the reports and plots")
     p.add_argument("--configs", default="all", help="all, or a comma list of none,S,E,V,SE,SV,EV,SEV")
-    p.add_argument("--backbone", default="nonparametric", help="backbone plugin (default: nonparametric)")
     p.add_argument("--encoder", help="image encoder plugin (default: pixels, or MSM_MEM_ENCODER)")
     p.add_argument(
         "--feedback",
@@ -95,21 +94,14 @@ def _configure_eval(p: argparse.ArgumentParser) -> None:
         help="worker processes for the memory configurations (results do not depend on it)",
     )
     p.add_argument("--no-plots", action="store_true", help="write no PNG plots")
+    backbone_flags(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def _options(pairs: list[str]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key.strip():
-            raise InvalidInput(f"--option wants KEY=VALUE, got {pair!r}")
-        try:
-            value: Any = json.loads(raw)
-        except ValueError:
-            value = raw
-        options[key.strip()] = tuple(value) if isinstance(value, list) else value
-    return options
+    """The data set loader's options: each value JSON (a list as a tuple), else text."""
+    parsed = parse_options(pairs, flag="--option")
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in parsed.items()}
 
 
 @command("eval", _configure_eval, role=None)
@@ -135,19 +127,27 @@ def cmd_eval(args: argparse.Namespace) -> int:
     with one fold: the fitted parameters, which MsmMem.open(..., backbone="fitted",
     backbone_options={"path": ...}) loads) and PNG plots, and prints Table 1. The same data,
     options and seed give identical files. The stores it builds are its own (temporary), so it
-    takes no acting principal."""
+    takes no acting principal.
+
+    --backbone openai --backbone-option base_url=URL --backbone-option model=NAME answers with
+    a multimodal model behind any OpenAI-compatible server (vLLM, Ollama, llama.cpp, TGI): the
+    fused prompt and the image go to it; its options are checked and the server probed first."""
     from ...datasets.registry import load_dataset
     from ...eval.baselines import BASELINES
     from ...eval.protocol import ProtocolSettings, parse_configs, run_protocol
     from ...eval.report import table1_markdown, write_reports
+    from ...plugins.backbones import BackboneSpec
+    from ..backbone import probe
 
+    chosen = backbone_of(args)
+    probe(chosen.build())  # bad options or an unreachable model server: an error before any work
     memory = Settings.from_env()
     if args.structured_gate:
         memory = memory.with_(structured_gate=True)
     settings = ProtocolSettings(
         configs=parse_configs(args.configs),
         baselines=() if args.no_baselines else BASELINES,
-        backbone=args.backbone,
+        backbone=BackboneSpec(chosen.name, chosen.runtime_options()),
         encoder=args.encoder or memory.encoder,
         feedback=args.feedback,
         seed=args.seed,

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 from ... import InvalidInput, MissingExtra, Role
 from ..auth.apikeys import parse_patients
 from ..auth.credentials import Unauthenticated, Verifier
+from ..backbone import probe
 from . import identity
-from .registry import TENANT_HELP, command, open_mem
+from .registry import TENANT_HELP, backbone_flags, backbone_of, command, open_mem
 
 if TYPE_CHECKING:
     from ..mcp.identity import Identity
@@ -58,6 +59,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ssl-certfile", help="http: serve TLS with this certificate (PEM)")
     p.add_argument("--ssl-keyfile", help="http: the certificate's private key (PEM)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="to stderr")
+    backbone_flags(p)
 
 
 def _stdio_identity(args: argparse.Namespace, verifier: Verifier) -> Identity:
@@ -90,8 +92,9 @@ def _stdio_identity(args: argparse.Namespace, verifier: Verifier) -> Identity:
 def cmd_mcp(args: argparse.Namespace) -> int:
     """Serve the store to agents over MCP (stdio, or streamable HTTP at /mcp) until the client leaves or Ctrl-C.
 
-    Tools: ask, retrieve, observe, consolidate, feedback, patient_state, patient_history,
-    verify_audit, whoami. Resources: msm-mem://patients/{patient_id}/timeline and
+    Tools: ask, context, record_answer, retrieve, observe, consolidate, feedback, patient_state,
+    patient_history, verify_audit, whoami (context gives an agent's own model the fused prompt
+    and the image; record_answer writes its answer back). Resources: msm-mem://patients/{patient_id}/timeline and
     msm-mem://patients/{patient_id}/claims/{key}/chain. Every call is scoped to the caller's
     patients, consent-checked and audited, as in `msm-mem serve`; errors are RFC 9457 problems.
 
@@ -101,7 +104,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     MSM_MEM_API_KEY set, that key (verified at start and on every call, so revoking it ends the
     session); without it, the configured identity (--actor/--role/--purpose, MSM_MEM_ACTOR/_ROLE/
     _PURPOSE, else DIR/identity.json acting as agent) over the patients named by --patients.
-    Images come as base64, as a path inside an --image-root folder, or as a stored study."""
+    Images come as base64, as a path inside an --image-root folder, or as a stored study.
+    The model that answers ask is --backbone with its options, checked and probed at start."""
     try:
         from ..http.config import ServeConfig
         from ..mcp.config import McpConfig
@@ -124,14 +128,19 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         jwt_key=args.jwt_key,
         jwt_issuer=args.jwt_issuer,
         jwt_audience=args.jwt_audience,
+        backbone=backbone_of(args),
     )
     config = McpConfig(serve, tuple(args.image_root))
+    backbone = serve.backbone.build()
     verifier = serve.verifier()
     who: Identity = HttpIdentity() if args.transport == "http" else _stdio_identity(args, verifier)
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    with open_mem(args, database_url=args.database_url, tenant=args.tenant) as mem:
+    answered = probe(backbone)
+    if answered:
+        logging.getLogger(__name__).info("backbone %s: its model server answers (%s)", serve.backbone.name, answered)
+    with open_mem(args, database_url=args.database_url, tenant=args.tenant, backbone=backbone) as mem:
         state = McpState(mem, config, who)
         if args.transport == "http":
             tls = {"ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile}

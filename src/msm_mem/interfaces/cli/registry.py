@@ -18,14 +18,18 @@ from typing import Any
 
 from ... import MsmMem, MsmMemError, Principal, Purpose, Role, StoreError, __version__
 from ..._settings import Settings
+from ..backbone import API_KEY_ENV, CONFIG_ENV, NAME_ENV, OPTIONS_ENV, BackboneConfig
 from . import identity
 from .output import escaped_output
 
 __all__ = [
+    "BACKBONE_HELP",
     "COMMANDS",
     "GROUPS",
     "TENANT_HELP",
     "Spec",
+    "backbone_flags",
+    "backbone_of",
     "build_parser",
     "command",
     "group",
@@ -37,6 +41,12 @@ __all__ = [
 
 #: the help of the --tenant options
 TENANT_HELP = "the store's tenant: letters, digits, - and _ (default: MSM_MEM_TENANT, else 'default')"
+
+#: the description of the backbone flags' group
+BACKBONE_HELP = (
+    f"the model that answers ask; a flag wins over {NAME_ENV} and {OPTIONS_ENV} (JSON), which win over the TOML "
+    f"file of --backbone-config or {CONFIG_ENV}; the model server's API key only from {API_KEY_ENV}"
+)
 
 Command = Callable[[argparse.Namespace], int]
 Configure = Callable[[argparse.ArgumentParser], object]
@@ -189,6 +199,26 @@ def _principal_of(args: argparse.Namespace, spec: Spec) -> Principal:
     directory: Path | None = getattr(args, "dir", None)
     creates = spec.creates_store and (directory is None or not MsmMem.exists(directory))
     return identity.resolve(given, directory, role=spec.role, purpose=spec.purpose, creates_store=creates)
+
+
+def backbone_flags(p: argparse.ArgumentParser) -> None:
+    """``--backbone``, ``--backbone-option`` and ``--backbone-config`` (see :data:`BACKBONE_HELP`)."""
+    g = p.add_argument_group("backbone", BACKBONE_HELP)
+    g.add_argument("--backbone", metavar="NAME", help="nonparametric (default), fitted, openai or transformers")
+    g.add_argument(
+        "--backbone-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one of the backbone's options (a JSON value or text), e.g. base_url=http://gpu-host:8000/v1 "
+        "model=llava-hf/llava-1.5-7b-hf timeout_s=60 (repeatable)",
+    )
+    g.add_argument("--backbone-config", type=Path, metavar="FILE", help="a TOML file: name = ... and [options]")
+
+
+def backbone_of(args: argparse.Namespace) -> BackboneConfig:
+    """The backbone the flags of :func:`backbone_flags`, the environment and the file name."""
+    return BackboneConfig.resolve(args.backbone, args.backbone_option, file=args.backbone_config)
 
 
 def principal(args: argparse.Namespace) -> Principal:

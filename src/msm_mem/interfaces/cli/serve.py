@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ... import MissingExtra
-from .registry import TENANT_HELP, command
+from .registry import TENANT_HELP, backbone_flags, backbone_of, command
 
 __all__ = ["cmd_serve"]
 
@@ -33,6 +33,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ssl-certfile", help="serve TLS with this certificate (PEM); else put a TLS proxy in front")
     p.add_argument("--ssl-keyfile", help="the certificate's private key (PEM)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    backbone_flags(p)
 
 
 @command("serve", _configure, role=None)
@@ -43,7 +44,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     or a JWT verified against --jwt-key); its principal and patient scope are the caller's,
     whatever the request says. The OpenAPI schema is at /openapi.json, the docs at /docs, and
     the memory explorer (a web page signing in with the same keys) at /ui.
-    Loopback only by default; for other hosts put TLS in front (see docs/deploy.md)."""
+    Loopback only by default; for other hosts put TLS in front (see docs/deploy.md).
+
+    The model that answers ask is --backbone (default nonparametric) with its options; the
+    options are checked and the model server probed before the server starts, and a request
+    it cannot answer is a 503 problem with nothing written (docs/backbones.md)."""
     try:
         from ..http.config import ServeConfig
         from ..http.serve import run
@@ -60,6 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         jwt_key=args.jwt_key,
         jwt_issuer=args.jwt_issuer,
         jwt_audience=args.jwt_audience,
+        backbone=backbone_of(args),
     )
     run(
         config,

@@ -7,7 +7,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-__all__ = ["AnswerOut", "EvidenceOut", "FromRecord", "GateOut", "StepOut"]
+__all__ = [
+    "AnswerOut",
+    "ContextOut",
+    "EvidenceOut",
+    "FromRecord",
+    "GateOut",
+    "ModelOut",
+    "RecordedAnswerOut",
+    "StepOut",
+]
 
 
 class FromRecord(BaseModel):
@@ -63,6 +72,14 @@ class StepOut(FromRecord):
         }
 
 
+class ModelOut(FromRecord):
+    """The model that produced an answer: backbone, model id and version ("" when unknown)."""
+
+    backbone: str
+    model: str
+    version: str
+
+
 class AnswerOut(FromRecord):
     """An answer with its evidence trail, the ids the answer rests on (``cited``), the policy's
     retrieval steps and the gate's decision (None without write-back)."""
@@ -76,3 +93,38 @@ class AnswerOut(FromRecord):
     decision: str
     cited: list[str] = []
     steps: list[StepOut] = []
+    model: ModelOut | None = None
+
+
+class ContextOut(FromRecord):
+    """The fused context of a question for the caller's own model: the prompt (each evidence
+    line starts with its id in brackets), the ids it includes and drops for the character
+    budget, the evidence trail, the study, and ``context_id``, the short-term item to answer by
+    ``expires_at``. ``image`` is the query image as a ``data:image/png;base64,...`` URL when the
+    request asked for it (``include_image``), else null."""
+
+    context_id: str
+    patient_id: str
+    question: str
+    prompt: str
+    included: list[str]
+    dropped: list[str]
+    budget_chars: int
+    evidence: list[EvidenceOut]
+    study_id: str
+    image_study: str
+    expires_at: float
+    image: str | None = None
+
+
+class RecordedAnswerOut(FromRecord):
+    """A recorded answer: the gate's decision (``episode_id`` when written to long-term memory),
+    the answer as stored, its ``source``, the evidence ids it rests on and the model."""
+
+    context_id: str
+    gate: GateOut
+    episode_id: str | None
+    answer: str
+    source: str
+    evidence: list[str]
+    model: ModelOut

@@ -29,7 +29,7 @@ from ..._settings import Settings
 from .config import ServeConfig
 from .forms import form_schemas
 from .problems import MEDIA_TYPE, install
-from .routes import admin, care, consent, health, reads
+from .routes import admin, care, consent, context, health, reads
 from .state import ServerState
 from .ui import mount as mount_explorer
 
@@ -199,7 +199,7 @@ def _app(lifespan: Callable[[FastAPI], Any] | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install(app)
-    for module in (health, care, reads, consent, admin):
+    for module in (health, care, context, reads, consent, admin):
         app.include_router(module.router)
     mount_explorer(app)
     app.openapi = lambda: openapi_schema(app)  # type: ignore[method-assign]
@@ -212,7 +212,11 @@ def create_app(config: ServeConfig, *, mem: MsmMem | None = None) -> FastAPI:
     owned = mem is None
     if mem is None:
         mem = MsmMem.open(
-            config.store, settings=Settings.from_env(), database_url=config.database_url, tenant=config.tenant
+            config.store,
+            settings=Settings.from_env(),
+            database_url=config.database_url,
+            tenant=config.tenant,
+            backbone=config.backbone.build(),
         )
     state = ServerState(config, mem, config.verifier(), threading.Lock())
 

@@ -20,6 +20,7 @@ __all__ = [
     "GrantIn",
     "MaintenanceOut",
     "ReasonIn",
+    "RecordAnswerIn",
     "VerifyOut",
 ]
 
@@ -84,6 +85,25 @@ class MaintenanceOut(FromRecord):
 class ConsolidateIn(_In):
     answer: Annotated[str, Field(min_length=1, max_length=20_000)]
     decision: Text = ""
+
+
+class ModelIn(_In):
+    """The model that produced an answer: its backbone (family or serving stack, e.g. openai),
+    its id and its version; letters, digits and ``. _ : + / -`` only."""
+
+    backbone: Annotated[str, Field(min_length=1, max_length=128)]
+    model: Annotated[str, Field(max_length=128)] = ""
+    version: Annotated[str, Field(max_length=128)] = ""
+
+
+class RecordAnswerIn(_In):
+    """An answer the caller's own model gave to a context: the evidence ids it rests on (at
+    most 256), the model, and the outcome (the decision taken, stored with the answer)."""
+
+    answer: Annotated[str, Field(min_length=1, max_length=20_000)]
+    evidence: Annotated[list[Id], Field(max_length=256)] = []
+    model: ModelIn
+    outcome: Text = ""
 
 
 class FeedbackIn(_In):

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ... import InvalidInput
 from ..auth.credentials import Verifier
+from ..backbone import BackboneConfig
 
 __all__ = ["ENV", "ServeConfig"]
 
@@ -29,6 +30,8 @@ class ServeConfig:
     ``jwt_key`` is a PEM public key file (RS256, ES256 or EdDSA tokens) or a file holding an
     HMAC secret (HS256); with it, bearer tokens that are JWTs are verified against it, and
     ``jwt_issuer`` and ``jwt_audience`` must be set (expiry, issuer and audience are checked).
+    ``backbone`` is the model that answers ``ask`` (:mod:`msm_mem.interfaces.backbone`; its API
+    key stays in the environment, never in these settings).
     """
 
     store: Path
@@ -50,9 +53,12 @@ class ServeConfig:
     jwt_issuer: str | None = None
     jwt_audience: str | None = None
     log_level: str = "info"
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "store", Path(self.store))
+        if not isinstance(self.backbone, BackboneConfig):
+            raise InvalidInput(f"backbone must be a BackboneConfig, got {type(self.backbone).__name__}")
         if self.jwt_key is not None:
             object.__setattr__(self, "jwt_key", Path(self.jwt_key))
             if not self.jwt_issuer or not self.jwt_audience:
@@ -68,7 +74,9 @@ class ServeConfig:
 
     def to_env(self) -> dict[str, str]:
         """The settings as the environment of a worker process."""
-        doc = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+        plain = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "backbone"}
+        doc = {k: (str(v) if isinstance(v, Path) else v) for k, v in plain.items()}
+        doc["backbone"] = self.backbone.to_json()
         return {ENV: json.dumps(doc)}
 
     @classmethod
@@ -79,4 +87,5 @@ class ServeConfig:
         if not text:
             raise InvalidInput(f"{ENV} is not set: start the server with `msm-mem serve STORE_DIR`")
         doc: dict[str, Any] = json.loads(text)
+        doc["backbone"] = BackboneConfig.from_json(doc.get("backbone", {}))
         return cls(**doc)

@@ -20,7 +20,7 @@ from starlette.datastructures import UploadFile
 
 from .problems import HttpProblem
 
-__all__ = ["FORMS", "AskForm", "ObserveForm", "RetrieveForm", "form_body", "form_schemas", "read_form"]
+__all__ = ["FORMS", "AskForm", "ContextForm", "ObserveForm", "RetrieveForm", "form_body", "form_schemas", "read_form"]
 
 F = TypeVar("F", bound="_ImageForm")
 
@@ -91,7 +91,12 @@ class AskForm(ObserveForm, _Memories):
     write_back: bool = True
 
 
-FORMS: tuple[type[_ImageForm], ...] = (AskForm, ObserveForm, RetrieveForm)
+class ContextForm(ObserveForm, _Memories):
+    model_config = ConfigDict(title="Body_context_v1_patients__patient_id__context_post")
+    include_image: bool = False
+
+
+FORMS: tuple[type[_ImageForm], ...] = (AskForm, ContextForm, ObserveForm, RetrieveForm)
 
 
 async def read_form(request: Request, body: type[F]) -> tuple[F, UploadFile | None]:

@@ -14,7 +14,7 @@ from ... import (
     SemanticState,
     VisualRecord,
 )
-from .answers import AnswerOut, EvidenceOut, FromRecord, GateOut, StepOut
+from .answers import AnswerOut, ContextOut, EvidenceOut, FromRecord, GateOut, ModelOut, RecordedAnswerOut, StepOut
 from .bodies import (
     CheckpointOut,
     ConsentIn,
@@ -25,6 +25,7 @@ from .bodies import (
     GrantIn,
     MaintenanceOut,
     ReasonIn,
+    RecordAnswerIn,
     VerifyOut,
 )
 
@@ -35,6 +36,7 @@ __all__ = [
     "ConsentIn",
     "ConsentOut",
     "ConsolidateIn",
+    "ContextOut",
     "CountOut",
     "EpisodeOut",
     "EvidenceOut",
@@ -42,9 +44,12 @@ __all__ = [
     "GateOut",
     "GrantIn",
     "MaintenanceOut",
+    "ModelOut",
     "Page",
     "ProblemOut",
     "ReasonIn",
+    "RecordAnswerIn",
+    "RecordedAnswerOut",
     "RetrievedOut",
     "SemanticOut",
     "StatusOut",
@@ -200,7 +205,7 @@ RecordOut = Annotated[EpisodeOut | VisualOut | SemanticOut, Field(discriminator=
 
 
 class RetrievedItemOut(FromRecord):
-    """One ranked item; ``record`` is None for another patient's record (content withheld)."""
+    """One ranked item; ``record`` is the patient's own, population experience's de-identified copy, or None."""
 
     evidence: EvidenceOut
     record: RecordOut | None

@@ -8,10 +8,12 @@ makes the workers wait for each other's threads on a busy machine. ``OPENBLAS_NU
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import replace
 
 from ... import InvalidInput, MsmMem
+from ..backbone import probe
 from .app import configure_logging
 from .config import ServeConfig
 
@@ -28,7 +30,9 @@ def run(
     ssl_keyfile: str | None = None,
     log_level: str = "info",
 ) -> None:
-    """Serve until interrupted, with ``workers`` processes on either store."""
+    """Serve until interrupted, with ``workers`` processes on either store. The backbone is
+    built and its model server probed first: a bad option or an unreachable server stops the
+    start with the error."""
     import uvicorn
 
     if workers < 1:
@@ -36,9 +40,12 @@ def run(
     if not MsmMem.exists(config.store):
         raise InvalidInput(f"{config.store} is not a memory store (make one with `msm-mem init`)")
     config = replace(config, log_level=log_level)
+    configure_logging(log_level)
+    answered = probe(config.backbone.build())
+    if answered:
+        logging.getLogger(__name__).info("backbone %s: its model server answers (%s)", config.backbone.name, answered)
     os.environ.update(config.to_env())
     _one_numeric_thread()
-    configure_logging(log_level)
     uvicorn.run(
         "msm_mem.interfaces.http.app:create_app_from_env",
         factory=True,

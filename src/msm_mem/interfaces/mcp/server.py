@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 
 from ... import __version__
 from ..auth.credentials import Verifier
-from . import reads, resources, tools
+from . import context, reads, resources, tools
 from .identity import BearerVerifier
 from .problems import arguments_problem
 from .state import McpState
@@ -39,7 +39,8 @@ log = logging.getLogger("msm_mem.mcp")
 INSTRUCTIONS = (
     "msm-mem: the governed memory of a medical AI agent. Every call acts as the principal of your "
     "credential, inside its patient scope; consent is checked and every access is audited. ask answers "
-    "with the patient's memory and returns its evidence trail; retrieve returns the evidence only; "
+    "with the patient's memory and returns its evidence trail; context gives your own model the fused "
+    "prompt and the image, and record_answer writes its answer back; retrieve returns the evidence only; "
     "observe and consolidate write short-term memory and move it to long-term memory; feedback "
     "supersedes an impression with a critic's verdict. Errors are RFC 9457 problem documents "
     "(type urn:msm-mem:problem:...)."
@@ -98,6 +99,7 @@ def build_server(
         **options,
     )
     tools.register(server, state)
+    context.register(server, state)
     reads.register(server, state)
     resources.register(server, state)
     return server

@@ -58,17 +58,23 @@ class McpState:
             self.call(self.mem.refuse, who.principal, operation, patient_id)
 
     def tool(
-        self, tool: str, operation: str | None, patient_id: str, body: Callable[[Caller], BaseModel]
+        self,
+        tool: str,
+        operation: str | None,
+        patient_id: str,
+        body: Callable[[Caller], BaseModel],
+        render: Callable[[BaseModel], CallToolResult] = ok,
     ) -> CallToolResult:
         """Run one tool call: the caller, the scope check for ``operation`` on ``patient_id``
-        (None: the call names no patient), then ``body``; any error as its problem."""
+        (None: the call names no patient), then ``body``, its result as ``render`` makes it
+        (default: structured content and its JSON text); any error as its problem."""
         actor = "-"
         try:
             who = self.identity.caller()
             actor = who.principal.id
             if operation is not None:
                 self.authorize(who, operation, patient_id)
-            result = ok(body(who))
+            result = render(body(who))
         except Exception as exc:  # every error is answered as a problem; unexpected ones say no more
             error = tool_error(exc, tool, patient_id)
             log.info("tool %s actor=%s %s", tool, actor, (error.structured_content or {}).get("type", "error"))

@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from ..._errors import InvalidInput
@@ -20,12 +22,36 @@ __all__ = [
     "Backbone",
     "BackboneReply",
     "BackboneRequest",
+    "BackboneSpec",
     "Candidate",
     "get_backbone",
     "known_backbones",
 ]
 
 _KNOWN = ("fitted", "nonparametric", "openai", "transformers")
+
+
+class BackboneSpec(str):
+    """A backbone name that carries its options: it goes wherever a backbone name goes (a
+    setting, a report, a worker process) and :func:`get_backbone` builds it with ``options``.
+    Its text is the name only, so a report or a results file never shows an option (an API key
+    among them); it pickles and copies with them."""
+
+    options: Mapping[str, Any]
+
+    def __new__(cls, name: str, options: Mapping[str, Any] | None = None) -> BackboneSpec:
+        spec = super().__new__(cls, name)
+        spec.options = MappingProxyType(dict(options or {}))
+        return spec
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (BackboneSpec, (str(self), dict(self.options)))
+
+    def __deepcopy__(self, memo: object) -> BackboneSpec:
+        return self  # immutable: a copy is the same spec
+
+    def __repr__(self) -> str:  # the options may hold a key: only their names are shown
+        return f"BackboneSpec({str(self)!r}, options={sorted(self.options)})"
 
 
 def known_backbones() -> list[str]:
@@ -36,10 +62,14 @@ def known_backbones() -> list[str]:
 def get_backbone(name: str, **options: Any) -> Backbone:
     """The backbone registered under ``name``, built with ``options`` as keyword arguments.
 
-    Unknown names and missing or unknown options raise :class:`InvalidInput` (naming the
-    options the backbone takes); ``transformers`` without torch/transformers
+    ``name`` may be a :class:`BackboneSpec` (its options first, then ``options``). Unknown
+    names and missing or unknown options raise :class:`InvalidInput` (naming the options the
+    backbone takes); ``transformers`` without torch/transformers
     installed raises :class:`~msm_mem._errors.MissingExtra`.
     """
+    if isinstance(name, BackboneSpec):
+        options = {**name.options, **options}
+        name = str(name)
     cls: type[Any]
     if name == "nonparametric":
         from .nonparametric import NonparametricBackbone as cls

@@ -26,7 +26,7 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
         422: "Invalid input",
         500: "Internal error",
         502: "The model backend failed",
-        503: "The store cannot be used",
+        503: "The store cannot be used, or the model server is unavailable",
     }.items()
 }
 
