@@ -71,13 +71,15 @@ def _busy(mem: MsmMem, folder: Path, clock: FixedClock) -> None:
 
 
 def test_one_turn_records_every_step(any_mem: MsmMem, tmp_path: Path) -> None:
-    """An answered turn appends consent, STM write, read, consolidation and semantic update events."""
+    """An answered turn appends consent, STM write, reads, the answer (naming the model),
+    consolidation and semantic update events."""
     before = any_mem._store.audit_head()[0]
     any_mem.ask(AGENT, PATIENT, _png(tmp_path, 1), QUESTION, study_id="ACC-1")
     new = audit_events(any_mem._store)[before:]
     actions = [e.action for e in new]
-    assert actions[:3] == ["consent", "write", "read"] and actions[-2:] == ["consolidate", "semantic_update"]
-    assert set(actions[2:-2]) == {"read"}
+    assert actions[:3] == ["consent", "write", "read"] and actions[-3:] == ["answer", "consolidate", "semantic_update"]
+    assert set(actions[2:-3]) == {"read"}
+    assert new[-3].record_ids[:2] == (new[1].record_ids[0], f"model:{any_mem.backbone_name}")
     assert {e.seq for e in new} == set(range(before + 1, before + 1 + len(new)))
     assert all(e.outcome == "success" and e.actor == "msm-mem-agent" for e in new)
     (item,) = any_mem._store.stm_list()
