@@ -136,3 +136,20 @@ def test_the_page_and_its_files_come_from_the_package(client: tuple[TestClient, 
     assert c.get("/ui/static/endpoints.py").status_code == 404
     assert c.get("/ui/static/..%2Fpages.py").status_code == 404
     assert "/ui" not in c.get("/openapi.json").json()["paths"]
+
+
+def test_the_question_walkthrough_names_the_model_and_skips_a_context(tmp_path: Path) -> None:
+    """The last frame names the model that answered; a context handed out later (no answer)
+    is not taken for the latest question."""
+    from tests.helpers import AGENT, png
+
+    store = make_explorer_store(tmp_path)
+    with MsmMem.open(store) as mem:
+        image = str(png(tmp_path, 77))
+        mem.ask(AGENT, OWN, image, "What is the impression?")
+        mem.context(AGENT, OWN, image, "Any change?")
+        events = mem.audit_trail(AUDITOR).events
+    w = build("question", events, TTL, decay_visible=True)
+    assert w.complete and "The model nonparametric answered" in w.frames[4].caption
+    assert "answer" in {e.action for e in w.frames[4].events}
+    assert "context" not in {e.action for e in w.frames[3].events}

@@ -139,6 +139,7 @@ def question(events: Sequence[AuditEvent], ttl_s: float) -> WalkthroughOut:
         if t[0].action == "consent"
         and any(e.action == "write" for e in t)
         and any(e.action == "read" and e.source_tier == "ltm" for e in t)
+        and not any(e.action == "context" for e in t)  # a context hands out a prompt: no answer
     ]
     if not asks:
         how = "ask a question (the Evidence view, or POST /v1/patients/{id}/ask)"
@@ -204,6 +205,7 @@ def question(events: Sequence[AuditEvent], ttl_s: float) -> WalkthroughOut:
     )
     done = [e for e in turn if e.action in _CONSOLIDATIONS or e.action == "hold"]
     updates = [e for e in turn if e.action == "semantic_update"]
+    answered = [e for e in turn if e.action == "answer"]
     if done and done[0].action == "hold":
         outcome = f"The write-back gate held the interaction in STM ({done[0].reason or 'no reason'})."
     elif done:
@@ -213,6 +215,9 @@ def question(events: Sequence[AuditEvent], ttl_s: float) -> WalkthroughOut:
         )
     else:
         outcome = "The answer was not written back (write-back was off)."
+    models = [i.removeprefix("model:") for e in answered for i in e.record_ids if i.startswith("model:")]
+    if models:
+        outcome = f"The model {models[0]} answered (event #{answered[0].seq}). {outcome}"
     if updates:
         outcome += f" The semantic state and the study's claim were superseded ({_ids(updates[0].record_ids)})."
     frames.append(
@@ -222,7 +227,7 @@ def question(events: Sequence[AuditEvent], ttl_s: float) -> WalkthroughOut:
             f"{outcome} Each tier keeps its own lifetime: audit at least 6 years (until "
             f"{_when(consent.time + _RETENTION_S)}), STM until {_when(write.time + ttl_s)}, LTM until it decays.",
             ["agent", "stm", "ltm", "audit"],
-            done + updates,
+            answered + done + updates,
         )
     )
     return WalkthroughOut(name="question", title=title, complete=True, frames=frames)
