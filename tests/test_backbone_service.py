@@ -32,7 +32,7 @@ from tests.http_support import (
     make_store,
     stop_process,
 )
-from tests.mcp_support import counts, environment, ok, png_base64, run, stdio_client
+from tests.mcp_support import counts, environment, ok, png_base64, problem, run, stdio_client
 
 pytestmark = pytest.mark.system
 
@@ -207,3 +207,33 @@ def test_mcp_context_is_ready_for_a_models_conversation(root: Path) -> None:
     answered = [e for e in events(directory, seq) if e["action"] == "answer"]
     assert len(answered) == 1 and answered[0]["record_ids"][1] == "model:ollama/llava:13b"
     assert answered[0]["actor"] == "svc-agent"
+
+
+def test_mcp_answers_with_its_model_and_refuses_without_it(root: Path) -> None:
+    """msm-mem mcp --backbone openai: ask is answered by the model server process; once it is
+    gone, ask is a tool error with the 503 problem and nothing is written; a server that is
+    down at start stops the MCP server with one error line."""
+    directory = make_store(root)
+    tokens = make_keys(directory)
+    image = png_base64(png(root / "images", 52))
+
+    with chat_process(root / "chat", ["Right lower lobe consolidation, stable."]) as server:
+        flags = _backbone(server)
+
+        async def scenario() -> None:
+            async with stdio_client(root, directory, *flags, MSM_MEM_API_KEY=tokens["agent"]) as agent:
+                args = {"patient_id": OWN, "question": QUESTION, "image_base64": image, "write_back": False}
+                answer = ok(await agent.call_tool("ask", args))
+                assert answer["model"] == {"backbone": "openai", "model": "fake-model", "version": ""}
+                server.stop()
+                before = counts(directory)
+                doc = problem(await agent.call_tool("ask", args))
+                assert (doc["type"], doc["status"]) == ("urn:msm-mem:problem:backend-unavailable", 503)
+                assert {**counts(directory), "audit": 0} == {**before, "audit": 0}
+
+        run(scenario)
+    cmd = [sys.executable, "-m", "msm_mem", "mcp", str(directory), *flags]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env=environment(MSM_MEM_API_KEY=tokens["agent"]), timeout=120
+    )
+    assert done.returncode == 1 and "is unreachable" in done.stderr, done.stderr
