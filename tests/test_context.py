@@ -321,3 +321,17 @@ def test_the_prompt_and_the_image_are_never_logged(
     assert "prompt_chars=" in logged
     assert QUESTION not in logged and "consolidation" not in logged.lower()
     assert "base64" not in logged and answer.prompt[:40] not in logged
+
+
+def test_a_model_reference_is_an_audit_id() -> None:
+    """A model named by a caller must be well-formed; what a server reports is made safe."""
+    assert (
+        ModelRef("openai", "llava-hf/llava-1.5-7b-hf", "fp_1").audit_id == "model:openai/llava-hf/llava-1.5-7b-hf@fp_1"
+    )
+    assert ModelRef("nonparametric").audit_id == "model:nonparametric"
+    for bad in ({"backbone": ""}, {"backbone": "vllm", "model": "a b"}, {"backbone": "vllm", "version": "1@2"}):
+        with pytest.raises(InvalidInput, match="must be 1-128 characters"):
+            ModelRef(**bad)
+    reported = ModelRef.reported("openai", "llava\x1b[31m 7b\u202e", "@" + "9" * 300)
+    assert reported.model == "llava_31m_7b_" and len(reported.version) == 128
+    assert ModelRef.reported("", "", "").audit_id == "model:unknown"
