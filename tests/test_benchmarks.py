@@ -114,6 +114,15 @@ def test_labeler(tmp_path: Path) -> None:
 
 
 @needs_wrk
+def test_deid(tmp_path: Path) -> None:
+    """bench_deid.py on 300 planted identifiers without the peer: the recall table with every
+    category, the retention table, and no identifier past the population anonymiser."""
+    out = bench(tmp_path, "bench_deid.py", "--identifiers", "300", "--no-peer")
+    row(out, "name", NUMBER, NUMBER, NUMBER, NUMBER)
+    row(out, "all", NUMBER, NUMBER, NUMBER, NUMBER)
+    row(out, "population", "0", NUMBER, NUMBER, NUMBER)
+
+
 def test_service(tmp_path: Path) -> None:
     """bench_service.py with 2 patients, one second of wrk: the run's row and the overhead row."""
     out = bench(

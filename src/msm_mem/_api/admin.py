@@ -13,23 +13,17 @@ from .._errors import AccessDenied, AuditChainBroken, InvalidInput, NotFound
 from .._governance.audit.verify import VerifyResult
 from .._governance.consent import check_record, evaluate
 from .._governance.upgrade import upgrade_store
-from .._limits import MAX_TEXT_CHARS, check_id, check_text
+from .._limits import check_id
 from .._memory.maintenance import MaintenanceReport
 from .._principal import Principal, Purpose, Role
 from .._storage.base import WriteBatch
 from .._storage.paper_layout import export_paper, read_paper
 from .._tier_records import ConsentRecord
 from .access import Operation
-from .base import _Base
+from .base import _Base, stated_reason
 from .reads import RecordPage, _check_page
 
 __all__: list[str] = []
-
-
-def _reason(reason: str, what: str) -> str:
-    if not isinstance(reason, str) or not reason.strip():
-        raise InvalidInput(f"{what} needs a stated reason")
-    return check_text(f"{what} reason", reason, MAX_TEXT_CHARS).strip()
 
 
 class _Admin(_Base):
@@ -116,7 +110,7 @@ class _Admin(_Base):
         """A new key-encryption key; every data key rewrapped under it and stored with the audit
         event in one transaction (admin only). Returns how many data keys were rewrapped."""
         p = self._allow(principal, Operation.KEY_ROTATE)
-        reason = _reason(reason, "key rotation")
+        reason = stated_reason(reason, "key rotation")
         keys = self._cipher.rewrap_all()
         note = f"{len(keys)} data keys rewrapped; {reason}"[:120]
         self._event(p, "key_rotate", "ltm", "ltm", batch=WriteBatch(rewrapped=keys), reason=note)
@@ -133,7 +127,7 @@ class _Admin(_Base):
         # shredded; only the wildcard and a blank id are refused
         if not isinstance(patient_id, str) or not patient_id.strip() or "*" in patient_id:
             raise InvalidInput(f"shredding needs one patient id (no '*' wildcard), got {patient_id!r}")
-        return self._maintainer().shred(p, patient_id, _reason(reason, "shredding a patient"))
+        return self._maintainer().shred(p, patient_id, stated_reason(reason, "shredding a patient"))
 
     # audit ---------------------------------------------------------------------------------
 

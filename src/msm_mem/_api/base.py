@@ -7,9 +7,11 @@ from pathlib import Path
 
 from .._agent.agent import MemoryAgent
 from .._clock import Clock
-from .._errors import AccessDenied
+from .._errors import AccessDenied, InvalidInput
+from .._governance.anonymise import plain_reason
 from .._governance.audit.log import AuditLog
 from .._governance.crypto import EnvelopeCipher
+from .._limits import MAX_TEXT_CHARS, check_text
 from .._memory.maintenance import Maintainer
 from .._memory.tiers import GovernedMemory
 from .._principal import Principal
@@ -18,7 +20,16 @@ from .._storage.base import Store, WriteBatch
 from ..plugins.encoders import Encoder
 from .access import Operation, require
 
-__all__ = ["_Base"]
+__all__ = ["_Base", "stated_reason"]
+
+
+def stated_reason(reason: str, what: str) -> str:
+    """A caller's free-text reason as the audit tier keeps it (break-glass, shredding, key
+    rotation): non-empty clean text, passed through the allow-list anonymiser (a name, place,
+    date or number becomes its category); :class:`InvalidInput` when nothing of it survives."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInput(f"{what} needs a stated reason")
+    return plain_reason(f"the {what} reason", check_text(f"{what} reason", reason, MAX_TEXT_CHARS).strip())
 
 
 class _Base:

@@ -5,8 +5,10 @@ commits its writes with their audit events in one transaction."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
+
+import numpy as np
 
 from .._agent.agent import AgentAnswer, Evidence, Query
 from .._agent.offline import IngestReport, ingest_rows
@@ -26,10 +28,28 @@ from .base import _Base
 __all__ = ["Retrieved", "RetrievedItem"]
 
 
+def _shown(record: object, patient_id: str) -> EpisodicRecord | VisualRecord | SemanticState | None:
+    """What a retrieve shows of a ranked record: the patient's own record whole; population
+    experience (another patient's de-identified copy, or an anonymised record) without its
+    embedding, which would show the other patient's image; anything else nothing."""
+    if not isinstance(record, EpisodicRecord | VisualRecord | SemanticState):
+        return None
+    if record.patient_id == patient_id:
+        return record
+    if record.patient_id == "" and isinstance(record, EpisodicRecord | VisualRecord):
+        return replace(record, z=_NO_VECTOR)
+    return None
+
+
+_NO_VECTOR = np.zeros(0, dtype=np.float32)
+
+
 @dataclass(frozen=True, slots=True)
 class RetrievedItem:
-    """One ranked piece of evidence and its record. ``record`` is None for another patient's
-    record in a population-scope retrieval: it counts as evidence, its content is withheld."""
+    """One ranked piece of evidence and its record: the patient's own record; for population
+    experience (another patient's record in a population-scope retrieval, or an anonymised
+    one) its de-identified copy (clinical vocabulary, no ids, the year only) without its
+    embedding; None for anything else (semantic state of another patient is never used)."""
 
     evidence: Evidence
     record: EpisodicRecord | VisualRecord | SemanticState | None
@@ -153,11 +173,9 @@ class _Care(_Base):
         for hit, sc in ranked.ranked:
             if isinstance(hit.record, Claim):  # not read here (use_claims is off): claims are evidence of ask
                 continue
-            owner = getattr(hit.record, "patient_id", "")
-            own = owner in (patient_id, "")
             tier = str(getattr(hit.record, "evidence_tier", ""))
             evidence = Evidence(hit.id, hit.kind, sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight, tier)
-            items.append(RetrievedItem(evidence, hit.record if own else None))
+            items.append(RetrievedItem(evidence, _shown(hit.record, patient_id)))
         items.sort(key=lambda i: (-i.evidence.score, i.evidence.id))
         return Retrieved(patient_id, scope, tuple(items))
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 from typing import NoReturn
 
 from .._errors import AccessDenied, InvalidInput
-from .._limits import MAX_TEXT_CHARS, check_text
 from .._principal import Principal
 from .access import Operation
-from .base import _Base
+from .base import _Base, stated_reason
 
 __all__: list[str] = []
 
@@ -49,8 +48,6 @@ class _Scope(_Base):
         that refusal is audited). The operation itself is still checked when it is called."""
         p = self._allow(principal, Operation.BREAK_GLASS)
         op = _operation(operation)
-        if not isinstance(reason, str) or not reason.strip():
-            raise InvalidInput("break-glass needs a stated reason")
-        reason = check_text("break-glass reason", reason, MAX_TEXT_CHARS)
+        reason = stated_reason(reason, "break-glass")
         note = f"{op.value}: {' '.join(reason.split())}"[:120]
         self._event(p, "break_glass", "ltm", "ltm", patient=patient_id, reason=note)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from .. import _transitions as tr
 from .._errors import InvalidInput
-from .._governance import deid
+from .._governance.anonymise import anonymise
 from .._governance.crypto import EnvelopeCipher
 from .._principal import Principal, Purpose, Role
 from .._records import EpisodicRecord, State, VisualRecord, new_id
@@ -27,6 +27,11 @@ from .tiers import GovernedMemory
 __all__ = ["DecayPlan", "MaintenanceReport", "Maintainer"]
 
 SYSTEM = Principal("msm-mem", Role.SYSTEM, Purpose.OPERATIONS)
+
+
+def _kept(text: str) -> str:
+    """Decayed content: IDs stripped, content kept (the common-vocabulary anonymiser)."""
+    return anonymise(text).text
 
 
 def _year(t: float) -> str:
@@ -185,7 +190,8 @@ class Maintainer:
 
         ACTIVE episodic, visual and claim records are anonymised in place: a random new id,
         patient, source, study and supersession links removed, times coarsened to the year,
-        content scrubbed of Safe Harbor identifiers; they join the population pool. SUPERSEDED
+        content kept through the allow-list anonymiser (:mod:`msm_mem._governance.anonymise`,
+        common vocabulary: a word outside it becomes its category); they join the population pool. SUPERSEDED
         records and semantic state (wrong, outdated, or meaningless without the patient) are
         blanked and RETRACTED instead. The audit event names the old id only. Returns the
         counts (anonymised, retracted).
@@ -217,14 +223,14 @@ class Maintainer:
         values: dict[str, str]
         if table == "episodic":
             e = self.store.get_episodes([record_id])[0]
-            values = {f: deid.scrub(getattr(e, f)) for f in PII_FIELDS["episodic"]}
+            values = {f: _kept(getattr(e, f)) for f in PII_FIELDS["episodic"]}
             values.update(media_path="", study_id="", source="", supersedes="", timestamp=_year(e.timestamp))
             prefix, state = "E", e.state
         elif table == "visual":
             v = self.store.get_visuals([record_id])[0]
             values = {
                 "media_path": "",
-                "visual_tag": deid.scrub(v.visual_tag),
+                "visual_tag": _kept(v.visual_tag),
                 "source": "",
                 "source_episode_id": "",
                 "supersedes": "",
@@ -233,7 +239,7 @@ class Maintainer:
             prefix, state = "V", v.state
         elif table == "claims":
             c = self.store.get_claims([record_id])[0]
-            values = {"content": deid.scrub(c.content), "source": "", "key": new_id("anon"), "supersedes": ""}
+            values = {"content": _kept(c.content), "source": "", "key": new_id("anon"), "supersedes": ""}
             prefix, state = "C", c.state
         else:
             values, prefix, state = {"impressions": "", "supersedes": ""}, "S", known

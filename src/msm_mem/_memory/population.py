@@ -2,9 +2,12 @@
 
 A hit of another patient (or an anonymised one) is used only as de-identified experience: the
 copy handed on keeps its id, vector, scores and clinical content, drops the patient, study,
-media path and source links, and has every free-text field scrubbed of Safe Harbor
-identifiers (:func:`msm_mem._governance.deid.scrub`); a scanner then checks every field of the
-copy and a hit that still shows an identifier is dropped (fail closed). The consent side (who
+media path and source links, keeps the year of its time only, and has every free-text field
+rewritten in the closed clinical vocabulary (:func:`msm_mem._governance.anonymise.for_population`:
+any other word becomes its category, a number that is not a measurement ``[NUMBER]``); a
+field of which less than half survives is withheld (left empty; the whole hit when it is the
+answer), and a scanner then checks every field of the copy: a field that still shows an
+identifier is withheld the same way (fail closed). The consent side (who
 may use whose records as population experience) is the ``population`` data class of
 :mod:`msm_mem._governance.consent`.
 
@@ -18,9 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 
+from .._governance.anonymise import for_population
 from .._governance.consent import POPULATION, evaluate
-from .._governance.deid import find_identifiers, scrub
+from .._governance.deid import find_identifiers
 from .._records import EpisodicRecord, Hit, VisualRecord
 from .._storage.base import Store
 from .retrieval import Retrieval
@@ -39,14 +44,24 @@ POPULATION_PREFIX = "population:"
 
 
 def deidentified_text(text: str) -> str | None:
-    """``text`` scrubbed; None when the scanner still finds an identifier in the result."""
-    cleaned = scrub(text)
-    return None if find_identifiers(cleaned) else cleaned
+    """``text`` in the clinical vocabulary; None (withheld) when too little of it survives or
+    the scanner still finds an identifier in the result."""
+    cleaned = for_population(text)
+    return None if cleaned is None or find_identifiers(cleaned) else cleaned
 
 
-def _clean(values: Sequence[str]) -> list[str] | None:
-    out = [deidentified_text(v) for v in values]
-    return None if any(v is None for v in out) else [v for v in out if v is not None]
+def _year_start(t: float) -> float:
+    """UTC seconds of 1 January of ``t``'s year: the year is all a copy keeps of its time."""
+    return datetime(datetime.fromtimestamp(t, UTC).year, 1, 1, tzinfo=UTC).timestamp()
+
+
+def _clean(answer: str, others: Sequence[str]) -> list[str] | None:
+    """The answer and the other fields in the clinical vocabulary: None when the answer is
+    withheld (the hit is not used); another field withheld is left empty."""
+    said = deidentified_text(answer)
+    if said is None:
+        return None
+    return [said, *(deidentified_text(v) or "" for v in others)]
 
 
 def deidentified(hit: Hit) -> Hit | None:
@@ -54,18 +69,28 @@ def deidentified(hit: Hit) -> Hit | None:
     docstring), or None when it cannot be cleaned (or is semantic state, which is per patient)."""
     r = hit.record
     if isinstance(r, EpisodicRecord):
-        texts = _clean([r.question, r.answer, r.decision, r.media_description])
+        texts = _clean(r.answer, [r.question, r.decision, r.media_description])
         if texts is None:
             return None
-        q, a, d, md = texts
+        a, q, d, md = texts
         copy: EpisodicRecord | VisualRecord = replace(
-            r, patient_id="", question=q, answer=a, decision=d, media_description=md, media_path="", study_id=""
+            r,
+            patient_id="",
+            question=q,
+            answer=a,
+            decision=d,
+            media_description=md,
+            media_path="",
+            study_id="",
+            timestamp=_year_start(r.timestamp),
         )
     elif isinstance(r, VisualRecord):
         tag = deidentified_text(r.visual_tag)
         if tag is None:
             return None
-        copy = replace(r, patient_id="", visual_tag=tag, media_path="")
+        copy = replace(
+            r, patient_id="", visual_tag=tag, media_path="", source_episode_id="", timestamp=_year_start(r.timestamp)
+        )
     else:
         return None
     return replace(hit, record=replace(copy, source="", supersedes=None))
