@@ -80,6 +80,7 @@ def test_another_backbone_named_drops_the_files_options(tmp_path: Path) -> None:
         ("openai", ["base_url=http://h/v1", "model=m", "max_tokens=true"], "max_tokens must be an integer"),
         ("openai", ["base_url=http://h/v1"], "it takes base_url, model"),
         ("openai", ["base_url"], "wants KEY=VALUE"),
+        ("openai", ["base_url=http://h/v1", "model=m", "sleep=0"], "sleep must be a function"),
     ],
 )
 def test_a_bad_backbone_is_refused_at_start_naming_the_problem(name: str, pairs: list[str], message: str) -> None:

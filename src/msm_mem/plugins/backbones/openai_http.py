@@ -210,6 +210,8 @@ class OpenAICompatibleBackbone:
             raise InvalidInput(f"system_prompt must be a string, got {type(system_prompt).__name__}")
         if api_key is not None and (not isinstance(api_key, str) or not api_key.isprintable()):
             raise InvalidInput("api_key must be printable text")
+        if not callable(sleep):
+            raise InvalidInput("sleep must be a function of seconds (a test hook, not a setting)")
         self.base_url = base_url.rstrip("/")
         self.url = self.base_url + "/chat/completions"
         self.model = model
