@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -237,3 +238,36 @@ def test_mcp_answers_with_its_model_and_refuses_without_it(root: Path) -> None:
         cmd, capture_output=True, text=True, env=environment(MSM_MEM_API_KEY=tokens["agent"]), timeout=120
     )
     assert done.returncode == 1 and "is unreachable" in done.stderr, done.stderr
+
+
+def test_the_context_routes_check_roles_and_input(served: tuple[str, Path, dict[str, str], ChatProcess]) -> None:
+    """A critic is refused a context (403, audited); a recorded answer with an unknown evidence
+    id or a malformed model is a 422 problem naming it, with nothing written."""
+    url, directory, tokens, _ = served
+
+    def post(role: str, path: str, **kwargs: Any) -> httpx.Response:
+        auth = {"Authorization": f"Bearer {tokens[role]}"}
+        return httpx.post(f"{url}/v1/patients/{OWN}/{path}", headers=auth, **kwargs)
+
+    seq = head(directory)
+    refused = post("critic", "context", data={"question": QUESTION, "image_study": "S0"})
+    assert refused.status_code == 403 and refused.json()["type"] == "urn:msm-mem:problem:access-denied"
+    assert [(e["action"], e["outcome"]) for e in events(directory, seq)] == [("context", "denied")]
+    ctx = post("agent", "context", data={"question": QUESTION, "image_study": "S1", "include_image": "true"})
+    assert ctx.status_code == 201, ctx.text
+    doc = ctx.json()
+    assert doc["image"].startswith("data:image/png;base64,") and doc["context_id"].startswith("M-")
+    answer = f"context/{doc['context_id']}/answer"
+    good = {"answer": "Right lower lobe consolidation, resolving.", "model": {"backbone": "vllm"}}
+    for body, message in [
+        ({**good, "evidence": ["E-nowhere"]}, "names no record"),
+        ({**good, "model": {"backbone": "v llm"}}, "model backbone"),
+        ({**good, "model": {"backbone": "vllm", "weights": "x"}}, "weights"),
+        ({**good, "answer": "Effusion \u202e"}, "U+202E"),
+    ]:
+        before = counts(directory)
+        bad = post("agent", answer, json=body)
+        assert bad.status_code == 422 and message in bad.text, bad.text
+        assert {**counts(directory), "audit": 0} == {**before, "audit": 0}
+    done = post("agent", answer, json={**good, "evidence": doc["included"][:1], "outcome": "follow up in 6 weeks"})
+    assert done.status_code == 200 and done.json()["model"] == {"backbone": "vllm", "model": "", "version": ""}
