@@ -11,6 +11,7 @@ import argparse
 import inspect
 import os
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,7 +204,7 @@ def _principal_of(args: argparse.Namespace, spec: Spec) -> Principal:
 
 def backbone_flags(p: argparse.ArgumentParser) -> None:
     """``--backbone``, ``--backbone-option`` and ``--backbone-config`` (see :data:`BACKBONE_HELP`)."""
-    g = p.add_argument_group("backbone", BACKBONE_HELP)
+    g = p.add_argument_group("backbone", textwrap.fill(BACKBONE_HELP, 78, break_on_hyphens=False))
     g.add_argument("--backbone", metavar="NAME", help="nonparametric (default), fitted, openai or transformers")
     g.add_argument(
         "--backbone-option",
