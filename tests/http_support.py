@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -114,14 +114,23 @@ def make_store(root: Path, database_url: str | None = None, schema: str = "msm_m
     return directory
 
 
-def start(root: Path, directory: Path, *, workers: int = 1, max_upload_mb: int = 1) -> Served:
-    """Create the keys and start the server; wait (bounded) until it answers."""
+def start(
+    root: Path,
+    directory: Path,
+    *,
+    workers: int = 1,
+    max_upload_mb: int = 1,
+    extra: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> Served:
+    """Create the keys and start the server (``extra`` flags, ``env`` added to the environment);
+    wait (bounded) until it answers."""
     tokens = make_keys(directory)
     secret = root / "jwt.secret"
     secret.write_text(JWT_SECRET)
     port = free_port()
     log = root / "server.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     cmd = [
         sys.executable,
         "-m",
@@ -142,9 +151,10 @@ def start(root: Path, directory: Path, *, workers: int = 1, max_upload_mb: int =
         JWT_ISSUER,
         "--jwt-audience",
         JWT_AUDIENCE,
+        *extra,
     ]
     url = f"http://127.0.0.1:{port}"
-    process = launch(cmd, log, env, url + "/ready", "the server")
+    process = launch(cmd, log, environ, url + "/ready", "the server")
     return Served(url, directory, tokens, log, process, root / "images")
 
 

@@ -20,17 +20,14 @@ from msm_mem import BackendUnavailable, MemoryClient, ModelRef
 from tests.chat_process import ChatProcess, chat_process, image_sent, prompt_sent
 from tests.helpers import png
 from tests.http_support import (
-    JWT_AUDIENCE,
-    JWT_ISSUER,
-    JWT_SECRET,
     OWN,
     QUESTION,
     events,
     free_port,
     head,
-    launch,
     make_keys,
     make_store,
+    start,
     stop_process,
 )
 from tests.mcp_support import counts, environment, ok, png_base64, problem, run, stdio_client
@@ -46,25 +43,6 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def _serve_cmd(directory: Path, port: int, secret: Path, *backbone: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "msm_mem",
-        "serve",
-        str(directory),
-        "--port",
-        str(port),
-        "--jwt-key",
-        str(secret),
-        "--jwt-issuer",
-        JWT_ISSUER,
-        "--jwt-audience",
-        JWT_AUDIENCE,
-        *backbone,
-    ]
-
-
 def _backbone(server: ChatProcess, *more: str) -> list[str]:
     flags = ["--backbone", "openai", "--backbone-option", f"base_url={server.base_url}"]
     return [*flags, "--backbone-option", "model=llava-test", "--backbone-option", "retries=0", *more]
@@ -72,7 +50,6 @@ def _backbone(server: ChatProcess, *more: str) -> list[str]:
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    (tmp_path / "jwt.secret").write_text(JWT_SECRET)
     return tmp_path
 
 
@@ -92,7 +69,7 @@ def test_serve_refuses_to_start_without_its_model_server(root: Path) -> None:
         (["--backbone", "gpt-4"], "unknown backbone 'gpt-4'"),
     ]
     for flags, message in cases:
-        cmd = _serve_cmd(directory, free_port(), root / "jwt.secret", *flags)
+        cmd = [sys.executable, "-m", "msm_mem", "serve", str(directory), "--port", str(free_port()), *flags]
         done = subprocess.run(cmd, capture_output=True, text=True, env=environment(), timeout=120)
         assert done.returncode == 1, done.stderr
         assert message in done.stderr, done.stderr
@@ -103,17 +80,13 @@ def test_serve_refuses_to_start_without_its_model_server(root: Path) -> None:
 def served(root: Path) -> Iterator[tuple[str, Path, dict[str, str], ChatProcess]]:
     """``msm-mem serve --backbone openai`` over a model server process, its key in the environment."""
     directory = make_store(root)
-    tokens = make_keys(directory)
     script = ["Right lower lobe consolidation, stable [see memory]."] * 3
     with chat_process(root / "chat", script) as server:
-        port = free_port()
-        cmd = _serve_cmd(directory, port, root / "jwt.secret", *_backbone(server))
-        url = f"http://127.0.0.1:{port}"
-        process = launch(cmd, root / "server.log", environment(MSM_MEM_BACKBONE_API_KEY=KEY), url + "/ready", "serve")
+        served = start(root, directory, extra=_backbone(server), env={"MSM_MEM_BACKBONE_API_KEY": KEY})
         try:
-            yield url, directory, tokens, server
+            yield served.url, directory, served.tokens, server
         finally:
-            stop_process(process)
+            stop_process(served.process)
 
 
 def test_the_service_answers_with_its_model_and_says_503_without_it(
