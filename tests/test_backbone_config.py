@@ -241,3 +241,5 @@ def test_eval_runs_the_protocol_against_a_model_server(tmp_path: Path, capsys: p
     code = main([*args, "--out", str(tmp_path / "out2"), *flags])
     assert code == 1 and "is unreachable" in capsys.readouterr().err
     assert not (tmp_path / "out2" / "results.json").exists()
+    code = main([*args, "--out", str(tmp_path / "out3"), "--backbone", "openai", "--option", "base_url=http://h/v1"])
+    assert code == 1 and "the backbone's is --backbone-option base_url=..." in capsys.readouterr().err

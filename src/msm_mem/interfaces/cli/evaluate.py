@@ -132,14 +132,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     --backbone openai --backbone-option base_url=URL --backbone-option model=NAME answers with
     a multimodal model behind any OpenAI-compatible server (vLLM, Ollama, llama.cpp, TGI): the
     fused prompt and the image go to it; its options are checked and the server probed first."""
-    from ...datasets.registry import load_dataset
+    from ...datasets.registry import DATASETS, load_dataset, options_of
     from ...eval.baselines import BASELINES
     from ...eval.protocol import ProtocolSettings, parse_configs, run_protocol
     from ...eval.report import table1_markdown, write_reports
-    from ...plugins.backbones import BackboneSpec
+    from ...plugins.backbones import BackboneSpec, option_names
     from ..backbone import probe
 
     chosen = backbone_of(args)
+    loader = set(options_of(args.dataset[0])) if args.dataset[0] in DATASETS else set()
+    if misplaced := sorted(set(_options(args.option)) & set(option_names(chosen.name)) - loader):
+        raise InvalidInput(
+            f"--option {misplaced[0]}=... is a data set loader option; the backbone's is "
+            f"--backbone-option {misplaced[0]}=..."
+        )
     probe(chosen.build())  # bad options or an unreachable model server: an error before any work
     memory = Settings.from_env()
     if args.structured_gate:

@@ -26,6 +26,7 @@ __all__ = [
     "Candidate",
     "get_backbone",
     "known_backbones",
+    "option_names",
 ]
 
 _KNOWN = ("fitted", "nonparametric", "openai", "transformers")
@@ -59,17 +60,7 @@ def known_backbones() -> list[str]:
     return sorted(_KNOWN)
 
 
-def get_backbone(name: str, **options: Any) -> Backbone:
-    """The backbone registered under ``name``, built with ``options`` as keyword arguments.
-
-    ``name`` may be a :class:`BackboneSpec` (its options first, then ``options``). Unknown
-    names and missing or unknown options raise :class:`InvalidInput` (naming the options the
-    backbone takes); ``transformers`` without torch/transformers
-    installed raises :class:`~msm_mem._errors.MissingExtra`.
-    """
-    if isinstance(name, BackboneSpec):
-        options = {**name.options, **options}
-        name = str(name)
+def _class(name: str) -> type[Any]:
     cls: type[Any]
     if name == "nonparametric":
         from .nonparametric import NonparametricBackbone as cls
@@ -81,6 +72,28 @@ def get_backbone(name: str, **options: Any) -> Backbone:
         from .hf import TransformersBackbone as cls
     else:
         raise InvalidInput(f"unknown backbone {name!r}; known: {', '.join(known_backbones())}")
+    return cls
+
+
+def option_names(name: str) -> tuple[str, ...]:
+    """The options backbone ``name`` takes, in the order of its signature (InvalidInput for an
+    unknown name)."""
+    params = inspect.signature(_class(name)).parameters.values()
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
+def get_backbone(name: str, **options: Any) -> Backbone:
+    """The backbone registered under ``name``, built with ``options`` as keyword arguments.
+
+    ``name`` may be a :class:`BackboneSpec` (its options first, then ``options``). Unknown
+    names and missing or unknown options raise :class:`InvalidInput` (naming the options the
+    backbone takes); ``transformers`` without torch/transformers
+    installed raises :class:`~msm_mem._errors.MissingExtra`.
+    """
+    if isinstance(name, BackboneSpec):
+        options = {**name.options, **options}
+        name = str(name)
+    cls = _class(name)
     try:
         inspect.signature(cls).bind(**options)
     except TypeError as exc:
