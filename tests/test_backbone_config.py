@@ -70,7 +70,12 @@ def test_another_backbone_named_drops_the_files_options(tmp_path: Path) -> None:
     ("name", "pairs", "message"),
     [
         ("gpt", [], "unknown backbone 'gpt'; known: fitted, nonparametric, openai, transformers"),
-        ("openai", ["base_url=http://h:1/v1", "model=m", "temprature=0.1"], "it takes base_url, model, api_key=..."),
+        (
+            "openai",
+            ["base_url=http://h:1/v1", "model=m", "temprature=0.1"],
+            "no option 'temprature'; it takes base_url, model, timeout_s, retries, backoff_s, max_tokens, "
+            "temperature, system_prompt, and its API key from MSM_MEM_BACKBONE_API_KEY",
+        ),
         ("openai", ["base_url=ftp://h/v1", "model=m"], "base_url must be an http\\(s\\) URL"),
         ("openai", ["base_url=http://user:pw@h/v1", "model=m"], "must not hold a user or password"),
         ("openai", ["base_url=http://h/v1", "model=m", "timeout_s=0"], "timeout_s must be a number > 0 and <= 600"),
@@ -80,7 +85,8 @@ def test_another_backbone_named_drops_the_files_options(tmp_path: Path) -> None:
         ("openai", ["base_url=http://h/v1", "model=m", "max_tokens=true"], "max_tokens must be an integer"),
         ("openai", ["base_url=http://h/v1"], "it takes base_url, model"),
         ("openai", ["base_url"], "wants KEY=VALUE"),
-        ("openai", ["base_url=http://h/v1", "model=m", "sleep=0"], "sleep must be a function"),
+        ("openai", ["base_url=http://h/v1", "model=m", "sleep=0"], "no option 'sleep'"),
+        ("nonparametric", ["model=m"], "no option 'model'; it takes semantic_weight$"),
     ],
 )
 def test_a_bad_backbone_is_refused_at_start_naming_the_problem(name: str, pairs: list[str], message: str) -> None:
@@ -201,7 +207,7 @@ def test_cli_ask_with_an_openai_backbone(store: Path, tmp_path: Path, capsys: py
         rc, _, err = run(
             capsys, "ask", store, "--patient", "P1", "--image", image, "--question", QUESTION, *cut, *AGENT
         )
-        assert rc == 1 and "bad options" in one_line_error(err) and "it takes base_url, model" in err
+        assert rc == 1 and "no option 'colour'" in one_line_error(err) and "it takes base_url, model" in err
         server.stop()
         with MsmMem.open(store) as mem:
             before = mem._store.count("episodic")

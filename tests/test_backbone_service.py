@@ -63,7 +63,7 @@ def test_serve_refuses_to_start_without_its_model_server(root: Path) -> None:
         (_backbone(server), f"the model server at {url} is unreachable"),
         (
             _backbone(server, "--backbone-option", "temprature=0"),
-            "bad options ['base_url', 'model', 'retries', 'temprature']",
+            "backbone 'openai' has no option 'temprature'; it takes base_url",
         ),
         (_backbone(server, "--backbone-option", "api_key=sk-1"), "set MSM_MEM_BACKBONE_API_KEY"),
         (["--backbone", "gpt-4"], "unknown backbone 'gpt-4'"),

@@ -20,8 +20,8 @@ file for ``openai`` does not configure ``--backbone nonparametric``). The model 
 comes from ``MSM_MEM_BACKBONE_API_KEY`` only: an ``api_key`` option anywhere else is refused, so
 a key never sits in a shell history, a process list, a file of settings or a log.
 
-:meth:`BackboneConfig.build` checks the options (an unknown one names those the backbone takes;
-types, the URL scheme and the timeout bounds are the backbone's own checks) and
+An unknown option names those the backbone takes; :meth:`BackboneConfig.build` checks their
+values (types, the URL scheme and the timeout bounds are the backbone's own checks) and
 :func:`probe` asks a backbone that can be asked (``openai``: ``GET {base_url}/models``) whether
 its server answers, so a deployment with an unreachable model server fails at start.
 """
@@ -39,7 +39,7 @@ from typing import Any
 
 from .. import Backbone, InvalidInput, get_backbone
 from .._files import read_regular
-from ..plugins.backbones import known_backbones
+from ..plugins.backbones import known_backbones, option_names
 
 __all__ = [
     "API_KEY_ENV",
@@ -61,6 +61,7 @@ OPTIONS_ENV = "MSM_MEM_BACKBONE_OPTIONS"
 CONFIG_ENV = "MSM_MEM_BACKBONE_CONFIG"
 
 _SECRETS = frozenset({"api_key"})
+_NOT_SETTINGS = frozenset({"sleep"})  # a test hook of the openai backbone, not configuration
 _MAX_FILE_BYTES = 64 * 1024
 _DEFAULT = "nonparametric"
 
@@ -119,6 +120,13 @@ class BackboneConfig:
             raise InvalidInput(f"unknown backbone {self.name!r}; known: {', '.join(known_backbones())}")
         options = _object(dict(self.options), "backbone options")
         _no_secrets(options, "the command line or a file of settings")
+        params = option_names(self.name)
+        takes = [n for n in params if n not in _SECRETS | _NOT_SETTINGS]
+        if unknown := sorted(set(options) - set(takes)):
+            key = f", and its API key from {API_KEY_ENV}" if _SECRETS & set(params) else ""
+            raise InvalidInput(
+                f"backbone {self.name!r} has no option {unknown[0]!r}; it takes {', '.join(takes) or 'none'}{key}"
+            )
         object.__setattr__(self, "options", MappingProxyType(options))
 
     @classmethod
