@@ -87,6 +87,7 @@ def test_another_backbone_named_drops_the_files_options(tmp_path: Path) -> None:
         ("openai", ["base_url"], "wants KEY=VALUE"),
         ("openai", ["base_url=http://h/v1", "model=m", "sleep=0"], "no option 'sleep'"),
         ("nonparametric", ["model=m"], "no option 'model'; it takes semantic_weight$"),
+        ("fitted", ["path=f.npz", "encoder=pixels"], "no option 'encoder'; it takes path$"),
     ],
 )
 def test_a_bad_backbone_is_refused_at_start_naming_the_problem(name: str, pairs: list[str], message: str) -> None:

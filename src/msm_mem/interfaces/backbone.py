@@ -61,7 +61,9 @@ OPTIONS_ENV = "MSM_MEM_BACKBONE_OPTIONS"
 CONFIG_ENV = "MSM_MEM_BACKBONE_CONFIG"
 
 _SECRETS = frozenset({"api_key"})
-_NOT_SETTINGS = frozenset({"sleep"})  # a test hook of the openai backbone, not configuration
+# objects a library caller may pass, never configuration: the openai backbone's test hook and the
+# fitted backbone's encoder (its file names the encoder)
+_NOT_SETTINGS = frozenset({"sleep", "encoder"})
 _MAX_FILE_BYTES = 64 * 1024
 _DEFAULT = "nonparametric"
 
