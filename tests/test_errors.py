@@ -29,6 +29,7 @@ from msm_mem._errors import (
     MsmMemError,
     NotFound,
     StoreError,
+    WriteConflict,
 )
 
 # class -> (direct msm-mem parent, the builtin it must also be)
@@ -45,6 +46,7 @@ EXPECTED: dict[type[Exception], tuple[type[Exception], type[Exception]]] = {
     AccessDenied: (MsmMemError, PermissionError),
     ConsentDenied: (AccessDenied, PermissionError),
     IllegalTransition: (AccessDenied, PermissionError),
+    WriteConflict: (IllegalTransition, PermissionError),
     IntegrityError: (MsmMemError, RuntimeError),
     AuditChainBroken: (IntegrityError, RuntimeError),
     DecryptionError: (IntegrityError, RuntimeError),

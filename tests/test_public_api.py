@@ -79,6 +79,7 @@ PUBLIC = [
     "SystemClock",
     "VerifyResult",
     "VisualRecord",
+    "WriteConflict",
     "WriteResult",
     "claim_key",
     "fit_router",

@@ -18,6 +18,7 @@ from msm_mem import (
     State,
     StoreError,
     VisualRecord,
+    WriteConflict,
 )
 from msm_mem._agent.stored import study_episode, study_image
 from msm_mem._storage.base import PII_FIELDS, StateChange, Store, VectorKind, WriteBatch
@@ -185,12 +186,13 @@ def test_equal_cosines_come_in_insertion_order(store: Store) -> None:
 
 
 def test_a_failing_batch_stores_nothing(store: Store) -> None:
-    """A duplicate id late in a batch rolls back the whole batch, index included."""
+    """A duplicate id late in a batch rolls back the whole batch, index included: the store
+    refuses it as a conflict (another writer stored that record first)."""
     rng = np.random.default_rng(3)
     fill(store, 2, 1)
     dup = episode(0, "p0", random_unit(rng))  # E-0 exists already
     fresh = episode(50, "p0", random_unit(rng))
-    with pytest.raises(InvalidInput):
+    with pytest.raises(WriteConflict):
         store.write(WriteBatch(episodes=[fresh, dup], semantic=[state("S-x", "p0", "t")]))
     assert store.count("episodic") == 2 and store.count("semantic") == 0
     assert all(i != "E-50" for i, _ in store.search("episodic", fresh.z, 5, "p0"))

@@ -42,6 +42,7 @@ from ._errors import (
     MsmMemError,
     NotFound,
     StoreError,
+    WriteConflict,
 )
 from ._governance.audit.checkpoint import Checkpoint
 from ._governance.audit.event import AuditEvent
@@ -141,6 +142,7 @@ __all__ = [
     "SystemClock",
     "VerifyResult",
     "VisualRecord",
+    "WriteConflict",
     "WriteResult",
     "claim_key",
     "fit_router",

@@ -17,6 +17,7 @@ do not know this library::
     +-- AccessDenied(PermissionError)       a governed action that is refused (always audited)
     |   +-- ConsentDenied                   no matching permit in the consent records
     |   +-- IllegalTransition               a move not in the transition table
+    |       +-- WriteConflict               another writer changed or stored it first (retry)
     +-- IntegrityError(RuntimeError)
     |   +-- AuditChainBroken                the audit chain or its checkpoints do not verify
     |   +-- DecryptionError                 a ciphertext that fails authentication or was shredded
@@ -49,6 +50,7 @@ __all__ = [
     "MsmMemError",
     "NotFound",
     "StoreError",
+    "WriteConflict",
 ]
 
 
@@ -108,6 +110,11 @@ class ConsentDenied(AccessDenied):
 
 class IllegalTransition(AccessDenied):
     """A move between tiers or states that the transition table does not allow."""
+
+
+class WriteConflict(IllegalTransition):
+    """Another writer stored first a record this write also makes (the same ingested row): the
+    database refused the second copy and nothing was written; reading again resolves it."""
 
 
 class IntegrityError(MsmMemError, RuntimeError):

@@ -14,6 +14,8 @@ that the tiers of the governance layer need no second schema.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -40,6 +42,7 @@ __all__ = [
     "State",
     "Vector",
     "VisualRecord",
+    "keyed_id",
     "new_id",
     "readonly",
     "unit_vector",
@@ -60,8 +63,17 @@ class State(StrEnum):
 
 def new_id(prefix: str) -> str:
     """A random, stable identifier such as ``E-1f0c...`` (128 random bits as 32 hex digits);
-    never derived from patient data."""
+    never derived from patient data (but see :func:`keyed_id`)."""
     return f"{prefix}-{os.urandom(16).hex()}"
+
+
+def keyed_id(prefix: str, key: bytes, *parts: str) -> str:
+    """The identifier of a record whose identity is its content (an ingested row): the first
+    128 bits of HMAC-SHA256 under a store secret ``key`` of the ``parts``, as 32 hex digits, so
+    two writers of the same row make the same id and the database keeps one; without the key
+    the id tells nothing of the parts."""
+    message = "\x1f".join(parts).encode("utf-8")
+    return f"{prefix}-{hmac.new(key, message, hashlib.sha256).hexdigest()[:32]}"
 
 
 def readonly(z: Any) -> Any:

@@ -3,7 +3,11 @@
 Rows whose image cannot be read (missing, not a regular file, over the byte or pixel limit,
 corrupt) are skipped with their line number and reason; rows whose
 ``(patient_id, study_id, question)`` is already stored are skipped too, so ingesting the same
-manifest twice stores nothing new. A study may carry several questions: each question is an
+manifest twice stores nothing new, and neither do two ingests of it at once: an ingested
+episode and a study's visual record are written under ids keyed by the row
+(:func:`~msm_mem._records.keyed_id`: patient, study, question), so the database keeps the copy
+that committed first and refuses the other writer's batch, which reads the store again and
+stores what is still missing. A study may carry several questions: each question is an
 episode of its own, and the study's image one visual record (written with the study's first
 stored question, shared by the others). Every study lands in short-term memory and is consolidated into
 long-term memory in the same transaction (no write skips its originating tier). Base memory is
@@ -18,11 +22,11 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from .._errors import ImageError, InvalidInput
+from .._errors import ImageError, InvalidInput, WriteConflict
 from .._limits import MAX_BATCH_PIXELS
 from .._memory.tiers import GovernedMemory, Turn
 from .._principal import Principal
-from .._records import ManifestRow, RowProblem
+from .._records import ManifestRow, RowProblem, keyed_id
 from ..plugins.encoders.base import Encoder
 from ..plugins.images import load_image
 
@@ -73,6 +77,62 @@ def _new_rows(gm: GovernedMemory, rows: Sequence[ManifestRow]) -> tuple[list[Man
     return todo, imaged
 
 
+#: how often a batch is staged again after another writer stored some of its rows first
+_ATTEMPTS = 5
+
+
+def _store_batch(
+    principal: Principal,
+    gm: GovernedMemory,
+    key: bytes,
+    rows: Sequence[ManifestRow],
+    vectors: Sequence[object],
+    imaged: set[tuple[str, str]],
+) -> int:
+    """Stage and commit ``rows`` in one transaction, each episode (and a study's first visual
+    record) under its keyed id, so the database refuses a row another writer stored first
+    (:class:`WriteConflict`, nothing written). Returns the number of new studies; ``imaged``
+    gains them only once the commit succeeded."""
+    patients = list(dict.fromkeys(row.patient_id for row in rows))
+    novelty = [(row.patient_id, z) for row, z in zip(rows, vectors, strict=True)]
+    begun = gm.begin_many(principal, patients, novelty=novelty)
+    turns: dict[str, Turn] = dict(zip(patients, begun, strict=True))
+    new: set[tuple[str, str]] = set()
+    for row, z in zip(rows, vectors, strict=True):
+        turn = turns[row.patient_id]
+        item = gm.observe(
+            turn,
+            z,
+            row.question,
+            timestamp=row.timestamp,
+            media_path=row.image,
+            visual_tag=row.view,
+            study_id=row.study_id,
+            media_description=row.report,
+        )
+        study = (row.patient_id, row.study_id)
+        gm.consolidate(
+            turn,
+            item,
+            row.answer,
+            decision=row.decision,
+            evidence_tier="ground_truth",
+            confidence=1.0,
+            source="manifest",
+            force=True,
+            visual=study not in imaged and study not in new,
+            keyed=(
+                keyed_id("E", key, "episode", row.patient_id, row.study_id, row.question),
+                keyed_id("V", key, "visual", row.patient_id, row.study_id),
+            ),
+        )
+        new.add(study)
+    gm.commit_many(list(turns.values()))
+    fresh = new - imaged
+    imaged |= new
+    return len(fresh)
+
+
 def ingest_rows(
     principal: Principal,
     gm: GovernedMemory,
@@ -95,6 +155,7 @@ def ingest_rows(
     problems: list[RowProblem] = []
     todo, imaged = _new_rows(gm, rows)
     already_stored = len(rows) - len(todo)
+    key = gm.ingest_key()
     with tqdm(total=len(todo), desc="ingest", unit="study", disable=not progress) as bar:
         start = 0
         while start < len(todo):
@@ -114,37 +175,25 @@ def ingest_rows(
                     break
             start += taken
             if good:
-                vectors = encoder.encode(images)
-                patients = list(dict.fromkeys(row.patient_id for row in good))
-                novelty = [(row.patient_id, z) for row, z in zip(good, vectors, strict=True)]
-                begun = gm.begin_many(principal, patients, novelty=novelty)
-                turns: dict[str, Turn] = dict(zip(patients, begun, strict=True))
-                for row, z in zip(good, vectors, strict=True):
-                    turn = turns[row.patient_id]
-                    item = gm.observe(
-                        turn,
-                        z,
-                        row.question,
-                        timestamp=row.timestamp,
-                        media_path=row.image,
-                        visual_tag=row.view,
-                        study_id=row.study_id,
-                        media_description=row.report,
-                    )
-                    gm.consolidate(
-                        turn,
-                        item,
-                        row.answer,
-                        decision=row.decision,
-                        evidence_tier="ground_truth",
-                        confidence=1.0,
-                        source="manifest",
-                        force=True,
-                        visual=(row.patient_id, row.study_id) not in imaged,
-                    )
-                    studies += (row.patient_id, row.study_id) not in imaged
-                    imaged.add((row.patient_id, row.study_id))
-                gm.commit_many(list(turns.values()))
-                ingested += len(good)
+                vectors = list(encoder.encode(images))
+                for attempt in range(_ATTEMPTS):
+                    try:
+                        new_studies = _store_batch(principal, gm, key, good, vectors, imaged)
+                    except WriteConflict:
+                        # another writer stored some of these rows (or changed a patient's
+                        # state) first: nothing of this batch was written; read again
+                        if attempt == _ATTEMPTS - 1:
+                            raise
+                        left, imaged = _new_rows(gm, good)
+                        already_stored += len(good) - len(left)
+                        keep = {id(r) for r in left}
+                        vectors = [z for r, z in zip(good, vectors, strict=True) if id(r) in keep]
+                        good = left
+                        if not good:
+                            break
+                        continue
+                    ingested += len(good)
+                    studies += new_studies
+                    break
             bar.update(taken)
     return IngestReport(ingested, already_stored, tuple(problems), studies)

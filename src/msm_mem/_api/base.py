@@ -3,11 +3,15 @@ that audits a refusal."""
 
 from __future__ import annotations
 
+import random
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from .._agent.agent import MemoryAgent
 from .._clock import Clock
-from .._errors import AccessDenied, InvalidInput
+from .._errors import AccessDenied, InvalidInput, WriteConflict
 from .._governance.anonymise import plain_reason
 from .._governance.audit.log import AuditLog
 from .._governance.crypto import EnvelopeCipher
@@ -20,7 +24,28 @@ from .._storage.base import Store, WriteBatch
 from ..plugins.encoders import Encoder
 from .access import Operation, require
 
-__all__ = ["_Base", "stated_reason"]
+__all__ = ["_Base", "retrying", "stated_reason"]
+
+#: how often a write that met another writer's change is staged again before WriteConflict
+CONFLICT_ATTEMPTS = 6
+
+T = TypeVar("T")
+
+
+def retrying(call: Callable[[], T]) -> T:
+    """``call()``, staged again (after a short random pause that grows with each attempt) when
+    another writer of the same patient committed first and the store refused the write as stale
+    (:class:`WriteConflict`: nothing of it was written). Concurrent writers of one patient so
+    wait for each other instead of failing; after :data:`CONFLICT_ATTEMPTS` the conflict is
+    raised (409 over HTTP). Each refused attempt is in the audit trail as a failed turn."""
+    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+        try:
+            return call()
+        except WriteConflict:
+            if attempt == CONFLICT_ATTEMPTS:
+                raise
+            time.sleep(random.uniform(0.0, 0.02 * attempt))
+    raise AssertionError("unreachable")
 
 
 def stated_reason(reason: str, what: str) -> str:

@@ -23,7 +23,7 @@ from .._records import EpisodicRecord, ManifestRow, SemanticState, VisualRecord
 from .._storage.base import Store
 from .._tier_records import Claim, StmItem, StmState
 from .access import Operation
-from .base import _Base
+from .base import _Base, retrying
 
 __all__ = ["Retrieved", "RetrievedItem"]
 
@@ -110,7 +110,8 @@ class _Care(_Base):
         study_id = _study_of(study_id, image_study)
         image = _one_image(image, image_study)
         query = Query(patient_id, image, question, timestamp=timestamp, study_id=study_id, visual_tag=visual_tag)  # type: ignore[arg-type]
-        return self._agent.ask(p, query, write_back=write_back, use_sem=use_sem, use_epi=use_epi, use_vis=use_vis)
+        flags = {"write_back": write_back, "use_sem": use_sem, "use_epi": use_epi, "use_vis": use_vis}
+        return retrying(lambda: self._agent.ask(p, query, **flags))
 
     def ask_many(
         self,
@@ -142,7 +143,8 @@ class _Care(_Base):
     ) -> Retrieved:
         """The ranked evidence for ``image`` without an answer: the patient's semantic state,
         episodic and visual records (``scope="patient"``), or also other patients' consented
-        and anonymised records (``"population"``; other patients' content is withheld).
+        and anonymised records (``"population"``: their de-identified copies, without
+        embeddings).
         Instead of an image, ``image_study`` names one of the patient's stored studies: the
         query is the embedding stored with it (its active episode's, else its newest), read
         inside this call, so nothing is decoded or encoded again; NotFound when the patient has
@@ -259,8 +261,10 @@ class _Care(_Base):
         promoted with the verdict; answers to the study's other questions are left as they
         are. Returns the new claim (key ``study:<study_id>|q:<question key>``)."""
         p = self._allow(principal, Operation.FEEDBACK)
-        return Corrections(self._gm).critic_verdict(
-            p, patient_id, study_id, accept=accept, correction=correction, decision=decision, question=question
+        return retrying(
+            lambda: Corrections(self._gm).critic_verdict(
+                p, patient_id, study_id, accept=accept, correction=correction, decision=decision, question=question
+            )
         )
 
 

@@ -42,6 +42,10 @@ class Interaction:
     #: write a visual record with the episode; False for another question about a study whose
     #: image already has one (one image per study, its visual record shared)
     visual: bool = True
+    #: the ids to write under (an ingested row's keyed ids: the database keeps one copy of a row
+    #: two writers store); random when empty
+    episode_id: str = ""
+    visual_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +162,8 @@ class Memory:
         now = self.clock.now()
         epi_id = vis_id = None
         if decision.written:
-            epi_id, vis_id = new_id("E"), new_id("V") if it.visual else None
+            epi_id = it.episode_id or new_id("E")
+            vis_id = (it.visual_id or new_id("V")) if it.visual else None
             created = now
             batch.episodes.append(
                 EpisodicRecord(

@@ -17,6 +17,8 @@ Every move is checked against :mod:`msm_mem._transitions` (fail closed).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -50,6 +52,15 @@ class GovernedMemory(TurnBeginning):
         self.reads = GroupCommit(audit)  # the audit events of concurrent reads, committed together
         self.clock = memory.clock
         self.settings = memory.settings
+        self._ingest_key: bytes | None = None
+
+    def ingest_key(self) -> bytes:
+        """The secret of ingested rows' keyed ids (:func:`~msm_mem._records.keyed_id`): derived
+        from the checkpoint key's row key, so only a holder of that key can recompute an id."""
+        if self._ingest_key is None:
+            row_key = self.audit.signer.row_key(self.store.store_id)
+            self._ingest_key = hmac.new(row_key, b"msm-mem ingest ids v1", hashlib.sha256).digest()
+        return self._ingest_key
 
     # audit events of the turn ---------------------------------------------------------------
 
@@ -233,6 +244,7 @@ class GovernedMemory(TurnBeginning):
         force: bool = False,
         derive: bool = True,
         visual: bool = True,
+        keyed: tuple[str, str] = ("", ""),
     ) -> WriteResult:
         """STM -> LTM through the write-back gate; a held item stays in STM.
 
@@ -241,7 +253,9 @@ class GovernedMemory(TurnBeginning):
         study; a held answer stays in STM with its answer (audited as ``hold``) and becomes
         neither a claim nor evidence. Without ``derive`` (an item a verdict promotes, whose
         claim the verdict writes itself) only the gate and the consolidation run. ``visual=False`` writes the
-        episode without a visual record (another question about a study whose image has one)."""
+        episode without a visual record (another question about a study whose image has one);
+        ``keyed`` are the episode's and visual record's ids when they are the row's own (ingest's
+        keyed ids), random when empty."""
         self._check(turn, tr.STM_ACTIVE, tr.LTM_ACTIVE, trigger)
         if derive:
             self._check(turn, tr.STM_ACTIVE, tr.LTM_SUPERSEDED, tr.Trigger.SEMANTIC_UPDATE)
@@ -265,6 +279,8 @@ class GovernedMemory(TurnBeginning):
             confidence=confidence,
             source=source,
             visual=visual,
+            episode_id=keyed[0],
+            visual_id=keyed[1],
         )
         result = self.memory.stage(it, turn.staging, force=force, semantic=derive)
         if result.gate.written:

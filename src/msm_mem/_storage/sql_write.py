@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
-from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError
+from .._errors import IllegalTransition, InvalidInput, NotFound, StoreError, WriteConflict
 from .._records import SemanticState, State
 from .._tier_records import AuditRow, Claim, StmItem
 from . import rows as r
@@ -267,7 +267,8 @@ class SqlWriter:
         if row is None:
             raise NotFound(f"no {table} record {c.record_id!r}")
         if row[1] != c.expect.value:
-            raise IllegalTransition(f"{table} record {c.record_id!r} is {row[1]}, expected {c.expect.value}")
+            # the record moved since the write read it: another writer changed it first
+            raise WriteConflict(f"{table} record {c.record_id!r} is {row[1]}, expected {c.expect.value}")
         sets = r.change_sets(c, row[0], self._t.codec)
         assignments = ", ".join(f"{k} = ?" for k in sets)
         done = self._digests.track(d, table, [c.record_id], [str(sets["id"])])
@@ -397,8 +398,8 @@ class SqlWriter:
                 found.update((row[0], (row[1], row[2])) for row in rows)
             for old in stored:
                 v = wanted[old]
-                if found.get(old) != (v.patient_id, key(v)):
-                    raise IllegalTransition(f"{table} version {old!r} is not the active version of this key")
+                if found.get(old) != (v.patient_id, key(v)):  # another writer superseded it first
+                    raise WriteConflict(f"{table} version {old!r} is not the active version of this key")
             if stored:
                 done = self._digests.track(d, table, stored)
                 sql.many(
@@ -413,7 +414,7 @@ class SqlWriter:
             sql.many(insert_sql(table), [new + (tenant,) for new in new_rows])  # noqa: RUF005 (as above)
             sql.flush()  # and this insert's refusal here
         except sql.integrity_error as exc:
-            raise IllegalTransition(
+            raise WriteConflict(
                 f"a {table} key already has an active version; a new version must supersede it ({exc})"
             ) from exc
         d.add_full(table, new_rows)

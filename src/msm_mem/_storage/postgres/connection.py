@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from ..._errors import InvalidInput, StoreError
+from ..._errors import InvalidInput, StoreError, WriteConflict
 from ..sql_core import CommitLost, Rows
 from .pgvector import connect, use_schema
 from .pipeline import Pending
@@ -159,6 +159,8 @@ class PgDialect:
                 finally:
                     self._pipe = None
                 committing = True
+        except psycopg.errors.UniqueViolation as exc:
+            raise WriteConflict(f"another writer stored this first, nothing was written: {exc}") from exc
         except psycopg.IntegrityError as exc:
             raise InvalidInput(f"write refused by the store: {exc}") from exc
         except psycopg.OperationalError as exc:

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..._errors import InvalidInput, StoreError
+from ..._errors import InvalidInput, StoreError, WriteConflict
 from ..batch import WriteBatch
 from ..sql_core import Rows
 from .changes import ChangeMark
@@ -243,6 +243,8 @@ class SqliteDialect:
                 self._changes.committed(seen)
         except sqlite3.IntegrityError as exc:
             self._rollback()
+            if getattr(exc, "sqlite_errorname", "") in ("SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE"):
+                raise WriteConflict(f"another writer stored this first, nothing was written: {exc}") from exc
             raise InvalidInput(f"write refused by the store: {exc}") from exc
         except sqlite3.OperationalError as exc:  # a full disk, an I/O error: at COMMIT too
             self._rollback()
