@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -22,7 +24,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from msm_mem import MsmMem
+from msm_mem import IllegalTransition, MsmMem, WriteConflict
+from msm_mem._api.base import CONFLICT_ATTEMPTS, patient_turn, retrying
 from msm_mem.datasets.synthetic import generate
 from tests.conftest import MemFactory
 from tests.helpers import AGENT, AUDITOR, CRITIC, INGEST
@@ -119,3 +122,58 @@ def test_concurrent_asks_on_one_patient_wait_for_each_other(new_mem: MemFactory,
         stored = sorted(e.study_id for e in mem.episodes(CRITIC, "P1") if e.study_id.startswith("W"))
         assert stored == written
         assert mem.verify_audit(AUDITOR).ok
+
+
+def test_a_conflict_is_staged_again_then_raised() -> None:
+    """retrying runs the write again after each WriteConflict (nothing was written) and raises
+    the conflict once its attempts are spent; other errors pass at once."""
+    calls: list[int] = []
+
+    def twice_then_ok() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise WriteConflict("another writer first")
+        return "written"
+
+    assert retrying(twice_then_ok) == "written" and len(calls) == 3
+    calls.clear()
+
+    def always() -> str:
+        calls.append(1)
+        raise WriteConflict("another writer first")
+
+    with pytest.raises(WriteConflict):
+        retrying(always)
+    assert len(calls) == CONFLICT_ATTEMPTS
+    calls.clear()
+
+    def refused() -> str:
+        calls.append(1)
+        raise IllegalTransition("not in the table")
+
+    with pytest.raises(IllegalTransition):
+        retrying(refused)
+    assert len(calls) == 1
+
+
+def test_writers_of_one_patient_take_turns(tmp_path: Path) -> None:
+    """While one writer holds a patient's turn, another writer of that patient waits; a writer
+    of another patient does not."""
+    order: list[str] = []
+    held = threading.Event()
+
+    def first() -> None:
+        with patient_turn(tmp_path, "store", "P1"):
+            held.set()
+            time.sleep(0.3)
+            order.append("first done")
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    held.wait(5)
+    with patient_turn(tmp_path, "store", "P2"):
+        order.append("other patient")
+    with patient_turn(tmp_path, "store", "P1"):
+        order.append("second")
+    thread.join()
+    assert order == ["other patient", "first done", "second"]

@@ -3,9 +3,12 @@ that audits a refusal."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -24,12 +27,54 @@ from .._storage.base import Store, WriteBatch
 from ..plugins.encoders import Encoder
 from .access import Operation, require
 
-__all__ = ["_Base", "retrying", "stated_reason"]
+__all__ = ["_Base", "patient_turn", "retrying", "stated_reason"]
 
 #: how often a write that met another writer's change is staged again before WriteConflict
 CONFLICT_ATTEMPTS = 6
 
 T = TypeVar("T")
+
+
+#: how long a writer waits for another writer of the same patient (seconds); past it, it goes
+#: on and the store's conflict check (and :func:`retrying`) decides
+PATIENT_WAIT_S = 60.0
+
+
+@contextmanager
+def patient_turn(directory: Path, store_id: str, patient_id: str) -> Iterator[None]:
+    """Writers of one patient on this machine take turns: an exclusive ``flock`` on
+    ``DIR/locks/<digest>.lock`` (the digest keys the patient id with the store's id; the file
+    holds nothing) for the whole write, waited for at most :data:`PATIENT_WAIT_S`. Writers on
+    other machines (service workers of a PostgreSQL store elsewhere) are not held by it:
+    :func:`retrying` covers them. No lock where the directory cannot hold one (read-only, or
+    a platform without ``flock``)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    digest = hashlib.sha256(f"{store_id}\x1f{patient_id}".encode()).hexdigest()[:32]
+    try:
+        folder = directory / "locks"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(folder / f"{digest}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + PATIENT_WAIT_S
+        held = False
+        while not held:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.005)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def retrying(call: Callable[[], T]) -> T:

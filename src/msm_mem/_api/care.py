@@ -23,7 +23,7 @@ from .._records import EpisodicRecord, ManifestRow, SemanticState, VisualRecord
 from .._storage.base import Store
 from .._tier_records import Claim, StmItem, StmState
 from .access import Operation
-from .base import _Base, retrying
+from .base import _Base, patient_turn, retrying
 
 __all__ = ["Retrieved", "RetrievedItem"]
 
@@ -111,7 +111,10 @@ class _Care(_Base):
         image = _one_image(image, image_study)
         query = Query(patient_id, image, question, timestamp=timestamp, study_id=study_id, visual_tag=visual_tag)  # type: ignore[arg-type]
         flags = {"write_back": write_back, "use_sem": use_sem, "use_epi": use_epi, "use_vis": use_vis}
-        return retrying(lambda: self._agent.ask(p, query, **flags))
+        if not write_back:
+            return self._agent.ask(p, query, **flags)
+        with patient_turn(self._directory, self._store.store_id, patient_id):
+            return retrying(lambda: self._agent.ask(p, query, **flags))
 
     def ask_many(
         self,
@@ -261,11 +264,12 @@ class _Care(_Base):
         promoted with the verdict; answers to the study's other questions are left as they
         are. Returns the new claim (key ``study:<study_id>|q:<question key>``)."""
         p = self._allow(principal, Operation.FEEDBACK)
-        return retrying(
-            lambda: Corrections(self._gm).critic_verdict(
-                p, patient_id, study_id, accept=accept, correction=correction, decision=decision, question=question
+        with patient_turn(self._directory, self._store.store_id, patient_id):
+            return retrying(
+                lambda: Corrections(self._gm).critic_verdict(
+                    p, patient_id, study_id, accept=accept, correction=correction, decision=decision, question=question
+                )
             )
-        )
 
 
 def _active_item(store: Store, patient_id: str, item_id: str) -> StmItem:
