@@ -46,7 +46,10 @@ def _held(mem: MsmMem, patient: str, study: str) -> list[Any]:
 
 
 def _key(mem: MsmMem, patient: str) -> Any:
-    return mem._store.keys().get(patient)  # the store's key table: is the data key destroyed?
+    # the store's key table: is the data key destroyed? (a shredded key's row keeps a keyed
+    # digest of the patient id instead of the id)
+    keys = mem._store.keys()
+    return keys.get(patient) or keys.get(mem._cipher.tomb_ref(patient) or patient)
 
 
 def settle(mem: MsmMem, model: Model, op: str, plan: dict[str, Any]) -> bool:
@@ -192,6 +195,7 @@ def check(mem: MsmMem, model: Model, patients: list[str], *, full: bool = True) 
     consents = {}
     for c in mem.consents(ADMIN):
         _expect(c.consent_id not in consents, "acknowledged", f"consent {c.consent_id} stored twice")
+        _expect(c.patient_id not in model.shredded, "shredded", f"consent {c.consent_id} of a shredded patient")
         consents[c.consent_id] = c
     for cid in model.consents:
         _expect(cid in consents, "acknowledged", f"consent {cid} is missing")

@@ -195,7 +195,7 @@ def _perform(mem: MsmMem, directory: Path, op: str, plan: dict[str, Any]) -> tup
         mem.revoke(ADMIN, plan["consent"])
         return mem, {}
     if op == "shred":
-        return mem, {"retracted": mem.shred(ADMIN, plan["patient"], "erasure request")}
+        return mem, {"retracted": mem.shred(ADMIN, plan["patient"], "erasure request").records}
     if op == "rotate":
         return mem, {"rewrapped": mem.rotate_keys(ADMIN, "scheduled rotation")}
     mem.close()  # "reopen": saves the FAISS cache
@@ -227,5 +227,8 @@ def apply(model: Model, op: str, plan: dict[str, Any], result: dict[str, Any]) -
         model.patients.remove(plan["patient"])
         for item in [i for i, (p, _) in model.observed.items() if p == plan["patient"]]:
             del model.observed[item]
+        for cid in [c for c, p in model.consents.items() if p == plan["patient"]]:
+            del model.consents[cid]  # erased with the patient
+            model.revoked.discard(cid)
     elif op == "rotate":
         model.rotations += 1

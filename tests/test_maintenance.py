@@ -231,8 +231,8 @@ def test_shred_retracts_everything_of_one_patient(mem: MsmMem, tmp_path: Path) -
         mem._maintainer().shred(Principal("root", "admin"), "P1", " ")
     assert mem._store.entities("P1") and mem._store.relationships("P1")
     p2_graph = (mem._store.entities("P2"), mem._store.relationships("P2"))
-    count = mem._maintainer().shred(Principal("root", "admin"), "P1", "erasure request")
-    assert count > 0
+    receipt = mem._maintainer().shred(Principal("root", "admin"), "P1", "erasure request")
+    assert receipt.records > 0
     assert mem._store.record_ids("episodic", "P1") == [] and mem._store.claims_active("P1") == []
     assert mem._store.entities("P1") == [] and mem._store.relationships("P1") == []
     assert (mem._store.entities("P2"), mem._store.relationships("P2")) == p2_graph

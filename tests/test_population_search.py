@@ -171,7 +171,7 @@ def test_a_shredded_patients_vectors_are_never_returned(tmp_path: Path, small_ta
             {item.evidence.id for item in mem.retrieve(AGENT, "P2", im, scope="population").items} for im in images
         ]
         assert all(found & p1 for found in before)
-        assert mem.shred(ADMIN, "P1", "erasure request") > 0
+        assert mem.shred(ADMIN, "P1", "erasure request").records > 0
         for im in images:
             found = {item.evidence.id for item in mem.retrieve(AGENT, "P2", im, scope="population").items}
             assert found and not found & p1

@@ -34,6 +34,7 @@ PUBLIC = [
     "Encoder",
     "EncoderMismatch",
     "EpisodicRecord",
+    "ErasureReceipt",
     "Evidence",
     "ExpertWeights",
     "FixedClock",

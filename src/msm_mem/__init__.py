@@ -45,6 +45,7 @@ from ._errors import (
     WriteConflict,
 )
 from ._governance.audit.checkpoint import Checkpoint
+from ._governance.audit.erasure import ErasureReceipt
 from ._governance.audit.event import AuditEvent
 from ._governance.audit.verify import VerifyResult
 from ._memory.claim_evidence import claim_key
@@ -97,6 +98,7 @@ __all__ = [
     "Encoder",
     "EncoderMismatch",
     "EpisodicRecord",
+    "ErasureReceipt",
     "Evidence",
     "ExpertWeights",
     "FixedClock",

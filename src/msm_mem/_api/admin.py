@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .._errors import AccessDenied, AuditChainBroken, InvalidInput, NotFound
+from .._governance.audit.erasure import ErasureReceipt
 from .._governance.audit.verify import VerifyResult
 from .._governance.consent import check_record, evaluate
 from .._governance.upgrade import upgrade_store
@@ -118,10 +119,14 @@ class _Admin(_Base):
         self._cipher.retire_unused()  # committed: the old KEKs wrap nothing stored any more
         return len(keys)
 
-    def shred(self, principal: Principal, patient_id: str, reason: str) -> int:
-        """Crypto-shred a patient (admin only, with a reason): every record retracted, STM
-        purged, the data key destroyed; the audit chain still verifies. Returns the number of
-        records retracted."""
+    def shred(self, principal: Principal, patient_id: str, reason: str) -> ErasureReceipt:
+        """Erase a patient (admin only, with a reason; one transaction, one audit event for the
+        patient): every row of theirs destroyed (records, vectors, claims, the knowledge graph,
+        short-term items, consent records), the data key destroyed and its pseudonym unlinked,
+        and every record other patients' answers derived from theirs retracted. The embedded
+        store's vector caches are rebuilt without them and its WAL emptied. Returns the signed
+        :class:`ErasureReceipt` (rows destroyed per table, the audit seq of the event), which
+        :meth:`verify_audit` checks against the chain."""
         p = self._allow(principal, Operation.SHRED)
         # not check_id: an id stored before ids were checked (control characters) can still be
         # shredded; only the wildcard and a blank id are refused
@@ -131,13 +136,29 @@ class _Admin(_Base):
 
     # audit ---------------------------------------------------------------------------------
 
-    def verify_audit(self, principal: Principal, *, full: bool = True, processes: int | None = None) -> VerifyResult:
+    def verify_audit(
+        self,
+        principal: Principal,
+        *,
+        full: bool = True,
+        processes: int | None = None,
+        receipt: ErasureReceipt | None = None,
+    ) -> VerifyResult:
         """Verify the hash chain (fully, or hashes and links only) and the signed checkpoints
         (auditor or admin). Read-only: verification writes nothing. A full verification of a
         long chain checks its rows in ``processes`` worker processes that hold no key (None:
-        one per core, from 200,000 events and 3 cores; 1: one process); the result is the same."""
+        one per core, from 200,000 events and 3 cores; 1: one process); the result is the same.
+
+        With an erasure ``receipt`` (of :meth:`shred`) the result is also not ok unless the
+        receipt's signature verifies under the checkpoint key, its audit event is in the chain
+        as it names it (the erasure of that pseudonym, one record id per row destroyed) and
+        the episodic and visual rows the event names hold nothing any more."""
         self._allow(principal, Operation.AUDIT_VERIFY, tier="audit")
-        return self._audit.verify(full=full, processes=processes)
+        if receipt is None:
+            return self._audit.verify(full=full, processes=processes)
+        if not isinstance(receipt, ErasureReceipt):
+            raise InvalidInput(f"receipt must be an ErasureReceipt, got {type(receipt).__name__}")
+        return self._audit.verify_erasure(receipt, full=full, processes=processes)
 
     def checkpoint(self, principal: Principal) -> tuple[int, str]:
         """Sign the current head of the chain (auditor, admin or system); returns (size, head)."""

@@ -134,6 +134,7 @@ class MsmMem(_Care, _Context, _Reads, _Admin, _Trail, _Scope):
         store.use_codec(EnvelopeCodec(self._cipher, store.keys()))
         signer = load_signer(directory, checkpoint_key)
         store.use_row_key(signer.row_key(store.store_id))
+        self._cipher.use_tomb_key(signer.tomb_key(store.store_id))
         self._audit = AuditLog(
             store,
             self._cipher,

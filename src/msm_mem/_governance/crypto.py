@@ -23,6 +23,8 @@ import base64
 import binascii
 import contextlib
 import functools
+import hashlib
+import hmac
 import os
 import re
 import threading
@@ -138,6 +140,38 @@ class EnvelopeCipher:
         #: AES-GCM contexts of cached DEKs (building one runs the key schedule)
         self._contexts: dict[str, AESGCM] = {}
         self._lock = threading.RLock()
+        self._tomb_key: bytes | None = None
+
+    # -- shredded patients -------------------------------------------------------------------
+
+    def use_tomb_key(self, key: bytes) -> None:
+        """The secret (at least 32 bytes, kept outside the store) of :meth:`tomb_ref`: with it a
+        shredded patient's key row keeps a keyed digest of the patient id, never the id."""
+        if type(key) is not bytes or len(key) < 32:
+            raise InvalidInput("the tombstone key must be at least 32 bytes")
+        self._tomb_key = key
+
+    def tomb_ref(self, patient_ref: str) -> str | None:
+        """What a shredded patient's key row keeps instead of ``patient_ref``: ``shredded-``
+        and 128 bits of HMAC-SHA256 under the tombstone key (None without one: the row keeps
+        the reference itself). Nobody without the key can tell whose it is."""
+        if self._tomb_key is None:
+            return None
+        digest = hmac.new(self._tomb_key, patient_ref.encode("utf-8", "surrogatepass"), hashlib.sha256)
+        return "shredded-" + digest.hexdigest()[:32]
+
+    def _tombstone(self, patient_ref: str) -> WrappedKey | None:
+        ref = self.tomb_ref(patient_ref)
+        key = self._store.get(ref) if ref is not None else None
+        return key if key is not None and key.shredded else None
+
+    def is_shredded(self, patient_ref: str) -> bool:
+        """Whether the patient's data key was shredded (a tombstone under the patient reference
+        or under its :meth:`tomb_ref`)."""
+        key = self._store.get(patient_ref)
+        if key is not None:
+            return key.shredded
+        return self._tombstone(patient_ref) is not None
 
     # -- cache -------------------------------------------------------------------------------
 
@@ -200,6 +234,8 @@ class EnvelopeCipher:
                 if key.shredded:
                     raise AccessDenied("the patient's data key was shredded; cannot encrypt")
                 return key.key_id, self._aead(key)
+            if self._tombstone(patient_ref) is not None:
+                raise AccessDenied("the patient's data key was shredded; cannot encrypt")
             dek = os.urandom(_DEK_BYTES)
             kek_id, wrapped = self._provider.wrap(dek)
             key = WrappedKey(new_id("K"), patient_ref, kek_id, wrapped, float(self._clock()))
@@ -333,15 +369,21 @@ class EnvelopeCipher:
         gets a tombstone so that no key is created for it later.
         """
         _check_str("patient_ref", patient_ref)
+        ref = self.tomb_ref(patient_ref)
         with self._lock:
             key = self._store.get(patient_ref)
             if key is None:
-                tomb = WrappedKey(new_id("K"), patient_ref, "", b"", float(self._clock()), True)
+                gone = self._tombstone(patient_ref)
+                if gone is not None:  # shredded already (in the transaction of an erasure)
+                    self._cache.pop(gone.key_id, None)
+                    self._contexts.pop(gone.key_id, None)
+                    return
+                tomb = WrappedKey(new_id("K"), ref or patient_ref, "", b"", float(self._clock()), True)
                 self._store.put(tomb)
                 stored = self._store.get(patient_ref)
                 if stored is None or stored.shredded:
                     return
                 key = stored  # another process made the patient's first key meanwhile: shred it
-            self._store.shred(patient_ref)
+            self._store.shred(patient_ref, ref)
             self._cache.pop(key.key_id, None)
             self._contexts.pop(key.key_id, None)

@@ -37,8 +37,7 @@ class EnvelopeCodec:
                 raise DecryptionError(f"{table}.{field} of {record_id} is not an encrypted token") from None
             if patient_id in self._shredded:
                 return SHREDDED
-            key = self._keys.get(patient_id)
-            if key is not None and key.shredded:
+            if self.cipher.is_shredded(patient_id):
                 self._shredded.add(patient_id)
                 return SHREDDED
             raise

@@ -103,8 +103,9 @@ class WrappedKeyStore(Protocol):
         """Insert ``key``, replacing any key of the same ``patient_ref``."""
         ...
 
-    def shred(self, patient_ref: str) -> None:
-        """Destroy the wrapped bytes of ``patient_ref``'s key, keep a tombstone; no-op if absent."""
+    def shred(self, patient_ref: str, tomb_ref: str | None = None) -> None:
+        """Destroy the wrapped bytes of ``patient_ref``'s key, keep a tombstone (under
+        ``tomb_ref`` instead of the patient reference when given); no-op if absent."""
         ...
 
     def all(self) -> list[WrappedKey]:

@@ -1,5 +1,5 @@
 """Maintenance and corrections of the governed tiers: expiry, age-threshold consolidation,
-decay (anonymisation in place), critic verdicts and crypto-shredding.
+decay (anonymisation in place), critic verdicts and erasure (crypto-shredding).
 
 All of them run as a role from the transition table, check every move, and write each step's
 records and audit events in one transaction.
@@ -13,11 +13,13 @@ from datetime import UTC, datetime
 from .. import _transitions as tr
 from .._errors import InvalidInput
 from .._governance.anonymise import anonymise
+from .._governance.audit.erasure import ErasureReceipt
 from .._governance.crypto import EnvelopeCipher
 from .._principal import Principal, Purpose, Role
-from .._records import EpisodicRecord, State, VisualRecord, new_id
+from .._records import State, new_id
 from .._settings import DEFAULT_RETENTION_S
 from .._storage.base import PII_FIELDS, StateChange, WriteBatch
+from .._storage.batch import ERASED_TABLES, Erasure
 from .._tier_records import Claim, StmChange, StmState
 from .corrections import Corrections
 from .derived import derived_copies
@@ -294,47 +296,30 @@ class Maintainer:
 
     # erasure -------------------------------------------------------------------------------
 
-    def shred(self, actor: Principal, patient_id: str, reason: str) -> int:
-        """Crypto-shred a patient: every record retracted (entities and relationships too), STM
-        purged, the data key destroyed; every copy other patients' answers derived from the
-        patient's records (:mod:`msm_mem._memory.derived`) is retracted and blanked in the same
-        transaction, with an audit event per patient it touched.
+    def shred(self, actor: Principal, patient_id: str, reason: str) -> ErasureReceipt:
+        """Erase a patient: every row of theirs destroyed (:class:`~msm_mem._storage.batch.Erasure`:
+        the episodic and visual rows left as empty rows at their vector position, every other
+        row deleted: semantic versions, claims, entities, relationships, short-term items and
+        consent records, in every state), the data key destroyed and its row left with a keyed
+        digest of the id, the pseudonym link deleted; every copy other patients' answers derived
+        from the patient's records (:mod:`msm_mem._memory.derived`) retracted and blanked. One
+        transaction, with one audit event for the patient (the last; its record ids are the rows
+        destroyed, table after table) and one per other patient touched. Nothing is written when
+        any of it fails.
 
-        The audit chain still verifies; the patient's pseudonym is unlinked."""
+        Returns the signed :class:`~msm_mem._governance.audit.erasure.ErasureReceipt`; the audit
+        chain still verifies, and verifies the receipt."""
         tr.check(tr.LTM_ACTIVE, tr.LTM_RETRACTED, tr.Trigger.RETRACT, actor.role)
         if not reason.strip():
             raise InvalidInput("shredding a patient needs a stated reason")
-        batch = WriteBatch()
-        ids: list[str] = []
-        for table, getter in (
-            ("episodic", self.store.get_episodes),
-            ("visual", self.store.get_visuals),
-            ("claims", self.store.get_claims),
-        ):
-            for rec in getter(self.store.record_ids(table, patient_id)):  # type: ignore[arg-type]
-                if isinstance(rec, EpisodicRecord):
-                    rid = rec.episode_id
-                elif isinstance(rec, VisualRecord):
-                    rid = rec.visual_id
-                else:
-                    rid = rec.claim_id
-                batch.changes.append(StateChange(table, rid, rec.state, State.RETRACTED))  # type: ignore[arg-type]
-                ids.append(rid)
-        active = {s.state_id for s in self.store.semantic_active(patient_id)}
-        for sid in self.store.record_ids("semantic", patient_id):
-            state = State.ACTIVE if sid in active else State.SUPERSEDED
-            batch.changes.append(StateChange("semantic", sid, state, State.RETRACTED))
-            ids.append(sid)
-        # the knowledge graph derived from the claims goes with them
-        graph = [("entities", e.entity_id) for e in self.store.entities(patient_id)]
-        graph += [("relationships", r.relationship_id) for r in self.store.relationships(patient_id)]
-        for table, rid in graph:
-            batch.changes.append(StateChange(table, rid, State.ACTIVE, State.RETRACTED))  # type: ignore[arg-type]
-            ids.append(rid)
-        for item in self.store.stm_list(patient_id=patient_id, state=StmState.ACTIVE):
-            batch.stm_changes.append(StmChange(item.item_id, StmState.ACTIVE, StmState.DISCARDED, purge=True))
-            ids.append(item.item_id)
-        sources = self.store.record_ids("episodic", patient_id) + self.store.record_ids("visual", patient_id)
+        found = self.store.patient_rows(patient_id)
+        erasure = Erasure(
+            patient_id,
+            self.cipher.tomb_ref(patient_id),
+            tuple((table, tuple(found.get(table, ()))) for table in ERASED_TABLES),
+        )
+        batch = WriteBatch(erase=[erasure])
+        sources = found.get("episodic", []) + found.get("visual", [])
         derived = derived_copies(self.store, sources, skip_patient=patient_id)
         batch.changes += derived.changes
         batch.stm_changes += derived.stm_changes
@@ -359,12 +344,16 @@ class Maintainer:
             source_tier="ltm",
             target_tier="ltm",
             purpose="erasure",
-            record_ids=ids,
+            record_ids=erasure.ids(),
             patient=patient_id,
             reason=reason,
         )
-        batch.shred_keys.append(patient_id)  # the key goes in the transaction of the retraction
-        self.gm.audit.write(batch, [spec, *specs])
+        had_key = self.store.keys().get(patient_id) is not None
+        self.gm.audit.write(batch, [*specs, spec])  # the patient's event last: the receipt names it
+        head = self.gm.audit.head_written()
         self.cipher.shred(patient_id)  # drops the cached key; a tombstone for a patient without one
         self.gm.audit.forget(patient_id)
-        return len(ids)
+        assert head is not None  # the write appended the events
+        counts = (*erasure.counts().items(), ("keys", int(had_key)))
+        receipt = ErasureReceipt(spec.patient, head[0], head[1], spec.time, counts, len(derived.changes))
+        return self.gm.audit.sign_receipt(receipt)

@@ -11,7 +11,8 @@ PHI fields are passed through a :class:`FieldCodec` at this boundary; a store ha
 
 The protocols, one concern each: :class:`Records` (long-term records), :class:`Vectors`
 (search), :class:`Tiers` (claims, entities and short-term items), :class:`Audit`,
-:class:`Keys` (wrapped data keys, typed :class:`WrappedKeyTable`) and :class:`Consents`.
+:class:`Keys` (wrapped data keys, typed :class:`WrappedKeyTable`), :class:`Consents` and
+:class:`Erasable` (what erasing a patient reads).
 
 Vector scope: ``scope`` is a patient id for exact patient-scoped retrieval, ``None`` for the
 whole population, and ``""`` for the pool of anonymised records (patient identifiers removed).
@@ -28,7 +29,7 @@ from typing import ClassVar, Literal, Protocol
 from .._errors import InvalidInput
 from .._records import EpisodicRecord, SemanticState, State, Vector, VisualRecord
 from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmItem, StmState, WrappedKey
-from .batch import StateChange, WriteBatch
+from .batch import Erasure, StateChange, WriteBatch
 from .codec import PII_FIELDS, FieldCodec
 from .row_digest import TableDigest
 
@@ -39,6 +40,8 @@ __all__ = [
     "Audit",
     "Consents",
     "DecayDue",
+    "Erasable",
+    "Erasure",
     "FieldCodec",
     "Keys",
     "Records",
@@ -164,6 +167,15 @@ class Records(Protocol):
         ``retention_s`` (its confidence reads 1). The anonymised pool (no patient) is never due."""
 
 
+class Erasable(Protocol):
+    """What erasing a patient reads first."""
+
+    @abstractmethod
+    def patient_rows(self, patient_id: str) -> dict[str, list[str]]:
+        """The ids of every row of the patient (every state) in each table of
+        :data:`~msm_mem._storage.batch.ERASED_TABLES`, by id: what an :class:`Erasure` destroys."""
+
+
 class Vectors(Protocol):
     """Exact cosine search over the episodic and visual vectors."""
 
@@ -276,7 +288,7 @@ class WrappedKeyTable(Protocol):
 
     def put(self, key: WrappedKey) -> None: ...
 
-    def shred(self, patient_ref: str) -> None: ...
+    def shred(self, patient_ref: str, tomb_ref: str | None = None) -> None: ...
 
     def all(self) -> list[WrappedKey]: ...
 
@@ -301,7 +313,7 @@ class Consents(Protocol):
         """Consent records for a patient and for every patient (``*``); all when None."""
 
 
-class Store(Records, Vectors, Tiers, Audit, Keys, Consents, ABC):
+class Store(Records, Erasable, Vectors, Tiers, Audit, Keys, Consents, ABC):
     """A store of record for long-term memory with exact cosine search.
 
     Invariants every implementation keeps (checked by the contract suite):

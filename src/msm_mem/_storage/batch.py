@@ -1,4 +1,5 @@
-"""What one atomic write carries: :class:`WriteBatch`, and :class:`StateChange` for existing rows."""
+"""What one atomic write carries: :class:`WriteBatch`, :class:`StateChange` for existing rows and
+:class:`Erasure` for everything of one patient."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Literal
 from .._records import EpisodicRecord, SemanticState, State, VisualRecord
 from .._tier_records import AuditRow, Claim, ConsentRecord, Entity, Relationship, StmChange, StmItem, WrappedKey
 
-__all__ = ["ChangeableTable", "StateChange", "WriteBatch"]
+__all__ = ["ERASED_TABLES", "ChangeableTable", "Erasure", "StateChange", "WriteBatch"]
 
 ChangeableTable = Literal["episodic", "visual", "semantic", "claims", "entities", "relationships"]
 
@@ -30,6 +31,46 @@ class StateChange:
     new_id: str | None = None
     new_patient_id: str | None = None
     fields: tuple[tuple[str, str], ...] = ()
+
+
+#: the tables an erasure destroys rows of, in the order its counts and audit record ids follow;
+#: the rows of ``episodic`` and ``visual`` keep their vector position as empty rows (their
+#: random id, no patient, no content, a zero vector), the others are deleted
+ERASED_TABLES: tuple[str, ...] = (
+    "episodic",
+    "visual",
+    "semantic",
+    "claims",
+    "entities",
+    "relationships",
+    "stm",
+    "consents",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Erasure:
+    """Everything of one patient a batch destroys (shredding).
+
+    ``rows`` holds, for each of :data:`ERASED_TABLES` in that order, the ids of the patient's
+    rows the caller read (every state); the store destroys exactly those and fails the whole
+    batch when the patient then still has a row in any of them (a write landed in between).
+    The patient's data key is destroyed in the same transaction and its row keeps only
+    ``key_ref`` (a keyed digest of the patient id; None: the id) instead of the id; the
+    pseudonym link goes.
+    """
+
+    patient_id: str
+    key_ref: str | None
+    rows: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def counts(self) -> dict[str, int]:
+        """Rows destroyed per table, in :data:`ERASED_TABLES` order."""
+        return {table: len(ids) for table, ids in self.rows}
+
+    def ids(self) -> list[str]:
+        """Every id destroyed, table after table."""
+        return [i for _, ids in self.rows for i in ids]
 
 
 @dataclass(slots=True)
@@ -56,6 +97,8 @@ class WriteBatch:
     #: patients whose data key (and pseudonym link) is destroyed with this batch (shredding): a
     #: crash right after the commit cannot leave a live key behind records already retracted
     shred_keys: list[str] = field(default_factory=list)
+    #: patients erased with this batch (see :class:`Erasure`), after everything else it writes
+    erase: list[Erasure] = field(default_factory=list)
     #: store versions exactly as given (import/restore): no supersession flips, any state
     restore: bool = False
 

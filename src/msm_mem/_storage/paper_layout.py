@@ -8,9 +8,10 @@
     OUT/semantic/<patient_id>.json        per category: the active ``patient_summary`` and
                                           every version (patient ids are percent-encoded)
 
-Export writes every record in insertion order with its governance fields, so importing into an
-empty store with the same encoder gives identical retrieval results. Import validates the whole
-layout first and then writes it in one transaction: a bad file stores nothing.
+Export writes every record in insertion order with its governance fields (the empty rows an
+erasure leaves are not records and are left out), so importing into an empty store with the
+same encoder gives identical retrieval results. Import validates the whole layout first and then
+writes it in one transaction: a bad file stores nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 from .._errors import EncoderMismatch, InvalidInput, StoreError
 from .._records import EpisodicRecord, Impression, SemanticState, State, VisualRecord
 from .base import Store, WriteBatch
+from .erase import is_erased
 
 __all__ = ["export_paper", "import_paper", "read_paper"]
 
@@ -85,7 +87,7 @@ def export_paper(store: Store, out: str | Path, *, include: Callable[[str], bool
         vectors: list[np.ndarray] = []
         with (out / f"{kind}.jsonl").open("w", encoding="utf-8") as fh:
             for record in records:
-                if not keep(record.patient_id):
+                if not keep(record.patient_id) or is_erased(record):  # an erased patient's empty row
                     continue
                 fh.write(_line(record, names) + "\n")
                 vectors.append(record.z)

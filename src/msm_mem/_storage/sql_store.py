@@ -28,7 +28,7 @@ from typing import Literal, Protocol
 from .._records import EpisodicRecord, SemanticState, Vector, VisualRecord
 from .._tier_records import Claim, ConsentRecord, Entity, Relationship, StmItem, StmState
 from .base import AuditChainer, DecayDue, RecordTable, Store, VectorKind, WrappedKeyTable
-from .batch import WriteBatch
+from .batch import ERASED_TABLES, WriteBatch
 from .codec import FieldCodec
 from .row_digest import TableDigest
 from .sql_core import PatientCache, SqlTables
@@ -197,6 +197,16 @@ class SqlStore(Store):
         self, now: float, retention_s: float, weights: Mapping[str, float], default_weight: float
     ) -> list[DecayDue]:
         return self._records.decay_due(now, retention_s, weights, default_weight)
+
+    def patient_rows(self, patient_id: str) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        with self._db():
+            for table in ERASED_TABLES:
+                rows = self._sql.q(
+                    f"SELECT id FROM {table} WHERE tenant = ? AND patient_id = ? ORDER BY id", (self.tenant, patient_id)
+                )
+                out[table] = [str(r[0]) for r in rows.fetchall()]
+        return out
 
     # vectors ----------------------------------------------------------------------------------
 

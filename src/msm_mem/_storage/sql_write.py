@@ -3,10 +3,11 @@
 :meth:`SqlWriter.write` checks the batch against the transition table (:mod:`.guard`) and the
 vectors, then inside one transaction inserts the records, applies the state changes (the row
 must be in the expected state), the short-term changes, the supersession of claims and
-semantic states, consent, appends the audit rows and keeps the row digests (:mod:`.sql_rows`)
-in step; any error rolls all of it back. A connection lost while the commit was sent is
-resolved from the write's last audit row (:meth:`SqlWriter._after_lost_commit`). The
-backend then follows the commit (the ``committed`` call it gave: the FAISS index, read caches).
+semantic states, consent, erases patients (:mod:`.erase`), appends the audit rows and keeps
+the row digests (:mod:`.sql_rows`) in step; any error rolls all of it back. A connection lost
+while the commit was sent is resolved from the write's last audit row
+(:meth:`SqlWriter._after_lost_commit`). The backend then follows the commit (the ``committed``
+call it gave: the FAISS index, read caches).
 
 The writer is a part of the store, built over the other parts it writes through: the tables
 (the dialect, the tenant, the codec), the row digests, the audit rows' head, the key table and
@@ -26,6 +27,7 @@ from . import rows as r
 from . import tier_rows as g
 from .base import AuditChainer, VectorKind, WrappedKeyTable
 from .batch import StateChange, WriteBatch
+from .erase import erase_patient
 from .guard import check_batch
 from .row_digest import RowDigest
 from .sql_core import ID_CHUNK, UPSERT_META, CommitLost, SqlTables, insert_sql
@@ -71,6 +73,10 @@ class VectorRows(Protocol):
 
     def vectors_added(self, kind: VectorKind, start: int, rows: list[tuple[Any, ...]]) -> None:
         """Inside the transaction, after inserting vector rows at ``start``."""
+        ...
+
+    def vectors_erased(self, kind: VectorKind) -> None:
+        """Inside the transaction, after an erasure replaced vectors of ``kind`` by zeros."""
         ...
 
 
@@ -243,11 +249,15 @@ class SqlWriter:
         self._insert_versions(
             "semantic", "category", batch.semantic, lambda s: r.semantic_to_row(s, codec), batch.restore, d
         )
+        for erasure in batch.erase:
+            erase_patient(erasure, self._t, self._digests, self._vectors, d, self.dim)
         self._digests.save(d)
         for key in batch.rewrapped:  # the key table joins this transaction
             self._keys.put(key)
         for patient_ref in batch.shred_keys:
             self._keys.shred(patient_ref)
+        for erasure in batch.erase:
+            self._keys.shred(erasure.patient_id, erasure.key_ref)
         return moved
 
     def _check_rewrapped(self, batch: WriteBatch) -> None:

@@ -42,11 +42,12 @@ class InMemoryWrappedKeyStore:
         with self._lock:
             self._by_patient[key.patient_ref] = key
 
-    def shred(self, patient_ref: str) -> None:
+    def shred(self, patient_ref: str, tomb_ref: str | None = None) -> None:
         with self._lock:
-            key = self._by_patient.get(patient_ref)
+            key = self._by_patient.pop(patient_ref, None)
             if key is not None:
-                self._by_patient[patient_ref] = replace(key, wrapped=b"", shredded=True)
+                ref = patient_ref if tomb_ref is None else tomb_ref
+                self._by_patient[ref] = replace(key, patient_ref=ref, wrapped=b"", shredded=True)
 
     def all(self) -> list[WrappedKey]:
         with self._lock:

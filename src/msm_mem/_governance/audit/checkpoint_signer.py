@@ -8,6 +8,8 @@ checkpoints it signed could no longer be verified.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 from pathlib import Path
 from typing import Protocol
@@ -172,3 +174,15 @@ class CheckpointSigner:
             )
         hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"msm-mem rows v1", info=tenant.encode("utf-8"))
         return hkdf.derive(first)
+
+    def tomb_key(self, tenant: str) -> bytes:
+        """The key of a shredded patient's tombstone reference
+        (:meth:`~msm_mem._governance.crypto.EnvelopeCipher.use_tomb_key`): HMAC-SHA256 of
+        ``msm-mem shredded patient v1`` under :meth:`row_key`, so only a holder of the signing
+        key can tell whose a tombstone is."""
+        return hmac.new(self.row_key(tenant), b"msm-mem shredded patient v1", hashlib.sha256).digest()
+
+    def sign_bytes(self, domain: bytes, message: bytes) -> str:
+        """The Ed25519 signature (128 lowercase hex digits) of ``domain``, a NUL and ``message``:
+        statements other than checkpoints (an erasure receipt), each under its own domain."""
+        return bytes(self._key.sign(domain + b"\x00" + message)).hex()

@@ -29,6 +29,7 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from ... import _transitions as tr
@@ -36,6 +37,7 @@ from ..._clock import Clock
 from ..._errors import AccessDenied, AuditChainBroken, CanonicalJSONError, InvalidInput, NotFound
 from ..._principal import as_role
 from ..._storage.base import AuditChainer, Store, WriteBatch
+from ..._storage.erase import is_erased
 from ..._tier_records import AuditRow
 from ..crypto import EnvelopeCipher
 from ..deid import find_identifiers
@@ -44,7 +46,10 @@ from .checkpoint import Checkpoint, CheckpointLog
 from .checkpoint_files import CheckpointPlace, load_signer, publish, read_head, read_tail, write_head
 from .checkpoint_signer import CheckpointSigner
 from .coverage import check_coverage
+from .erasure import DOMAIN as ERASURE_DOMAIN
+from .erasure import ErasureReceipt, check_receipt, erased_ids
 from .event import GENESIS, AuditEvent, AuditSpec
+from .jcs import loads_strict
 from .parallel import verify_full
 from .row_check import check_rows, covering, signed_rows
 from .verify import VerifyResult, verify_hashes_in_batches
@@ -98,7 +103,9 @@ class AuditLog:
         with self._pseudonym_lock:
             keys = self.store.keys()
             key = keys.get(patient_id)
-            if key is not None and key.shredded:  # checked first: the shred may come from another handle
+            # checked first: the shred may come from another handle (its key row then keeps only
+            # a keyed digest of the patient id: the cipher finds it)
+            if key.shredded if key is not None else self.cipher.is_shredded(patient_id):
                 self._pseudonyms.pop(patient_id, None)
                 raise AccessDenied("this patient's keys were shredded; nothing more is recorded about them")
             cached = self._pseudonyms.get(patient_id)
@@ -361,6 +368,46 @@ class AuditLog:
         if not result.ok or not full:
             return result
         return check_rows(self.store, covering(lines, head_file, key, chain, self.origin), result)
+
+    def head_written(self) -> tuple[int, str] | None:
+        """``(seq, event_hash)`` of the last event this log wrote (None before its first write,
+        or after a failed one)."""
+        return self._head
+
+    def sign_receipt(self, receipt: ErasureReceipt) -> ErasureReceipt:
+        """``receipt`` signed with the checkpoint key (see :mod:`.erasure`)."""
+        return replace(receipt, signature=self.signer.sign_bytes(ERASURE_DOMAIN, receipt.message()))
+
+    def verify_erasure(
+        self, receipt: ErasureReceipt, *, full: bool = True, processes: int | None = None
+    ) -> VerifyResult:
+        """:meth:`verify`, then the erasure ``receipt`` against the verified chain
+        (:func:`.erasure.check_receipt`) and the store: each episodic and visual row its event
+        names is an empty row now. Reads only."""
+        result = self.verify(full=full, processes=processes)
+        if not result.ok:
+            return result
+        rows = next(iter(self.store.iter_audit_batches(receipt.seq)), [])
+        row = rows[0] if rows else None
+        problem = check_receipt(receipt, self.signer.public_key, row)
+        if not problem and row is not None:
+            ids = erased_ids(receipt, list(loads_strict(bytes(row[1]))["record_ids"]))
+            found = self.store.find_episodes(ids.get("episodic", []))
+            try:
+                visuals = {v.visual_id: v for v in self.store.get_visuals(ids.get("visual", []))}
+            except NotFound:
+                visuals = {}
+            for kind, records in (("episodic", found), ("visual", visuals)):
+                for rid in ids.get(kind, []):
+                    record = records.get(rid)
+                    if record is None or not is_erased(record):
+                        problem = f"{kind} record {rid} is not the empty row an erasure leaves"
+                        break
+                if problem:
+                    break
+        if problem:
+            return VerifyResult(False, result.count, result.head_hash, receipt.seq, f"seq {receipt.seq}: {problem}")
+        return result
 
     def purge(self, through_seq: int, *, actor: str, role: str, reason: str) -> int:
         """Delete events up to ``through_seq``: admin only, with a reason, refused while any of

@@ -116,10 +116,13 @@ class PgKeyTable:
                     (key.key_id, key.patient_ref, key.kek_id, key.wrapped, key.created_at, key.shredded, self._tenant),
                 )
 
-    def shred(self, patient_ref: str) -> None:
-        """Destroy the wrapped key and the pseudonym link of a patient in one transaction."""
+    def shred(self, patient_ref: str, tomb_ref: str | None = None) -> None:
+        """Destroy the wrapped key and the pseudonym link of a patient in one transaction; with
+        ``tomb_ref`` the key's row keeps that instead of the patient reference."""
         with self._db() as conn:
             self._forget(conn, patient_ref)
+            if tomb_ref is not None:
+                self._forget(conn, tomb_ref)
             with conn.transaction():
                 t = self._tenant
                 row = conn.execute(
@@ -127,8 +130,9 @@ class PgKeyTable:
                 ).fetchone()
                 if row is not None:
                     conn.execute(
-                        "UPDATE keys SET wrapped = '\\x'::bytea, shredded = TRUE WHERE tenant = %s AND key_id = %s",
-                        (t, row[0]),
+                        "UPDATE keys SET wrapped = '\\x'::bytea, shredded = TRUE, patient_ref = %s"
+                        " WHERE tenant = %s AND key_id = %s",
+                        (tomb_ref or patient_ref, t, row[0]),
                     )
                     conn.execute("DELETE FROM pseudonyms WHERE tenant = %s AND key_id = %s", (t, row[0]))
 

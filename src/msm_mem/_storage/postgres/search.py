@@ -152,3 +152,6 @@ class PgVectors:
 
     def vectors_added(self, kind: VectorKind, start: int, rows: list[tuple[Any, ...]]) -> None:
         """Nothing to follow: the server indexes the rows it stores."""
+
+    def vectors_erased(self, kind: VectorKind) -> None:
+        """Nothing to follow: the server's HNSW index drops the old row versions at VACUUM."""

@@ -72,8 +72,10 @@ class CachedReads:
 
     def committed(self, batch: WriteBatch) -> None:
         """Follow a batch the store's connection has just committed."""
+        if batch.erase:  # rows deleted: nothing decoded or listed of them may be served again
+            self._cache.clear()
         self._cache.committed(batch)
-        if batch.consents or batch.revocations:
+        if batch.consents or batch.revocations or batch.erase:
             self._consents.clear()
 
     def sync(self, version: int) -> None:

@@ -59,6 +59,9 @@ def connect(path: Path, durable: bool) -> sqlite3.Connection:
     # checkpoint the WAL every 32 MiB rather than SQLite's 4 MiB: index pages that consecutive
     # group commits rewrite are copied into the database once, not once per commit or two
     conn.execute("PRAGMA wal_autocheckpoint=8192")
+    # a deleted or rewritten row's bytes are overwritten with zeros, in its page and in the pages
+    # freed: nothing an erasure or an update removed stays in the file's free space
+    conn.execute("PRAGMA secure_delete=ON")
     return conn
 
 
@@ -282,6 +285,13 @@ class SqliteDialect:
         conn = self.writing.conn or self.conn
         if conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)
             conn.execute("ROLLBACK")
+
+    def truncate_wal(self) -> bool:
+        """Copy the WAL into the database and truncate it to zero bytes (after an erasure: its
+        frames hold the pages as they were before). False when a reader of another connection
+        still needs frames (the WAL is then emptied at a later checkpoint)."""
+        busy, _, _ = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return not busy
 
     def reconnect_after_loss(self) -> None:
         raise StoreError("this store has no connection to lose")

@@ -116,10 +116,13 @@ class SqliteKeyTable:
         first = (insert_sql("keys") + " ON CONFLICT DO NOTHING", row)
         self._atomic([first] if key.shredded else [rewrap, first])
 
-    def shred(self, patient_ref: str) -> None:
-        """Destroy the wrapped key and the pseudonym link of a patient in one transaction."""
+    def shred(self, patient_ref: str, tomb_ref: str | None = None) -> None:
+        """Destroy the wrapped key and the pseudonym link of a patient in one transaction; with
+        ``tomb_ref`` the key's row keeps that instead of the patient reference."""
         with self._lock:
             self._forget(patient_ref)
+            if tomb_ref is not None:
+                self._forget(tomb_ref)
             self._on_shred()
             t = self._tenant
             row = self._conn.execute(
@@ -129,7 +132,10 @@ class SqliteKeyTable:
                 return
             self._atomic(
                 [
-                    ("UPDATE keys SET wrapped = x'', shredded = 1 WHERE tenant = ? AND key_id = ?", (t, row[0])),
+                    (
+                        "UPDATE keys SET wrapped = x'', shredded = 1, patient_ref = ? WHERE tenant = ? AND key_id = ?",
+                        (tomb_ref or patient_ref, t, row[0]),
+                    ),
                     ("DELETE FROM pseudonyms WHERE tenant = ? AND key_id = ?", (t, row[0])),
                 ]
             )

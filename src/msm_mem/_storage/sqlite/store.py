@@ -267,6 +267,9 @@ class SqliteStore(SqlStore):
         """Follow a batch this store has just committed: the read caches, the vector indexes."""
         self._cached.committed(batch)
         self._vectors.follow(batch, moved)
+        if batch.erase:
+            self._vectors.rebuild()
+            self._sql.truncate_wal()
 
     # what other connections committed (the reads the caches serve: ``cached_reads.py``) ----
 

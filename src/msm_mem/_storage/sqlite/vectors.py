@@ -16,12 +16,20 @@ process to the vector tables (the store's change marks, ``changes.py``: commits 
 alone do not count) is followed before the next turn and inside every write: the rows appended
 are read past the index's end and the rows updated, which the moved mark names, read again;
 when it cannot name them (a delete, a new epoch), the scope and id of every position.
+
+An erasure (``erase.py``) replaces vectors by zero vectors in place: in its transaction the
+running digest is recomputed over every stored vector and the ``vectors_erased`` mark of
+``meta`` is given a new random value; once it commits, the indexes and graphs are rebuilt from
+the rows and saved at once, so no cache file keeps an erased vector. Every other handle sees
+the mark move at its next follow and rebuilds its indexes from the rows as well; until then it
+never saves its caches (they may still hold an erased vector).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
@@ -62,6 +70,10 @@ def _digest_key(kind: VectorKind) -> str:
     return f"vectors_{kind}"
 
 
+#: the ``meta`` key an erasure gives a new random value (see the module)
+ERASED_KEY = "vectors_erased"
+
+
 class FaissVectors:
     """The SQLite store's vector search part: the FAISS caches over its connection's rows, and
     those caches following the committed writes (its own, and other processes')."""
@@ -96,6 +108,8 @@ class FaissVectors:
         self._ef_search = ef_search
         self._seen_version = changes.current()  # before reading the rows: a later change is followed
         self._seen_moved = changes.moved()
+        # before reading the rows, as the marks above (a store opened for its upgrade has none)
+        self._seen_erased = self._erased_mark() if load else None
         self._index: dict[VectorKind, VectorIndex] = {}
         self._ids: dict[VectorKind, list[str]] = {}  # position -> record id
         self._next: dict[VectorKind, int] = {}
@@ -107,6 +121,38 @@ class FaissVectors:
         for kind in _KINDS:
             self._index[kind], self._ids[kind] = self._open_index(kind)
             self._next[kind] = self._index[kind].ntotal
+
+    def _erased_mark(self) -> str | None:
+        row = self._conn.execute(
+            "SELECT value FROM meta WHERE tenant = ? AND key = ?", (self.tenant, ERASED_KEY)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def vectors_erased(self, kind: VectorKind) -> None:
+        """Inside an erasure's transaction, after vectors of ``kind`` were replaced by zero
+        vectors: the running digest recomputed over every stored vector, the erased mark moved."""
+        rows = self._conn.execute(f"SELECT z FROM {kind} WHERE tenant = ? ORDER BY pos", (self.tenant,))
+        count, digest = 0, _GENESIS
+        while chunk := rows.fetchmany(8192):
+            digest = chain_digest(digest, [bytes(r[0]) for r in chunk])
+            count += len(chunk)
+        self._conn.execute(UPSERT_META, (_digest_key(kind), f"{count}:{digest.hex()}", self.tenant))
+        self._conn.execute(UPSERT_META, (ERASED_KEY, os.urandom(16).hex(), self.tenant))
+
+    def rebuild(self) -> None:
+        """After this handle's erasure committed: every index and graph rebuilt from the rows and
+        saved, so no cache file keeps an erased vector."""
+        self._seen_erased = self._erased_mark()
+        self._rebuild_from_rows()
+        self._write_indexes()
+
+    def _rebuild_from_rows(self) -> None:
+        for kind in list(self._index):
+            built = self._load_rows(kind, VectorIndex(self.dim, self._ef_search), 0, None, link=False)
+            assert built is not None  # no digest is checked: only more vectors than rows gives None
+            built[0].link()
+            self._index[kind], self._ids[kind] = built
+            self._next[kind] = built[0].ntotal
 
     def _index_path(self, kind: VectorKind) -> Path:
         return self.directory / "index" / f"{kind}.faiss"
@@ -226,6 +272,11 @@ class FaissVectors:
         version = self._changes.current()
         if version == self._seen_version:
             return
+        erased = self._erased_mark() if self._index else None
+        if erased != self._seen_erased:  # another handle erased vectors: none may stay here
+            self._rebuild_from_rows()
+            self._seen_version, self._seen_moved, self._seen_erased = version, self._changes.moved(), erased
+            return
         moved = self._changes.moved()
         updated = moved_positions(self._seen_moved, moved)
         for kind in list(self._index):  # none in a store opened for its upgrade
@@ -275,7 +326,10 @@ class FaissVectors:
                 index.rescope(int(pos), pid if state in _LIVE else RETIRED)
 
     def save(self) -> None:
-        """Persist the caches; a failure (a full disk, read-only media) only costs a rebuild."""
+        """Persist the caches; a failure (a full disk, read-only media) only costs a rebuild.
+        Caches that have not followed an erasure by another handle are not saved."""
+        if self._index and self._erased_mark() != self._seen_erased:
+            return  # they may hold an erased vector; the next open rebuilds them from the rows
         try:
             self._write_indexes()
         except (OSError, RuntimeError) as exc:  # FAISS reports a failed write as RuntimeError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ... import Purpose, Role
+from ... import ErasureReceipt, Purpose, Role
 from .output import print_json
 from .registry import command, group, open_mem, principal
 
@@ -29,6 +29,7 @@ def _configure_verify(p: argparse.ArgumentParser) -> None:
         type=_processes,
         help="worker processes for a full verification (default: one per core from 200,000 events on 3 cores; 1: none)",
     )
+    p.add_argument("--receipt", type=Path, help="also check this erasure receipt (of `keys shred --receipt`)")
 
 
 def _processes(text: str) -> int:
@@ -47,9 +48,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     Exits 0 when the chain, its checkpoints and the rows they sign are intact and 3 when not,
     naming the first bad seq, or the table whose rows were changed outside msm-mem (a full
-    verification recomputes the row digests; --hashes-only leaves them out)."""
+    verification recomputes the row digests; --hashes-only leaves them out). With --receipt,
+    also the erasure receipt: its signature, its event in the chain, the rows it names empty."""
+    receipt = None if args.receipt is None else ErasureReceipt.from_json(args.receipt.read_bytes())
     with open_mem(args) as mem:
-        result = mem.verify_audit(principal(args), full=not args.hashes_only, processes=args.processes)
+        result = mem.verify_audit(principal(args), full=not args.hashes_only, processes=args.processes, receipt=receipt)
     if args.json:
         print_json(
             {

@@ -40,16 +40,21 @@ def _configure_shred(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=Path)
     p.add_argument("--patient", required=True)
     p.add_argument("--reason", required=True, help="why (recorded in the audit tier)")
+    p.add_argument("--receipt", type=Path, help="write the signed erasure receipt (JSON) to this file")
 
 
 @command("keys shred", _configure_shred, role=Role.ADMIN, purpose=Purpose.ERASURE)
 def cmd_shred(args: argparse.Namespace) -> int:
-    """Crypto-shred one patient: every record retracted, STM purged, the data key destroyed.
-
-    Their data becomes unreadable for good; the audit chain still verifies."""
+    """Erase one patient: every row of theirs destroyed (records, vectors, claims, short-term
+    items, consent records), the data key destroyed, derived copies in other patients' memory
+    retracted. The audit chain still verifies; `audit verify --receipt` checks the receipt."""
     with open_mem(args) as mem:
-        count = mem.shred(principal(args), args.patient, args.reason)
-    print(f"shredded patient: {count} records retracted, data key destroyed")
+        receipt = mem.shred(principal(args), args.patient, args.reason)
+    tables = ", ".join(f"{table} {n}" for table, n in receipt.counts if n)
+    print(f"shredded patient: {receipt.records} records retracted and erased ({tables or 'none'}),", end=" ")
+    print(f"{receipt.derived} derived copies retracted, data key destroyed; audit event seq {receipt.seq}")
+    if args.receipt is not None:
+        args.receipt.write_text(receipt.to_json() + "\n", encoding="utf-8")
     return 0
 
 

@@ -63,6 +63,25 @@ class CountOut(BaseModel):
     count: int
 
 
+class ReceiptBody(BaseModel):
+    """An erasure receipt (``MsmMem.shred``): the rows destroyed per table, the audit event."""
+
+    pseudonym: str
+    seq: int
+    event_hash: str
+    time: float
+    counts: dict[str, int]
+    derived: int
+    signature: str
+
+
+class ErasureOut(BaseModel):
+    """``count``: the rows destroyed; ``receipt``: the signed receipt, for ``/v1/audit/verify-erasure``."""
+
+    count: int
+    receipt: ReceiptBody
+
+
 class MaintenanceOut(FromRecord):
     expired: int
     consolidated: int

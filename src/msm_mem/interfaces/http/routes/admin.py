@@ -8,7 +8,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from ..models import CheckpointOut, CountOut, MaintenanceOut, ReasonIn, VerifyOut
+from .... import ErasureReceipt
+from ..models import CheckpointOut, CountOut, ErasureOut, MaintenanceOut, ReasonIn, ReceiptBody, VerifyOut
 from ..state import CallerDep, authorize, require_json, server
 from . import PROBLEM_RESPONSES, PatientId
 
@@ -26,12 +27,21 @@ def rotate_keys(request: Request, who: CallerDep, body: ReasonIn) -> CountOut:
     return CountOut(count=state.call(state.mem.rotate_keys, who.principal, body.reason))
 
 
-@router.post("/patients/{patient_id}/shred", response_model=CountOut, dependencies=[Depends(require_json)])
-def shred(request: Request, who: CallerDep, patient_id: PatientId, body: ReasonIn) -> CountOut:
-    """Crypto-shred one patient (admin, with a reason): the count of records retracted."""
+@router.post("/patients/{patient_id}/shred", response_model=ErasureOut, dependencies=[Depends(require_json)])
+def shred(request: Request, who: CallerDep, patient_id: PatientId, body: ReasonIn) -> ErasureOut:
+    """Erase one patient (admin, with a reason): the rows destroyed and the signed erasure receipt."""
     state = server(request)
     authorize(request, who, "shred", patient_id)
-    return CountOut(count=state.call(state.mem.shred, who.principal, patient_id, body.reason))
+    receipt = state.call(state.mem.shred, who.principal, patient_id, body.reason)
+    return ErasureOut(count=receipt.records, receipt=ReceiptBody.model_validate(receipt.to_dict()))
+
+
+@router.post("/audit/verify-erasure", response_model=VerifyOut, dependencies=[Depends(require_json)])
+def verify_erasure(request: Request, who: CallerDep, body: ReceiptBody) -> VerifyOut:
+    """Verify the audit chain and an erasure receipt against it (auditor or admin); writes nothing."""
+    state = server(request)
+    receipt = ErasureReceipt.from_dict(body.model_dump())
+    return VerifyOut.model_validate(state.call(state.mem.verify_audit, who.principal, receipt=receipt))
 
 
 @router.get("/audit/verify", response_model=VerifyOut)

@@ -1,0 +1,208 @@
+"""Erasure that leaves nothing (issue 39, item 4): after ``shred`` no file of the store directory
+(database, WAL, shared memory, vector and graph caches, an export made after it) and no table
+of the PostgreSQL store holds the patient's id, study id, text or vector bytes; copies derived
+from the patient's records are retracted; the signed receipt verifies against the chain, and a
+changed one does not; a failing erasure writes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from msm_mem import AccessDenied, ConsentRecord, ErasureReceipt, IllegalTransition, MsmMem, Settings, StoreError
+from msm_mem._records import ManifestRow, State, new_id
+from msm_mem._storage.batch import Erasure, WriteBatch
+from msm_mem.testing import FixedClock
+from tests.helpers import ADMIN, AGENT, AUDITOR, EXPORTER, INGEST, audit_events, png
+
+T0 = 1_700_000_000.0
+PB = "PBQ7X2ZK"  # the patient erased: an id no other byte of the store spells
+STUDY = "STUDY-W9K4TJ"
+TEXT = "Quokkaform opacity at the lingula"  # a distinctive answer of theirs
+KEEP = "PKEEPER5"
+
+
+def _deny_population(patient: str) -> ConsentRecord:
+    return ConsentRecord(new_id("C"), patient, "role:agent", "*", "deny", ("population",), 0.0, None, T0)
+
+
+def _rows(folder: Path) -> list[ManifestRow]:
+    return [
+        ManifestRow(PB, STUDY, T0 - 86400, str(png(folder, 1)), "Any consolidation?", TEXT, decision="admit"),
+        ManifestRow(KEEP, "STUDY-KEEP", T0 - 86400, str(png(folder, 2)), "Any change?", "Stable lungs."),
+    ]
+
+
+@pytest.fixture
+def mem(new_mem: Any, tmp_path: Path) -> Iterator[MsmMem]:
+    """A store holding PB (ingested, asked once, a consent of their own), KEEP (who denies
+    population use) and PNEW, whose answer was derived from PB's record."""
+    m: MsmMem = new_mem("s", clock=FixedClock(T0), settings=Settings(population_search="hnsw"))
+    m.grant(ADMIN, [_deny_population(KEEP)])
+    m.ingest(INGEST, _rows(tmp_path))
+    m.ask(AGENT, PB, png(tmp_path, 3), "Any consolidation?", study_id="STUDY-W9K4TK")
+    m.grant(ADMIN, [ConsentRecord(new_id("C"), PB, "role:clinician", "research", "deny", ("*",), 0.0, None, T0)])
+    derived = m.ask(AGENT, "PNEW", png(tmp_path, 4), "Any consolidation?", study_id="N0")
+    assert derived.evidence and m.episodes(AGENT, "PNEW")[0].source.startswith("population:")
+    yield m
+
+
+def _vector(mem: MsmMem) -> bytes:
+    ids = mem._store.record_ids("episodic", PB)
+    return bytes(mem._store.get_episodes(ids[:1])[0].z.tobytes())
+
+
+def _needles(vector: bytes) -> dict[str, bytes]:
+    """What must not be found: the id, the study id, the text, and slices of the vector (the
+    first 16 dimensions, the thumbnail's first row; and two more further in)."""
+    chunks = {f"vector[{i}:{i + 16}]": vector[4 * i : 4 * (i + 16)] for i in (0, 64, 128)}
+    return {"patient id": PB.encode(), "study id": STUDY.encode(), "text": TEXT.encode(), **chunks}
+
+
+def _found(folder: Path, needles: dict[str, bytes]) -> dict[str, list[str]]:
+    """Which needles each file under ``folder`` holds (every file, read whole)."""
+    hits: dict[str, list[str]] = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        for name, needle in needles.items():
+            if needle in data:
+                hits.setdefault(name, []).append(str(path.relative_to(folder)))
+    return hits
+
+
+def _embedded_store_is_clean(mem: MsmMem, tmp_path: Path) -> None:
+    """Before the shred the database (or WAL), the vector cache and an export hold PB's id,
+    study id and vector bytes (the export the text too); after it, no file under the store
+    directory, an export made after it included, holds any of them: open, and closed."""
+    folder = tmp_path / "s"
+    needles = _needles(_vector(mem))
+    mem._store.flush()  # type: ignore[attr-defined]  # the vector caches written as they are now
+    before = _found(folder, needles)
+    assert {"patient id", "study id", "vector[0:16]", "vector[64:80]"} <= set(before)
+    assert any(f.startswith("index/episodic") for f in before["vector[0:16]"])
+    mem.export_paper(EXPORTER, tmp_path / "export-before")
+    assert set(_found(tmp_path / "export-before", needles)) == set(needles)
+    receipt = mem.shred(ADMIN, PB, "erasure request")
+    assert receipt.count("episodic") == 2 and receipt.count("visual") == 2
+    assert receipt.count("consents") == 1 and receipt.count("keys") == 1 and receipt.derived >= 1
+    mem.export_paper(EXPORTER, folder / "export-after")
+    assert _found(folder, needles) == {}
+    mem.close()
+    assert _found(folder, needles) == {}
+    with MsmMem.open(folder, clock=FixedClock(T0)) as again:
+        assert again.verify_audit(AUDITOR, receipt=receipt).ok
+        again.ask(AGENT, KEEP, png(tmp_path, 2), "Any change?", study_id="STUDY-KEEP")
+    assert _found(folder, needles) == {}
+
+
+def _pg_hits(mem: MsmMem, url: str, vector: bytes) -> dict[str, int]:
+    """Rows of every table of the store's schema whose text form holds the id, the study id or
+    the text; and rows whose vector is PB's."""
+    schema = mem._store.schema  # type: ignore[attr-defined]
+    text = "[" + ",".join(repr(float(x)) for x in __import__("numpy").frombuffer(vector, "float32")) + "]"
+    hits: dict[str, int] = {}
+    with psycopg.connect(url) as conn:
+        tables = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,))]
+        for table in tables:
+            name = sql.Identifier(schema, table)
+            for label, needle in (("patient id", PB), ("study id", STUDY), ("text", TEXT)):
+                query = sql.SQL("SELECT count(*) FROM {} t WHERE position(%s IN t::text) > 0").format(name)
+                n = int(conn.execute(query, (needle,)).fetchone()[0])  # type: ignore[index]
+                if n:
+                    hits[f"{table}: {label}"] = n
+        for table in ("episodic", "visual"):
+            query = sql.SQL("SELECT count(*) FROM {} WHERE z = %s::vector").format(sql.Identifier(schema, table))
+            n = int(conn.execute(query, (text,)).fetchone()[0])  # type: ignore[index]
+            if n:
+                hits[f"{table}: vector"] = n
+    return hits
+
+
+def _postgres_store_is_clean(mem: MsmMem, url: str, tmp_path: Path) -> None:
+    """On PostgreSQL the tables hold PB's id, study id and vector before the shred, and no row
+    of any table of the store's schema holds them after it (the audit and key tables
+    included); no file of the store directory does either, an export made after it included."""
+    vector = _vector(mem)
+    before = _pg_hits(mem, url, vector)
+    assert {"episodic: patient id", "episodic: study id", "keys: patient id", "episodic: vector"} <= set(before)
+    receipt = mem.shred(ADMIN, PB, "erasure request")
+    assert receipt.count("episodic") == 2 and receipt.count("consents") == 1
+    assert _pg_hits(mem, url, vector) == {}
+    mem.export_paper(EXPORTER, tmp_path / "s" / "export-after")
+    assert _found(tmp_path / "s", _needles(vector)) == {}
+    assert mem.verify_audit(AUDITOR, receipt=receipt).ok
+
+
+def test_after_a_shred_nothing_of_the_patient_is_left(
+    mem: MsmMem, backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """No file of the store (embedded: database, WAL, caches; both: an export after the shred)
+    and no row of the PostgreSQL store holds the patient's id, study id, text or vector."""
+    if backend == "postgres":
+        _postgres_store_is_clean(mem, request.getfixturevalue("postgres_url"), tmp_path)
+    else:
+        _embedded_store_is_clean(mem, tmp_path)
+
+
+def test_the_receipt_is_checked_against_the_chain(mem: MsmMem) -> None:
+    """The receipt names the last event of the shred (the patient's, under their pseudonym, one
+    record id per row destroyed); it verifies, survives JSON, and a receipt with another count,
+    seq or signature does not."""
+    receipt = mem.shred(ADMIN, PB, "erasure request")
+    events = audit_events(mem._store)
+    event = events[-1]
+    assert (event.seq, event.event_hash, event.patient) == (receipt.seq, receipt.event_hash, receipt.pseudonym)
+    assert (event.action, event.purpose, event.reason) == ("retract", "erasure", "erasure request")
+    assert len(event.record_ids) == receipt.records > 0
+    assert [e for e in events if e.patient == receipt.pseudonym and e.purpose == "erasure"] == [event]
+    assert mem.verify_audit(ADMIN, receipt=receipt).ok
+    assert mem.verify_audit(ADMIN, receipt=ErasureReceipt.from_json(receipt.to_json())).ok
+    counts = tuple((t, n + 1 if t == "episodic" else n) for t, n in receipt.counts)
+    for bad in (
+        replace(receipt, counts=counts),
+        replace(receipt, seq=receipt.seq - 1),
+        replace(receipt, signature="00" * 64),
+        mem._audit.sign_receipt(replace(receipt, seq=receipt.seq - 1)),
+        mem._audit.sign_receipt(replace(receipt, counts=counts)),
+    ):
+        result = mem.verify_audit(ADMIN, receipt=bad)
+        assert not result.ok and result.first_bad_seq == bad.seq
+
+
+def test_derived_copies_are_retracted_and_the_patient_is_gone(mem: MsmMem, tmp_path: Path) -> None:
+    """PNEW's answer derived from PB's record is retracted and blanked; PB has no row left,
+    no pseudonym, and can be written no more; KEEP is untouched."""
+    keep = mem.episodes(AGENT, KEEP)
+    mem.shred(ADMIN, PB, "erasure request")
+    assert mem.episodes(AGENT, "PNEW") == []
+    blanked = [e for e in mem._store.iter_episodes() if e.patient_id == "PNEW"]
+    assert blanked and all(e.state == State.RETRACTED and e.answer == "" for e in blanked)
+    assert all(ids == [] for ids in mem._store.patient_rows(PB).values())
+    assert mem._store.keys().get(PB) is None and mem._cipher.is_shredded(PB)
+    with pytest.raises(AccessDenied, match="shredded"):
+        mem.ask(AGENT, PB, png(tmp_path, 5), "Any change?")
+    assert mem.episodes(AGENT, KEEP) == keep
+    assert mem.verify_audit(AUDITOR).ok
+
+
+def test_an_erasure_that_fails_writes_nothing(mem: MsmMem) -> None:
+    """An erasure naming a row of another patient, or leaving one of the patient's rows, is
+    refused whole: every row of the patient is still there, readable."""
+    rows = mem._store.patient_rows(PB)
+    other = mem._store.record_ids("episodic", KEEP)
+    head = mem._store.audit_head()
+    wrong = Erasure(PB, None, (("episodic", tuple(rows["episodic"] + other)),))
+    with pytest.raises(IllegalTransition):
+        mem._store.write(WriteBatch(erase=[wrong]))
+    partial = Erasure(PB, None, (("episodic", tuple(rows["episodic"])),))
+    with pytest.raises(StoreError, match="nothing was erased"):
+        mem._store.write(WriteBatch(erase=[partial]))
+    assert mem._store.patient_rows(PB) == rows and mem._store.audit_head() == head
+    assert {e.answer for e in mem.episodes(AGENT, PB)} >= {TEXT}
+    assert mem.verify_audit(AUDITOR).ok
