@@ -31,6 +31,7 @@ from ._errors import (
     MsmMemError,
     NotFound,
     StoreError,
+    WriteConflict,
 )
 
 __all__ = ["HTTP", "LIBRARY", "PROBLEMS", "PROBLEM_BASE", "Problem", "problem_for", "problem_of_type", "slug"]
@@ -56,6 +57,7 @@ class Problem:
 #: the library's classes, most specific first: :func:`problem_for` takes the first that matches
 LIBRARY: tuple[Problem, ...] = (
     Problem(ConsentDenied, 403, "consent-denied", "No consent permits this access"),
+    Problem(WriteConflict, 409, "write-conflict", "Another writer changed or stored it first"),
     Problem(IllegalTransition, 409, "illegal-transition", "A move the transition table does not allow"),
     Problem(AccessDenied, 403, "access-denied", "The access was refused"),
     Problem(InvalidVector, 422, "invalid-vector", "Invalid vector"),

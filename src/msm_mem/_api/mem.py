@@ -161,6 +161,7 @@ class MsmMem(_Care, _Context, _Reads, _Admin, _Trail, _Scope):
         settings: Settings | None = None,
         clock: Clock | None = None,
         policy: list[ConsentRecord] | None = None,
+        population: bool = True,
         database_url: str | None = None,
         schema: str = "msm_mem",
         backbone: str | Backbone = "nonparametric",
@@ -171,8 +172,9 @@ class MsmMem(_Care, _Context, _Reads, _Admin, _Trail, _Scope):
         witness: str | Path | None = None,
     ) -> MsmMem:
         """Create a store in ``directory`` for the settings' encoder (default ``pixels``), a
-        local key file, and the consent ``policy`` (default: governance.consent.default_policy),
-        granted by ``principal`` (an admin; audited).
+        local key file, and the consent ``policy`` (default: governance.consent.default_policy,
+        with population use permitted unless ``population`` is False), granted by ``principal``
+        (an admin; audited).
 
         The store of record is embedded (SQLite in ``directory``) unless ``database_url``
         names a PostgreSQL server with pgvector: then it is a new store in ``schema`` there,
@@ -217,7 +219,9 @@ class MsmMem(_Care, _Context, _Reads, _Admin, _Trail, _Scope):
                 checkpoints=checkpoints,
                 witness=witness,
             )
-            consents = default_policy(mem._clock.now()) if policy is None else policy
+            if policy is not None and not population:
+                raise InvalidInput("population=False chooses the default policy: give it, or a policy, not both")
+            consents = default_policy(mem._clock.now(), population=population) if policy is None else policy
             mem.grant(principal, consents)
         except BaseException as exc:
             try:

@@ -97,15 +97,18 @@ def check_record(c: ConsentRecord) -> None:
         as_purpose(c.purpose)
 
 
-def default_policy(now: float) -> list[ConsentRecord]:
-    """The embedded demo's policy, written by ``msm-mem init``.
+def default_policy(now: float, *, population: bool = True) -> list[ConsentRecord]:
+    """The policy ``msm-mem init`` writes (``--population permit|deny``).
 
     Treatment by the care team: agents, clinicians and critics may read and write every data
-    class of every patient for purpose ``treatment``, ``population`` included (every patient's
-    records, de-identified, may inform another patient's answer for treatment by the care
-    team, until the patient's ``deny`` of ``population`` says otherwise); the system role may run
-    maintenance (``operations``) on every class. Nothing else is permitted (research, export...)
-    until a consent grants it. A real deployment replaces this with the hospital's consent records.
+    class of every patient for purpose ``treatment``; with ``population`` (the default) that
+    includes ``population`` (every patient's records, de-identified, may inform another
+    patient's answer for treatment by the care team, until the patient's ``deny`` of
+    ``population`` says otherwise); without it the grants name the patient's own classes only,
+    so no patient's records inform another's answer until a consent permits ``population``
+    for that patient (an opt-in). The system role may run maintenance (``operations``) on every
+    class. Nothing else is permitted (research, export...) until a consent grants it. A real
+    deployment replaces this with the hospital's consent records.
     """
     grants = [
         ("role:agent", "treatment"),
@@ -121,7 +124,7 @@ def default_policy(now: float) -> list[ConsentRecord]:
             grantee=g,
             purpose=p,
             decision="permit",
-            data_classes=("*",),
+            data_classes=("*",) if population or g == "role:system" else DATA_CLASSES,
             start=0.0,
             created_at=now,
         )

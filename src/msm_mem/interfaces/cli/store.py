@@ -28,6 +28,14 @@ def _configure_init(p: argparse.ArgumentParser) -> None:
     p.add_argument("--database-url", metavar="URL", help="keep the store of record on this PostgreSQL server")
     p.add_argument("--schema", help="PostgreSQL schema of the store (default: msm_mem; needs --database-url)")
     p.add_argument("--tenant", help=TENANT_HELP)
+    p.add_argument(
+        "--population",
+        choices=["permit", "deny"],
+        default="permit",
+        help="whether the default consent policy lets every patient's de-identified records inform other "
+        "patients' answers (permit, the default: a patient opts out with a deny of population) or not "
+        "(deny: a patient opts in with a permit of population); docs/privacy.md",
+    )
 
 
 @command("init", _configure_init, role=Role.ADMIN, creates_store=True)
@@ -39,7 +47,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     needed), and DIR holds store.json, which points at it without the password (libpq reads
     that from PGPASSWORD or ~/.pgpass). Either way DIR keeps the key file, the checkpoint
     key and the signed audit checkpoints, and gets the default consent policy (granted by
-    the admin; audited). Every row carries the store's --tenant: directories of several
+    the admin; audited): the care team (agents, clinicians, critics) for treatment, with
+    population use (other patients' de-identified experience) permitted unless --population
+    deny. Every row carries the store's --tenant: directories of several
     tenants may share one PostgreSQL schema, each a separate store (docs/deploy.md).
 
     The admin is --actor (else MSM_MEM_ACTOR, else the OS user name) with role admin; any
@@ -57,11 +67,27 @@ def cmd_init(args: argparse.Namespace) -> int:
     admin = principal(args)
     options = checkpoint_options()
     with MsmMem.init(
-        args.dir, admin, settings=settings, database_url=args.database_url, schema=schema, **options
+        args.dir,
+        admin,
+        settings=settings,
+        database_url=args.database_url,
+        schema=schema,
+        population=args.population == "permit",
+        **options,
     ) as mem:
         write_identity(args.dir, admin)
         where = f"PostgreSQL schema {schema}" if args.database_url else "embedded"
         print(f"created store {args.dir} ({where}; encoder {mem.encoder_name}, {mem.dim}-d; admin {admin.id})")
+        if args.population == "permit":
+            print(
+                "consent policy: the care team for treatment; every patient's de-identified records may "
+                "inform other patients' answers until that patient denies population (docs/privacy.md)"
+            )
+        else:
+            print(
+                "consent policy: the care team for treatment; no patient's records inform another's answers "
+                "until a consent permits population for that patient (docs/privacy.md)"
+            )
     return 0
 
 
