@@ -121,6 +121,13 @@ def _pg_hits(mem: MsmMem, url: str, vector: bytes) -> dict[str, int]:
             n = int(conn.execute(query, (text,)).fetchone()[0])  # type: ignore[index]
             if n:
                 hits[f"{table}: vector"] = n
+        stats = conn.execute(
+            "SELECT count(*) FROM pg_stats WHERE schemaname = %s"
+            " AND position(%s IN coalesce(most_common_vals::text, '') || coalesce(histogram_bounds::text, '')) > 0",
+            (schema, PB),
+        ).fetchone()
+        if stats and stats[0]:
+            hits["planner statistics: patient id"] = int(stats[0])
     return hits
 
 
@@ -129,8 +136,11 @@ def _postgres_store_is_clean(mem: MsmMem, url: str, tmp_path: Path) -> None:
     of any table of the store's schema holds them after it (the audit and key tables
     included); no file of the store directory does either, an export made after it included."""
     vector = _vector(mem)
+    with psycopg.connect(url, autocommit=True) as conn:  # as autovacuum would: statistics sampled from the rows
+        conn.execute(sql.SQL("ANALYZE {}.episodic").format(sql.Identifier(mem._store.schema)))  # type: ignore[attr-defined]
     before = _pg_hits(mem, url, vector)
     assert {"episodic: patient id", "episodic: study id", "keys: patient id", "episodic: vector"} <= set(before)
+    assert "planner statistics: patient id" in before
     receipt = mem.shred(ADMIN, PB, "erasure request")
     assert receipt.count("episodic") == 2 and receipt.count("consents") == 1
     assert _pg_hits(mem, url, vector) == {}
@@ -206,3 +216,59 @@ def test_an_erasure_that_fails_writes_nothing(mem: MsmMem) -> None:
     assert mem._store.patient_rows(PB) == rows and mem._store.audit_head() == head
     assert {e.answer for e in mem.episodes(AGENT, PB)} >= {TEXT}
     assert mem.verify_audit(AUDITOR).ok
+
+
+def _vector_needles(mem: MsmMem, patient: str) -> dict[str, bytes]:
+    ids = mem._store.record_ids("episodic", patient)
+    vector = bytes(mem._store.get_episodes(ids[:1])[0].z.tobytes())
+    return {f"{patient} vector[{i}:{i + 16}]": vector[4 * i : 4 * (i + 16)] for i in (0, 64, 128)}
+
+
+def test_another_handle_keeps_no_erased_vector(new_mem: Any, backend: str, tmp_path: Path) -> None:
+    """A second handle on the store (a server while the CLI shreds) follows an erasure made by
+    another: its next turn rebuilds its caches from the rows, and a handle closed without a turn
+    since does not save caches that still hold the erased vectors."""
+    folder = tmp_path / "s"
+    first: MsmMem = new_mem("s", clock=FixedClock(T0))
+    first.ingest(INGEST, _rows(tmp_path))
+    pb, keep = _vector_needles(first, PB), _vector_needles(first, KEEP)
+    with MsmMem.open(folder, clock=FixedClock(T0)) as server:
+        server.ask(AGENT, KEEP, png(tmp_path, 6), "Any change?", study_id="STUDY-KEEP")  # caches filled
+        if backend == "sqlite":
+            server._store.flush()  # type: ignore[attr-defined]
+            assert set(_found(folder, {**pb, **keep})) == {*pb, *keep}
+        first.shred(ADMIN, PB, "erasure request")
+        server.ask(AGENT, KEEP, png(tmp_path, 7), "Any change?", study_id="STUDY-KEEP")
+    first.close()
+    assert _found(folder, pb) == {}
+    if backend == "sqlite":
+        assert set(_found(folder, keep)) == set(keep)  # the other patient's vectors are still cached
+    with MsmMem.open(folder, clock=FixedClock(T0)) as stale:
+        stale.ask(AGENT, KEEP, png(tmp_path, 8), "Any change?", study_id="STUDY-KEEP")
+        with MsmMem.open(folder, clock=FixedClock(T0)) as other:
+            other.shred(ADMIN, KEEP, "erasure request")
+    assert _found(folder, keep) == {}
+
+
+def test_the_cli_writes_the_receipt_and_audit_verify_checks_it(
+    new_mem: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`keys shred --receipt FILE` writes the signed receipt; `audit verify --receipt FILE` exits 0
+    with it and 3 with a receipt whose counts were changed."""
+    from msm_mem.interfaces.cli import main
+    from tests.cli_support import ADMIN as ADMIN_FLAGS
+
+    mem: MsmMem = new_mem("s", clock=FixedClock(T0))
+    mem.ingest(INGEST, _rows(tmp_path))
+    mem.close()
+    receipt_file = tmp_path / "receipt.json"
+    store = str(tmp_path / "s")
+    args = ["keys", "shred", store, "--patient", PB, "--reason", "erasure request", "--receipt", str(receipt_file)]
+    assert main([*args, *ADMIN_FLAGS]) == 0
+    assert "records retracted and erased (episodic 1, visual 1" in capsys.readouterr().out
+    receipt = ErasureReceipt.from_json(receipt_file.read_text())
+    assert receipt.count("episodic") == 1 and receipt.count("keys") == 1
+    assert main(["audit", "verify", store, "--receipt", str(receipt_file), *ADMIN_FLAGS]) == 0
+    forged = replace(receipt, counts=tuple((t, n + 1) for t, n in receipt.counts))
+    (tmp_path / "forged.json").write_text(forged.to_json())
+    assert main(["audit", "verify", store, "--receipt", str(tmp_path / "forged.json"), *ADMIN_FLAGS]) == 3

@@ -56,3 +56,12 @@ def analyze_grown(conn: psycopg.Connection[Any], schema: str) -> list[str]:
     for table in grown:
         conn.execute(sql.SQL("ANALYZE (SKIP_LOCKED) {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))
     return grown
+
+
+def analyze_erased(conn: psycopg.Connection[Any], schema: str, tables: list[str]) -> None:
+    """ANALYZE ``tables`` of ``schema`` after an erasure committed: the planner's statistics
+    (``pg_statistic``: most common values, histogram bounds) are sampled from rows, so values of
+    the erased patient's rows may stand there until the next ANALYZE; this one samples the rows
+    left. ``conn`` as for :func:`analyze_grown`."""
+    for table in tables:
+        conn.execute(sql.SQL("ANALYZE {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))

@@ -57,10 +57,12 @@ from ..._records import Vector
 from ..._settings import DEFAULT_TENANT, check_tenant
 from ..._tier_records import AuditRow
 from ..base import VectorKind, check_needle
+from ..batch import ERASED_TABLES, WriteBatch
 from ..codec import FieldCodec
 from ..sql_core import SqlTables, insert_sql
 from ..sql_rows import initial_meta, schema_problem
 from ..sql_store import SqlStore
+from ..sql_write import Moved
 from .audit_naming import rows_naming
 from .connection import PgDialect, to_pyformat
 from .keys import PgKeyTable
@@ -68,6 +70,7 @@ from .pgvector import connect, use_schema, vector_schema
 from .readahead import ReadAhead
 from .schema import FORMAT, HNSW, SCHEMA, SCHEMA_VERSION, TABLES
 from .search import KINDS, PgVectors
+from .statistics import analyze_erased
 from .tenancy import add_indexes, check_new_tenant, delete_tenant, has_tenant_column, read_meta
 
 __all__ = ["PostgresStore"]
@@ -130,7 +133,7 @@ class PostgresStore(SqlStore):
             cache=self._ahead,
             vectors=self._vectors,
             keys=self._keys,
-            committed=lambda batch, moved: None,  # nothing cached to follow: the server indexes its rows
+            committed=self._committed,
             dim=dim,
             encoder_name=meta["encoder"],
             # a store made before stores had an id gets one in its upgrade (no ciphertext can be
@@ -258,6 +261,13 @@ class PostgresStore(SqlStore):
 
     def keys(self) -> PgKeyTable:
         return self._keys
+
+    def _committed(self, batch: WriteBatch, moved: list[Moved]) -> None:
+        """Nothing cached to follow (the server indexes its rows); after an erasure the erased
+        tables' planner statistics are sampled again (``statistics.py``)."""
+        if batch.erase:
+            with self._sql.db() as conn:
+                analyze_erased(conn, self.schema, [*ERASED_TABLES, "keys", "pseudonyms"])
 
     def sync(self) -> None:
         """Forget the cached data keys and the rows read ahead: other connections may have written since."""
