@@ -272,3 +272,33 @@ def test_the_cli_writes_the_receipt_and_audit_verify_checks_it(
     forged = replace(receipt, counts=tuple((t, n + 1) for t, n in receipt.counts))
     (tmp_path / "forged.json").write_text(forged.to_json())
     assert main(["audit", "verify", store, "--receipt", str(tmp_path / "forged.json"), *ADMIN_FLAGS]) == 3
+
+
+def test_the_service_returns_the_receipt_and_verifies_it(tmp_path: Path) -> None:
+    """POST /v1/patients/{id}/shred answers the rows destroyed and the signed receipt; POST
+    /v1/audit/verify-erasure says ok for it and not ok for one with another count."""
+    from fastapi.testclient import TestClient
+
+    from msm_mem import Principal
+    from msm_mem.interfaces.auth.apikeys import ApiKeyStore
+    from msm_mem.interfaces.http.app import create_app
+    from msm_mem.interfaces.http.config import ServeConfig
+
+    with MsmMem.init(tmp_path / "s", ADMIN, clock=FixedClock(T0)) as mem:
+        mem.ingest(INGEST, _rows(tmp_path))
+    keys = ApiKeyStore(tmp_path / "s")
+    admin, _ = keys.create(Principal("svc-admin", "admin", "erasure"), [PB])
+    auditor, _ = keys.create(Principal("svc-auditor", "auditor", "audit"), [PB])
+    with TestClient(create_app(ServeConfig(tmp_path / "s"))) as client:
+        reply = client.post(
+            f"/v1/patients/{PB}/shred", json={"reason": "erasure request"}, headers={"Authorization": f"Bearer {admin}"}
+        )
+        assert reply.status_code == 200, reply.text
+        body = reply.json()
+        assert body["count"] == sum(n for t, n in body["receipt"]["counts"].items() if t != "keys") > 0
+        receipt = body["receipt"]
+        check = {"Authorization": f"Bearer {auditor}"}
+        assert client.post("/v1/audit/verify-erasure", json=receipt, headers=check).json()["ok"] is True
+        forged = {**receipt, "counts": {**receipt["counts"], "episodic": receipt["counts"]["episodic"] + 1}}
+        result = client.post("/v1/audit/verify-erasure", json=forged, headers=check).json()
+        assert result["ok"] is False and result["first_bad_seq"] == receipt["seq"]

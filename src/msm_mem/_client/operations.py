@@ -320,7 +320,8 @@ def rotate_keys(reason: str = "scheduled rotation") -> Plan[int]:
 
 
 def shred(patient_id: str, reason: str) -> Plan[int]:
-    """:meth:`MsmMem.shred`: the number of records retracted."""
+    """:meth:`MsmMem.shred`: the number of rows destroyed (the service's answer also carries the
+    signed erasure receipt, ``POST /v1/audit/verify-erasure`` checks it)."""
     return one(calls.post(calls.patient(patient_id, "shred"), {"reason": reason}, lambda d: int(d["count"])))
 
 
