@@ -45,6 +45,7 @@ What assumes one node here: the table locks and ``max(pos) + 1`` positions (per 
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, Literal
@@ -74,6 +75,8 @@ from .statistics import analyze_erased
 from .tenancy import add_indexes, check_new_tenant, delete_tenant, has_tenant_column, read_meta
 
 __all__ = ["PostgresStore"]
+
+_log = logging.getLogger("msm_mem")
 
 HNSW_MAX_DIM = 2000
 PopulationSearch = Literal["exact", "hnsw"]
@@ -266,8 +269,11 @@ class PostgresStore(SqlStore):
         """Nothing cached to follow (the server indexes its rows); after an erasure the erased
         tables' planner statistics are sampled again (``statistics.py``)."""
         if batch.erase:
-            with self._sql.db() as conn:
-                analyze_erased(conn, self.schema, [*ERASED_TABLES, "keys", "pseudonyms"])
+            try:
+                with self._sql.db() as conn:
+                    analyze_erased(conn, self.schema, [*ERASED_TABLES, "keys", "pseudonyms"])
+            except psycopg.Error as exc:  # committed already; autovacuum analyzes them later
+                _log.warning("the erased tables were not analyzed (%s); the next ANALYZE renews their statistics", exc)
 
     def sync(self) -> None:
         """Forget the cached data keys and the rows read ahead: other connections may have written since."""

@@ -22,6 +22,7 @@ alone (a read's events) empties nothing.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import uuid
 from collections.abc import Callable
@@ -48,6 +49,8 @@ from .upgrade import add_indexes, read_meta
 from .vectors import FaissVectors
 
 __all__ = ["SqliteStore"]
+
+_log = logging.getLogger("msm_mem")
 
 
 class SqliteStore(SqlStore):
@@ -269,7 +272,8 @@ class SqliteStore(SqlStore):
         self._vectors.follow(batch, moved)
         if batch.erase:
             self._vectors.rebuild()
-            self._sql.truncate_wal()
+            if not self._sql.truncate_wal():
+                _log.warning("the WAL is still read by another connection; a later checkpoint empties it")
 
     # what other connections committed (the reads the caches serve: ``cached_reads.py``) ----
 

@@ -141,10 +141,18 @@ class FaissVectors:
 
     def rebuild(self) -> None:
         """After this handle's erasure committed: every index and graph rebuilt from the rows and
-        saved, so no cache file keeps an erased vector."""
+        saved, so no cache file keeps an erased vector. A cache that cannot be written (a full
+        disk) is deleted instead: the next open rebuilds it from the rows."""
         self._seen_erased = self._erased_mark()
         self._rebuild_from_rows()
-        self._write_indexes()
+        try:
+            self._write_indexes()
+        except (OSError, RuntimeError) as exc:  # FAISS reports a failed write as RuntimeError
+            _log.warning("the vector caches were not saved after an erasure (%s); deleting them", exc)
+            for kind in _KINDS:
+                path = self._index_path(kind)
+                for stale in (path, graph_path(path), path.with_suffix(".json")):
+                    stale.unlink(missing_ok=True)
 
     def _rebuild_from_rows(self) -> None:
         for kind in list(self._index):
