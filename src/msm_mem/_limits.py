@@ -18,6 +18,7 @@ limits as keyword arguments for callers that need larger images.
 | :data:`MAX_IMAGE_BYTES` | 256 MiB | an image file (PNG, JPEG, DICOM) |
 | :data:`MAX_VIDEO_BYTES` | 2 GiB | a video file |
 | :data:`MAX_IMAGE_PIXELS` | 33,554,432 | declared width x height (x frames), checked before decoding |
+| :data:`MAX_DECODED_BYTES` | 128 MiB | declared pixels x channels x bytes per sample, checked before decoding |
 | :data:`MAX_BATCH_PIXELS` | 268,435,456 | decoded pixels ingest holds before it encodes a batch |
 
 Text from outside is Unicode in NFC, checked here and nowhere else:
@@ -48,6 +49,7 @@ from ._errors import InvalidInput
 
 __all__ = [
     "MAX_BATCH_PIXELS",
+    "MAX_DECODED_BYTES",
     "MAX_ID_CHARS",
     "MAX_IMAGE_BYTES",
     "MAX_IMAGE_PIXELS",
@@ -81,6 +83,8 @@ MAX_IMAGE_BYTES = 256 * 1024 * 1024
 MAX_VIDEO_BYTES = 2 * 1024 * 1024 * 1024
 MAX_IMAGE_PIXELS = 32 * 1024 * 1024
 MAX_BATCH_PIXELS = 256 * 1024 * 1024
+#: an image's decoded pixels (what a decoder allocates): a 16-bit RGBA 8192 x 4096 is twice this
+MAX_DECODED_BYTES = 128 * 1024 * 1024
 #: how far after the store's clock a query's time may lie (a client clock a little ahead)
 MAX_CLOCK_SKEW_S = 300.0
 

@@ -25,7 +25,13 @@ does not exist, is empty, truncated, corrupt or of another format raises
 Input is bounded before it is decoded (:mod:`msm_mem._limits`): only regular files are read,
 never a FIFO or device, and never more than ``max_bytes``; the width and height a PNG or JPEG
 header declares, or the rows, columns and frames of a DICOM header, must stay within
-``max_pixels`` before any pixel is decoded. Pillow's own decompression-bomb bound
+``max_pixels``, and the decoded size (pixels x channels x bytes per sample, from the PNG
+``IHDR`` bit depth and colour type, the JPEG frame header, the DICOM ``SamplesPerPixel`` and
+``BitsAllocated``) within ``max_decoded_bytes``, before any pixel is decoded. A PNG's chunks
+(every CRC, an ``IEND`` at the end) and a JPEG's markers (a frame header, ``EOI`` at the end)
+are checked first (:mod:`._headers`). With ``reduce_to``, a JPEG is decoded at the smallest
+DCT scale (1/2, 1/4, 1/8) that keeps both sides at least ``reduce_to`` pixels (Pillow's draft
+mode), for callers whose encoder takes a smaller image. Pillow's own decompression-bomb bound
 (``Image.MAX_IMAGE_PIXELS``) still applies on top.
 """
 
@@ -46,15 +52,19 @@ from PIL import Image, ImageOps
 
 from .._errors import ImageError, MissingExtra
 from .._files import read_regular, regular_path
-from .._limits import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, MAX_VIDEO_BYTES
+from .._limits import MAX_DECODED_BYTES, MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, MAX_VIDEO_BYTES
 from ._gray import GrayImage, array_to_gray, finish, minmax, pil_gray
+from ._headers import Declared, check_budget, jpeg_declared, png_declared
 
 __all__ = [
+    "Declared",
     "GrayImage",
     "detect_format",
+    "jpeg_declared",
     "load_image",
     "load_image_bytes",
     "load_keyframe",
+    "png_declared",
     "resize",
     "to_rgb_uint8",
 ]
@@ -100,12 +110,14 @@ def load_image(
     root: str | os.PathLike[str] | None = None,
     max_bytes: int = MAX_IMAGE_BYTES,
     max_pixels: int = MAX_IMAGE_PIXELS,
+    max_decoded_bytes: int = MAX_DECODED_BYTES,
 ) -> GrayImage:
     """Load one image file as grayscale float32 ``(height, width)`` in ``[0, 1]``.
 
     Only a regular file is read (a FIFO or device is refused without blocking), of at most
     ``max_bytes`` (video: :data:`~msm_mem._limits.MAX_VIDEO_BYTES`), whose declared size is at
-    most ``max_pixels`` (checked from the header, before decoding); with ``root``, the path must
+    most ``max_pixels`` and whose decoded pixels take at most ``max_decoded_bytes`` (both
+    checked from the header, before decoding); with ``root``, the path must
     resolve (links and ``..`` followed) inside it. Video files give their deterministic middle
     keyframe (see :func:`load_keyframe`). Raises :class:`ImageError` for a missing, empty,
     truncated, corrupt, oversized, unsupported or refused file.
@@ -115,15 +127,23 @@ def load_image(
     if detect_format(head, target.name) == "video":
         return load_keyframe(target, name=os.fspath(path), max_pixels=max_pixels)
     data = read_regular(target, max_bytes=max_bytes, error=ImageError)
-    return load_image_bytes(data, str(target), max_pixels=max_pixels)
+    return load_image_bytes(data, str(target), max_pixels=max_pixels, max_decoded_bytes=max_decoded_bytes)
 
 
-def load_image_bytes(data: bytes, name: str, *, max_pixels: int = MAX_IMAGE_PIXELS) -> GrayImage:
+def load_image_bytes(
+    data: bytes,
+    name: str,
+    *,
+    max_pixels: int = MAX_IMAGE_PIXELS,
+    max_decoded_bytes: int = MAX_DECODED_BYTES,
+    reduce_to: int | None = None,
+) -> GrayImage:
     """Decode an image held in memory (an HTTP upload, say); ``name`` labels errors.
 
-    Same formats, output and pixel limit as :func:`load_image` (the caller bounds the bytes);
-    video bytes are written to a temporary file for the decoder and the file is removed
-    afterwards.
+    Same formats, output and limits as :func:`load_image` (the caller bounds the bytes);
+    ``reduce_to`` (pixels) lets a JPEG decode at a reduced DCT scale that keeps both sides at
+    least that long, and the budget applies to what is decoded. Video bytes are written to a
+    temporary file for the decoder and the file is removed afterwards.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ImageError(f"{name}: image data must be bytes, got {type(data).__name__}")
@@ -132,9 +152,9 @@ def load_image_bytes(data: bytes, name: str, *, max_pixels: int = MAX_IMAGE_PIXE
         raise ImageError(f"{name}: file is empty")
     kind = detect_format(data[:132], name)
     if kind in ("png", "jpeg"):
-        return _decode_pillow(data, name, kind, max_pixels)
+        return _decode_pillow(data, name, kind, max_pixels, max_decoded_bytes, reduce_to)
     if kind == "dicom":
-        img = _decode_dicom(data, name, max_pixels)
+        img = _decode_dicom(data, name, max_pixels, max_decoded_bytes)
     elif kind == "video":
         fd, tmp = tempfile.mkstemp(suffix=Path(name).suffix or ".mp4")
         try:
@@ -232,14 +252,24 @@ def _too_large(name: str, what: str, pixels: int, max_pixels: int) -> ImageError
     return ImageError(f"{name}: image too large: {what} = {pixels:,} pixels exceeds the limit of {max_pixels:,}")
 
 
-def _decode_pillow(data: bytes, name: str, kind: str, max_pixels: int) -> GrayImage:
+def _decode_pillow(
+    data: bytes, name: str, kind: str, max_pixels: int, max_decoded_bytes: int, reduce_to: int | None
+) -> GrayImage:
+    declared = png_declared(data, name) if kind == "png" else jpeg_declared(data, name)
+    width, height = declared.width, declared.height
+    if width * height > max_pixels:
+        raise _too_large(name, f"{width}x{height}", width * height, max_pixels)
+    if kind == "png":
+        check_budget(declared, max_decoded_bytes, name)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data), formats=[kind.upper()]) as opened:
-                width, height = opened.size  # from the header: nothing is decoded yet
-                if width * height > max_pixels:
-                    raise _too_large(name, f"{width}x{height}", width * height, max_pixels)
+                if kind == "jpeg":
+                    if reduce_to is not None and min(width, height) >= 2 * reduce_to:
+                        opened.draft(opened.mode, (reduce_to, reduce_to))  # DCT scaling: nothing decoded yet
+                    w, h = opened.size
+                    check_budget(Declared(w, h, declared.channels, declared.sample_bytes), max_decoded_bytes, name)
                 opened.load()
                 return pil_gray(ImageOps.exif_transpose(opened), name)
     except ImageError:
@@ -255,7 +285,7 @@ def _declared(ds: Any, keyword: str, default: int) -> int:
     return int(value) if value not in (None, "") else default
 
 
-def _decode_dicom(data: bytes, name: str, max_pixels: int) -> npt.NDArray[np.float64]:
+def _decode_dicom(data: bytes, name: str, max_pixels: int, max_decoded_bytes: int) -> npt.NDArray[np.float64]:
     import pydicom
 
     try:
@@ -267,6 +297,8 @@ def _decode_dicom(data: bytes, name: str, max_pixels: int) -> npt.NDArray[np.flo
         pixels = rows * columns * max(frames, 1)
         if pixels > max_pixels:  # from the header: the pixel data is not decoded yet
             raise _too_large(name, f"{rows}x{columns}x{frames} frames", pixels, max_pixels)
+        sample_bytes = max(1, (_declared(ds, "BitsAllocated", 8) + 7) // 8)
+        check_budget(Declared(columns, rows, samples, sample_bytes, max(frames, 1)), max_decoded_bytes, name)
         arr = np.asarray(ds.pixel_array)
     except ImageError:
         raise
