@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,13 @@ def test_eval_warns_of_a_question_whose_validation_answers_are_one_class(
     err = capsys.readouterr().err
     assert "every validation answer of yes_no question 'Intubated?' is 'no'" in err
     assert "ICU?" not in err
+    # with folds, a fold whose validation answers are one class is named, the others not
+    b = [
+        replace(a("frozen", "ICU?", "yes"), fold=0),
+        replace(a("frozen", "ICU?", "no"), fold=0),
+        replace(a("frozen", "ICU?", "yes"), fold=1),
+        replace(a("frozen", "ICU?", "yes"), fold=1),
+    ]
+    _warn_one_class(b)
+    err = capsys.readouterr().err
+    assert "'ICU?' in fold 1 is 'yes'" in err and "fold 0" not in err

@@ -206,17 +206,20 @@ def _warn_untyped(path: Path) -> None:
 
 
 def _warn_one_class(answers: Sequence[Any]) -> None:
-    """A warning naming each question group whose validation answers are all one answer."""
+    """A warning naming each question group, and each fold, whose validation answers are all
+    one answer."""
     from ...eval.metrics import normalize_answer
 
-    refs: dict[tuple[str, str], set[str]] = {}
+    refs: dict[tuple[str, str, int], set[str]] = {}
     for a in answers:
         if a.mode == "frozen":
-            refs.setdefault((a.question_type, a.question), set()).add(normalize_answer(a.reference))
-    for (kind, question), seen in sorted(refs.items()):
+            refs.setdefault((a.question_type, a.question, a.fold), set()).add(normalize_answer(a.reference))
+    folds = len({fold for _, _, fold in refs})
+    for (kind, question, fold), seen in sorted(refs.items()):
         if len(seen) == 1:
+            where = f" in fold {fold}" if folds > 1 else ""
             print(
-                f"warning: every validation answer of {kind} question {question!r} is {next(iter(seen))!r}: "
+                f"warning: every validation answer of {kind} question {question!r}{where} is {next(iter(seen))!r}: "
                 "its scores measure agreement with one answer, not a discrimination",
                 file=sys.stderr,
             )
