@@ -239,7 +239,7 @@ class MemoryRules(ModelMachine):
                 continue
             asked[p].add(key)
             todo.append(row)
-        if any(self.model.patients[r.patient_id].shredded for r in todo):
+        if any(self.model.patients[r.patient_id].shredded for r in manifest):  # (nothing of theirs to skip)
             with pytest.raises(AccessDenied):
                 self.mem.ingest(INGEST, manifest)
             return
@@ -305,6 +305,8 @@ class MemoryRules(ModelMachine):
         pt = self.model.patients[p]
         self.mem.shred(ADMIN, p, "erasure request")
         pt.shredded = True
+        for key in [k for k in self.model.permits if k[0] == p]:
+            self.model.permits[key] = None  # the patient's consent records are erased with them
         for records in (pt.episodes, pt.visuals, pt.claims, pt.semantic):
             for r in records:
                 r.state = "retracted"
