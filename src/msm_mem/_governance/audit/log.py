@@ -387,7 +387,13 @@ class AuditLog:
         result = self.verify(full=full, processes=processes)
         if not result.ok:
             return result
-        rows = next(iter(self.store.iter_audit_batches(receipt.seq)), [])
+        pages = self.store.iter_audit_batches(receipt.seq)
+        try:
+            rows = next(pages, [])
+        finally:
+            close = getattr(pages, "close", None)  # the first page only: the read ends here
+            if close is not None:
+                close()
         row = rows[0] if rows else None
         problem = check_receipt(receipt, self.signer.public_key, row)
         if not problem and row is not None:
