@@ -92,6 +92,7 @@ def _embedded_store_is_clean(mem: MsmMem, tmp_path: Path) -> None:
     assert receipt.count("episodic") == 2 and receipt.count("visual") == 2
     assert receipt.count("consents") == 1 and receipt.count("keys") == 1 and receipt.derived >= 1
     mem.export_paper(EXPORTER, folder / "export-after")
+    mem.export_fhir(AUDITOR, folder / "export-after" / "audit.ndjson")
     assert _found(folder, needles) == {}
     mem.close()
     assert _found(folder, needles) == {}
