@@ -19,7 +19,7 @@ from msm_mem import AccessDenied, ConsentRecord, ErasureReceipt, IllegalTransiti
 from msm_mem._records import ManifestRow, State, new_id
 from msm_mem._storage.batch import Erasure, WriteBatch
 from msm_mem.testing import FixedClock
-from tests.helpers import ADMIN, AGENT, AUDITOR, EXPORTER, INGEST, audit_events, png
+from tests.helpers import ADMIN, AGENT, AUDITOR, EXPORTER, INGEST, audit_events, png, raw_sql
 
 T0 = 1_700_000_000.0
 PB = "PBQ7X2ZK"  # the patient erased: an id no other byte of the store spells
@@ -76,13 +76,27 @@ def _found(folder: Path, needles: dict[str, bytes]) -> dict[str, list[str]]:
     return hits
 
 
+def _graph_cosine(folder: Path, record_id: str, vector: bytes) -> float:
+    """The cosine of the saved HNSW graph's (8-bit) copy of a record's vector with the vector."""
+    import faiss
+    import numpy as np
+
+    (pos,) = raw_sql(folder, "SELECT pos FROM episodic WHERE id = ?", (record_id,))[0]
+    coded = faiss.read_index(str(folder / "index" / "episodic.graph")).reconstruct(int(pos))
+    z = np.frombuffer(vector, dtype=np.float32)
+    return float(coded @ z / (np.linalg.norm(coded) * np.linalg.norm(z) or 1.0))
+
+
 def _embedded_store_is_clean(mem: MsmMem, tmp_path: Path) -> None:
     """Before the shred the database (or WAL), the vector cache and an export hold PB's id,
     study id and vector bytes (the export the text too); after it, no file under the store
     directory, an export made after it included, holds any of them: open, and closed."""
     folder = tmp_path / "s"
-    needles = _needles(_vector(mem))
+    vector = _vector(mem)
+    first = mem._store.record_ids("episodic", PB)[0]
+    needles = _needles(vector)
     mem._store.flush()  # type: ignore[attr-defined]  # the vector caches written as they are now
+    assert _graph_cosine(folder, first, vector) > 0.95  # the graph's codes are a copy of the vector
     before = _found(folder, needles)
     assert {"patient id", "study id", "vector[0:16]", "vector[64:80]"} <= set(before)
     assert any(f.startswith("index/episodic") for f in before["vector[0:16]"])
@@ -94,6 +108,7 @@ def _embedded_store_is_clean(mem: MsmMem, tmp_path: Path) -> None:
     mem.export_paper(EXPORTER, folder / "export-after")
     mem.export_fhir(AUDITOR, folder / "export-after" / "audit.ndjson")
     assert _found(folder, needles) == {}
+    assert abs(_graph_cosine(folder, first, vector)) < 0.2  # the graph was rebuilt over the zero vector
     mem.close()
     assert _found(folder, needles) == {}
     with MsmMem.open(folder, clock=FixedClock(T0)) as again:
