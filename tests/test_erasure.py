@@ -6,6 +6,7 @@ changed one does not; a failing erasure writes nothing."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +27,7 @@ PB = "PBQ7X2ZK"  # the patient erased: an id no other byte of the store spells
 STUDY = "STUDY-W9K4TJ"
 TEXT = "Quokkaform opacity at the lingula"  # a distinctive answer of theirs
 KEEP = "PKEEPER5"
+WHEN = T0 - 3 * 86400 + 0.25  # the exact time of PB's study, no other row's
 
 
 def _deny_population(patient: str) -> ConsentRecord:
@@ -34,7 +36,7 @@ def _deny_population(patient: str) -> ConsentRecord:
 
 def _rows(folder: Path) -> list[ManifestRow]:
     return [
-        ManifestRow(PB, STUDY, T0 - 86400, str(png(folder, 1)), "Any consolidation?", TEXT, decision="admit"),
+        ManifestRow(PB, STUDY, WHEN, str(png(folder, 1)), "Any consolidation?", TEXT, decision="admit"),
         ManifestRow(KEEP, "STUDY-KEEP", T0 - 86400, str(png(folder, 2)), "Any change?", "Stable lungs."),
     ]
 
@@ -62,7 +64,8 @@ def _needles(vector: bytes) -> dict[str, bytes]:
     """What must not be found: the id, the study id, the text, and slices of the vector (the
     first 16 dimensions, the thumbnail's first row; and two more further in)."""
     chunks = {f"vector[{i}:{i + 16}]": vector[4 * i : 4 * (i + 16)] for i in (0, 64, 128)}
-    return {"patient id": PB.encode(), "study id": STUDY.encode(), "text": TEXT.encode(), **chunks}
+    when = {"study time": struct.pack(">d", WHEN)}  # as SQLite stores a REAL
+    return {"patient id": PB.encode(), "study id": STUDY.encode(), "text": TEXT.encode(), **when, **chunks}
 
 
 def _found(folder: Path, needles: dict[str, bytes]) -> dict[str, list[str]]:
@@ -98,10 +101,10 @@ def _embedded_store_is_clean(mem: MsmMem, tmp_path: Path) -> None:
     mem._store.flush()  # type: ignore[attr-defined]  # the vector caches written as they are now
     assert _graph_cosine(folder, first, vector) > 0.95  # the graph's codes are a copy of the vector
     before = _found(folder, needles)
-    assert {"patient id", "study id", "vector[0:16]", "vector[64:80]"} <= set(before)
+    assert {"patient id", "study id", "study time", "vector[0:16]", "vector[64:80]"} <= set(before)
     assert any(f.startswith("index/episodic") for f in before["vector[0:16]"])
     mem.export_paper(EXPORTER, tmp_path / "export-before")
-    assert set(_found(tmp_path / "export-before", needles)) == set(needles)
+    assert set(_found(tmp_path / "export-before", needles)) == set(needles) - {"study time"}  # (there as text)
     receipt = mem.shred(ADMIN, PB, "erasure request")
     assert receipt.count("episodic") == 2 and receipt.count("visual") == 2
     assert receipt.count("consents") == 1 and receipt.count("keys") == 1 and receipt.derived >= 1
@@ -137,6 +140,10 @@ def _pg_hits(mem: MsmMem, url: str, vector: bytes) -> dict[str, int]:
             n = int(conn.execute(query, (text,)).fetchone()[0])  # type: ignore[index]
             if n:
                 hits[f"{table}: vector"] = n
+            query = sql.SQL("SELECT count(*) FROM {} WHERE timestamp = %s").format(sql.Identifier(schema, table))
+            n = int(conn.execute(query, (WHEN,)).fetchone()[0])  # type: ignore[index]
+            if n:
+                hits[f"{table}: study time"] = n
         stats = conn.execute(
             "SELECT count(*) FROM pg_stats WHERE schemaname = %s"
             " AND position(%s IN coalesce(most_common_vals::text, '') || coalesce(histogram_bounds::text, '')) > 0",
@@ -156,6 +163,7 @@ def _postgres_store_is_clean(mem: MsmMem, url: str, tmp_path: Path) -> None:
         conn.execute(sql.SQL("ANALYZE {}.episodic").format(sql.Identifier(mem._store.schema)))  # type: ignore[attr-defined]
     before = _pg_hits(mem, url, vector)
     assert {"episodic: patient id", "episodic: study id", "keys: patient id", "episodic: vector"} <= set(before)
+    assert {"episodic: study time", "visual: study time"} <= set(before)
     assert "planner statistics: patient id" in before
     receipt = mem.shred(ADMIN, PB, "erasure request")
     assert receipt.count("episodic") == 2 and receipt.count("consents") == 1
