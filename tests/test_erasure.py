@@ -326,3 +326,17 @@ def test_the_service_returns_the_receipt_and_verifies_it(tmp_path: Path) -> None
         forged = {**receipt, "counts": {**receipt["counts"], "episodic": receipt["counts"]["episodic"] + 1}}
         result = client.post("/v1/audit/verify-erasure", json=forged, headers=check).json()
         assert result["ok"] is False and result["first_bad_seq"] == receipt["seq"]
+
+
+def test_a_patient_shredded_before_erasure_is_erased_by_a_second_shred(new_mem: Any, tmp_path: Path) -> None:
+    """A patient whose data key alone was destroyed (rows left, the key row naming them) is
+    erased by shredding them again: no row names them any more and the receipt verifies."""
+    mem: MsmMem = new_mem("s", clock=FixedClock(T0))
+    mem.ingest(INGEST, _rows(tmp_path))
+    mem._store.keys().shred(PB)  # the key destroyed, as before erasure: its row keeps the id
+    assert mem._cipher.is_shredded(PB) and mem._store.patient_rows(PB)["episodic"]
+    receipt = mem.shred(ADMIN, PB, "erasure request")
+    assert receipt.pseudonym == "" and receipt.count("episodic") == 1 and receipt.count("keys") == 0
+    assert all(ids == [] for ids in mem._store.patient_rows(PB).values())
+    assert mem._store.keys().get(PB) is None and mem._cipher.is_shredded(PB)
+    assert mem.verify_audit(AUDITOR, receipt=receipt).ok

@@ -307,11 +307,17 @@ class Maintainer:
         destroyed, table after table) and one per other patient touched. Nothing is written when
         any of it fails.
 
+        A patient whose key was shredded before (by a version that left their rows) is erased
+        the same way; their event and receipt name no pseudonym (its link is gone).
+
         Returns the signed :class:`~msm_mem._governance.audit.erasure.ErasureReceipt`; the audit
         chain still verifies, and verifies the receipt."""
         tr.check(tr.LTM_ACTIVE, tr.LTM_RETRACTED, tr.Trigger.RETRACT, actor.role)
         if not reason.strip():
             raise InvalidInput("shredding a patient needs a stated reason")
+        # a patient crypto-shredded before erasure destroyed rows: their rows are erased now, and
+        # the event names no pseudonym (its link was destroyed with the key)
+        already = self.cipher.is_shredded(patient_id)
         found = self.store.patient_rows(patient_id)
         erasure = Erasure(
             patient_id,
@@ -345,10 +351,10 @@ class Maintainer:
             target_tier="ltm",
             purpose="erasure",
             record_ids=erasure.ids(),
-            patient=patient_id,
+            patient="" if already else patient_id,
             reason=reason,
         )
-        had_key = self.store.keys().get(patient_id) is not None
+        had_key = not already and self.store.keys().get(patient_id) is not None
         self.gm.audit.write(batch, [*specs, spec])  # the patient's event last: the receipt names it
         head = self.gm.audit.head_written()
         self.cipher.shred(patient_id)  # drops the cached key; a tombstone for a patient without one
