@@ -340,3 +340,37 @@ def test_a_patient_shredded_before_erasure_is_erased_by_a_second_shred(new_mem: 
     assert all(ids == [] for ids in mem._store.patient_rows(PB).values())
     assert mem._store.keys().get(PB) is None and mem._cipher.is_shredded(PB)
     assert mem.verify_audit(AUDITOR, receipt=receipt).ok
+
+
+def test_an_erasure_keeps_the_vector_order_and_searches_never_find_it(
+    store: Any, reopen: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At the store: the erased episodes keep their positions (counts and the next positions
+    unchanged), no patient-scoped or population search returns them, later writes continue the
+    order, and another handle opened afterwards searches the same (its caches vouched for by
+    the recomputed vector digest)."""
+    import numpy as np
+
+    from msm_mem._records import EpisodicRecord
+    from tests.conftest import random_unit
+
+    rng = np.random.default_rng(3)
+    records = [
+        EpisodicRecord(f"E-{i}", "pb" if i % 2 else "pk", 1e9 + i, random_unit(rng), "q?", f"answer {i}")
+        for i in range(6)
+    ]
+    store.write(WriteBatch(episodes=records))
+    erased = tuple(r.episode_id for r in records if r.patient_id == "pb")
+    store.write(WriteBatch(erase=[Erasure("pb", None, (("episodic", erased),))]))
+    assert store.count("episodic") == 6 and store.patient_rows("pb")["episodic"] == []
+    for r in records:
+        assert store.search("episodic", r.z, 6, "pb") == []
+        assert not {i for i, _ in store.search("episodic", r.z, 6, None)} & set(erased)
+    later = EpisodicRecord("E-6", "pk", 1e9 + 6, random_unit(rng), "q?", "answer 6")
+    store.write(WriteBatch(episodes=[later]))
+    other = reopen(store)
+    assert not [r for r in caplog.records if "rebuilding" in r.getMessage()]  # the saved caches were vouched for
+    for handle in (store, other):
+        hits = handle.search("episodic", later.z, 10, None)
+        assert hits[0][0] == "E-6" and not {i for i, _ in hits} & set(erased)
+        assert [e.episode_id for e in handle.iter_episodes()] == [f"E-{i}" for i in range(7)]
