@@ -355,8 +355,7 @@ class Maintainer:
             reason=reason,
         )
         had_key = not already and self.store.keys().get(patient_id) is not None
-        self.gm.audit.write(batch, [*specs, spec])  # the patient's event last: the receipt names it
-        head = self.gm.audit.head_written()
+        head = self.gm.audit.write(batch, [*specs, spec])  # the patient's event last: the receipt names it
         self.cipher.shred(patient_id)  # drops the cached key; a tombstone for a patient without one
         self.gm.audit.forget(patient_id)
         assert head is not None  # the write appended the events

@@ -168,14 +168,15 @@ class AuditLog:
             reason=reason,
         )
 
-    def write(self, batch: WriteBatch, specs: Sequence[AuditSpec]) -> None:
-        """Chain the events after the stored head and write them with ``batch`` atomically.
+    def write(self, batch: WriteBatch, specs: Sequence[AuditSpec]) -> tuple[int, str] | None:
+        """Chain the events after the stored head and write them with ``batch`` atomically;
+        ``(seq, event_hash)`` of the last event written (None for no events).
 
         The head is read inside the store's write transaction (``Store.write``'s ``chain``), under its
         write lock, so concurrent writers (threads, handles or processes) never fork the chain
         nor collide on a sequence number; a failed write leaves the head where the store has it.
         """
-        self.commit(lambda chain, sign: self.store.write(batch, chain, before_commit=sign), specs)
+        return self.commit(lambda chain, sign: self.store.write(batch, chain, before_commit=sign), specs)
 
     def commit(
         self,
@@ -183,9 +184,10 @@ class AuditLog:
         specs: Sequence[AuditSpec],
         *,
         adopt: bool = False,
-    ) -> None:
+    ) -> tuple[int, str] | None:
         """:meth:`write` for any write of the store: ``apply(chain, sign)`` runs one transaction
-        that calls ``chain(seq, prev)`` for the audit rows and ``sign()`` just before it commits.
+        that calls ``chain(seq, prev)`` for the audit rows and ``sign()`` just before it commits;
+        returns ``(seq, event_hash)`` of the last of them (None for no events).
         ``adopt`` signs the new head even if no checkpoint signed the one it continues (a store
         upgrade, once its chain was checked: :mod:`msm_mem._governance.upgrade`)."""
         with self._lock:
@@ -216,6 +218,7 @@ class AuditLog:
             self._head = heads[0] if heads else None
             if signed:
                 self._publish(signed[-1])
+            return self._head
 
     # signing the head at every commit (kept apart from the chaining above) -----------------
 
@@ -368,11 +371,6 @@ class AuditLog:
         if not result.ok or not full:
             return result
         return check_rows(self.store, covering(lines, head_file, key, chain, self.origin), result)
-
-    def head_written(self) -> tuple[int, str] | None:
-        """``(seq, event_hash)`` of the last event this log wrote (None before its first write,
-        or after a failed one)."""
-        return self._head
 
     def sign_receipt(self, receipt: ErasureReceipt) -> ErasureReceipt:
         """``receipt`` signed with the checkpoint key (see :mod:`.erasure`)."""
