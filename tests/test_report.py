@@ -111,14 +111,14 @@ def test_each_question_type_is_scored_by_its_own_metrics() -> None:
     assert overall["n"] == len(TYPED) and {"token_f1", "bleu4", "finding_f1"} <= set(overall)
     table = table1_markdown(list(records.values()), run)
     assert table.index("## all questions.") < table.index("## label questions") < table.index("## yes/no questions")
-    assert "| SEV | ✓ | ✓ | ✓ | 50.00 [" in table.split("## yes/no questions.")[1]  # accuracy first
+    assert "| SEV | ✓ | ✓ | ✓ | 4 | 50.00 [" in table.split("## yes/no questions.")[1]  # n, then accuracy
 
 
 def test_table1_has_one_row_per_arm_with_marks() -> None:
     """Table 1 marks SEV with three ticks and names the baseline."""
     run = _run(HAND)
     text = table1_markdown(summarise(run, n_boot=50), run)
-    assert "| SEV | ✓ | ✓ | ✓ | 50.00 [" in text
+    assert "| SEV | ✓ | ✓ | ✓ | 3 | 50.00 [" in text  # with its n
     assert "baseline: population prior" in text
     assert "Frozen" not in text  # no frozen answers, no frozen table
 

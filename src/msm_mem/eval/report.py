@@ -172,16 +172,17 @@ def table1_markdown(records: Sequence[dict[str, Any]], run: ProtocolRun, phase: 
                 continue
             title = _MODE_TITLES[mode].format(phase=phase)
             lines += [
-                f"## {_scope_title(kind, question)}. {title} ({rows[0]['n']} answers, {rows[0]['patients']} patients)",
+                f"## {_scope_title(kind, question)}. {title} ({rows[0]['n']} answers, {rows[0]['patients']} patients; "
+                "n: the answers of each row, which the fitted rows give only for the questions they were fitted on)",
                 "",
-                "| Configuration | S | E | V | " + " | ".join(METRICS[k] for k in keys) + " |",
-                "|---|:-:|:-:|:-:|" + "---:|" * len(keys),
+                "| Configuration | S | E | V | n | " + " | ".join(METRICS[k] for k in keys) + " |",
+                "|---|:-:|:-:|:-:|---:|" + "---:|" * len(keys),
             ]
             titles = arm_titles(run)
             for r in rows:
                 name = titles.get(r["arm"], r["arm"])
                 marks = " | ".join(_mark(r["arm"], c) for c in "SEV")
-                lines.append(f"| {name} | {marks} | " + " | ".join(_pct(r[k], k) for k in keys) + " |")
+                lines.append(f"| {name} | {marks} | {r['n']} | " + " | ".join(_pct(r[k], k) for k in keys) + " |")
             lines.append("")
     return "\n".join(lines)
 
