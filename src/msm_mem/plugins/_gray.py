@@ -39,23 +39,22 @@ def pil_gray(pil: Image.Image, name: str) -> GrayImage:
                 np.divide(flat[start : start + _CHUNK], top, out=part)
                 out[start : start + _CHUNK] = part
             return out.reshape(levels.shape)
-    if pil.mode in ("RGB", "RGBA"):
-        return _colour_rows(np.asarray(pil), name)
+    if pil.mode in ("RGB", "RGBA") and pil.width and pil.height:
+        return _colour_rows(pil)
     return finish(_pil_to_gray(pil), name)
 
 
-def _colour_rows(a: npt.NDArray[Any], name: str) -> GrayImage:
-    """An 8-bit RGB(A) array as a GrayImage, converted a block of rows at a time (BT.601 luma
-    over 255, clipped, as :func:`array_to_gray` and :func:`finish` do, element by element), so
-    no full-size float64 copy is made: the peak is the decoded image, its array and the
-    float32 result."""
-    if a.ndim != 3 or a.dtype != np.uint8 or a.shape[2] not in (3, 4) or a.shape[0] == 0 or a.shape[1] == 0:
-        return finish(array_to_gray(a, name), name)
-    height, width = a.shape[:2]
+def _colour_rows(pil: Image.Image) -> GrayImage:
+    """A decoded 8-bit RGB(A) image as a GrayImage, a block of rows at a time (BT.601 luma over
+    255, clipped, as :func:`array_to_gray` and :func:`finish` do, element by element): neither
+    a full-size array of its pixels nor a float64 copy is made, so the peak is the decoded
+    image and the float32 result."""
+    width, height = pil.size
     out = np.empty((height, width), dtype=np.float32)
     rows = max(1, _CHUNK // width)
     for top in range(0, height, rows):
-        luma = a[top : top + rows, :, :3].astype(np.float64) @ _BT601
+        block = np.asarray(pil.crop((0, top, width, min(height, top + rows))))
+        luma = block[:, :, :3].astype(np.float64) @ _BT601
         out[top : top + rows] = np.clip(luma / 255.0, 0.0, 1.0)
     return out
 
