@@ -171,6 +171,7 @@ NOT_OPERATIONS = {
     "init",
     "open",
     "upgrade",  # a classmethod like init: admin only, audited (tests/test_upgrade.py)
+    "refuse_login",  # an interface's record of a failed login: no principal proven (tests/test_http_limits.py)
     "exists",
     "close",
     "directory",

@@ -62,6 +62,10 @@ __all__ = [
     "MAX_VIDEO_BYTES",
     "MAX_CLOCK_SKEW_S",
     "ACTOR_ID_PATTERN",
+    "ID_SCHEMA_PATTERN",
+    "PATIENT_PATH_PATTERN",
+    "REQUIRED_TEXT_SCHEMA_PATTERN",
+    "TEXT_SCHEMA_PATTERN",
     "check_actor_id",
     "check_grantee",
     "check_id",
@@ -88,6 +92,29 @@ MAX_DECODED_BYTES = 128 * 1024 * 1024
 #: how far after the store's clock a query's time may lie (a client clock a little ahead)
 MAX_CLOCK_SKEW_S = 300.0
 
+#: the characters of the categories below up to U+FFFF (Unicode 14), as the body of a
+#: regular-expression class, for schemas that say what check_id says. JSON Schema patterns are
+#: ECMA-262, which names no code point past U+FFFF without the u flag: the format and
+#: private-use characters of the other planes are refused by the server alone
+_ID_BAD_CLASS = (
+    r"\u0000-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e"
+    r"\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ue000-\uf8ff\ufeff\ufff9-\ufffb"
+)
+#: what free text may not hold, as a class body: C0 and C1 controls (a CR too: a schema cannot
+#: say "only before a LF"), bidirectional overrides and isolates, zero-width characters
+_TEXT_BAD_CLASS = (
+    r"\u0000-\u0008\u000b-\u001f\u007f-\u009f\u180e\u200b-\u200d\u202a-\u202e\u2060-\u2064"
+    r"\u2066-\u2069\ufeff"
+)
+#: an id as a schema pattern (JSON Schema, pydantic): non-blank, no ``*``, no character check_id
+#: refuses; whether it is NFC is checked by the server alone
+ID_SCHEMA_PATTERN = rf"^[^*{_ID_BAD_CLASS}]*[^*\s{_ID_BAD_CLASS}][^*{_ID_BAD_CLASS}]*$"
+#: a patient id in a URL path: an id without blanks or commas (an API key's scope lists them)
+PATIENT_PATH_PATTERN = rf"^[^*,\s{_ID_BAD_CLASS}]+$"
+#: free text as a schema pattern: no character check_text refuses (nor a CR)
+TEXT_SCHEMA_PATTERN = rf"^[^{_TEXT_BAD_CLASS}]*$"
+#: required free text as a schema pattern: as TEXT_SCHEMA_PATTERN, and not blank
+REQUIRED_TEXT_SCHEMA_PATTERN = rf"^[^{_TEXT_BAD_CLASS}]*[^\s{_TEXT_BAD_CLASS}][^{_TEXT_BAD_CLASS}]*$"
 #: control, format, surrogate and private-use characters, line and paragraph separators
 _BAD_ID_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
 #: bidirectional embeddings, overrides and isolates: they reorder what a reader sees

@@ -85,6 +85,8 @@ HTTP: tuple[Problem, ...] = (
     Problem(InvalidInput, 415, "unsupported-media-type", "Unsupported content type"),
     Problem(NotFound, 404, "no-route", "No such endpoint"),
     Problem(InvalidInput, 405, "method-not-allowed", "Method not allowed"),
+    Problem(AccessDenied, 429, "too-many-requests", "Too many requests: retry after the Retry-After seconds"),
+    Problem(MsmMemError, 503, "server-busy", "The server is busy: retry after the Retry-After seconds"),
     Problem(MsmMemError, 500, "internal-error", "Internal error"),
 )
 

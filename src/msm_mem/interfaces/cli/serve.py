@@ -27,6 +27,31 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-upload-mb", type=int, default=16, help="largest image upload, MiB (default 16)")
     p.add_argument("--max-image-side", type=int, default=8192, help="largest image side, pixels (default 8192)")
     p.add_argument("--max-question-chars", type=int, default=2000, help="longest question (default 2000)")
+    p.add_argument(
+        "--max-decoded-mb",
+        type=int,
+        default=64,
+        help="largest decoded image (pixels x channels x bytes), MiB (default 64)",
+    )
+    p.add_argument("--max-decodes", type=int, default=2, help="image decodes at once per worker process (default 2)")
+    p.add_argument(
+        "--rate-per-credential",
+        type=float,
+        default=200.0,
+        help="requests a second per credential (default 200; 0: none)",
+    )
+    p.add_argument(
+        "--rate-per-address",
+        type=float,
+        default=1000.0,
+        help="requests a second per client address (default 1000; 0: none)",
+    )
+    p.add_argument(
+        "--max-login-failures",
+        type=int,
+        default=20,
+        help="failed logins per address a minute before it waits (default 20)",
+    )
     p.add_argument("--jwt-key", type=Path, help="PEM public key (or HMAC secret file) verifying JWT bearer tokens")
     p.add_argument("--jwt-issuer", help="the issuer (iss) JWTs must name")
     p.add_argument("--jwt-audience", help="the audience (aud) JWTs must name")
@@ -61,6 +86,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_upload_bytes=args.max_upload_mb * 1024 * 1024,
         max_image_side=args.max_image_side,
         max_question_chars=args.max_question_chars,
+        max_decoded_bytes=args.max_decoded_mb * 1024 * 1024,
+        max_decodes=args.max_decodes,
+        rate_per_credential=args.rate_per_credential,
+        rate_per_address=args.rate_per_address,
+        max_login_failures=args.max_login_failures,
         max_threads=args.threads,
         jwt_key=args.jwt_key,
         jwt_issuer=args.jwt_issuer,

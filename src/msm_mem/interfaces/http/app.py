@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import math
 import threading
 import time
 import urllib.parse
@@ -31,6 +32,7 @@ from .forms import form_schemas
 from .problems import MEDIA_TYPE, install
 from .routes import admin, care, consent, context, health, reads
 from .state import ServerState
+from .throttle import RateLimiter
 from .ui import mount as mount_explorer
 
 __all__ = ["configure_logging", "create_app", "create_app_from_env", "openapi_document", "openapi_schema"]
@@ -49,12 +51,14 @@ _FORM_OVERHEAD = 256 * 1024
 
 
 class _Guard:
-    """Bounds every request body (413 past the limit, read before the app sees any of it),
-    gives each request an id (``X-Request-Id``) and writes the access log line."""
+    """Bounds every request body (413 past the limit, read before the app sees any of it) and
+    the requests of each client address (429 past its rate, before anything is read), gives
+    each request an id (``X-Request-Id``) and writes the access log line."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, per_address: RateLimiter | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.per_address = per_address
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,6 +76,12 @@ class _Guard:
             await send(message)
 
         try:
+            client = scope.get("client")
+            wait = self.per_address.take(str(client[0]) if client else "-") if self.per_address else 0.0
+            if wait > 0:
+                retry = str(max(1, math.ceil(wait)))
+                await self._refuse(sending, 429, "too-many-requests", "too many requests from this address", retry)
+                return
             if not _utf8_path(scope):
                 await self._refuse(sending, 400, "malformed-request", "the URL path is not valid UTF-8")
                 return
@@ -121,11 +131,13 @@ class _Guard:
                 break
         return b"".join(parts)
 
-    async def _refuse(self, send: Send, status: int, slug_: str, detail: str) -> None:
+    async def _refuse(self, send: Send, status: int, slug_: str, detail: str, retry_after: str = "") -> None:
         """Answer the problem ``slug_`` before the app sees the request."""
         p = slug(slug_)
         body = json.dumps({"type": p.type, "title": p.title, "status": p.status, "detail": detail}).encode()
         headers = [(b"content-type", MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode())]
+        if retry_after:
+            headers.append((b"retry-after", retry_after.encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -218,7 +230,7 @@ def create_app(config: ServeConfig, *, mem: MsmMem | None = None) -> FastAPI:
             tenant=config.tenant,
             backbone=config.backbone.build(),
         )
-    state = ServerState(config, mem, config.verifier(), threading.Lock())
+    state = ServerState(config, mem, config.verifier(), threading.Lock(), config.throttle())
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -231,7 +243,7 @@ def create_app(config: ServeConfig, *, mem: MsmMem | None = None) -> FastAPI:
 
     app = _app(lifespan)
     app.state.server = state
-    app.add_middleware(_Guard, limit=config.max_upload_bytes + _FORM_OVERHEAD)
+    app.add_middleware(_Guard, limit=config.max_upload_bytes + _FORM_OVERHEAD, per_address=state.throttle.per_address)
     return app
 
 

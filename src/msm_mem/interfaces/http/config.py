@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 from ... import InvalidInput
 from ..auth.credentials import Verifier
 from ..backbone import BackboneConfig
+from .throttle import FailureWindow, RateLimiter, Throttle
 
 __all__ = ["ENV", "ServeConfig"]
 
@@ -41,6 +43,24 @@ class ServeConfig:
     max_upload_bytes: int = 16 * 1024 * 1024
     max_image_side: int = 8192
     max_image_pixels: int = 40_000_000
+    #: an image's decoded pixels (pixels x channels x bytes per sample), checked from its header
+    max_decoded_bytes: int = 64 * 1024 * 1024
+    #: a JPEG decodes at a reduced DCT scale keeping both sides at least this long (every
+    #: shipped encoder takes 224 pixels a side or less; a backbone sees the image too)
+    decode_side: int = 1024
+    #: image decodes running at once in a process; a request waits for a slot at most
+    #: ``decode_wait_s`` seconds, then is answered 503
+    max_decodes: int = 2
+    decode_wait_s: float = 10.0
+    #: requests a second (sustained) per credential and per client address, in bursts of
+    #: ``rate_burst_s`` seconds' worth; past them a request is answered 429 (0: no limit)
+    rate_per_credential: float = 200.0
+    rate_per_address: float = 1000.0
+    rate_burst_s: float = 2.0
+    #: failed logins of one address within ``login_window_s`` seconds, after which that
+    #: address is answered 429 without its credential being checked until the window passes
+    max_login_failures: int = 20
+    login_window_s: float = 60.0
     max_question_chars: int = 2000
     max_text_chars: int = 20_000
     max_k: int = 100
@@ -65,8 +85,25 @@ class ServeConfig:
                 raise InvalidInput("a JWT key needs its issuer and audience (--jwt-issuer, --jwt-audience)")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name.startswith("max_") and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            if (f.name.startswith("max_") or f.name == "decode_side") and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 1
+            ):
                 raise InvalidInput(f"{f.name} must be a positive integer, got {value!r}")
+            if f.name.startswith(("rate_", "decode_wait", "login_")) and (
+                not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1e9
+            ):
+                raise InvalidInput(f"{f.name} must be a number of at least 0, got {value!r}")
+
+    def throttle(self) -> Throttle:
+        """This process's request limits (see :mod:`.throttle`)."""
+        burst = self.rate_burst_s
+        return Throttle(
+            per_credential=RateLimiter(self.rate_per_credential, self.rate_per_credential * burst),
+            per_address=RateLimiter(self.rate_per_address, self.rate_per_address * burst),
+            logins=FailureWindow(self.max_login_failures, self.login_window_s),
+            decodes=threading.BoundedSemaphore(self.max_decodes),
+            decode_wait_s=self.decode_wait_s,
+        )
 
     def verifier(self) -> Verifier:
         """The verifier of this server's bearer tokens (its store's API keys, its JWT key)."""

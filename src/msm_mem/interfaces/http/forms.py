@@ -18,22 +18,32 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.datastructures import UploadFile
 
+from ..._limits import ID_SCHEMA_PATTERN, REQUIRED_TEXT_SCHEMA_PATTERN, TEXT_SCHEMA_PATTERN
 from .problems import HttpProblem
 
 __all__ = ["FORMS", "AskForm", "ContextForm", "ObserveForm", "RetrieveForm", "form_body", "form_schemas", "read_form"]
 
 F = TypeVar("F", bound="_ImageForm")
 
-Question = Annotated[str, Field(min_length=1, max_length=20_000)]
-Short = Annotated[str, Field(max_length=200)]
+Question = Annotated[
+    str, Field(min_length=1, max_length=20_000, json_schema_extra={"pattern": REQUIRED_TEXT_SCHEMA_PATTERN})
+]
+StudyId = Annotated[str, Field(max_length=200, json_schema_extra={"pattern": ID_SCHEMA_PATTERN})]
+Tag = Annotated[str, Field(max_length=200, json_schema_extra={"pattern": TEXT_SCHEMA_PATTERN})]
 Time = Annotated[float, Field(allow_inf_nan=False, ge=-62_135_596_800.0, le=253_402_300_799.0)]
 StudyRef = Annotated[
     str,
-    Field(min_length=1, max_length=200, description="a stored (ingested) study of the patient instead of an image"),
+    Field(
+        min_length=1,
+        max_length=200,
+        json_schema_extra={"pattern": ID_SCHEMA_PATTERN},
+        description="a stored (ingested) study of the patient instead of an image",
+    ),
 ]
 _IMAGE = {
     "contentMediaType": "application/octet-stream",
     "description": "PNG, JPEG or DICOM; or give image_study instead",
+    "minLength": 1,
     "title": "Image",
     "type": "string",
 }
@@ -71,9 +81,9 @@ class ObserveForm(_ImageForm):
     model_config = ConfigDict(title="Body_observe_v1_patients__patient_id__observe_post")
 
     question: Question
-    study_id: Short = ""
+    study_id: StudyId = ""
     timestamp: Time | None = None
-    visual_tag: Short = ""
+    visual_tag: Tag = ""
 
     def observation(self) -> dict[str, Any]:
         """The keyword arguments of ``MsmMem.ask`` and ``observe`` besides image and question."""

@@ -11,6 +11,7 @@ error body or a log line.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -33,10 +34,15 @@ log = logging.getLogger("msm_mem.http")
 class HttpProblem(Exception):
     """A refusal of the HTTP layer itself: the slug of its problem type and a detail."""
 
-    def __init__(self, slug_: str, detail: str) -> None:
+    def __init__(self, slug_: str, detail: str, *, retry_after: float | None = None) -> None:
         super().__init__(detail)
         self.slug = slug_
         self.detail = detail
+        #: seconds a client waits before it tries again (the ``Retry-After`` header), if any
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {} if self.retry_after is None else {"Retry-After": str(max(1, math.ceil(self.retry_after)))}
 
 
 def _scrub(text: str, request: Request) -> str:
@@ -92,7 +98,7 @@ def _unauthenticated(request: Request, exc: Exception) -> JSONResponse:
 
 def _http_problem(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HttpProblem)
-    return problem_response(request, slug(exc.slug), exc.detail)
+    return problem_response(request, slug(exc.slug), exc.detail, headers=exc.headers())
 
 
 def _validation(request: Request, exc: Exception) -> JSONResponse:

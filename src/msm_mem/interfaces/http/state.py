@@ -11,6 +11,7 @@ processes scale either store.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,11 +20,12 @@ from typing import Annotated, TypeVar
 from fastapi import Depends, Header, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from ... import MsmMem
+from ... import MsmMem, MsmMemError
 from ..auth.apikeys import ALL_PATIENTS
-from ..auth.credentials import Caller, Verifier
+from ..auth.credentials import Caller, Unauthenticated, Verifier
 from .config import ServeConfig
 from .problems import HttpProblem
+from .throttle import Throttle
 from .uploads import check_text, decode_upload
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "ServerState",
     "authorize",
     "caller",
+    "client_address",
     "check_text",
     "decode_upload",
     "paging",
@@ -41,6 +44,7 @@ __all__ = [
 ]
 
 R = TypeVar("R")
+log = logging.getLogger("msm_mem.http")
 
 #: the header that carries an admin's reason to act outside its credential's patient scope
 BREAK_GLASS_HEADER = "X-Break-Glass-Reason"
@@ -48,12 +52,14 @@ BREAK_GLASS_HEADER = "X-Break-Glass-Reason"
 
 @dataclass
 class ServerState:
-    """One process's server: its settings, the open store, the lock and the token verifier."""
+    """One process's server: its settings, the open store, the lock, the token verifier and
+    the request limits."""
 
     config: ServeConfig
     mem: MsmMem
     verifier: Verifier
     lock: threading.Lock
+    throttle: Throttle
 
     def call(self, fn: Callable[..., R], *args: object, **kwargs: object) -> R:
         """``fn(*args, **kwargs)`` (an MsmMem operation) under the store's lock."""
@@ -72,17 +78,60 @@ def server(request: Request) -> ServerState:
     return state
 
 
+def client_address(request: Request) -> str:
+    """The address the request came from (the proxy's, behind a proxy)."""
+    return request.client.host if request.client is not None else "-"
+
+
+def _credential_kind(authorization: str | None) -> str:
+    """What a refused ``Authorization`` header presented, for the audit event (never the token)."""
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    if not authorization:
+        return "none"
+    if scheme.lower() == "bearer" and token.startswith("msmk_"):
+        return "api-key"
+    if scheme.lower() == "bearer" and token.count(".") == 2:
+        return "jwt"
+    return "other"
+
+
 async def caller(request: Request, authorization: Annotated[str | None, Header()] = None) -> Caller:
     """The verified caller of the request (401 otherwise); its actor id goes to the access log.
 
     A key verified before is found on the event loop; a new token's hash or signature is
-    checked in a worker thread, so a flood of unknown tokens never stalls the loop."""
-    verifier = server(request).verifier
+    checked in a worker thread, so a flood of unknown tokens never stalls the loop. A failed
+    login is audited (``MsmMem.refuse_login``) and counted against the client's address; an
+    address with ``max_login_failures`` in the window is answered 429 without its token being
+    checked. A caller past its credential's request rate is answered 429."""
+    state = server(request)
+    verifier, throttle = state.verifier, state.throttle
     who = verifier.known(authorization)
     if who is None:
-        who = await run_in_threadpool(verifier.caller, authorization)
+        address = client_address(request)
+        wait = throttle.logins.blocked(address)
+        if wait > 0:
+            raise HttpProblem("too-many-requests", "too many failed logins from this address", retry_after=wait)
+        try:
+            who = await run_in_threadpool(verifier.caller, authorization)
+        except Unauthenticated:
+            throttle.logins.fail(address)
+            await run_in_threadpool(_audit_login, state, _credential_kind(authorization))
+            raise
+    wait = throttle.per_credential.take(f"{who.credential}:{who.credential_id or who.principal.id}")
+    if wait > 0:
+        raise HttpProblem("too-many-requests", "too many requests with this credential", retry_after=wait)
     request.state.actor = who.principal.id
     return who
+
+
+def _audit_login(state: ServerState, credential: str) -> None:
+    """Record a failed login; a store that cannot take the event is logged, and the request
+    is still answered 401."""
+    try:
+        state.call(state.mem.refuse_login, credential)
+    except MsmMemError as exc:
+        log.warning("a failed login could not be audited (%s)", type(exc).__name__)
 
 
 CallerDep = Annotated[Caller, Depends(caller)]

@@ -7,16 +7,18 @@ from __future__ import annotations
 import io
 
 from ... import ImageError, InvalidInput
-from ...plugins.images import detect_format, load_image_bytes
+from ...plugins.images import detect_format, jpeg_declared, load_image_bytes, png_declared
 from .config import ServeConfig
 
 __all__ = ["check_text", "decode_upload"]
 
 
 def decode_upload(data: bytes, config: ServeConfig) -> object:
-    """An uploaded PNG, JPEG or DICOM as the grayscale array the encoder takes; its size is
-    checked from the header before the pixels are decoded. ImageError (422) for anything
-    empty, truncated, oversized or of another format; the message names no file."""
+    """An uploaded PNG, JPEG or DICOM as the grayscale array the encoder takes. Before any pixel
+    is decoded: its structure (PNG chunks and CRCs, JPEG markers), its sides and pixels, and
+    its decoded size (pixels x channels x bytes per sample) against ``max_decoded_bytes``; a
+    JPEG decodes reduced to ``decode_side``. ImageError (422) for anything empty, truncated,
+    corrupt, oversized or of another format; the message names no file."""
     kind = detect_format(data[:132], "upload")
     if kind not in ("png", "jpeg", "dicom"):
         raise ImageError("upload: not a PNG, JPEG or DICOM image")
@@ -28,20 +30,28 @@ def decode_upload(data: bytes, config: ServeConfig) -> object:
             f"upload: {width}x{height} pixels is over the limit "
             f"({config.max_image_side} a side, {config.max_image_pixels} in all)"
         )
-    return load_image_bytes(data, "upload")
+    return load_image_bytes(
+        data,
+        "upload",
+        max_pixels=config.max_image_pixels,
+        max_decoded_bytes=config.max_decoded_bytes,
+        reduce_to=config.decode_side,
+    )
 
 
 def _dimensions(data: bytes, kind: str | None) -> tuple[int, int]:
+    """Width and height from the header (a PNG's or JPEG's structure checked on the way)."""
+    if kind == "png":
+        declared = png_declared(data, "upload")
+        return declared.width, declared.height
+    if kind == "jpeg":
+        declared = jpeg_declared(data, "upload")
+        return declared.width, declared.height
     try:
-        if kind == "dicom":
-            import pydicom
+        import pydicom
 
-            ds = pydicom.dcmread(io.BytesIO(data), stop_before_pixels=True)
-            return int(ds.Columns), int(ds.Rows)
-        from PIL import Image
-
-        with Image.open(io.BytesIO(data)) as img:
-            return int(img.size[0]), int(img.size[1])
+        ds = pydicom.dcmread(io.BytesIO(data), stop_before_pixels=True)
+        return int(ds.Columns), int(ds.Rows)
     except Exception as exc:  # any decoder failure is a bad upload, not a server error
         raise ImageError(f"upload: the image header cannot be read ({type(exc).__name__})") from None
 

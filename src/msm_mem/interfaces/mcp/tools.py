@@ -12,6 +12,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
+from ..._limits import PATIENT_PATH_PATTERN
 from ..auth.credentials import Caller
 from ..http.models import AnswerOut, ClaimOut, RetrievedOut, StmItemOut, WriteResultOut
 from ..http.uploads import check_text
@@ -22,7 +23,13 @@ __all__ = ["ImageB64", "ImagePath", "PatientId", "StudyRef", "register"]
 
 PatientId = Annotated[
     str,
-    Field(min_length=1, max_length=128, pattern=r"^[^\s,*]+$", description="the patient (inside your patient scope)"),
+    Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[^\s,*]+$",
+        json_schema_extra={"pattern": PATIENT_PATH_PATTERN},
+        description="the patient (inside your patient scope)",
+    ),
 ]
 Question = Annotated[str, Field(min_length=1, max_length=20_000, description="the clinical question")]
 Short = Annotated[str, Field(max_length=200)]

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import Path
 
+from ...._limits import PATIENT_PATH_PATTERN
 from ..models import ProblemOut
 
 __all__ = ["PROBLEM_RESPONSES", "PatientId"]
@@ -24,10 +25,14 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
         413: "Request body too large",
         415: "Unsupported content type",
         422: "Invalid input",
+        429: "Too many requests from this address or with this credential, or too many failed logins",
         500: "Internal error",
         502: "The model backend failed",
-        503: "The store cannot be used, or the model server is unavailable",
+        503: "The store cannot be used, the model server is unavailable, or every image decoder is busy",
     }.items()
 }
 
-PatientId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[^\s,*]+$")]
+#: a patient id as the server takes it: no blank, comma, ``*``, control or format character
+PatientId = Annotated[
+    str, Path(min_length=1, max_length=128, pattern=r"^[^\s,*]+$", json_schema_extra={"pattern": PATIENT_PATH_PATTERN})
+]

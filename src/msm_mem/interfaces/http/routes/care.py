@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from .... import InvalidInput
+from ...._limits import ID_SCHEMA_PATTERN
 from ..forms import AskForm, ObserveForm, RetrieveForm, form_body, read_form
 from ..models import AnswerOut, ClaimOut, ConsolidateIn, FeedbackIn, RetrievedOut, StmItemOut, WriteResultOut
 from ..problems import HttpProblem
@@ -30,7 +31,7 @@ R = TypeVar("R")
 
 router = APIRouter(prefix="/v1/patients/{patient_id}", tags=["care"], responses=PROBLEM_RESPONSES)
 
-ItemId = Annotated[str, PathParam(min_length=1, max_length=200)]
+ItemId = Annotated[str, PathParam(min_length=1, max_length=200, json_schema_extra={"pattern": ID_SCHEMA_PATTERN})]
 
 
 def _image(request: Request, upload: UploadFile | None, study: str | None) -> object:
@@ -40,11 +41,23 @@ def _image(request: Request, upload: UploadFile | None, study: str | None) -> ob
         raise InvalidInput("send exactly one of image (a file) and image_study (a stored study id)")
     if upload is None:
         return None
-    config = server(request).config
-    data = upload.file.read(config.max_upload_bytes + 1)
+    state = server(request)
+    config = state.config
+    try:
+        data = upload.file.read(config.max_upload_bytes + 1)
+    finally:
+        upload.file.close()  # read once; closed here whatever this request's answer turns out to be
     if len(data) > config.max_upload_bytes:
         raise HttpProblem("payload-too-large", f"the image is over {config.max_upload_bytes} bytes")
-    return decode_upload(data, config)
+    # at most max_decodes decodes at once in this process: their memory is bounded together
+    if not state.throttle.decodes.acquire(timeout=state.throttle.decode_wait_s):
+        raise HttpProblem(
+            "server-busy", f"every image decoder of this process is busy ({config.max_decodes} at once)", retry_after=1
+        )
+    try:
+        return decode_upload(data, config)
+    finally:
+        state.throttle.decodes.release()
 
 
 async def _off_loop(fn: Callable[[], BaseModel], status_code: int = 200) -> Response:

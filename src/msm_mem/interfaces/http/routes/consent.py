@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi import Path as PathParam
 
 from .... import ConsentRecord
+from ...._limits import ID_SCHEMA_PATTERN, PATIENT_PATH_PATTERN
 from ...auth.apikeys import ALL_PATIENTS
 from ..models import ConsentOut, GrantIn, Page
 from ..state import CallerDep, Paging, authorize, paging, require_json, server
@@ -51,7 +52,10 @@ def consents(
     request: Request,
     who: CallerDep,
     pg: Annotated[Paging, Depends(paging)],
-    patient_id: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+    patient_id: Annotated[
+        str | None,
+        Query(min_length=1, max_length=128, pattern=r"^[^\s,*]+$", json_schema_extra={"pattern": PATIENT_PATH_PATTERN}),
+    ] = None,
 ) -> Page[ConsentOut]:
     """The consent records (of one patient, or all in the credential's scope). The auditor sees
     each patient as its audit pseudonym, never the patient id."""
@@ -71,7 +75,11 @@ def consents(
 
 @router.delete("/{consent_id}", status_code=204, response_class=Response)
 def revoke(
-    request: Request, who: CallerDep, consent_id: Annotated[str, PathParam(min_length=1, max_length=200)]
+    request: Request,
+    who: CallerDep,
+    consent_id: Annotated[
+        str, PathParam(min_length=1, max_length=200, json_schema_extra={"pattern": ID_SCHEMA_PATTERN})
+    ],
 ) -> Response:
     """Revoke a consent from now on (admin with every patient in scope, or break-glass)."""
     state = server(request)

@@ -10,6 +10,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Depends, Query, Request
 
 from .... import RecordPage, StmState
+from ...._limits import ID_SCHEMA_PATTERN
 from ...auth.credentials import Caller
 from ..models import ClaimOut, EpisodeOut, Page, SemanticOut, StmItemOut, VisualOut
 from ..state import CallerDep, Paging, authorize, paging, server
@@ -21,8 +22,8 @@ router = APIRouter(prefix="/v1/patients/{patient_id}", tags=["reads"], responses
 
 PagingDep = Annotated[Paging, Depends(paging)]
 #: a claim key: ``study:<study id>|q:<question key>`` (a study id of up to 256 characters)
-Key = Annotated[str, Query(min_length=1, max_length=400)]
-Category = Annotated[str, Query(min_length=1, max_length=100)]
+Key = Annotated[str, Query(min_length=1, max_length=400, json_schema_extra={"pattern": ID_SCHEMA_PATTERN})]
+Category = Annotated[str, Query(min_length=1, max_length=100, json_schema_extra={"pattern": ID_SCHEMA_PATTERN})]
 R = TypeVar("R")
 Out = TypeVar("Out")
 

@@ -14,6 +14,7 @@ from PIL import Image
 from pydantic import BaseModel
 
 from .... import AuditTrail, ImageError, InvalidInput
+from ...._limits import PATIENT_PATH_PATTERN
 from ...._media import resolve_media
 from ....plugins.images import load_image
 from ...auth.credentials import Caller
@@ -33,7 +34,10 @@ _WINDOW = 5000
 #: most studies one thumbnails call draws
 _MAX_THUMBNAILS = 100
 
-PatientQuery = Annotated[str | None, Query(min_length=1, max_length=128, pattern=r"^[^\s,*]+$")]
+PatientQuery = Annotated[
+    str | None,
+    Query(min_length=1, max_length=128, pattern=r"^[^\s,*]+$", json_schema_extra={"pattern": PATIENT_PATH_PATTERN}),
+]
 Name = Literal["question", "movement"]
 
 
