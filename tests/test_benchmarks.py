@@ -123,6 +123,24 @@ def test_deid(tmp_path: Path) -> None:
     row(out, "population", "0", NUMBER, NUMBER, NUMBER)
 
 
+def test_upload_limits(tmp_path: Path) -> None:
+    """bench_upload_limits.py at 512x256 with a 200,000-byte budget and 25 wrong secrets: the
+    16-bit RGBA PNG refused, the same without the budget decoded, the wrong secrets answered
+    401 (20, hashed) and then 429 (5, refused without a hash)."""
+    out = bench(
+        tmp_path,
+        "bench_upload_limits.py",
+        *("--width", "512", "--height", "256", "--budget", "200000"),
+        "--requests",
+        "25",
+    )
+    row(out, "PNG 512x256 16-bit RGBA", NUMBER, "refused: over the budget", NUMBER, NUMBER, NUMBER)
+    row(out, "PNG 512x256 16-bit RGBA, no budget", NUMBER, "decoded 512x256", NUMBER, NUMBER, NUMBER)
+    row(out, r"20 a minute \(default\)", "401", "20", NUMBER, NUMBER)
+    row(out, r"20 a minute \(default\)", "429", "5", NUMBER, NUMBER)
+    row(out, "out of reach", "401", "25", NUMBER, NUMBER)
+
+
 def test_service(tmp_path: Path) -> None:
     """bench_service.py with 2 patients, one second of wrk: the run's row and the overhead row."""
     out = bench(
