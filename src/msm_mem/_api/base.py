@@ -1,5 +1,6 @@
-"""What the parts of :class:`~msm_mem.MsmMem` share: its private components and the role check
-that audits a refusal."""
+"""What the operation groups of :class:`~msm_mem.MsmMem` share: the core holding its private
+components and the role check that audits a refusal, the group base reading them, and the
+turn-taking of writers of one patient."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from .._storage.base import Store, WriteBatch
 from ..plugins.encoders import Encoder
 from .access import Operation, require
 
-__all__ = ["_Base", "patient_turn", "retrying", "stated_reason"]
+__all__ = ["Core", "_Base", "patient_turn", "retrying", "stated_reason"]
 
 #: how often a write that met another writer's change is staged again before WriteConflict
 CONFLICT_ATTEMPTS = 6
@@ -102,30 +103,53 @@ def stated_reason(reason: str, what: str) -> str:
     return plain_reason(f"the {what} reason", check_text(f"{what} reason", reason, MAX_TEXT_CHARS).strip())
 
 
-class _Base:
-    _directory: Path
-    _settings: Settings
-    _clock: Clock
-    _encoder: Encoder
-    _store: Store
-    _cipher: EnvelopeCipher
-    _audit: AuditLog
-    _gm: GovernedMemory
-    _agent: MemoryAgent
+class Core:
+    """The private parts of one open :class:`~msm_mem.MsmMem` (its directory, settings, clock,
+    encoder, store, cipher, audit log, memory core and agent) and the helpers every operation
+    group uses: the audited role check, one audit event, the maintainer. Built once by
+    ``MsmMem``; each group reads it, none hands it out."""
 
-    def _maintainer(self, system: Principal | None = None, at: float | None = None) -> Maintainer:
-        raise NotImplementedError
+    __slots__ = ("agent", "audit", "cipher", "clock", "directory", "encoder", "gm", "settings", "store")
 
-    def _allow(self, principal: Principal, op: Operation, *, tier: str = "ltm") -> Principal:
+    def __init__(
+        self,
+        directory: Path,
+        settings: Settings,
+        clock: Clock,
+        encoder: Encoder,
+        store: Store,
+        cipher: EnvelopeCipher,
+        audit: AuditLog,
+        gm: GovernedMemory,
+        agent: MemoryAgent,
+    ) -> None:
+        self.directory = directory
+        self.settings = settings
+        self.clock = clock
+        self.encoder = encoder
+        self.store = store
+        self.cipher = cipher
+        self.audit = audit
+        self.gm = gm
+        self.agent = agent
+
+    def maintainer(self, system: Principal | None = None, at: float | None = None) -> Maintainer:
+        """The maintenance sweep over this memory (as ``system`` when given, as of ``at``)."""
+        after, keep = self.settings.consolidate_after_s, self.settings.retention_s
+        if system is None:
+            return Maintainer(self.gm, self.cipher, consolidate_after_s=after, at=at, retention_s=keep)
+        return Maintainer(self.gm, self.cipher, consolidate_after_s=after, system=system, at=at, retention_s=keep)
+
+    def allow(self, principal: Principal, op: Operation, *, tier: str = "ltm") -> Principal:
         """``principal`` when its role may call ``op``; a refusal is audited, then raised."""
         try:
             return require(principal, op)
         except AccessDenied:
             assert isinstance(principal, Principal)  # require raised InvalidInput otherwise
-            self._event(principal, op.value, tier, tier, outcome="denied", reason="role_not_allowed")
+            self.event(principal, op.value, tier, tier, outcome="denied", reason="role_not_allowed")
             raise
 
-    def _event(
+    def event(
         self,
         principal: Principal,
         action: str,
@@ -140,7 +164,7 @@ class _Base:
         reason: str = "",
     ) -> None:
         """Write one audit event by ``principal`` (with ``batch``, in one transaction)."""
-        spec = self._audit.spec(
+        spec = self.audit.spec(
             actor=principal.id,
             role=principal.role.value,
             action=action,
@@ -153,4 +177,53 @@ class _Base:
             consent_id=consent_id,
             reason=reason,
         )
-        self._audit.write(batch if batch is not None else WriteBatch(), [spec])
+        self.audit.write(batch if batch is not None else WriteBatch(), [spec])
+
+
+class _Base:
+    """An operation group of :class:`~msm_mem.MsmMem` (care, reads, admin, ...): a plain object
+    built over the one :class:`Core`, whose parts it reads through the private properties below
+    (``self._store`` and so on) and whose helpers it calls (``self._allow``, ``self._event``,
+    ``self._maintainer``). ``MsmMem`` holds one of each group and exposes their public methods."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        self._allow = core.allow
+        self._event = core.event
+        self._maintainer = core.maintainer
+
+    @property
+    def _directory(self) -> Path:
+        return self._core.directory
+
+    @property
+    def _settings(self) -> Settings:
+        return self._core.settings
+
+    @property
+    def _clock(self) -> Clock:
+        return self._core.clock
+
+    @property
+    def _encoder(self) -> Encoder:
+        return self._core.encoder
+
+    @property
+    def _store(self) -> Store:
+        return self._core.store
+
+    @property
+    def _cipher(self) -> EnvelopeCipher:
+        return self._core.cipher
+
+    @property
+    def _audit(self) -> AuditLog:
+        return self._core.audit
+
+    @property
+    def _gm(self) -> GovernedMemory:
+        return self._core.gm
+
+    @property
+    def _agent(self) -> MemoryAgent:
+        return self._core.agent

@@ -77,6 +77,7 @@ class _Care(_Base):
 
     def ask(
         self,
+        /,  # self positional-only: **unknown takes any keyword (and MsmMem.ask is typed from these)
         principal: Principal,
         patient_id: str,
         image: object,

@@ -50,8 +50,10 @@ from ..plugins.backbones import Backbone, get_backbone
 from ..plugins.encoders import Encoder, get_encoder
 from .access import Operation, require
 from .admin import _Admin
+from .base import Core
 from .care import _Care
 from .context import _Context
+from .delegate import Delegated
 from .reads import _Reads
 from .scope import _Scope
 from .trail import _Trail
@@ -88,7 +90,7 @@ def _encoder(encoder: str | Encoder, options: Mapping[str, Any] | None) -> Encod
     return encoder
 
 
-class MsmMem(_Care, _Context, _Reads, _Admin, _Trail, _Scope):
+class MsmMem:
     """One governed memory store: ingest, ask, context, record_answer, retrieve, observe,
     consolidate, feedback, reads,
     consent, keys, audit, maintenance, export and import, each called with a principal.
@@ -98,6 +100,45 @@ class MsmMem(_Care, _Context, _Reads, _Admin, _Trail, _Scope):
     (with ``encoder_options`` / ``backbone_options``) or as objects; a misconfigured plugin is
     :class:`InvalidInput` (or :class:`MissingExtra` naming the extra to install).
     """
+
+    # The operations live in groups, one object each over the same private core; each public
+    # method below is the group's own (its signature and docstring), called on the group.
+    ingest = Delegated("_care", _Care.ingest)
+    ask = Delegated("_care", _Care.ask)
+    ask_many = Delegated("_care", _Care.ask_many)
+    retrieve = Delegated("_care", _Care.retrieve)
+    observe = Delegated("_care", _Care.observe)
+    consolidate = Delegated("_care", _Care.consolidate)
+    feedback = Delegated("_care", _Care.feedback)
+
+    context = Delegated("_context", _Context.context)
+    record_answer = Delegated("_context", _Context.record_answer)
+
+    semantic_state = Delegated("_reads", _Reads.semantic_state)
+    semantic_history = Delegated("_reads", _Reads.semantic_history)
+    episodes = Delegated("_reads", _Reads.episodes)
+    visuals = Delegated("_reads", _Reads.visuals)
+    claims = Delegated("_reads", _Reads.claims)
+    claim_history = Delegated("_reads", _Reads.claim_history)
+    stm_items = Delegated("_reads", _Reads.stm_items)
+
+    grant = Delegated("_admin", _Admin.grant)
+    revoke = Delegated("_admin", _Admin.revoke)
+    consents = Delegated("_admin", _Admin.consents)
+    rotate_keys = Delegated("_admin", _Admin.rotate_keys)
+    shred = Delegated("_admin", _Admin.shred)
+    verify_audit = Delegated("_admin", _Admin.verify_audit)
+    checkpoint = Delegated("_admin", _Admin.checkpoint)
+    export_fhir = Delegated("_admin", _Admin.export_fhir)
+    maintain = Delegated("_admin", _Admin.maintain)
+    export_paper = Delegated("_admin", _Admin.export_paper)
+    import_paper = Delegated("_admin", _Admin.import_paper)
+
+    audit_trail = Delegated("_trail", _Trail.audit_trail)
+
+    refuse = Delegated("_scope", _Scope.refuse)
+    break_glass = Delegated("_scope", _Scope.break_glass)
+    refuse_login = Delegated("_scope", _Scope.refuse_login)
 
     def __init__(
         self,
@@ -145,12 +186,18 @@ class MsmMem(_Care, _Context, _Reads, _Admin, _Trail, _Scope):
         )
         self._gm = GovernedMemory(Memory(store, settings, self._clock), self._audit)
         self._agent = MemoryAgent(self._gm, enc, chosen, directory=directory)
+        core = Core(directory, settings, self._clock, enc, store, self._cipher, self._audit, self._gm, self._agent)
+        self._care = _Care(core)
+        self._context = _Context(core)
+        self._reads = _Reads(core)
+        self._admin = _Admin(core)
+        self._trail = _Trail(core)
+        self._scope = _Scope(core)
+        self._core = core
 
     def _maintainer(self, system: Principal | None = None, at: float | None = None) -> Maintainer:
-        after, keep = self._settings.consolidate_after_s, self._settings.retention_s
-        if system is None:
-            return Maintainer(self._gm, self._cipher, consolidate_after_s=after, at=at, retention_s=keep)
-        return Maintainer(self._gm, self._cipher, consolidate_after_s=after, system=system, at=at, retention_s=keep)
+        """The maintenance sweep over this memory, as :meth:`maintain` and :meth:`shred` run it."""
+        return self._core.maintainer(system, at)
 
     @classmethod
     def init(
@@ -322,7 +369,7 @@ class MsmMem(_Care, _Context, _Reads, _Admin, _Trail, _Scope):
             store.close()
             raise
         with mem:
-            return mem._upgrade(p)
+            return mem._admin._upgrade(p)
 
     @staticmethod
     def exists(directory: str | Path) -> bool:
