@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from msm_mem import ConsentRecord, MsmMem
-from msm_mem._errors import ConsentDenied, IllegalTransition, InvalidInput, InvalidVector
+from msm_mem._errors import ConsentDenied, IllegalTransition, InvalidInput, InvalidVector, WriteConflict
 from msm_mem._records import SemanticState, new_id
 from msm_mem._storage.base import WriteBatch
 from msm_mem.testing import FixedClock
@@ -235,7 +235,7 @@ def test_a_batch_refused_mid_transaction_leaves_nothing(new_mem: MemFactory) -> 
     turns = gm.begin_many(AGENT, PATIENTS[:3])
     _stage(mem, turns, 2, _vectors(mem, 3, seed=2))
     turns[2].batch.episodes.append(turns[0].batch.episodes[0])
-    with pytest.raises(InvalidInput):
+    with pytest.raises(WriteConflict, match="stored already"):
         gm.commit_many(turns)
     assert _counts(mem) == before and mem._store.row_digests() == digests
 

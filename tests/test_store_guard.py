@@ -8,7 +8,15 @@ from dataclasses import fields, replace
 import numpy as np
 import pytest
 
-from msm_mem import EpisodicRecord, IllegalTransition, Impression, InvalidInput, SemanticState, State, StmPayload
+from msm_mem import (
+    EpisodicRecord,
+    IllegalTransition,
+    Impression,
+    SemanticState,
+    State,
+    StmPayload,
+    WriteConflict,
+)
 from msm_mem._storage.base import Audit, StateChange, Store, WriteBatch
 from msm_mem._tier_records import AuditRow, Claim, StmChange, StmItem, StmState
 from msm_mem._transitions import LTM_STATE_CHANGES, STM_STATE_CHANGES
@@ -136,7 +144,7 @@ def test_a_short_term_change_cannot_name_another_patient(store: Store) -> None:
     """StmChange has no patient field; a new item cannot take another patient's item id."""
     assert "patient_id" not in {f.name for f in fields(StmChange)}
     seeded(store)
-    refused(store, WriteBatch(stm=[item(1, patient="q")]), error=InvalidInput, match="refused by the store")
+    refused(store, WriteBatch(stm=[item(1, patient="q")]), error=WriteConflict, match="stored already")
     assert [m.patient_id for m in store.stm_get(["M-1"])] == ["p"]
 
 

@@ -20,8 +20,9 @@ class StateChange:
 
     Used for supersession (``ACTIVE -> SUPERSEDED``, the old version kept as it was),
     retraction and anonymisation in place (``new_patient_id=""``, ``new_id`` random, ``fields``
-    scrubbed content). ``expect`` is the state the record must be in, or the whole batch fails;
-    ``expect -> to`` must be a long-term state change of the transition table.
+    the content as the anonymiser keeps it). ``expect`` is the state the record must be in, or
+    the whole batch fails; ``expect -> to`` must be a long-term state change of the transition
+    table.
     """
 
     table: ChangeableTable

@@ -160,7 +160,9 @@ class PgDialect:
                     self._pipe = None
                 committing = True
         except psycopg.errors.UniqueViolation as exc:
-            raise WriteConflict(f"another writer stored this first, nothing was written: {exc}") from exc
+            raise WriteConflict(
+                f"a record with this id is stored already (by another writer first), nothing was written: {exc}"
+            ) from exc
         except psycopg.IntegrityError as exc:
             raise InvalidInput(f"write refused by the store: {exc}") from exc
         except psycopg.OperationalError as exc:

@@ -247,7 +247,9 @@ class SqliteDialect:
         except sqlite3.IntegrityError as exc:
             self._rollback()
             if getattr(exc, "sqlite_errorname", "") in ("SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE"):
-                raise WriteConflict(f"another writer stored this first, nothing was written: {exc}") from exc
+                raise WriteConflict(
+                    f"a record with this id is stored already (by another writer first), nothing was written: {exc}"
+                ) from exc
             raise InvalidInput(f"write refused by the store: {exc}") from exc
         except sqlite3.OperationalError as exc:  # a full disk, an I/O error: at COMMIT too
             self._rollback()
