@@ -32,7 +32,8 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -117,10 +118,27 @@ class FaissVectors:
             self._open_indexes()
 
     def _open_indexes(self) -> None:
+        """Every kind's index, its rows, vectors and recorded digest read in one read snapshot:
+        another process appending meanwhile is followed later (the marks were read before),
+        never seen half (rows counted in one snapshot, vectors read in the next)."""
         self._index, self._ids, self._next = {}, {}, {}
-        for kind in _KINDS:
-            self._index[kind], self._ids[kind] = self._open_index(kind)
-            self._next[kind] = self._index[kind].ntotal
+        with self._snapshot():
+            for kind in _KINDS:
+                self._index[kind], self._ids[kind] = self._open_index(kind)
+                self._next[kind] = self._index[kind].ntotal
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """One read transaction around several reads (none when a transaction is open already)."""
+        if self._conn.in_transaction:
+            yield
+            return
+        self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if self._conn.in_transaction:
+                self._conn.execute("COMMIT")
 
     def _erased_mark(self) -> str | None:
         row = self._conn.execute(
@@ -156,7 +174,8 @@ class FaissVectors:
 
     def _rebuild_from_rows(self) -> None:
         for kind in list(self._index):
-            built = self._load_rows(kind, VectorIndex(self.dim, self._ef_search), 0, None, link=False)
+            with self._snapshot():
+                built = self._load_rows(kind, VectorIndex(self.dim, self._ef_search), 0, None, link=False)
             assert built is not None  # no digest is checked: only more vectors than rows gives None
             built[0].link()
             self._index[kind], self._ids[kind] = built
@@ -294,10 +313,11 @@ class FaissVectors:
                 self._append_others(kind, index)
                 self._reread(kind, index, sorted({p for p in updated[kind] if p < start}))
                 continue
-            built = self._load_rows(kind, index, index.ntotal, None)
-            if built is None:  # fewer rows than vectors: only a restore from a backup does that
-                built = self._load_rows(kind, VectorIndex(self.dim, self._ef_search), 0, None)
-                assert built is not None
+            with self._snapshot():
+                built = self._load_rows(kind, index, index.ntotal, None)
+                if built is None:  # fewer rows than vectors: only a restore from a backup does that
+                    built = self._load_rows(kind, VectorIndex(self.dim, self._ef_search), 0, None)
+            assert built is not None
             self._index[kind], self._ids[kind] = built
             self._next[kind] = built[0].ntotal
         self._seen_version, self._seen_moved = version, moved
