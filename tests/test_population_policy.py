@@ -49,14 +49,14 @@ def test_deny_by_default_until_a_patient_opts_in(new_mem: MemFactory, tmp_path: 
     opened = _other_patients(closed, rows, first)
     assert opened  # the patient who opted in now informs the others
     theirs = {e.episode_id for e in closed.episodes(AGENT, second)}
+    theirs |= {v.visual_id for v in closed.visuals(AGENT, second)}
     others = {
         e.episode_id for r in rows if r.patient_id not in (first, second) for e in closed.episodes(AGENT, r.patient_id)
     }
-    assert not opened & others  # nobody else
+    assert opened <= theirs and not opened & others  # the opted-in patient's records, nobody else's
     default = new_mem("default")
     default.ingest(INGEST, rows)
     assert _other_patients(default, rows, first)
-    assert theirs  # the opted-in patient's own records are still theirs
 
 
 def test_a_policy_and_population_false_are_refused_together(new_mem: MemFactory) -> None:
