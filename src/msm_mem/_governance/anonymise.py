@@ -77,19 +77,29 @@ class Vocabulary(Enum):
 
 
 @functools.cache
-def _clinical() -> frozenset[str]:
+def _vocabulary() -> tuple[frozenset[str], frozenset[str]]:
+    """The clinical vocabulary's words, and those of its units section (read after a number)."""
     text = resources.files(__package__).joinpath("clinical_vocabulary.txt").read_text(encoding="utf-8")
-    words = set()
+    words: set[str] = set()
+    units: set[str] = set()
+    in_units = False
     for line in text.splitlines():
-        words.update(line.split("#", 1)[0].lower().split())
-    return frozenset(words)
+        if line.startswith("#"):
+            in_units = line.startswith("# units and measured quantities")
+            continue
+        found = line.lower().split()
+        words.update(found)
+        if in_units:
+            units.update(found)
+    return frozenset(words), frozenset(units)
 
 
-@functools.cache
+def _clinical() -> frozenset[str]:
+    return _vocabulary()[0]
+
+
 def _units() -> frozenset[str]:
-    text = resources.files(__package__).joinpath("clinical_vocabulary.txt").read_text(encoding="utf-8")
-    _, _, tail = text.partition("# units and measured quantities")
-    return frozenset(tail.split("\n", 1)[1].lower().split()) if tail else frozenset()
+    return _vocabulary()[1]
 
 
 @functools.cache
