@@ -179,7 +179,22 @@ class Anonymised:
 def anonymise(text: str, vocabulary: Vocabulary = Vocabulary.COMMON) -> Anonymised:
     """``text`` with every word outside ``vocabulary`` replaced by its category and every
     number that is not a measurement replaced by ``[NUMBER]`` (see the module docstring).
-    Idempotent: anonymising the result changes nothing."""
+    Idempotent: a placeholder can make the rules see a new identifier beside it (``X::0``
+    becomes ``[NAME]::0``, an IPv6 address to them), so the pass runs again on its result
+    until nothing changes (at most three times; ``words`` and ``kept`` count the first pass's
+    judgements less what a later pass replaced)."""
+    result = _pass(text, vocabulary)
+    for _ in range(3):
+        again = _pass(result.text, vocabulary)
+        if again.text == result.text:
+            break
+        lost = again.words - again.kept
+        categories = tuple(dict.fromkeys((*result.categories, *again.categories)))
+        result = Anonymised(again.text, result.words, max(0, result.kept - lost), categories)
+    return result
+
+
+def _pass(text: str, vocabulary: Vocabulary) -> Anonymised:
     words = _words(vocabulary)
     units = _units()
     source = scrub(text)
