@@ -74,6 +74,7 @@ def test_measurements_counts_and_years_stay(text: str, kept: str) -> None:
         ("note by PARKER", "PARKER"),  # capitals outside the clinical vocabulary
         ("admitted in May", "May"),  # a month is finer than the year
         ("call 6175550166 he said", "6175550166"),  # a word after a number is a unit only if it is one
+        ("car ETT-5486", "5486"),  # a clinical word joined to digits is an id, not a term
     ],
 )
 def test_what_reads_as_an_identifier_goes(text: str, gone: str) -> None:

@@ -141,7 +141,7 @@ def _bases(word: str) -> list[str]:
 def _in(low: str, words: frozenset[str]) -> bool:
     if low in words:
         return True
-    if "-" in low and all(part in words or part.isdigit() for part in low.split("-") if part):
+    if "-" in low and all(part in words for part in low.split("-") if part):
         return True
     return any(b in words and b not in _proper() for b in _bases(low)[1:])
 

@@ -154,7 +154,12 @@ class _Maker:
         return Planted("address", f"lives at {value}", _parts(value, self.street_words))
 
     def city(self) -> Planted:
-        value = self.fake.city()
+        # it_IT's city draws from a set, whose order follows the interpreter's hash seed: left
+        # out, so the corpus is the same in every process
+        fake = self.fake
+        if fake is self.fakers[_LOCALES.index("it_IT")]:
+            fake = self.fakers[0]
+        value = fake.city()
         context = self.rng.choice(["traveling from {}", "lives in {}", "transferred from {}", "returned from {}"])
         return Planted("city", context.format(value), _parts(value))
 
