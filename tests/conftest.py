@@ -29,6 +29,13 @@ settings.load_profile("default")
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
+#: the key home of every store the tests make (msm_mem._governance.key_home): a folder of this
+#: run, through the configuration folder the default home derives from, so that it holds for
+#: tests that clear the MSM_MEM_* variables and for the processes they start
+_CONFIG_HOME = tempfile.mkdtemp(prefix="msm-mem-test-config-")
+os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME
+atexit.register(shutil.rmtree, _CONFIG_HOME, True)
+
 #: set by ``make test``: there every test must run, so one that would skip (absent ../shared data,
 #: a missing optional extra, no PostgreSQL server) fails with the skip's reason instead; a plain
 #: ``pytest`` on a fresh clone skips such tests and says why

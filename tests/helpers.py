@@ -146,6 +146,16 @@ def raw_db(target: Any) -> RawDb:
     return RawDb(_directory(target))
 
 
+def key_folder(target: Any) -> Path:
+    """The folder of the store of ``target`` (an ``MsmMem`` or its directory) in the key home:
+    its key files, its record and its default witness (msm_mem._governance.key_home)."""
+    from msm_mem._governance.key_home import default_home
+
+    with raw_db(target) as db:
+        (store_id,) = db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+    return default_home() / str(store_id)
+
+
 def raw_sql(target: Any, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     """Run one statement (``?`` placeholders) on the store of record of ``target`` (an ``MsmMem``,
     open or closed, or its directory) on either backend; its rows (``[]`` when it returns none)."""

@@ -1,13 +1,16 @@
 """A memory directory's store of record rewritten by SQL into the layout of store schema 2 (as
 msm-mem wrote it before tenants): no ``tenant`` column, keys without it, the random store id
-in ``meta`` under its old name ``tenant``. Tests of the upgrade build their old stores with it
+in ``meta`` under its old name ``tenant``; and its keys put back inside the directory, as
+msm-mem kept them before the key home. Tests of the upgrade build their old stores with it
 (an old msm-mem cannot run here); synthetic data only."""
 
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
+from msm_mem._governance.key_home import default_home
 from msm_mem._storage.sqlite.schema import SCHEMA as SQLITE_SCHEMA
 from msm_mem._storage.sqlite.schema import TABLES
 from tests.helpers import raw_db
@@ -19,8 +22,23 @@ def _without_tenant(ddl: str) -> str:
     return ddl.replace("(tenant, ", "(")
 
 
+def keys_into_directory(directory: Path) -> None:
+    """Move the key files of the (closed) store of ``directory`` from its key home folder into
+    ``DIR/keys/`` and forget the rest of that folder (record, witness): the layout of a store
+    made before the key home."""
+    with raw_db(directory) as db:
+        (store_id,) = db.execute("SELECT value FROM meta WHERE key IN ('store_id', 'tenant')").fetchone()
+    folder = default_home() / store_id
+    (directory / "keys").mkdir(mode=0o700, exist_ok=True)
+    for name in ("kek.json", "checkpoint.key"):
+        shutil.move(folder / name, directory / "keys" / name)
+    shutil.rmtree(folder)
+
+
 def to_schema_2(directory: Path) -> None:
-    """Rewrite the (closed) store of ``directory`` into the schema-2 layout, in one transaction."""
+    """Rewrite the (closed) store of ``directory`` into the schema-2 layout, in one transaction,
+    its keys inside the directory (:func:`keys_into_directory`)."""
+    keys_into_directory(directory)
     from msm_mem._storage.postgres.schema import INDEXES as PG_INDEXES
     from msm_mem._storage.postgres.schema import SCHEMA as PG_SCHEMA
 

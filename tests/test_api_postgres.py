@@ -20,7 +20,7 @@ from msm_mem._storage.postgres import PostgresStore
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.cli_support import AUDITOR as AUDITOR_FLAGS
-from tests.helpers import ADMIN, AGENT, png
+from tests.helpers import ADMIN, AGENT, key_folder, png
 
 pytestmark = pytest.mark.postgres
 
@@ -47,7 +47,8 @@ def test_init_keeps_keys_local_and_no_password_on_disk(tmp_path: Path, postgres_
     spec = json.loads((tmp_path / "m" / LOCATION_FILE).read_text())
     assert spec["backend"] == "postgresql" and spec["schema"] == schema
     assert "not-stored-anywhere" not in (tmp_path / "m" / LOCATION_FILE).read_text()
-    assert (tmp_path / "m" / "keys" / "kek.json").stat().st_mode & 0o777 == 0o600
+    assert not (tmp_path / "m" / "keys" / "kek.json").exists()
+    assert (key_folder(tmp_path / "m") / "kek.json").stat().st_mode & 0o777 == 0o600
     assert not (tmp_path / "m" / "msm-mem.sqlite").exists()
     assert {"meta", "episodic", "audit", "keys", "consents"} <= _tables(postgres_url, schema)
     with MsmMem.open(tmp_path / "m", clock=FixedClock(1.7e9)) as mem:

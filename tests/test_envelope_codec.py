@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -169,13 +168,6 @@ def test_tampered_or_plain_values_fail(filled: Path) -> None:
             mem._store.get_claims([claim_id])
         with pytest.raises(DecryptionError):
             mem._store.stm_get([stm_id])
-
-
-def test_key_files_are_private(filled: Path) -> None:
-    """The KEK file and the checkpoint signing key are mode 0600, their folder 0700."""
-    for name in ("kek.json", "checkpoint.key"):
-        assert stat.S_IMODE((filled / "keys" / name).stat().st_mode) == 0o600, name
-    assert stat.S_IMODE((filled / "keys").stat().st_mode) == 0o700
 
 
 def test_cli_rotate_keeps_every_record_readable(store_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from msm_mem import InvalidInput, ManifestRow, MsmMem, MsmMemError, StoreError
 from msm_mem._tier_records import ConsentRecord
-from tests.helpers import ADMIN, AGENT, AUDITOR, INGEST, png
+from tests.helpers import ADMIN, AGENT, AUDITOR, INGEST, key_folder, png
 
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 needs_root = pytest.mark.skipif(not ROOT, reason="mounting a tmpfs or a read-only bind mount needs root")
@@ -170,7 +170,7 @@ def test_a_deleted_or_corrupt_key_file_is_a_clear_error(tmp_path: Path, damage: 
     """Opening a store whose key file is gone or damaged fails naming the key file, and no
     new key file is made in its place."""
     _store(tmp_path / "s", tmp_path / "img", n=1)
-    kek = tmp_path / "s" / "keys" / "kek.json"
+    kek = key_folder(tmp_path / "s") / "kek.json"
     if damage == "deleted":
         kek.unlink()
     elif damage == "truncated":
@@ -186,7 +186,7 @@ def test_rotation_retires_old_keks_and_leaves_no_key_material(tmp_path: Path) ->
     """After every committed rotation the key file holds only the current KEK; temporary files
     of an interrupted rewrite (a kill before its rename) are removed on open."""
     _store(tmp_path / "s", tmp_path / "img", n=2)
-    keys = tmp_path / "s" / "keys"
+    keys = key_folder(tmp_path / "s")
     (keys / ".kek.json.0123456789abcdef.tmp").write_bytes(b'{"keys": "material"}')
     with MsmMem.open(tmp_path / "s") as mem:
         assert not list(keys.glob("*.tmp"))

@@ -15,7 +15,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from msm_mem import CheckpointKeyMissing, MsmMem, StoreError
+from msm_mem import CheckpointKeyMissing, InvalidInput, MsmMem, StoreError
 from msm_mem._errors import AuditChainBroken
 from msm_mem._governance.audit.chain import ChainBuilder
 from msm_mem._governance.audit.checkpoint import Checkpoint
@@ -24,7 +24,7 @@ from msm_mem._governance.audit.event import GENESIS, AuditEvent
 from msm_mem._governance.crypto import _field_aad, _unb64url, is_token
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.conftest import MemFactory
-from tests.helpers import ADMIN, AGENT, AUDITOR, png, raw_sql
+from tests.helpers import ADMIN, AGENT, AUDITOR, key_folder, png, raw_sql
 
 T0 = 1_700_000_000.0
 PATIENT = "P-TAMPER-1"
@@ -171,7 +171,7 @@ def test_deleted_key_is_an_error_and_never_regenerated(tmp_path: Path, new_mem: 
     mem, _ = _store(tmp_path, new_mem)
     directory = mem.directory
     mem.close()
-    key = directory / "keys" / "checkpoint.key"
+    key = key_folder(directory) / "checkpoint.key"
     saved = key.read_bytes()
     key.unlink()
     with pytest.raises(CheckpointKeyMissing, match="never regenerated"):
@@ -197,7 +197,9 @@ def test_deleted_checkpoints_are_caught(tmp_path: Path, new_mem: MemFactory) -> 
 
 def test_key_and_checkpoints_outside_the_store_with_a_witness(tmp_path: Path, new_mem: MemFactory) -> None:
     """The key (a path), the checkpoints and a witness elsewhere: nothing of them is in DIR; an
-    insider who truncates the tail and the log and head file with it is caught by the witness."""
+    insider who truncates the tail and the log and head file with it is caught by the witness,
+    which the store recorded at init: opening without naming it still consults it, and naming
+    another is refused."""
     elsewhere = tmp_path / "vault"
     options = {
         "checkpoint_key": elsewhere / "checkpoint.key",
@@ -222,8 +224,10 @@ def test_key_and_checkpoints_outside_the_store_with_a_witness(tmp_path: Path, ne
         "".join(line for line in log.read_text().splitlines(keepends=True) if json.loads(line)["size"] <= cut)
     )
     (elsewhere / "cps" / "checkpoints.head").unlink()
-    with MsmMem.open(directory, checkpoint_key=options["checkpoint_key"], checkpoints=options["checkpoints"]) as blind:
-        assert blind.verify_audit(AUDITOR).ok  # without the witness this cut is invisible
+    with MsmMem.open(directory, checkpoint_key=options["checkpoint_key"], checkpoints=options["checkpoints"]) as mem:
+        _broken(mem, cut + 1, "witness signed")  # the recorded witness, though not named
+    with pytest.raises(InvalidInput, match="recorded at init"):
+        MsmMem.open(directory, **{**options, "witness": tmp_path / "another.jsonl"})
     with MsmMem.open(directory, **options) as mem:
         _broken(mem, cut + 1, "witness signed")
 
@@ -266,6 +270,9 @@ def test_a_store_from_before_per_commit_checkpoints_says_so(tmp_path: Path, new_
     old = mem._audit.signer.sign(first.origin, first.size, first.head_hash, first.time)
     log.write_bytes(old.to_json() + b"\n")
     (mem.directory / "audit" / "checkpoints.head").unlink()
+    witness = key_folder(mem) / "witness.jsonl"  # as old as the log: no witness then
+    witness.write_bytes(old.to_json() + b"\n")
+    witness.with_suffix(".head").unlink()
     mem = _reopen(mem)
     _broken(mem, first.size + 1, "written before per-commit checkpoints")
     with pytest.raises(AuditChainBroken):

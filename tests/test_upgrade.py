@@ -72,7 +72,13 @@ def test_the_upgrade_makes_an_old_store_current(tmp_path: Path, new_mem: MemFact
     directory = _old_store(tmp_path, new_mem)
     events = int(raw_sql(directory, "SELECT max(seq) FROM audit")[0][0])
     result = MsmMem.upgrade(directory, ADMIN)
-    assert result == {"from_schema": 1, "to_schema": 3, "visual_tags_encrypted": 6, "events_signed": events + 1}
+    assert result == {
+        "from_schema": 1,
+        "to_schema": 3,
+        "visual_tags_encrypted": 6,
+        "events_signed": events + 1,
+        "keys_moved": 2,
+    }
     assert all(is_token(tag) for (tag,) in raw_sql(directory, "SELECT visual_tag FROM visual"))
     with MsmMem.open(directory, clock=FixedClock(T0 + 60)) as mem:
         assert mem.verify_audit(AUDITOR).ok

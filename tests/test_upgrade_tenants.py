@@ -121,7 +121,13 @@ def test_the_upgrade_gives_every_row_the_tenant(tmp_path: Path, new_mem: MemFact
     fresh.close()
     events = int(raw_sql(directory, "SELECT max(seq) FROM audit")[0][0])
     result = MsmMem.upgrade(directory, ADMIN)
-    assert result == {"from_schema": 2, "to_schema": 3, "visual_tags_encrypted": 0, "events_signed": events + 1}
+    assert result == {
+        "from_schema": 2,
+        "to_schema": 3,
+        "visual_tags_encrypted": 0,
+        "events_signed": events + 1,
+        "keys_moved": 2,
+    }
     with raw_db(directory) as db:
         for table in db.tables():
             assert db.execute(f"SELECT count(*) FROM {table} WHERE tenant <> 'default'").fetchone()[0] == 0

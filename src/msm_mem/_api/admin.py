@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from .._errors import AccessDenied, AuditChainBroken, InvalidInput, NotFound
+from .._errors import AccessDenied, AuditChainBroken, InvalidInput, NotFound, StoreError
 from .._governance.audit.erasure import ErasureReceipt
 from .._governance.audit.verify import VerifyResult
 from .._governance.consent import check_record, evaluate
@@ -181,24 +181,33 @@ class _Admin(_Base):
         self._event(p, "export", "audit", "source", reason=f"fhir audit events: {count}")
         return count
 
-    def _upgrade(self, p: Principal) -> dict[str, int]:
-        """The upgrade of :meth:`MsmMem.upgrade`, on a store opened for it."""
-        spec = self._audit.spec(
-            actor=p.id,
-            role=p.role.value,
-            action="store_upgrade",
-            source_tier="ltm",
-            target_tier="ltm",
-            purpose=p.purpose.value,
-            reason=f"store schema {self._store.schema_version} to {self._store.CURRENT_SCHEMA}",
-        )
+    def _upgrade(self, p: Principal, *, keys_moved: int = 0) -> dict[str, int]:
+        """The upgrade of :meth:`MsmMem.upgrade`, on a store opened for it (its keys already in
+        the key home: ``keys_moved`` files moved there). A store at the current schema whose
+        keys moved gets one audited event saying so; one with nothing to do is StoreError."""
         before = self._store.schema_version
-        tags, signed = upgrade_store(self._audit, self._cipher, spec)
+        if before == self._store.CURRENT_SCHEMA:
+            if not keys_moved:
+                raise StoreError(f"the store is at schema {before} already, its keys outside it: nothing to upgrade")
+            self._event(p, "store_upgrade", "ltm", "ltm", reason=f"{keys_moved} key files moved to the key home")
+            tags, signed = 0, self._store.audit_head()[0]
+        else:
+            spec = self._audit.spec(
+                actor=p.id,
+                role=p.role.value,
+                action="store_upgrade",
+                source_tier="ltm",
+                target_tier="ltm",
+                purpose=p.purpose.value,
+                reason=f"store schema {before} to {self._store.CURRENT_SCHEMA}",
+            )
+            tags, signed = upgrade_store(self._audit, self._cipher, spec)
         return {
             "from_schema": int(before),
             "to_schema": int(self._store.schema_version),
             "visual_tags_encrypted": tags,
             "events_signed": signed,
+            "keys_moved": keys_moved,
         }
 
     # maintenance ---------------------------------------------------------------------------

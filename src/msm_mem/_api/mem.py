@@ -5,15 +5,18 @@ A store directory holds::
     msm-mem.sqlite            store of record (PHI fields envelope-encrypted), or
     store.json                where the PostgreSQL store of record is (see storage.location)
     index/                    FAISS caches of the embedded store (rebuildable)
-    keys/kek.json             local key-encryption keys (mode 0600); use a KMS in production
-    keys/checkpoint.key       Ed25519 key signing audit checkpoints (mode 0600), unless kept elsewhere
+    keys/api-keys.json        the service's API keys, as argon2 hashes (mode 0600)
     audit/checkpoints.jsonl   the signed head of every commit of audit rows, unless kept elsewhere
     audit/checkpoints.head    the signed head of the latest commit (written before it commits)
 
-The checkpoint key and the checkpoints can live outside the directory (``checkpoint_key``: a
-path or a signing key object; ``checkpoints``: a folder or ``*.jsonl`` file), and each
-checkpoint can also be published to a ``witness`` (a folder or file elsewhere) that
-verification consults. Pass the same to :meth:`MsmMem.init` and every :meth:`MsmMem.open`.
+The keys are not in the directory: a copy of it alone can neither decrypt nor re-sign. They
+come from the key home (``key_home``, default ``MSM_MEM_KEY_HOME`` or the user's configuration
+folder), a master key in the environment (``MSM_MEM_MASTER_KEY``) or a KMS (``key_provider``
+and ``checkpoint_key``); see :mod:`msm_mem._governance.key_home`. The key home also keeps the
+store's record (its schema and witness) and, unless ``witness`` names another, the witness every
+checkpoint is published to, which verification requires to be up to date. The checkpoints can
+live outside the directory too (``checkpoints``: a folder or ``*.jsonl`` file). Pass the same
+to :meth:`MsmMem.init` and every :meth:`MsmMem.open`.
 
 Every operation takes the acting :class:`~msm_mem.Principal` (id, role, purpose). The role is
 checked against :data:`~msm_mem._api.access.OPERATIONS`, every move against the transition
@@ -30,14 +33,15 @@ from typing import Any
 
 from .._agent.agent import MemoryAgent
 from .._clock import Clock, SystemClock
-from .._errors import EncoderMismatch, InvalidInput
-from .._governance.audit.checkpoint_files import CheckpointPlace, load_signer
+from .._errors import EncoderMismatch, InvalidInput, StoreError
+from .._governance.audit.checkpoint_files import CheckpointPlace, log_file
 from .._governance.audit.checkpoint_signer import CheckpointSigner, SigningKey
 from .._governance.audit.log import AuditLog
 from .._governance.consent import default_policy
 from .._governance.crypto import EnvelopeCipher
 from .._governance.envelope_codec import EnvelopeCodec
-from .._governance.keys import KeyProvider, LocalKeyFileProvider
+from .._governance.key_home import KeyHome, StoreRecord, master_key_from_env
+from .._governance.keys import KeyProvider
 from .._memory.maintenance import Maintainer
 from .._memory.msm import Memory
 from .._memory.tiers import GovernedMemory
@@ -61,13 +65,96 @@ from .trail import _Trail
 __all__ = ["MsmMem"]
 
 
-def _remove_new_store(directory: Path, existed: bool, store: Store) -> None:
-    """Undo a half-made ``init``: remove only what init created (a server store's tables too)."""
+def _remove_new_store(directory: Path, existed: bool, store: Store, home: KeyHome | None) -> None:
+    """Undo a half-made ``init``: remove only what init created (a server store's tables too,
+    and the store's folder in the key home, which init made for this new store id)."""
     remove_new_store(directory, store)
     for sub in ("keys", "audit", "index"):
         shutil.rmtree(directory / sub, ignore_errors=True)
     if not existed:
         shutil.rmtree(directory, ignore_errors=True)
+    if home is not None:
+        shutil.rmtree(home.folder, ignore_errors=True)
+
+
+def _keys_in(directory: Path) -> list[Path]:
+    """Key files an older msm-mem kept inside the store directory."""
+    return [p for p in (directory / "keys" / "kek.json", directory / "keys" / "checkpoint.key") if p.exists()]
+
+
+def _signing_key(directory: Path, key: str | Path | SigningKey | None, *, create: bool) -> CheckpointSigner | None:
+    """The checkpoint signer of ``key``: None (the key home's), a signing key object, or a PEM
+    file outside ``directory`` (created at init when absent)."""
+    if key is None:
+        return None
+    if not isinstance(key, str | Path):
+        return CheckpointSigner(key)
+    path = Path(key)
+    if path.resolve().is_relative_to(directory.resolve()):
+        raise InvalidInput(f"the checkpoint key {path} lies in the store directory: keep it outside (key home, KMS)")
+    if create and not path.exists():
+        return CheckpointSigner.create(path)
+    return CheckpointSigner.load(path)
+
+
+def _witness(directory: Path, home: KeyHome, given: str | Path | None, record: StoreRecord | None) -> Path:
+    """The witness log: the one given (which must be the recorded one), else the recorded one,
+    else the key home's default; never inside the store directory."""
+    if given is not None:
+        path = log_file(Path(given))
+    else:
+        path = record.witness if record is not None else home.default_witness
+    if record is not None and path.resolve() != record.witness.resolve():
+        raise InvalidInput(f"the store's witness is {record.witness} (recorded at init), not {path}")
+    if path.resolve().is_relative_to(directory.resolve()):
+        raise InvalidInput(f"the witness {path} lies in the store directory: it must be a second place")
+    return path
+
+
+def _open_keys(
+    directory: Path,
+    store: Store,
+    key_home: str | Path | None,
+    key_provider: KeyProvider | None,
+    checkpoint_key: str | Path | SigningKey | None,
+    checkpoints: str | Path | None,
+    witness: str | Path | None,
+    *,
+    upgrading: bool = False,
+) -> tuple[KeyProvider, CheckpointSigner, CheckpointPlace]:
+    """The key provider, the signer and the checkpoint place of an existing store."""
+    inside = _keys_in(directory)
+    if inside:
+        raise StoreError(
+            f"{directory} keeps its keys inside the store directory ({', '.join(p.name for p in inside)}), where a"
+            " copy of the directory holds them: move them to the key home once, as an admin (audited):"
+            " msm-mem store upgrade DIR (MsmMem.upgrade)"
+        )
+    home = KeyHome(key_home, store.store_id, directory)
+    record = home.read_record()
+    if not upgrading:
+        home.check_schema(store.schema_version, record)
+    signer = _signing_key(directory, checkpoint_key, create=False)
+    provider, signer = home.open_keys(key_provider, signer, master_key_from_env())
+    witness_log = _witness(directory, home, witness, record)
+    log = log_file(Path(checkpoints) if checkpoints is not None else directory / "audit")
+    return provider, signer, CheckpointPlace(log, witness_log)
+
+
+def _refuse_set_back(directory: Path, dsn: str | None, tenant: str | None, key_home: str | Path | None) -> None:
+    """After a store failed to open: AuditChainBroken when it opens as an older schema than its
+    key home recorded (its schema was set back), else nothing (the first error stands)."""
+    try:
+        store = open_store(directory, dsn=dsn, upgrading=True, tenant=tenant)
+    except Exception:
+        return
+    try:
+        home = KeyHome(key_home, store.store_id, directory)
+        home.check_schema(store.schema_version, home.read_record())
+    except (InvalidInput, StoreError):
+        return
+    finally:
+        store.close()
 
 
 def _backbone(backbone: str | Backbone, options: Mapping[str, Any] | None) -> Backbone:
@@ -145,6 +232,8 @@ class MsmMem:
         directory: Path,
         store: Store,
         provider: KeyProvider,
+        signer: CheckpointSigner,
+        place: CheckpointPlace,
         settings: Settings,
         clock: Clock | None = None,
         *,
@@ -152,9 +241,6 @@ class MsmMem:
         backbone_options: Mapping[str, Any] | None = None,
         encoder: str | Encoder | None = None,
         encoder_options: Mapping[str, Any] | None = None,
-        checkpoint_key: str | Path | SigningKey | None = None,
-        checkpoints: str | Path | None = None,
-        witness: str | Path | None = None,
     ) -> None:
         """Private: use :meth:`init` or :meth:`open`."""
         self._directory = directory
@@ -173,17 +259,9 @@ class MsmMem:
         self._store = store
         self._cipher = EnvelopeCipher(store.store_id, provider, store.keys(), self._clock.now)
         store.use_codec(EnvelopeCodec(self._cipher, store.keys()))
-        signer = load_signer(directory, checkpoint_key)
         store.use_row_key(signer.row_key(store.store_id))
         self._cipher.use_tomb_key(signer.tomb_key(store.store_id))
-        self._audit = AuditLog(
-            store,
-            self._cipher,
-            directory,
-            self._clock,
-            signer=signer,
-            place=CheckpointPlace.of(directory, checkpoints, witness),
-        )
+        self._audit = AuditLog(store, self._cipher, directory, self._clock, signer=signer, place=place)
         self._gm = GovernedMemory(Memory(store, settings, self._clock), self._audit)
         self._agent = MemoryAgent(self._gm, enc, chosen, directory=directory)
         core = Core(directory, settings, self._clock, enc, store, self._cipher, self._audit, self._gm, self._agent)
@@ -214,23 +292,28 @@ class MsmMem:
         backbone: str | Backbone = "nonparametric",
         backbone_options: Mapping[str, Any] | None = None,
         encoder_options: Mapping[str, Any] | None = None,
+        key_home: str | Path | None = None,
+        key_provider: KeyProvider | None = None,
         checkpoint_key: str | Path | SigningKey | None = None,
         checkpoints: str | Path | None = None,
         witness: str | Path | None = None,
     ) -> MsmMem:
-        """Create a store in ``directory`` for the settings' encoder (default ``pixels``), a
-        local key file, and the consent ``policy`` (default: governance.consent.default_policy,
+        """Create a store in ``directory`` for the settings' encoder (default ``pixels``), its
+        keys outside it, and the consent ``policy`` (default: governance.consent.default_policy,
         with population use permitted unless ``population`` is False), granted by ``principal``
         (an admin; audited).
 
         The store of record is embedded (SQLite in ``directory``) unless ``database_url``
         names a PostgreSQL server with pgvector: then it is a new store in ``schema`` there,
-        and ``directory`` keeps the keys, the checkpoints and ``store.json`` (the URL without
-        its password), of the settings' ``tenant``: other tenants may have stores in the same
-        schema, each separate (docs/deploy.md). The checkpoint signing key is created at ``checkpoint_key`` (default
-        ``DIR/keys/checkpoint.key``) unless that file exists, or is the signing key object given;
-        ``checkpoints`` and ``witness`` say where checkpoints go (see the module docstring).
-        When any step fails, what init made is removed again."""
+        and ``directory`` keeps the checkpoints and ``store.json`` (the URL without its
+        password), of the settings' ``tenant``: other tenants may have stores in the same
+        schema, each separate (docs/deploy.md). The keys: a ``key_provider`` (a KMS) and a
+        ``checkpoint_key`` (a signing key object, or a PEM file outside the directory, created
+        when absent) when given, else derived from ``MSM_MEM_MASTER_KEY``, else new key files
+        in the store's folder of the key home (``key_home``, default ``MSM_MEM_KEY_HOME`` or
+        the user's configuration folder), which also records the store's schema and witness
+        (``witness``, default a file in that folder). When any step fails, what init made is
+        removed again."""
         require(principal, Operation.INIT)
         directory = Path(directory)
         settings = settings or Settings()
@@ -246,25 +329,29 @@ class MsmMem:
             ef_search=settings.population_ef_search,
             tenant=settings.tenant,
         )
+        home: KeyHome | None = None
         try:
-            (directory / "keys").mkdir(mode=0o700, exist_ok=True)
-            provider = LocalKeyFileProvider.create(directory / "keys" / "kek.json")
-            if checkpoint_key is None or isinstance(checkpoint_key, str | Path):
-                key_path = directory / "keys" / "checkpoint.key" if checkpoint_key is None else Path(checkpoint_key)
-                if not key_path.exists():
-                    CheckpointSigner.create(key_path)
+            candidate = KeyHome(key_home, store.store_id, directory)
+            if candidate.folder.exists():
+                raise StoreError(f"the key home already has a folder for store {store.store_id}: {candidate.folder}")
+            home = candidate
+            signer = _signing_key(directory, checkpoint_key, create=True)
+            provider, signer = home.create_keys(key_provider, signer, master_key_from_env())
+            witness_log = _witness(directory, home, witness, None)
+            home.write_record(StoreRecord(store.store_id, store.schema_version, witness_log))
+            log = log_file(Path(checkpoints) if checkpoints is not None else directory / "audit")
+            place = CheckpointPlace(log, witness_log)
             mem = cls(
                 directory,
                 store,
                 provider,
+                signer,
+                place,
                 settings,
                 clock,
                 backbone=backbone,
                 backbone_options=backbone_options,
                 encoder=encoder,
-                checkpoint_key=checkpoint_key,
-                checkpoints=checkpoints,
-                witness=witness,
             )
             if policy is not None and not population:
                 raise InvalidInput("population=False chooses the default policy: give it, or a policy, not both")
@@ -272,7 +359,7 @@ class MsmMem:
             mem.grant(principal, consents)
         except BaseException as exc:
             try:
-                _remove_new_store(directory, existed, store)
+                _remove_new_store(directory, existed, store, home)
             except Exception as cleanup:  # the first error is the one to report
                 exc.add_note(f"and undoing init failed too, leaving parts of the store: {cleanup}")
             raise
@@ -291,6 +378,8 @@ class MsmMem:
         encoder_options: Mapping[str, Any] | None = None,
         database_url: str | None = None,
         tenant: str | None = None,
+        key_home: str | Path | None = None,
+        key_provider: KeyProvider | None = None,
         checkpoint_key: str | Path | SigningKey | None = None,
         checkpoints: str | Path | None = None,
         witness: str | Path | None = None,
@@ -298,34 +387,41 @@ class MsmMem:
         """Open an existing store directory; its recorded encoder and tenant are used (``encoder``
         may pass an instance of it; ``tenant``, when given, must be the directory's, else
         InvalidInput). ``database_url`` replaces the one in ``store.json`` for this opening
-        (a server store only). ``checkpoint_key``, ``checkpoints`` and ``witness`` as given to
-        :meth:`init` (a missing key is :class:`~msm_mem.CheckpointKeyMissing`). Opening reads
+        (a server store only). The keys and places as given to :meth:`init` (a missing key is
+        named with where it was looked for). A store whose keys are still inside its directory
+        (made by an older msm-mem) is refused, naming ``msm-mem store upgrade``; one whose
+        schema is older than its key home recorded is :class:`AuditChainBroken`. Opening reads
         no patient data, so it takes no principal; every operation on the opened store does."""
         directory = Path(directory)
         settings = settings or Settings()
-        store = open_store(
-            directory,
-            dsn=database_url,
-            population_search=settings.population_search,
-            ef_search=settings.population_ef_search,
-            tenant=tenant,
-        )
         try:
-            provider = LocalKeyFileProvider.open(directory / "keys" / "kek.json")
+            store = open_store(
+                directory,
+                dsn=database_url,
+                population_search=settings.population_search,
+                ef_search=settings.population_ef_search,
+                tenant=tenant,
+            )
+        except StoreError:
+            _refuse_set_back(directory, database_url, tenant, key_home)
+            raise
+        try:
+            provider, signer, place = _open_keys(
+                directory, store, key_home, key_provider, checkpoint_key, checkpoints, witness
+            )
             settings = settings.with_(encoder=store.encoder_name, tenant=store.tenant)
             return cls(
                 directory,
                 store,
                 provider,
+                signer,
+                place,
                 settings,
                 clock,
                 backbone=backbone,
                 backbone_options=backbone_options,
                 encoder=encoder,
                 encoder_options=encoder_options,
-                checkpoint_key=checkpoint_key,
-                checkpoints=checkpoints,
-                witness=witness,
             )
         except BaseException:
             store.close()
@@ -339,37 +435,45 @@ class MsmMem:
         *,
         database_url: str | None = None,
         tenant: str | None = None,
+        key_home: str | Path | None = None,
+        key_provider: KeyProvider | None = None,
         checkpoint_key: str | Path | SigningKey | None = None,
         checkpoints: str | Path | None = None,
         witness: str | Path | None = None,
     ) -> dict[str, int]:
-        """Upgrade a store written by an older msm-mem (store schema 1 or 2), as an admin,
-        audited: every row gets the store's tenant (an embedded store's: ``tenant``, default
+        """Upgrade a store written by an older msm-mem, as an admin, audited.
+
+        Keys kept inside the directory (``DIR/keys/kek.json``, ``DIR/keys/checkpoint.key``)
+        move to the store's folder of the key home (copied, loaded back, then removed from the
+        directory), which then records the store and its witness. A store of schema 1 or 2
+        also gets: every row the store's tenant (an embedded store's: ``tenant``, default
         "default"; a server store's: its ``store.json``'s, which ``tenant`` must match), its
-        audit chain is checked and its unsigned head adopted, clear visual tags encrypted,
-        row digests computed, in one transaction (a crash leaves the old store as it was; see
+        audit chain checked and its unsigned head adopted, clear visual tags encrypted, row
+        digests computed, in one transaction (a crash leaves the old store as it was; see
         :mod:`msm_mem._governance.upgrade`). :meth:`open` refuses such a store, naming this.
-        Returns ``from_schema``, ``to_schema``, ``visual_tags_encrypted``, ``events_signed``."""
+        A store whose schema is older than its key home recorded is refused
+        (:class:`AuditChainBroken`): adopting its head would adopt rewritten history.
+        Returns ``from_schema``, ``to_schema``, ``visual_tags_encrypted``, ``events_signed``
+        and ``keys_moved``."""
         p = require(principal, Operation.STORE_UPGRADE)
         directory = Path(directory)
         store = open_store(directory, dsn=database_url, upgrading=True, tenant=tenant)
         try:
-            provider = LocalKeyFileProvider.open(directory / "keys" / "kek.json")
-            settings = Settings().with_(encoder=store.encoder_name, tenant=store.tenant)
-            mem = cls(
-                directory,
-                store,
-                provider,
-                settings,
-                checkpoint_key=checkpoint_key,
-                checkpoints=checkpoints,
-                witness=witness,
+            home = KeyHome(key_home, store.store_id, directory)
+            home.check_schema(store.schema_version, home.read_record())
+            moved = home.adopt(directory / "keys") if _keys_in(directory) else []
+            provider, signer, place = _open_keys(
+                directory, store, key_home, key_provider, checkpoint_key, checkpoints, witness, upgrading=True
             )
+            settings = Settings().with_(encoder=store.encoder_name, tenant=store.tenant)
+            mem = cls(directory, store, provider, signer, place, settings)
         except BaseException:
             store.close()
             raise
         with mem:
-            return mem._admin._upgrade(p)
+            out = mem._admin._upgrade(p, keys_moved=len(moved))
+            home.write_record(StoreRecord(store.store_id, store.schema_version, place.witness or home.default_witness))
+            return out
 
     @staticmethod
     def exists(directory: str | Path) -> bool:

@@ -307,7 +307,13 @@ class LocalKeyFileProvider(KekRing):
     def unwrap(self, kek_id: str, wrapped: bytes) -> bytes:
         if kek_id not in self._keks:
             self._refresh()
-        return super().unwrap(kek_id, wrapped)
+        try:
+            return super().unwrap(kek_id, wrapped)
+        except DecryptionError as exc:
+            raise DecryptionError(
+                f"a data key does not unwrap under {kek_id} of the key file {self._path} ({exc}): the key file"
+                " is damaged or another store's, or the wrapped key was changed in the store"
+            ) from None
 
     @contextlib.contextmanager
     def _file_lock(self) -> Iterator[None]:

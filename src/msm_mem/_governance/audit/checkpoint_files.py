@@ -12,12 +12,11 @@ from pathlib import Path
 
 from ..._errors import InvalidInput
 from .checkpoint import Checkpoint
-from .checkpoint_signer import CheckpointSigner, SigningKey
 
-__all__ = ["CheckpointPlace", "load_signer", "publish", "read_head", "read_tail", "write_head"]
+__all__ = ["CheckpointPlace", "log_file", "publish", "read_head", "read_tail", "write_head"]
 
 
-def _log_file(path: Path) -> Path:
+def log_file(path: Path) -> Path:
     """A checkpoint log named directly (``*.jsonl``) or the ``checkpoints.jsonl`` of a folder."""
     path = Path(path)
     return path if path.suffix == ".jsonl" else path / "checkpoints.jsonl"
@@ -37,13 +36,19 @@ class CheckpointPlace:
     @classmethod
     def of(cls, directory: Path, checkpoints: str | Path | None, witness: str | Path | None) -> CheckpointPlace:
         """The place for a store ``directory``: ``DIR/audit/`` unless ``checkpoints`` names one."""
-        log = _log_file(Path(checkpoints) if checkpoints is not None else Path(directory) / "audit")
-        return cls(log, None if witness is None else _log_file(Path(witness)))
+        log = log_file(Path(checkpoints) if checkpoints is not None else Path(directory) / "audit")
+        return cls(log, None if witness is None else log_file(Path(witness)))
 
     @property
     def head(self) -> Path:
         """The signed head file: the checkpoint of the latest commit, written before it commits."""
         return self.log.with_suffix(".head")
+
+    @property
+    def witness_head(self) -> Path | None:
+        """The witness's signed head file, written before each commit like :attr:`head`: the
+        witness is never behind an acknowledged write, so one that is was rolled back."""
+        return None if self.witness is None else self.witness.with_suffix(".head")
 
 
 @functools.lru_cache(maxsize=4)
@@ -52,14 +57,6 @@ def _line(checkpoint: Checkpoint) -> bytes:
     commit writes the same checkpoint to the head file, the log and the witness, and equal
     checkpoints (frozen, compared field by field) have the same canonical JSON."""
     return checkpoint.to_json() + b"\n"
-
-
-def load_signer(directory: Path, key: str | Path | SigningKey | None) -> CheckpointSigner:
-    """The checkpoint signer: ``key`` as a path (default ``DIR/keys/checkpoint.key``) or a
-    signing key object. Reads only; :class:`CheckpointKeyMissing` when the file is gone."""
-    if key is None or isinstance(key, str | Path):
-        return CheckpointSigner.load(Path(directory) / "keys" / "checkpoint.key" if key is None else Path(key))
-    return CheckpointSigner(key)
 
 
 def publish(path: Path, checkpoint: Checkpoint) -> None:

@@ -15,10 +15,11 @@ and the next write copies it into the log. Either way a truncated tail, a forged
 edited and rehashed event or a deleted head with a forged base no longer matches (see
 :mod:`.coverage`). A write refuses to continue a chain whose head no checkpoint signs.
 
-Where they live: by default ``DIR/audit/`` and the key ``DIR/keys/checkpoint.key`` (mode
-0600); both can be elsewhere (:class:`CheckpointPlace`, a :class:`~.checkpoint_signer.SigningKey`).
-A missing key is :class:`~msm_mem._errors.CheckpointKeyMissing` and is never regenerated.
-Verification only reads.
+Where they live: by default ``DIR/audit/``, elsewhere when named (:class:`CheckpointPlace`);
+the signing key is the caller's (a key home outside the directory, or a
+:class:`~.checkpoint_signer.SigningKey`). The witness gets its own signed head before each
+commit too, so verification refuses a witness that is behind the store (rolled back) as well
+as one that is ahead of it (the store rolled back or truncated). Verification only reads.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from ..crypto import EnvelopeCipher
 from ..deid import find_identifiers
 from .chain import ChainBuilder
 from .checkpoint import Checkpoint, CheckpointLog
-from .checkpoint_files import CheckpointPlace, load_signer, publish, read_head, read_tail, write_head
+from .checkpoint_files import CheckpointPlace, publish, read_head, read_tail, write_head
 from .checkpoint_signer import CheckpointSigner
 from .coverage import check_coverage
 from .erasure import DOMAIN as ERASURE_DOMAIN
@@ -77,15 +78,15 @@ class AuditLog:
         directory: Path,
         clock: Clock,
         *,
+        signer: CheckpointSigner,
         origin: str = "msm-mem",
-        signer: CheckpointSigner | None = None,
         place: CheckpointPlace | None = None,
     ) -> None:
         self.store = store
         self.cipher = cipher
         self.clock = clock
         self.origin = origin
-        self.signer = signer if signer is not None else load_signer(directory, None)
+        self.signer = signer
         self.place = place if place is not None else CheckpointPlace.of(directory, None, None)
         self.log = CheckpointLog(self.place.log)
         self._lock = threading.RLock()
@@ -234,6 +235,8 @@ class AuditLog:
             self.origin, builder.head_seq, builder.head_hash, self.clock.now(), base, signed_rows(self.store)
         )
         write_head(self.place.head, cp)
+        if self.place.witness_head is not None:
+            write_head(self.place.witness_head, cp)
         out.append(cp)
 
     def _require_signed(self, head: tuple[int, str]) -> None:
@@ -248,13 +251,14 @@ class AuditLog:
             return
         pending = read_head(self.place.head)
         if pending is not None and self._covers(pending, head):
-            tail = read_tail(self.place.log)
-            if tail is None or (tail.size, tail.head_hash) != head:
-                # raises (the write fails, nothing stored) rather than replace the only signed
-                # record of the stored head when the log cannot take it (a full disk)
-                publish(self.place.log, pending)
-                if self.place.witness is not None:
-                    publish(self.place.witness, pending)
+            for place in (self.place.log, self.place.witness):
+                if place is None:
+                    continue
+                tail = read_tail(place)
+                if tail is None or (tail.size, tail.head_hash) != head:
+                    # raises (the write fails, nothing stored) rather than replace the only
+                    # signed record of the stored head when the log cannot take it (a full disk)
+                    publish(place, pending)
             self._signed = head
             return
         tail = read_tail(self.place.log)
@@ -368,9 +372,32 @@ class AuditLog:
         chain = (size, result.head_hash)
         key = self.signer.public_key
         result = check_coverage(lines, head_file, key, seen, chain, (base_seq, base_hash), origin=self.origin)
+        if result.ok:
+            result = self._check_witness_current(lines, chain, result)
         if not result.ok or not full:
             return result
         return check_rows(self.store, covering(lines, head_file, key, chain, self.origin), result)
+
+    def _check_witness_current(
+        self, lines: Sequence[tuple[str, Checkpoint]], chain: tuple[int, str], result: VerifyResult
+    ) -> VerifyResult:
+        """``result`` when the witness signs the stored head ``chain`` (a line of it, or its
+        head file); otherwise the witness is behind the store: rolled back, or replaced by an
+        older copy (it is written before every commit, so it never lags an acknowledged one)."""
+        if self.place.witness is None or chain[0] == self.store.audit_base()[0]:
+            return result
+        heads = [c for where, c in lines if where == "witness"]
+        pending = read_head(self.place.witness_head) if self.place.witness_head is not None else None
+        if pending is not None:
+            heads.append(pending)
+        if any(self._covers(c, chain) for c in heads):
+            return result
+        newest = max((c.size for c in heads if c.origin == self.origin), default=0)
+        reason = (
+            f"the witness {self.place.witness} signs {newest} events, the store holds {chain[0]}: the witness is"
+            " behind (rolled back or replaced by an older copy), or another process wrote without it"
+        )
+        return VerifyResult(False, result.count, result.head_hash, newest + 1, f"seq {newest + 1}: {reason}")
 
     def sign_receipt(self, receipt: ErasureReceipt) -> ErasureReceipt:
         """``receipt`` signed with the checkpoint key (see :mod:`.erasure`)."""

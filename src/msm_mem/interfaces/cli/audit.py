@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ... import ErasureReceipt, Purpose, Role
+from ... import AuditChainBroken, ErasureReceipt, Purpose, Role, VerifyResult
 from .output import print_json
 from .registry import command, group, open_mem, principal
 
@@ -49,10 +49,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
     Exits 0 when the chain, its checkpoints and the rows they sign are intact and 3 when not,
     naming the first bad seq, or the table whose rows were changed outside msm-mem (a full
     verification recomputes the row digests; --hashes-only leaves them out). With --receipt,
-    also the erasure receipt: its signature, its event in the chain, the rows it names empty."""
+    also the erasure receipt: its signature, its event in the chain, the rows it names empty.
+    A store that cannot be opened because it is not what its key home recorded (its schema set
+    back, another store's record) is broken too: 3, naming what differs."""
     receipt = None if args.receipt is None else ErasureReceipt.from_json(args.receipt.read_bytes())
-    with open_mem(args) as mem:
-        result = mem.verify_audit(principal(args), full=not args.hashes_only, processes=args.processes, receipt=receipt)
+    try:
+        with open_mem(args) as mem:
+            result = mem.verify_audit(
+                principal(args), full=not args.hashes_only, processes=args.processes, receipt=receipt
+            )
+    except AuditChainBroken as exc:
+        result = VerifyResult(False, 0, "", exc.seq, str(exc))
     if args.json:
         print_json(
             {

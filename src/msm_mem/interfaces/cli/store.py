@@ -230,11 +230,17 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     the first bad seq, and nothing changes. Then one transaction gives every row the store's
     tenant, encrypts the visual tags kept in clear, computes the row digests, records the new
     schema and writes the audited event of the upgrade, whose signed checkpoint adopts the
-    chain's head. A crash before the commit leaves the old store as it was."""
+    chain's head. A crash before the commit leaves the old store as it was.
+
+    Keys kept inside DIR (keys/kek.json, keys/checkpoint.key) move to the store's folder of the
+    key home (MSM_MEM_KEY_HOME, default ~/.config/msm-mem/keys): copied, loaded back, then
+    removed from DIR, so a copy of DIR no longer holds them. Back that folder up."""
     result = MsmMem.upgrade(args.dir, principal(args), tenant=args.tenant, **checkpoint_options())
+    moved = f", {result['keys_moved']} key files moved to the key home" if result["keys_moved"] else ""
     print(
         f"upgraded {args.dir} from store schema {result['from_schema']} to {result['to_schema']}:"
         f" {result['visual_tags_encrypted']} visual tags encrypted, {result['events_signed']} audit events signed"
+        + moved
     )
     return 0
 
