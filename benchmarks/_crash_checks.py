@@ -12,6 +12,7 @@ from typing import Any
 from _crash_child import ADMIN, AGENT, AUDITOR, Model, Study, apply
 
 from msm_mem import MsmMem, MsmMemError, StmState
+from msm_mem._governance.key_home import default_home
 
 
 class CheckFailed(AssertionError):
@@ -202,7 +203,7 @@ def check(mem: MsmMem, model: Model, patients: list[str], *, full: bool = True) 
         revoked = consents[cid].revoked_at is not None
         _expect(revoked == (cid in model.revoked), "acknowledged", f"consent {cid} revoked: {revoked}")
     _check_vectors(mem)
-    keys = mem.directory / "keys"
+    keys = default_home() / mem._store.store_id  # the store's key files (outside its directory)
     left = sorted(p.name for p in keys.iterdir() if p.name.endswith(".tmp") or p.name.startswith("."))
     _expect(not left, "keys", f"temporary key files left: {left}")
     result = mem.verify_audit(AUDITOR, full=full)

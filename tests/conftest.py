@@ -31,10 +31,13 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 #: the key home of every store the tests make (msm_mem._governance.key_home): a folder of this
 #: run, through the configuration folder the default home derives from, so that it holds for
-#: tests that clear the MSM_MEM_* variables and for the processes they start
-_CONFIG_HOME = tempfile.mkdtemp(prefix="msm-mem-test-config-")
-os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME
-atexit.register(shutil.rmtree, _CONFIG_HOME, True)
+#: tests that clear the MSM_MEM_* variables and for the processes they start (a spawned process
+#: imports this module again and keeps its parent's folder)
+_CONFIG_PREFIX = "msm-mem-test-config-"
+if not Path(os.environ.get("XDG_CONFIG_HOME", "")).name.startswith(_CONFIG_PREFIX):
+    _CONFIG_HOME = tempfile.mkdtemp(prefix=_CONFIG_PREFIX)
+    os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME
+    atexit.register(shutil.rmtree, _CONFIG_HOME, True)
 
 #: set by ``make test``: there every test must run, so one that would skip (absent ../shared data,
 #: a missing optional extra, no PostgreSQL server) fails with the skip's reason instead; a plain

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import MsmMem, Principal, Purpose, Role
 from .._clock import FixedClock
@@ -168,6 +169,12 @@ class Plan:
     fitted: Path | None = None
     fold: int = 0
 
+    @property
+    def keys(self) -> Path:
+        """The key home of the protocol's stores: beside the kept stores when they are kept
+        (so that they open afterwards), else in the work folder, removed with it."""
+        return (self.keep if self.keep is not None else self.work) / "keys"
+
     def per_arm(self) -> int:
         return sum(len(self.parts[p]) for p in PHASES[1:]) + len(PHASES) * len(self.parts["validation"])
 
@@ -204,12 +211,13 @@ class Runner:
         p = self.plan
         clock = FixedClock(p.t0)
         enc = memo_encoder(p.memory.encoder)
+        common: dict[str, Any] = {"settings": p.memory, "clock": clock, "encoder": enc, "key_home": p.keys}
         if backbone is not None:
-            return MsmMem.open(directory, settings=p.memory, clock=clock, backbone=backbone, encoder=enc)
+            return MsmMem.open(directory, **common, backbone=backbone)
         if arm in CONFIGS or p.fitted is None:
-            return MsmMem.open(directory, settings=p.memory, clock=clock, backbone=p.settings.backbone, encoder=enc)
+            return MsmMem.open(directory, **common, backbone=p.settings.backbone)
         fitted = FittedBackbone(p.fitted, encoder=enc)
-        return MsmMem.open(directory, settings=p.memory, clock=clock, backbone=fitted, encoder=enc)
+        return MsmMem.open(directory, **common, backbone=fitted)
 
     def probe(self, arm: Arm, mode: str, phase: str, rows: Sequence[ManifestRow]) -> None:
         last: dict[str, str] = {}  # each patient's study answered before, in this probe

@@ -238,7 +238,7 @@ def _run_fold(plans: list[Plan], jobs: int, bar: tqdm[Any]) -> tuple[list[Answer
         tasks = []
         for i, plan in enumerate(plans):
             base = plan.work / "base"
-            with MsmMem.init(base, ADMIN, settings=plan.memory, clock=FixedClock(plan.t0)) as mem:
+            with MsmMem.init(base, ADMIN, settings=plan.memory, clock=FixedClock(plan.t0), key_home=plan.keys) as mem:
                 mem.ingest(INGEST, plan.parts["Base"])
             if plan.keep is not None:
                 plan.keep.mkdir(parents=True, exist_ok=True)
