@@ -189,7 +189,7 @@ def test_console_entry_points_print_help(tmp_path: Path) -> None:
 # structure ------------------------------------------------------------------------------------
 
 _PRIVATE_LAYERS = ("msm_mem._storage", "msm_mem._governance", "msm_mem._memory", "msm_mem._agent", "msm_mem._api")
-_SHARED = {"registry", "identity", "output"}
+_SHARED = {"registry", "identity", "output", "credential"}
 
 
 def _imports(path: Path) -> set[str]:

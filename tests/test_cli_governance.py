@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from msm_mem import AccessDenied, ConsentDenied, MsmMem, NotFound, Principal
+from msm_mem.interfaces.cli.credential import issue_admin_key
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.cli_support import ADMIN, ADMIN_P, AGENT, AUDITOR, CLINICIAN, SYSTEM, audit_trail, run
 from tests.helpers import png as _png
@@ -28,9 +29,10 @@ pytestmark = pytest.mark.usefixtures("clean_msm_env")
 @pytest.fixture
 def store_dir(tmp_path: Path) -> Iterator[Path]:
     """A store with no consent at all, made through the Python API (so without an identity
-    file) at the wall-clock time the CLI also uses."""
+    file) at the wall-clock time the CLI also uses; its admin credential issued as init does."""
     directory = tmp_path / "s"
     MsmMem.init(directory, ADMIN_P, clock=FixedClock(time.time()), policy=[]).close()
+    issue_admin_key(directory, ADMIN_P)
     yield directory
 
 
@@ -40,6 +42,7 @@ def _asked(tmp_path: Path, clock: FixedClock, *patients: str) -> Path:
     with MsmMem.init(directory, ADMIN_P, clock=clock, backbone=FixedBackbone(ANSWER, "treat")) as mem:
         for i, patient in enumerate(patients):
             mem.ask(AGENT_P, patient, _png(tmp_path, i + 1), "Any consolidation?", study_id="S1")
+    issue_admin_key(directory, ADMIN_P)
     return directory
 
 

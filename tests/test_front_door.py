@@ -173,6 +173,7 @@ NOT_OPERATIONS = {
     "upgrade",  # a classmethod like init: admin only, audited (tests/test_upgrade.py)
     "refuse_login",  # an interface's record of a failed login: no principal proven (tests/test_http_limits.py)
     "exists",
+    "key_folder",  # where the store's keys are: reads its id only (tests/test_key_home.py)
     "close",
     "directory",
     "settings",

@@ -67,7 +67,9 @@ def test_the_api_key_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     token = capsys.readouterr().out.strip()
     assert token.startswith("msmk_")
     assert main(["keys", "api-key", "list", str(tmp_path / "m")]) == 0
-    listed = json.loads(capsys.readouterr().out)
-    assert listed["actor"] == "a1" and "hash" not in listed and listed["patients"] == ["P1"]
+    keys = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(k["actor"], k["role"]) for k in keys] == [("owner", "admin"), ("a1", "agent")]  # init's credential first
+    listed = keys[1]
+    assert "hash" not in listed and listed["patients"] == ["P1"]
     assert main(["keys", "api-key", "revoke", str(tmp_path / "m"), listed["key_id"]]) == 0
     assert ApiKeyStore(tmp_path / "m").verify(token) is None

@@ -48,7 +48,14 @@ from .._memory.tiers import GovernedMemory
 from .._principal import Principal
 from .._settings import Settings
 from .._storage.base import Store
-from .._storage.location import ServerLocation, create_store, is_store, open_store, remove_new_store
+from .._storage.location import (
+    ServerLocation,
+    create_store,
+    is_store,
+    open_store,
+    remove_new_store,
+    store_id_of,
+)
 from .._tier_records import ConsentRecord
 from ..plugins.backbones import Backbone, get_backbone
 from ..plugins.encoders import Encoder, get_encoder
@@ -474,6 +481,20 @@ class MsmMem:
             out = mem._admin._upgrade(p, keys_moved=len(moved))
             home.write_record(StoreRecord(store.store_id, store.schema_version, place.witness or home.default_witness))
             return out
+
+    @staticmethod
+    def key_folder(
+        directory: str | Path,
+        *,
+        key_home: str | Path | None = None,
+        database_url: str | None = None,
+        tenant: str | None = None,
+    ) -> Path:
+        """The store's folder in the key home (``key_home``, default ``MSM_MEM_KEY_HOME`` or the
+        user's configuration folder): where its key files, record and default witness are,
+        and where the CLI keeps the admin credential. Reads the store's id only."""
+        directory = Path(directory)
+        return KeyHome(key_home, store_id_of(directory, dsn=database_url, tenant=tenant), directory).folder
 
     @staticmethod
     def exists(directory: str | Path) -> bool:

@@ -253,3 +253,29 @@ def open_store(
                 f"{exc} ({directory / LOCATION_FILE} holds no password: set PGPASSWORD or use ~/.pgpass)"
             ) from exc
         raise
+
+
+def store_id_of(directory: Path, *, dsn: str | None = None, tenant: str | None = None) -> str:
+    """The id of the store of ``directory``, read without opening it for use: an embedded
+    store's from its ``meta`` table (read-only, no index loaded), a server store's from its
+    schema. StoreError when there is none."""
+    if read_location(directory) is not None:
+        store = open_store(directory, dsn=dsn, upgrading=True, tenant=tenant)
+        try:
+            return store.store_id
+        finally:
+            store.close()
+    import sqlite3
+
+    from .sqlite.upgrade import read_meta
+
+    path = directory / SQLITE_FILE
+    if not path.is_file():
+        raise StoreError(f"{directory} is not an msm-mem store: check the path, or create one with msm-mem init")
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return read_meta(conn, directory, tenant)[1]["store_id"]
+    except sqlite3.Error as exc:
+        raise StoreError(f"{directory} is not a readable msm-mem store: {exc}") from None
+    finally:
+        conn.close()

@@ -36,7 +36,7 @@ def _configure_grant(p: argparse.ArgumentParser) -> None:
     p.add_argument("--end", help="ISO 8601 end (default open)")
 
 
-@command("consent grant", _configure_grant, role=Role.ADMIN, purpose_flag=False)
+@command("consent grant", _configure_grant, role=Role.ADMIN, purpose_flag=False, credential=True)
 def cmd_grant(args: argparse.Namespace) -> int:
     """Add a consent record (permit or deny) and print its id.
 
@@ -66,7 +66,7 @@ def _configure_revoke(p: argparse.ArgumentParser) -> None:
     p.add_argument("consent_id")
 
 
-@command("consent revoke", _configure_revoke, role=Role.ADMIN)
+@command("consent revoke", _configure_revoke, role=Role.ADMIN, credential=True)
 def cmd_revoke(args: argparse.Namespace) -> int:
     """Revoke a consent record from now on (the record stays, marked revoked)."""
     with open_mem(args) as mem:

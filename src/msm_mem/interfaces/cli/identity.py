@@ -13,6 +13,12 @@ erasure, audit), else the role's usual one (treatment for agent, clinician and c
 operations for system and admin; audit for auditor). With no identity at all a command fails,
 naming these flags. Commands that create a store (init, import into a new DIR) act as an
 admin: by default the OS user name.
+
+A role named here is attribution: it says whom the audit trail names. The commands that
+change who may see what or what the store is (consent grant/revoke, keys rotate/shred,
+keys api-key create/revoke, import, store upgrade, store image-root) also need the admin
+credential: MSM_MEM_ADMIN_KEY (an admin API key of the store), else the key home's admin.key,
+which init writes beside the store's keys (mode 0600).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def _configure_rotate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reason", default="scheduled rotation", help="why (recorded in the audit tier)")
 
 
-@command("keys rotate", _configure_rotate, role=Role.ADMIN)
+@command("keys rotate", _configure_rotate, role=Role.ADMIN, credential=True)
 def cmd_rotate(args: argparse.Namespace) -> int:
     """Make a new key-encryption key and rewrap every data key under it."""
     with open_mem(args) as mem:
@@ -43,7 +43,7 @@ def _configure_shred(p: argparse.ArgumentParser) -> None:
     p.add_argument("--receipt", type=Path, help="write the signed erasure receipt (JSON) to this file")
 
 
-@command("keys shred", _configure_shred, role=Role.ADMIN, purpose=Purpose.ERASURE)
+@command("keys shred", _configure_shred, role=Role.ADMIN, purpose=Purpose.ERASURE, credential=True)
 def cmd_shred(args: argparse.Namespace) -> int:
     """Erase one patient: every row of theirs destroyed (records, vectors, claims, short-term
     items, consent records), the data key destroyed, derived copies in other patients' memory
@@ -100,11 +100,15 @@ def cmd_api_key(args: argparse.Namespace) -> int:
     A key acts as one principal (actor, role, purpose) over a patient scope (--patients P1,P2,
     or * for every patient; by default none: an admin then acts on a patient only with a
     break-glass reason). Only an argon2 hash of it is stored, in DIR/keys/api-keys.json (mode
-    0600). Whoever can write DIR can already read its key file: these are the store owner's."""
+    0600). create and revoke need the admin credential (MSM_MEM_ADMIN_KEY or the key home's
+    admin.key, see msm-mem --help); list shows no secret."""
     from ... import Principal
     from ..auth.apikeys import ApiKeyStore, parse_patients
+    from .credential import require_admin_credential
     from .identity import USUAL_PURPOSE
 
+    if args.key_action != "list":
+        require_admin_credential(args.dir, f"keys api-key {args.key_action}")
     keys = ApiKeyStore(args.dir)
     if args.key_action == "create":
         who = Principal(args.key_actor, args.key_role)

@@ -67,7 +67,8 @@ class Spec:
     (None: it opens no store and takes no principal), ``purpose`` its own purpose of use
     (None: the role's usual one), ``creates_store`` whether it may make the store (then the
     OS user is the default admin), ``purpose_flag`` whether ``--purpose`` is the principal's
-    (``consent grant`` uses it for the consent's purpose)."""
+    (``consent grant`` uses it for the consent's purpose), ``credential`` whether it needs the
+    admin credential (:mod:`.credential`) besides the role."""
 
     words: tuple[str, ...]
     func: Command
@@ -76,6 +77,7 @@ class Spec:
     purpose: Purpose | None = None
     creates_store: bool = False
     purpose_flag: bool = True
+    credential: bool = False
 
     @property
     def name(self) -> str:
@@ -104,6 +106,7 @@ def command(
     purpose: Purpose | None = None,
     creates_store: bool = False,
     purpose_flag: bool = True,
+    credential: bool = False,
 ) -> Callable[[Command], Command]:
     """Register the decorated function as command ``name`` (one word, or a group and an action:
     ``"consent grant"``); ``configure`` adds its arguments. See :class:`Spec` for the rest."""
@@ -114,7 +117,7 @@ def command(
             raise ValueError(f"a command is one word or a group and an action, got {name!r}")
         if len(words) == 2 and words[0] not in GROUPS:
             raise ValueError(f"register the group {words[0]!r} before its command {name!r}")
-        COMMANDS[name] = Spec(words, fn, configure, role, purpose, creates_store, purpose_flag)
+        COMMANDS[name] = Spec(words, fn, configure, role, purpose, creates_store, purpose_flag, credential)
         return fn
 
     return register
@@ -303,6 +306,12 @@ def _run(argv: Sequence[str] | None) -> int:
             require_store(directory)
         if spec.role is not None:
             args.principal = _principal_of(args, spec)
+        admin = getattr(args, "principal", None)
+        needs = admin is None or admin.role is Role.ADMIN  # another role is refused by the operation itself
+        if spec.credential and isinstance(directory, Path) and MsmMem.exists(directory) and needs:
+            from .credential import require_admin_credential
+
+            require_admin_credential(directory, spec.name)
         code = int(spec.func(args))
         sys.stdout.flush()  # a reader that left shows here, not at exit
         return code

@@ -13,6 +13,7 @@ from pathlib import Path
 from ... import AccessDenied, IngestReport, InvalidInput, MsmMem, Purpose, Role, RowProblem, read_manifest
 from ..._media import image_root, set_image_root
 from ..._settings import Settings
+from .credential import ADMIN_KEY_FILE, issue_admin_key
 from .identity import write_identity
 from .registry import TENANT_HELP, checkpoint_options, command, group, open_mem, principal
 
@@ -78,6 +79,10 @@ def cmd_init(args: argparse.Namespace) -> int:
         write_identity(args.dir, admin)
         where = f"PostgreSQL schema {schema}" if args.database_url else "embedded"
         print(f"created store {args.dir} ({where}; encoder {mem.encoder_name}, {mem.dim}-d; admin {admin.id})")
+        print(
+            f"keys and admin credential in {MsmMem.key_folder(args.dir)} (back it up apart from {args.dir};"
+            f" {issue_admin_key(args.dir, admin).name} is what admin commands need, or MSM_MEM_ADMIN_KEY)"
+        )
         if args.population == "permit":
             print(
                 "consent policy: the care team for treatment; every patient's de-identified records may "
@@ -186,7 +191,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("import", _configure_layout, role=Role.ADMIN, creates_store=True)
+@command("import", _configure_layout, role=Role.ADMIN, creates_store=True, credential=True)
 def cmd_import(args: argparse.Namespace) -> int:
     """Import the paper's layout from PATH into DIR (created when missing; must be empty).
 
@@ -202,6 +207,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             raise InvalidInput(f"{args.path} is not a paper layout: {exc}") from exc
         MsmMem.init(args.dir, who, settings=Settings.from_env().with_(encoder=encoder), **checkpoint_options()).close()
         write_identity(args.dir, who)
+        print(f"admin credential: {issue_admin_key(args.dir, who)} (MSM_MEM_ADMIN_KEY; see msm-mem --help)")
     with open_mem(args) as mem:
         counts = mem.import_paper(who, args.path)
     print(f"imported {counts} into {args.dir}")
@@ -221,7 +227,7 @@ def _configure_upgrade(p: argparse.ArgumentParser) -> None:
     )
 
 
-@command("store upgrade", _configure_upgrade, role=Role.ADMIN)
+@command("store upgrade", _configure_upgrade, role=Role.ADMIN, credential=True)
 def cmd_upgrade(args: argparse.Namespace) -> int:
     """Upgrade DIR, written by an older msm-mem, to this version's store (once; as an admin).
 
@@ -237,6 +243,8 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     removed from DIR, so a copy of DIR no longer holds them. Back that folder up."""
     result = MsmMem.upgrade(args.dir, principal(args), tenant=args.tenant, **checkpoint_options())
     moved = f", {result['keys_moved']} key files moved to the key home" if result["keys_moved"] else ""
+    if result["keys_moved"] and not (MsmMem.key_folder(args.dir) / ADMIN_KEY_FILE).exists():
+        moved += f"; admin credential: {issue_admin_key(args.dir, principal(args))}"
     print(
         f"upgraded {args.dir} from store schema {result['from_schema']} to {result['to_schema']}:"
         f" {result['visual_tags_encrypted']} visual tags encrypted, {result['events_signed']} audit events signed"
@@ -250,7 +258,7 @@ def _configure_image_root(p: argparse.ArgumentParser) -> None:
     p.add_argument("folder", type=Path, nargs="?", help="the folder to record (default: print the recorded one)")
 
 
-@command("store image-root", _configure_image_root, role=Role.ADMIN)
+@command("store image-root", _configure_image_root, role=Role.ADMIN, credential=True)
 def cmd_image_root(args: argparse.Namespace) -> int:
     """Print or record the folder that DIR's relative image paths resolve against (as an admin).
 
