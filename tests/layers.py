@@ -5,13 +5,16 @@ the audit log, the governed memory tiers, the agent and the maintainer.
 A test of one layer builds it here, not through a private attribute of an ``MsmMem``. A store
 made with ``MsmMem.init`` (the test admin's, with its keys and consent policy) may stay open
 beside these layers: they are another handle on the same store, as another worker's would be.
+Such a handle sees the other's commits at the start of its next governed turn; the ``store``
+of :class:`Layers` sees them at every call (it calls ``Store.sync`` first), so what a test
+reads there is what is committed, never what this handle cached before.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from msm_mem._agent.agent import MemoryAgent
 from msm_mem._clock import Clock, SystemClock
@@ -41,20 +44,44 @@ def store_keys(
     return LocalKeyFileProvider.open(Path(directory) / "keys" / "kek.json"), load_signer(directory, checkpoint_key)
 
 
+class _Synced:
+    """A store handle whose every method first sees what other handles committed (``sync``)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._store, name)
+        if not callable(found) or name in ("sync", "close"):
+            return found
+
+        def synced(*args: Any, **kwargs: Any) -> Any:
+            self._store.sync()
+            return found(*args, **kwargs)
+
+        return synced
+
+
 @dataclass
 class Layers:
     """The parts of one open memory, outside any ``MsmMem``; close it (or use it as a context
     manager) to close its store handle."""
 
     directory: Path
+    #: the store handle the other layers share, behind the view that syncs at every call
+    handle: Store
     settings: Settings
     clock: Clock
     encoder: Encoder
-    store: Store
     cipher: EnvelopeCipher
     audit: AuditLog
     gm: GovernedMemory
     agent: MemoryAgent
+
+    @property
+    def store(self) -> Store:
+        """The store handle, seeing other handles' commits (an ``MsmMem`` beside it) at every call."""
+        return cast(Store, _Synced(self.handle))
 
     def maintainer(self, system: Principal | None = None, at: float | None = None) -> Maintainer:
         """The maintenance sweep over these layers, configured from the settings as ``maintain`` does."""
@@ -68,7 +95,7 @@ class Layers:
         return Maintainer(self.gm, self.cipher, **options)
 
     def close(self) -> None:
-        self.store.close()
+        self.handle.close()
 
     def __enter__(self) -> Layers:
         return self
@@ -111,7 +138,7 @@ def open_layers(
     except BaseException:
         store.close()
         raise
-    return Layers(directory, settings, clock, enc, store, cipher, audit, gm, agent)
+    return Layers(directory, store, settings, clock, enc, cipher, audit, gm, agent)
 
 
 def layers_of(mem: Any, clock: Clock | None = None, **options: Any) -> Layers:
