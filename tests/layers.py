@@ -145,3 +145,29 @@ def layers_of(mem: Any, clock: Clock | None = None, **options: Any) -> Layers:
     """:func:`open_layers` on the directory of the open ``MsmMem`` ``mem``, with its settings
     (public properties only) and ``clock`` (give the one ``mem`` was made with)."""
     return open_layers(mem.directory, clock=clock, settings=mem.settings, **options)
+
+
+class Views:
+    """The layers of open ``MsmMem`` stores, opened on first use (one per directory) with their
+    settings and closed together: ``views(mem).store.count("episodic")`` reads what ``mem``
+    committed through a handle of its own. A test module's fixture yields one."""
+
+    def __init__(self) -> None:
+        self._opened: dict[Path, Layers] = {}
+
+    def __call__(self, mem: Any, clock: Clock | None = None) -> Layers:
+        found = self._opened.get(Path(mem.directory))
+        if found is None:
+            found = self._opened[Path(mem.directory)] = layers_of(mem, clock)
+        return found
+
+    def close(self) -> None:
+        for layers in self._opened.values():
+            layers.close()
+        self._opened.clear()
+
+    def __enter__(self) -> Views:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
