@@ -5,11 +5,14 @@ policies, and a new agent over a store's memory."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from msm_mem._agent.agent import MemoryAgent, Query
 from msm_mem._agent.policy import PolicyQuery, RetrievalStep, Step
+from msm_mem._api.mem import MsmMem
+from msm_mem._storage.base import Store
 from msm_mem.datasets.manifest import ManifestRow
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.plugins.backbones.nonparametric import NonparametricBackbone
@@ -44,20 +47,31 @@ def open_store(new_mem: MemFactory, rows: Sequence[ManifestRow], name: str = "st
     return layers_of(mem, clock)
 
 
-def counts(layers: Layers) -> dict[str, int]:
-    s = layers.store
-    claims = sum(len(s.record_ids("claims", p)) for p in s.patients())
-    return {
-        "episodic": s.count("episodic"),
-        "visual": s.count("visual"),
-        "semantic": s.count("semantic"),
-        "claims": claims,
-        "stm": len(s.stm_list()),
-    }
+@contextmanager
+def _stored(target: Layers | MsmMem) -> Iterator[Store]:
+    """The store of ``target``: the layers' own handle, or one of its own on an ``MsmMem``'s store."""
+    if isinstance(target, Layers):
+        yield target.store
+        return
+    with layers_of(target) as layers:
+        yield layers.store
 
 
-def audit_since(layers: Layers, seq: int) -> list[dict[str, Any]]:
-    return [json.loads(r.payload) for r in layers.store.iter_audit(seq + 1)]
+def counts(target: Layers | MsmMem) -> dict[str, int]:
+    with _stored(target) as s:
+        claims = sum(len(s.record_ids("claims", p)) for p in s.patients())
+        return {
+            "episodic": s.count("episodic"),
+            "visual": s.count("visual"),
+            "semantic": s.count("semantic"),
+            "claims": claims,
+            "stm": len(s.stm_list()),
+        }
+
+
+def audit_since(target: Layers | MsmMem, seq: int) -> list[dict[str, Any]]:
+    with _stored(target) as s:
+        return [json.loads(r.payload) for r in s.iter_audit(seq + 1)]
 
 
 class Recording:
