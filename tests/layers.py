@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any, cast
 
 from msm_mem._agent.agent import MemoryAgent
+from msm_mem._api.mem import _open_keys
 from msm_mem._clock import Clock, SystemClock
-from msm_mem._governance.audit.checkpoint_files import CheckpointPlace, load_signer
+from msm_mem._governance.audit.checkpoint_files import CheckpointPlace
 from msm_mem._governance.audit.checkpoint_signer import CheckpointSigner, SigningKey
 from msm_mem._governance.audit.log import AuditLog
 from msm_mem._governance.crypto import EnvelopeCipher
 from msm_mem._governance.envelope_codec import EnvelopeCodec
-from msm_mem._governance.keys import KeyProvider, LocalKeyFileProvider
+from msm_mem._governance.keys import KeyProvider
 from msm_mem._memory.maintenance import Maintainer
 from msm_mem._memory.msm import Memory
 from msm_mem._memory.tiers import GovernedMemory
@@ -36,12 +37,20 @@ from msm_mem.plugins.encoders import Encoder, get_encoder
 
 
 def store_keys(
-    directory: Path, checkpoint_key: str | Path | SigningKey | None = None
-) -> tuple[KeyProvider, CheckpointSigner]:
-    """The key provider and the checkpoint signer of the memory at ``directory``, where
-    ``MsmMem.init`` put them (the signer from ``checkpoint_key`` when given). The one place
-    in the tests that knows where a store's keys live."""
-    return LocalKeyFileProvider.open(Path(directory) / "keys" / "kek.json"), load_signer(directory, checkpoint_key)
+    directory: Path,
+    store: Store,
+    *,
+    key_home: str | Path | None = None,
+    key_provider: KeyProvider | None = None,
+    checkpoint_key: str | Path | SigningKey | None = None,
+    checkpoints: str | Path | None = None,
+    witness: str | Path | None = None,
+) -> tuple[KeyProvider, CheckpointSigner, CheckpointPlace]:
+    """The key provider, the checkpoint signer and the checkpoint place of the memory at
+    ``directory``, found as ``MsmMem.open`` finds them (the key home, a master key in the
+    environment, or the KMS and signing key given). The one place in the tests that knows
+    where a store's keys live."""
+    return _open_keys(directory, store, key_home, key_provider, checkpoint_key, checkpoints, witness)
 
 
 class _Synced:
@@ -70,6 +79,8 @@ class Layers:
     directory: Path
     #: the store handle the other layers share, behind the view that syncs at every call
     handle: Store
+    #: the key provider the cipher wraps data keys with
+    keys: KeyProvider
     settings: Settings
     clock: Clock
     encoder: Encoder
@@ -111,6 +122,8 @@ def open_layers(
     settings: Settings | None = None,
     backbone: str | Backbone = "nonparametric",
     encoder: Encoder | None = None,
+    key_home: str | Path | None = None,
+    key_provider: KeyProvider | None = None,
     checkpoint_key: str | Path | SigningKey | None = None,
     checkpoints: str | Path | None = None,
     witness: str | Path | None = None,
@@ -125,12 +138,19 @@ def open_layers(
     try:
         settings = settings.with_(encoder=store.encoder_name, tenant=store.tenant)
         enc = encoder if encoder is not None else get_encoder(store.encoder_name)
-        provider, signer = store_keys(directory, checkpoint_key)
+        provider, signer, place = store_keys(
+            directory,
+            store,
+            key_home=key_home,
+            key_provider=key_provider,
+            checkpoint_key=checkpoint_key,
+            checkpoints=checkpoints,
+            witness=witness,
+        )
         cipher = EnvelopeCipher(store.store_id, provider, store.keys(), clock.now)
         store.use_codec(EnvelopeCodec(cipher, store.keys()))
         store.use_row_key(signer.row_key(store.store_id))
         cipher.use_tomb_key(signer.tomb_key(store.store_id))
-        place = CheckpointPlace.of(directory, checkpoints, witness)
         audit = AuditLog(store, cipher, directory, clock, signer=signer, place=place)
         gm = GovernedMemory(Memory(store, settings, clock), audit)
         chosen = get_backbone(backbone) if isinstance(backbone, str) else backbone
@@ -138,7 +158,7 @@ def open_layers(
     except BaseException:
         store.close()
         raise
-    return Layers(directory, store, settings, clock, enc, cipher, audit, gm, agent)
+    return Layers(directory, store, provider, settings, clock, enc, cipher, audit, gm, agent)
 
 
 def layers_of(mem: Any, clock: Clock | None = None, **options: Any) -> Layers:

@@ -15,7 +15,7 @@ import pytest
 from msm_mem import InvalidInput, ManifestRow, MsmMem, MsmMemError, StoreError
 from msm_mem._tier_records import ConsentRecord
 from tests.helpers import ADMIN, AGENT, AUDITOR, INGEST, key_folder, png
-from tests.layers import open_layers, store_keys
+from tests.layers import open_layers
 
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 needs_root = pytest.mark.skipif(not ROOT, reason="mounting a tmpfs or a read-only bind mount needs root")
@@ -195,7 +195,8 @@ def test_rotation_retires_old_keks_and_leaves_no_key_material(tmp_path: Path) ->
         answers = [e.answer for e in mem.episodes(AGENT, "P0")]
         for _ in range(5):
             mem.rotate_keys(ADMIN, "scheduled rotation")
-            assert len(store_keys(tmp_path / "s")[0].kek_ids()) == 1  # type: ignore[attr-defined]
+            with open_layers(tmp_path / "s") as layers:
+                assert len(layers.keys.kek_ids()) == 1  # type: ignore[attr-defined]
     with MsmMem.open(tmp_path / "s") as mem:
         assert [e.answer for e in mem.episodes(AGENT, "P0")] == answers
 
