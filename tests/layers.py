@@ -129,8 +129,9 @@ def open_layers(
     witness: str | Path | None = None,
 ) -> Layers:
     """The layers of the memory at ``directory`` (made by ``MsmMem.init``), each through its own
-    constructor. ``settings`` default to the store's; give the clock and settings of the
-    ``MsmMem`` beside them so both handles agree on time and thresholds."""
+    constructor (``settings``, default ``Settings()``, take the store's encoder and tenant); give
+    the clock and settings of the ``MsmMem`` beside them so both handles agree on time and
+    thresholds."""
     directory = Path(directory)
     clock = clock or SystemClock()
     settings = settings or Settings()
