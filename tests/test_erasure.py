@@ -18,6 +18,7 @@ import pytest
 from psycopg import sql
 
 from msm_mem import AccessDenied, ConsentRecord, ErasureReceipt, IllegalTransition, MsmMem, Settings, StoreError
+from msm_mem._agent.agent import Query
 from msm_mem._records import ManifestRow, State, new_id
 from msm_mem._storage.batch import Erasure, WriteBatch
 from msm_mem._storage.location import read_location
@@ -279,14 +280,13 @@ def test_another_handle_keeps_no_erased_vector(new_mem: Any, backend: str, tmp_p
     first: MsmMem = new_mem("s", clock=FixedClock(T0))
     first.ingest(INGEST, _rows(tmp_path))
     pb, keep = _vector_needles(first, PB), _vector_needles(first, KEEP)
-    with MsmMem.open(folder, clock=FixedClock(T0)) as server:
-        server.ask(AGENT, KEEP, png(tmp_path, 6), "Any change?", study_id="STUDY-KEEP")  # caches filled
+    with open_layers(folder, clock=FixedClock(T0)) as server:  # the server's store handle and agent
+        server.agent.ask(AGENT, Query(KEEP, png(tmp_path, 6), "Any change?", study_id="STUDY-KEEP"))  # caches filled
         if backend == "sqlite":
-            # this handle's own caches, on disk now: what the test is about (no public way, none wanted)
-            server._store.flush()  # type: ignore[attr-defined]
+            server.handle.flush()  # type: ignore[attr-defined]  # this handle's caches, on disk now
             assert set(_found(folder, {**pb, **keep})) == {*pb, *keep}
         first.shred(ADMIN, PB, "erasure request")
-        server.ask(AGENT, KEEP, png(tmp_path, 7), "Any change?", study_id="STUDY-KEEP")
+        server.agent.ask(AGENT, Query(KEEP, png(tmp_path, 7), "Any change?", study_id="STUDY-KEEP"))
     first.close()
     assert _found(folder, pb) == {}
     if backend == "sqlite":
