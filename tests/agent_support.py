@@ -5,18 +5,21 @@ policies, and a new agent over a store's memory."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from msm_mem._agent.agent import MemoryAgent, Query
 from msm_mem._agent.policy import PolicyQuery, RetrievalStep, Step
 from msm_mem._api.mem import MsmMem
+from msm_mem._storage.base import Store
 from msm_mem.datasets.manifest import ManifestRow
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.plugins.backbones.nonparametric import NonparametricBackbone
 from msm_mem.testing import FixedClock
 from tests.conftest import MemFactory
 from tests.helpers import INGEST
+from tests.layers import Layers, layers_of
 
 
 def by_patient(rows: Sequence[ManifestRow]) -> dict[str, list[ManifestRow]]:
@@ -35,26 +38,40 @@ def later(rows: Sequence[ManifestRow]) -> list[ManifestRow]:
     return [rs[1] for rs in by_patient(rows).values() if len(rs) > 1]
 
 
-def open_store(new_mem: MemFactory, rows: Sequence[ManifestRow], name: str = "store") -> MsmMem:
-    """A fresh store (of the backend of ``new_mem``) holding the first study of each patient."""
-    mem = new_mem(name, clock=FixedClock())
+def open_store(new_mem: MemFactory, rows: Sequence[ManifestRow], name: str = "store") -> Layers:
+    """The layers (``tests/layers.py``) of a fresh store (of the backend of ``new_mem``) holding
+    the first study of each patient, ingested through the API; close them after use."""
+    clock = FixedClock()
+    mem = new_mem(name, clock=clock)
     mem.ingest(INGEST, [rs[0] for rs in by_patient(rows).values()])
-    return mem
+    return layers_of(mem, clock)
 
 
-def counts(mem: MsmMem) -> dict[str, int]:
-    claims = sum(len(mem._store.record_ids("claims", p)) for p in mem._store.patients())
-    return {
-        "episodic": mem._store.count("episodic"),
-        "visual": mem._store.count("visual"),
-        "semantic": mem._store.count("semantic"),
-        "claims": claims,
-        "stm": len(mem._store.stm_list()),
-    }
+@contextmanager
+def _stored(target: Layers | MsmMem) -> Iterator[Store]:
+    """The store of ``target``: the layers' own handle, or one of its own on an ``MsmMem``'s store."""
+    if isinstance(target, Layers):
+        yield target.store
+        return
+    with layers_of(target) as layers:
+        yield layers.store
 
 
-def audit_since(mem: MsmMem, seq: int) -> list[dict[str, Any]]:
-    return [json.loads(r.payload) for r in mem._store.iter_audit(seq + 1)]
+def counts(target: Layers | MsmMem) -> dict[str, int]:
+    with _stored(target) as s:
+        claims = sum(len(s.record_ids("claims", p)) for p in s.patients())
+        return {
+            "episodic": s.count("episodic"),
+            "visual": s.count("visual"),
+            "semantic": s.count("semantic"),
+            "claims": claims,
+            "stm": len(s.stm_list()),
+        }
+
+
+def audit_since(target: Layers | MsmMem, seq: int) -> list[dict[str, Any]]:
+    with _stored(target) as s:
+        return [json.loads(r.payload) for r in s.iter_audit(seq + 1)]
 
 
 class Recording:
@@ -94,7 +111,7 @@ class Always:
         return self.step
 
 
-def agent(mem: MsmMem, **kwargs: Any) -> MemoryAgent:
+def agent(layers: Layers, **kwargs: Any) -> MemoryAgent:
     """A new agent over the store's memory, with the store's directory (as MsmMem makes its own)."""
-    kwargs.setdefault("directory", mem.directory)
-    return MemoryAgent(mem._gm, mem._encoder, kwargs.pop("backbone", None), **kwargs)
+    kwargs.setdefault("directory", layers.directory)
+    return MemoryAgent(layers.gm, layers.encoder, kwargs.pop("backbone", None), **kwargs)

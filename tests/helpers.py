@@ -31,9 +31,15 @@ def png(folder: Path, seed: int, size: int = 64) -> Path:
     return path
 
 
-def audit_events(store: Store) -> list[AuditEvent]:
-    """Every stored audit event, parsed and hash-checked."""
-    return [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in store.iter_audit()]
+def audit_events(target: Store | Any) -> list[AuditEvent]:
+    """Every stored audit event, parsed and hash-checked: of a store handle, or of the store of
+    an ``MsmMem`` (or its directory) read through a handle of its own (``tests/layers.py``)."""
+    if hasattr(target, "iter_audit"):  # a store handle (or the synced view of one)
+        return [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in target.iter_audit()]
+    from tests.layers import open_layers
+
+    with open_layers(_directory(target)) as layers:
+        return audit_events(layers.store)
 
 
 def audit_fields(i: int = 0, **override: Any) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.testing import FixedClock
 from tests import strategies as s
 from tests.helpers import ADMIN, AGENT, AUDITOR, CLINICIAN, CRITIC, png
+from tests.layers import layers_of
 from tests.model_reference import T0, Model, Stm
 
 #: reads every patient's memory for the invariants: role system, purpose operations, permitted on
@@ -87,6 +88,8 @@ class ModelMachine(RuleBasedStateMachine):
             ADMIN,
             **options(backend, clock=self.clock, policy=policy(), backbone=self.backbone),
         )
+        #: another handle on the store, to read its audit chain around the governed API
+        self.view = layers_of(self.mem, self.clock)
         self.model = Model()
         self.model.permits = {(c.patient_id, c.grantee[5:]): c.consent_id for c in policy()[:-1]}
         self.granted = 0
@@ -94,6 +97,7 @@ class ModelMachine(RuleBasedStateMachine):
         self.ids: dict[str, set[str]] = {p: set() for p in s.PATIENTS}
 
     def teardown(self) -> None:
+        self.view.close()
         self.mem.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -115,10 +119,10 @@ class ModelMachine(RuleBasedStateMachine):
         return None
 
     def expect_refusal(self, error: type[Exception], principal: Principal, call: Callable[[], object]) -> None:
-        before = self.mem._store.audit_head()[0]
+        before = self.view.store.audit_head()[0]
         with pytest.raises(error):
             call()
-        new = [AuditEvent.from_row(*row) for row in self.mem._store.iter_audit(before + 1)]
+        new = [AuditEvent.from_row(*row) for row in self.view.store.iter_audit(before + 1)]
         assert new, "a refusal must be audited"
         last = new[-1]
         assert (last.action, last.outcome, last.actor, last.role) == (

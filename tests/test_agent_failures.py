@@ -10,7 +10,6 @@ import pytest
 
 from msm_mem import BackendError, ImageError, InvalidInput
 from msm_mem._agent.agent import Query
-from msm_mem._api.mem import MsmMem
 from msm_mem.datasets.manifest import ManifestRow
 from msm_mem.datasets.registry import load_dataset
 from msm_mem.datasets.synthetic import generate
@@ -18,6 +17,7 @@ from msm_mem.plugins.backbones.base import BackboneReply
 from tests.agent_support import Faulty, agent, audit_since, by_patient, counts, later, open_store, query
 from tests.conftest import MemFactory
 from tests.helpers import AGENT
+from tests.layers import Layers
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -31,7 +31,8 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> list[ManifestRow]:
 
 
 @pytest.fixture
-def mem(new_mem: MemFactory, synthetic: list[ManifestRow]) -> Iterator[MsmMem]:
+def layers(new_mem: MemFactory, synthetic: list[ManifestRow]) -> Iterator[Layers]:
+    """The layers of a store holding each patient's first study (the agent under test among them)."""
     with open_store(new_mem, synthetic) as m:
         yield m
 
@@ -39,34 +40,34 @@ def mem(new_mem: MemFactory, synthetic: list[ManifestRow]) -> Iterator[MsmMem]:
 # failures ----------------------------------------------------------------------------------------
 
 
-def _events(mem: MsmMem, seq: int) -> list[tuple[str, str]]:
-    return [(e["action"], e["outcome"]) for e in audit_since(mem, seq)]
+def _events(layers: Layers, seq: int) -> list[tuple[str, str]]:
+    return [(e["action"], e["outcome"]) for e in audit_since(layers, seq)]
 
 
 def test_an_unreadable_image_fails_and_writes_only_the_audit(
-    mem: MsmMem, synthetic: list[ManifestRow], tmp_path: Path
+    layers: Layers, synthetic: list[ManifestRow], tmp_path: Path
 ) -> None:
     """A corrupt image raises ImageError; memory is unchanged; consent and the error are audited."""
     bad = tmp_path / "corrupt.png"
     bad.write_bytes(b"not a png")
-    before, (seq, _) = counts(mem), mem._store.audit_head()
+    before, (seq, _) = counts(layers), layers.store.audit_head()
     with pytest.raises(ImageError):
-        mem._agent.ask(AGENT, Query(later(synthetic)[0].patient_id, bad, "What is the impression?"))
-    assert counts(mem) == before
-    events = audit_since(mem, seq)
+        layers.agent.ask(AGENT, Query(later(synthetic)[0].patient_id, bad, "What is the impression?"))
+    assert counts(layers) == before
+    events = audit_since(layers, seq)
     assert [(e["action"], e["outcome"]) for e in events] == [("consent", "success"), ("turn", "error")]
     assert events[-1]["reason"] == "ImageError"
 
 
 @pytest.mark.parametrize("question", ["", "   "])
 def test_an_empty_question_fails_before_anything_happens(
-    mem: MsmMem, synthetic: list[ManifestRow], question: str
+    layers: Layers, synthetic: list[ManifestRow], question: str
 ) -> None:
     """A blank question raises InvalidInput; nothing at all is written, not even an audit event."""
-    before, head = counts(mem), mem._store.audit_head()
+    before, head = counts(layers), layers.store.audit_head()
     with pytest.raises(InvalidInput, match="question"):
-        mem._agent.ask(AGENT, Query(later(synthetic)[0].patient_id, later(synthetic)[0].image, question))
-    assert (counts(mem), mem._store.audit_head()) == (before, head)
+        layers.agent.ask(AGENT, Query(later(synthetic)[0].patient_id, later(synthetic)[0].image, question))
+    assert (counts(layers), layers.store.audit_head()) == (before, head)
 
 
 @pytest.mark.parametrize(
@@ -82,17 +83,17 @@ def test_an_empty_question_fails_before_anything_happens(
     ids=["backend-error", "other-exception", "empty-answer", "non-text-answer", "not-a-reply", "none"],
 )
 def test_a_failing_backbone_changes_nothing_but_the_audit(
-    mem: MsmMem, synthetic: list[ManifestRow], result: object
+    layers: Layers, synthetic: list[ManifestRow], result: object
 ) -> None:
     """A backbone that raises or replies malformed gives BackendError; memory is unchanged; the
     consent decision, every read and the error are audited."""
-    before, (seq, _) = counts(mem), mem._store.audit_head()
+    before, (seq, _) = counts(layers), layers.store.audit_head()
     with pytest.raises(BackendError, match="faulty|timed out"):  # the backbone's own error passes unchanged
-        agent(mem, backbone=Faulty(result)).ask(AGENT, query(later(synthetic)[0]))
-    assert counts(mem) == before
-    assert _events(mem, seq) == [("consent", "success")] + [("read", "success")] * 3 + [("turn", "error")]
-    assert audit_since(mem, seq)[-1]["reason"] == "BackendError"
-    assert mem._audit.verify().ok
+        agent(layers, backbone=Faulty(result)).ask(AGENT, query(later(synthetic)[0]))
+    assert counts(layers) == before
+    assert _events(layers, seq) == [("consent", "success")] + [("read", "success")] * 3 + [("turn", "error")]
+    assert audit_since(layers, seq)[-1]["reason"] == "BackendError"
+    assert layers.audit.verify().ok
 
 
 # covid-cxr ---------------------------------------------------------------------------------------
@@ -116,13 +117,13 @@ def test_covid_cxr_end_to_end(new_mem: MemFactory) -> None:
     assert len(chosen) >= 3
     with open_store(new_mem, [r for rs in chosen.values() for r in rs]) as m:
         for patient, rs in chosen.items():
-            sem = m._agent.ask(AGENT, query(rs[1]), use_epi=False, use_vis=False, write_back=False)
+            sem = m.agent.ask(AGENT, query(rs[1]), use_epi=False, use_vis=False, write_back=False)
             assert sem.answer == rs[0].answer, patient
-            full = m._agent.ask(AGENT, query(rs[1]), write_back=False)
-            episodes = m._store.get_episodes([e.id for e in full.evidence if e.kind == "episodic"])
+            full = m.agent.ask(AGENT, query(rs[1]), write_back=False)
+            episodes = m.store.get_episodes([e.id for e in full.evidence if e.kind == "episodic"])
             assert episodes and {e.patient_id for e in episodes} == {patient}
             assert full.answer == rs[0].answer  # the only evidence is the patient's first study
-        stranger = m._agent.ask(AGENT, query(next(iter(chosen.values()))[1], patient="covid-nobody"), write_back=False)
+        stranger = m.agent.ask(AGENT, query(next(iter(chosen.values()))[1], patient="covid-nobody"), write_back=False)
         assert stranger.source == "population-prior" and stranger.evidence
         assert {e.kind for e in stranger.evidence} == {"population-episodic"}
         assert stranger.answer in {rs[0].answer for rs in chosen.values()}

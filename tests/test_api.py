@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +11,17 @@ import pytest
 
 from msm_mem import ConsentRecord, IllegalTransition, ImageError, InvalidInput, MsmMem, StoreError
 from msm_mem._governance.audit.event import AuditEvent
+from msm_mem._storage.base import Store
 from tests.helpers import ADMIN, AGENT, CLINICIAN, CRITIC, EXPORTER, SYSTEM, audit_events, png
+from tests.layers import Views, layers_of
 from tests.strategies import png_declaring
+
+
+@pytest.fixture
+def views() -> Iterator[Views]:
+    """Handles of their own on the stores a test opens (``tests/layers.py``), closed after it."""
+    with Views() as opened:
+        yield opened
 
 
 def test_api_ask_refuses_unknown_options(tmp_path: Path) -> None:
@@ -20,7 +30,7 @@ def test_api_ask_refuses_unknown_options(tmp_path: Path) -> None:
         mem.ask(AGENT, "P1", np.zeros((8, 8), dtype=np.float32), "q?", studyid="S1")
 
 
-def test_api_import_is_audited(tmp_path: Path) -> None:
+def test_api_import_is_audited(tmp_path: Path, views: Views) -> None:
     """After an API import the records are there, the audit chain verifies and its last event is
     the import."""
     from msm_mem.testing import FixedBackbone
@@ -32,16 +42,18 @@ def test_api_import_is_audited(tmp_path: Path) -> None:
     assert exported["episodic"] == exported["visual"] == 1
     with MsmMem.init(tmp_path / "b", ADMIN) as dst:
         counts = dst.import_paper(ADMIN, tmp_path / "out")
-        assert counts["episodic"] == dst._store.count("episodic") == 1
-        last = list(dst._store.iter_audit())[-1]
-        assert AuditEvent.from_row(*last).action == "import" and dst._audit.verify().ok
+        assert counts["episodic"] == views(dst).store.count("episodic") == 1
+        last = list(views(dst).store.iter_audit())[-1]
+        assert AuditEvent.from_row(*last).action == "import" and dst.verify_audit(ADMIN).ok
 
 
-def _kek_ids(mem: MsmMem) -> set[str]:
-    return {k.kek_id for k in mem._store.keys().all() if not k.shredded}
+def _kek_ids(store: Store) -> set[str]:
+    return {k.kek_id for k in store.keys().all() if not k.shredded}
 
 
-def test_key_rotation_and_its_audit_event_commit_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_key_rotation_and_its_audit_event_commit_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, views: Views
+) -> None:
     """A rotation whose transaction fails stores neither the rewrapped keys nor its event (and
     every record stays readable); a rotation that commits stores both."""
     from msm_mem._storage.sql_write import SqlWriter
@@ -49,7 +61,7 @@ def test_key_rotation_and_its_audit_event_commit_together(tmp_path: Path, monkey
     with MsmMem.init(tmp_path / "s", ADMIN) as mem:
         mem.ask(AGENT, "P1", png(tmp_path, 1), "What is the impression?")
         answers = [e.answer for e in mem.episodes(AGENT, "P1")]
-        before_keks, before_events = _kek_ids(mem), len(audit_events(mem._store))
+        before_keks, before_events = _kek_ids(views(mem).store), len(audit_events(mem))
 
         def broken(self: object, audit: object, head_seq: int | None = None) -> None:
             raise StoreError("disk full")
@@ -58,17 +70,17 @@ def test_key_rotation_and_its_audit_event_commit_together(tmp_path: Path, monkey
             m.setattr(SqlWriter, "_append_audit", broken)
             with pytest.raises(StoreError):
                 mem.rotate_keys(ADMIN, "scheduled rotation")
-        assert _kek_ids(mem) == before_keks
-        assert len(audit_events(mem._store)) == before_events
+        assert _kek_ids(views(mem).store) == before_keks
+        assert len(audit_events(mem)) == before_events
         assert [e.answer for e in mem.episodes(AGENT, "P1")] == answers
         count = mem.rotate_keys(ADMIN, "scheduled rotation")
-        assert count >= 1 and len(_kek_ids(mem)) == 1 and _kek_ids(mem) != before_keks
-        assert audit_events(mem._store)[-1].action == "key_rotate"
+        assert count >= 1 and len(_kek_ids(views(mem).store)) == 1 and _kek_ids(views(mem).store) != before_keks
+        assert audit_events(mem)[-1].action == "key_rotate"
     with MsmMem.open(tmp_path / "s") as mem:
         assert [e.answer for e in mem.episodes(AGENT, "P1")] == answers
 
 
-def test_a_batch_cannot_create_or_revive_a_data_key(tmp_path: Path) -> None:
+def test_a_batch_cannot_create_or_revive_a_data_key(tmp_path: Path, views: Views) -> None:
     """Rewrapped keys in a batch must be existing live keys of the same patient."""
     from dataclasses import replace
 
@@ -76,14 +88,14 @@ def test_a_batch_cannot_create_or_revive_a_data_key(tmp_path: Path) -> None:
 
     with MsmMem.init(tmp_path / "s", ADMIN) as mem:
         mem.ask(AGENT, "P1", png(tmp_path, 1), "What is the impression?")
-        live = next(k for k in mem._store.keys().all() if k.patient_ref == "P1")
+        live = next(k for k in views(mem).store.keys().all() if k.patient_ref == "P1")
         for forged in (replace(live, key_id="K-" + "0" * 32), replace(live, patient_ref="P2")):
             with pytest.raises(IllegalTransition, match="rewrapped"):
-                mem._store.write(WriteBatch(rewrapped=[forged]))
+                views(mem).store.write(WriteBatch(rewrapped=[forged]))
         mem.shred(ADMIN, "P1", "erasure request")
-        dead = next(k for k in mem._store.keys().all() if k.key_id == live.key_id)  # its row names no patient
+        dead = next(k for k in views(mem).store.keys().all() if k.key_id == live.key_id)  # its row names no patient
         with pytest.raises(IllegalTransition, match="rewrapped"):
-            mem._store.write(WriteBatch(rewrapped=[replace(dead, shredded=False, wrapped=live.wrapped)]))
+            views(mem).store.write(WriteBatch(rewrapped=[replace(dead, shredded=False, wrapped=live.wrapped)]))
 
 
 def test_maintain_runs_as_of_an_explicit_time(tmp_path: Path) -> None:
@@ -99,7 +111,7 @@ def test_maintain_runs_as_of_an_explicit_time(tmp_path: Path) -> None:
         report = mem.maintain(SYSTEM, at=later)
         assert report.expired == 1 and mem.now() == 1_700_000_000.0
         assert [i.state for i in mem.stm_items(AGENT, "P1")] == [StmState.EXPIRED]
-        assert audit_events(mem._store)[-1].time == 1_700_000_000.0
+        assert audit_events(mem)[-1].time == 1_700_000_000.0
         with pytest.raises(InvalidInput, match="UTC seconds"):
             mem.maintain(SYSTEM, at=float("nan"))
 
@@ -110,8 +122,10 @@ BAD_IDS = ["*", "\x00retired", "P\n1", "P1\r\nX", "", " ", "x" * 257]
 
 
 def _written(mem: MsmMem) -> tuple[int, int, int]:
-    """Audit events, short-term items and episodes in the store."""
-    return len(list(mem._store.iter_audit())), len(mem._store.stm_list()), mem._store.count("episodic")
+    """Audit events, short-term items and episodes in the store (read through a handle of its own)."""
+    with layers_of(mem) as layers:
+        s = layers.store
+        return len(list(s.iter_audit())), len(s.stm_list()), s.count("episodic")
 
 
 @pytest.mark.parametrize("patient", BAD_IDS)
@@ -190,7 +204,7 @@ def test_observed_text_is_stored_in_nfc(tmp_path: Path) -> None:
         assert (stored.payload.question, stored.payload.visual_tag) == ("Is the r\u00e9sum\u00e9 clear?", "\u00c5")
 
 
-def test_api_image_path_is_bounded(tmp_path: Path) -> None:
+def test_api_image_path_is_bounded(tmp_path: Path, views: Views) -> None:
     """A FIFO, a device or a huge declared image given to ask is an ImageError, at once, and
     no memory is written (the failed turn is audited as a failure)."""
     fifo = tmp_path / "pipe.png"
@@ -203,7 +217,7 @@ def test_api_image_path_is_bounded(tmp_path: Path) -> None:
                 mem.ask(AGENT, "P1", str(image), "What is seen?")
             with pytest.raises(ImageError, match=match):
                 mem.observe(AGENT, "P1", image, "What is seen?")
-        assert len(mem._store.stm_list()) == 0 and mem._store.count("episodic") == 0
+        assert len(views(mem).store.stm_list()) == 0 and views(mem).store.count("episodic") == 0
         with pytest.raises(ImageError, match="exceeds the limit"):
             mem.retrieve(AGENT, "P1", np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (9000, 9000), (0, 0)))
 

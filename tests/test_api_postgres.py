@@ -21,6 +21,7 @@ from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.cli_support import AUDITOR as AUDITOR_FLAGS
 from tests.helpers import ADMIN, AGENT, key_folder, png
+from tests.layers import layers_of
 
 pytestmark = pytest.mark.postgres
 
@@ -42,8 +43,9 @@ def test_init_keeps_keys_local_and_no_password_on_disk(tmp_path: Path, postgres_
     """init on a server: store.json names schema and DSN without the password; keys stay local."""
     with_password = make_conninfo(postgres_url, password="not-stored-anywhere")  # the server trusts the socket
     with MsmMem.init(tmp_path / "m", ADMIN, database_url=with_password, schema=schema, clock=FixedClock(1.7e9)) as mem:
-        assert isinstance(mem._store, PostgresStore) and mem._store.schema == schema
-        tenant = mem._store.store_id
+        with layers_of(mem) as layers:
+            assert isinstance(layers.handle, PostgresStore) and layers.handle.schema == schema
+            tenant = layers.handle.store_id
     spec = json.loads((tmp_path / "m" / LOCATION_FILE).read_text())
     assert spec["backend"] == "postgresql" and spec["schema"] == schema
     assert "not-stored-anywhere" not in (tmp_path / "m" / LOCATION_FILE).read_text()
@@ -52,28 +54,30 @@ def test_init_keeps_keys_local_and_no_password_on_disk(tmp_path: Path, postgres_
     assert not (tmp_path / "m" / "msm-mem.sqlite").exists()
     assert {"meta", "episodic", "audit", "keys", "consents"} <= _tables(postgres_url, schema)
     with MsmMem.open(tmp_path / "m", clock=FixedClock(1.7e9)) as mem:
-        assert mem._store.store_id == tenant  # the AAD binding survives reopening
+        with layers_of(mem) as layers:
+            assert layers.handle.store_id == tenant  # the AAD binding survives reopening
 
 
 def test_online_loop_reopen_and_verify(tmp_path: Path, postgres_url: str, schema: str) -> None:
     """Asks write back to the server store; a reopened handle retrieves them, decrypted, and
     the audit chain (rows on the server, checkpoints in the directory) verifies."""
     directory = tmp_path / "m"
-    with MsmMem.init(directory, ADMIN, database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:
-        mem._agent.backbone = FixedBackbone(ANSWER, "treat")
+    fixed = FixedBackbone(ANSWER, "treat")
+    with MsmMem.init(
+        directory, ADMIN, database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9), backbone=fixed
+    ) as mem:
         first = mem.ask(AGENT, "P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
         assert first.gate is not None and first.gate.written
-        mem._audit.checkpoint()
-    with MsmMem.open(directory, clock=FixedClock(1.7e9 + 60)) as mem:
-        mem._agent.backbone = FixedBackbone(ANSWER, "treat")
+        mem.checkpoint(ADMIN)
+    with MsmMem.open(directory, clock=FixedClock(1.7e9 + 60), backbone=fixed) as mem:
         second = mem.ask(AGENT, "P1", png(tmp_path, 2), "Any change?", study_id="S2")
         kinds = {e.kind for e in second.evidence}
         assert {"semantic", "episodic", "visual"} <= kinds
-        episodes = mem._store.get_episodes(mem._store.record_ids("episodic", "P1"))
+        episodes = mem.episodes(AGENT, "P1")
         assert [e.study_id for e in episodes] == ["S1", "S2"]
         assert all(e.answer == ANSWER and e.patient_id == "P1" for e in episodes)
         assert episodes[0].episode_id in {e.id for e in second.evidence}
-        assert mem._audit.verify().ok and mem._audit.verify(full=False).ok
+        assert mem.verify_audit(ADMIN).ok and mem.verify_audit(ADMIN, full=False).ok
     with psycopg.connect(postgres_url) as conn:  # the server holds ciphertext, not the answer
         stored = conn.execute(sql.SQL("SELECT answer FROM {}.episodic").format(sql.Identifier(schema))).fetchall()
     assert stored and all(row[0].startswith("enc1:") and ANSWER not in row[0] for row in stored)
@@ -107,14 +111,21 @@ def test_cli_on_postgres_and_tamper_detection(
 
 def test_shred_on_postgres_keeps_the_chain(tmp_path: Path, postgres_url: str, schema: str) -> None:
     """Crypto-shredding a patient on the server store retracts their records; the chain verifies."""
-    with MsmMem.init(tmp_path / "m", ADMIN, database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:
-        mem._agent.backbone = FixedBackbone(ANSWER, "treat")
+    with MsmMem.init(
+        tmp_path / "m",
+        ADMIN,
+        database_url=postgres_url,
+        schema=schema,
+        clock=FixedClock(1.7e9),
+        backbone=FixedBackbone(ANSWER, "treat"),
+    ) as mem:
         mem.ask(AGENT, "P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
         mem.ask(AGENT, "P2", png(tmp_path, 2), "What is the impression?", study_id="S1")
-        mem._maintainer().shred(ADMIN, "P1", reason="erasure request")
-        assert mem._store.record_ids("episodic", "P1") == []
-        assert len(mem._store.record_ids("episodic", "P2")) == 1
-        assert mem._audit.verify().ok
+        mem.shred(ADMIN, "P1", reason="erasure request")
+        with layers_of(mem) as layers:
+            assert layers.store.record_ids("episodic", "P1") == []
+            assert len(layers.store.record_ids("episodic", "P2")) == 1
+        assert mem.verify_audit(ADMIN).ok
 
 
 def test_failed_init_removes_the_server_store(tmp_path: Path, postgres_url: str, schema: str) -> None:
@@ -133,15 +144,24 @@ def test_failed_init_removes_the_server_store(tmp_path: Path, postgres_url: str,
 
 def test_second_init_on_a_used_schema_is_refused(tmp_path: Path, postgres_url: str, schema: str) -> None:
     """Another directory cannot init over a schema holding a store; the first store is intact."""
-    with MsmMem.init(tmp_path / "a", ADMIN, database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9)) as mem:
-        mem._agent.backbone = FixedBackbone(ANSWER, "treat")
+    with MsmMem.init(
+        tmp_path / "a",
+        ADMIN,
+        database_url=postgres_url,
+        schema=schema,
+        clock=FixedClock(1.7e9),
+        backbone=FixedBackbone(ANSWER, "treat"),
+    ) as mem:
         mem.ask(AGENT, "P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
-        head = mem._store.audit_head()
+        with layers_of(mem) as layers:
+            head = layers.store.audit_head()
     with pytest.raises(StoreError, match="already holds a store"):
         MsmMem.init(tmp_path / "b", ADMIN, database_url=postgres_url, schema=schema, clock=FixedClock(1.7e9))
     assert not (tmp_path / "b").exists()
     with MsmMem.open(tmp_path / "a", clock=FixedClock(time.time())) as mem:
-        assert mem._store.audit_head() == head and mem._audit.verify().ok
+        with layers_of(mem) as layers:
+            assert layers.store.audit_head() == head
+        assert mem.verify_audit(ADMIN).ok
 
 
 def test_shred_by_another_handle_stops_the_next_turn(tmp_path: Path, postgres_url: str, schema: str) -> None:
@@ -160,6 +180,7 @@ def test_shred_by_another_handle_stops_the_next_turn(tmp_path: Path, postgres_ur
             cli.shred(ADMIN, "P1", reason="erasure request")
         with pytest.raises(AccessDenied, match="shredded"):
             running.ask(AGENT, "P1", png(tmp_path, 2), "Any change?", study_id="S2")
-        assert running._store.record_ids("episodic", "P1") == []
-        assert running._store.stm_list(patient_id="P1") == []  # the first turn's item erased, nothing new
-        assert running._audit.verify().ok
+        with layers_of(running) as layers:
+            assert layers.store.record_ids("episodic", "P1") == []
+            assert layers.store.stm_list(patient_id="P1") == []  # the first turn's item erased, nothing new
+        assert running.verify_audit(ADMIN).ok

@@ -28,7 +28,7 @@ def mem(new_mem: MemFactory, tmp_path: Path) -> MsmMem:
 
 
 def _last_read(mem: MsmMem) -> tuple[str, ...]:
-    reads = [e for e in audit_events(mem._store) if e.action == "read" and e.actor == AGENT.id]
+    reads = [e for e in audit_events(mem) if e.action == "read" and e.actor == AGENT.id]
     return reads[-1].record_ids
 
 
@@ -60,10 +60,10 @@ def test_the_audit_event_names_the_page_only(mem: MsmMem) -> None:
 def test_a_bad_page_is_refused_before_anything_is_read(mem: MsmMem, offset: object, limit: object) -> None:
     """A negative or non-integer offset, or a limit under 1, is InvalidInput naming it, and
     leaves no audit event."""
-    before = len(audit_events(mem._store))
+    before = len(audit_events(mem))
     with pytest.raises(InvalidInput, match="offset|limit"):
         mem.claims(AGENT, "P1", offset=offset, limit=limit)  # type: ignore[arg-type]
-    assert len(audit_events(mem._store)) == before
+    assert len(audit_events(mem)) == before
 
 
 def test_the_consent_list_pages_in_the_read(mem: MsmMem) -> None:
@@ -77,14 +77,14 @@ def test_the_consent_list_pages_in_the_read(mem: MsmMem) -> None:
     assert isinstance(every, RecordPage) and every.total == len(ids) and {"C-P2", "C-P3"} <= set(ids)
     page = mem.consents(ADMIN, offset=1, limit=2)
     assert [c.consent_id for c in page] == ids[1:3] and (page.offset, page.total) == (1, len(ids))
-    (event,) = [e for e in audit_events(mem._store) if e.action == "consent_list"][-1:]
+    (event,) = [e for e in audit_events(mem) if e.action == "consent_list"][-1:]
     assert event.record_ids == tuple(ids[1:3])
     scoped = mem.consents(ADMIN, within=["P2"])
     assert {c.patient_id for c in scoped} <= {"P2", "*"} and "C-P2" in {c.consent_id for c in scoped}
     assert scoped.total == len(scoped) == len([c for c in every if c.patient_id in ("P2", "*")])
     audited = mem.consents(AUDITOR, limit=1)
     assert len(audited) == 1 and audited.total == len(ids) and audited[0].patient_id not in ("P2", "P3")
-    before = len(audit_events(mem._store))
+    before = len(audit_events(mem))
     with pytest.raises(InvalidInput, match="limit"):
         mem.consents(ADMIN, limit=0)
-    assert len(audit_events(mem._store)) == before
+    assert len(audit_events(mem)) == before

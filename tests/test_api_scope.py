@@ -17,7 +17,7 @@ def test_refuse_audits_the_denial_with_the_actor_and_a_pseudonym(tmp_path: Path)
     with MsmMem.init(tmp_path / "m", ADMIN) as mem:
         with pytest.raises(AccessDenied, match="patient_out_of_scope"):
             mem.refuse(AGENT, "read", "P7")
-        event = audit_events(mem._store)[-1]
+        event = audit_events(mem)[-1]
         assert (event.actor, event.action, event.outcome, event.reason) == (
             AGENT.id,
             "read",
@@ -32,7 +32,7 @@ def test_break_glass_is_the_admins_and_needs_a_reason(tmp_path: Path) -> None:
     and audited; an empty reason or an unknown operation is InvalidInput."""
     with MsmMem.init(tmp_path / "m", ADMIN) as mem:
         mem.break_glass(ADMIN, "shred", "P1", "erasure request on call")
-        event = audit_events(mem._store)[-1]
+        event = audit_events(mem)[-1]
         assert (event.action, event.outcome, event.reason) == (
             "break_glass",
             "success",
@@ -40,7 +40,7 @@ def test_break_glass_is_the_admins_and_needs_a_reason(tmp_path: Path) -> None:
         )
         with pytest.raises(AccessDenied):
             mem.break_glass(AGENT, "read", "P1", "curious")
-        assert audit_events(mem._store)[-1].outcome == "denied"
+        assert audit_events(mem)[-1].outcome == "denied"
         with pytest.raises(InvalidInput):
             mem.break_glass(ADMIN, "read", "P1", "  ")
         with pytest.raises(InvalidInput):

@@ -181,12 +181,14 @@ def long_store(
 ) -> Path:
     """A store of SIZE events, signed at every commit: events 500, 1000, ..., SIZE."""
     from msm_mem._api.mem import MsmMem
+    from tests.layers import open_layers
 
     directory = tmp_path_factory.mktemp("long") / "s"
-    with MsmMem.init(directory, ADMIN, **init_options(module_backend, clock=FixedClock(1.7e9))) as mem:
-        while (head := mem._store.audit_head()[0]) < SIZE:
+    MsmMem.init(directory, ADMIN, **init_options(module_backend, clock=FixedClock(1.7e9))).close()
+    with open_layers(directory, clock=FixedClock(1.7e9)) as layers:
+        while (head := layers.store.audit_head()[0]) < SIZE:
             specs = [
-                mem._audit.spec(
+                layers.audit.spec(
                     actor="rad-1",
                     role="clinician",
                     action="read",
@@ -197,7 +199,7 @@ def long_store(
                 )
                 for i in range(min(500 - head % 500, SIZE - head))
             ]
-            mem._audit.write(WriteBatch(), specs)
+            layers.audit.write(WriteBatch(), specs)
     return directory
 
 

@@ -5,6 +5,7 @@ record-answer and ask --backbone against a model server process."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,15 @@ from msm_mem.interfaces.http.config import ServeConfig
 from tests.chat_process import chat_process, image_sent, prompt_sent
 from tests.cli_support import AGENT, clean_env, one_line_error, run, run_json
 from tests.helpers import ADMIN, INGEST, png
+from tests.layers import Views
+
+
+@pytest.fixture
+def views() -> Iterator[Views]:
+    """Handles of their own on the stores a test opens (``tests/layers.py``), closed after it."""
+    with Views() as opened:
+        yield opened
+
 
 QUESTION = "What is the impression?"
 
@@ -187,7 +197,9 @@ def test_cli_context_then_record_answer(
     assert rc == 1 and "not active" in one_line_error(err)
 
 
-def test_cli_ask_with_an_openai_backbone(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_ask_with_an_openai_backbone(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], views: Views
+) -> None:
     """ask --backbone openai answers from the model server process (the fused prompt sent); an
     unknown option and an unreachable server are one error line each, with nothing written."""
     image = png(tmp_path / "images", 9)
@@ -211,13 +223,13 @@ def test_cli_ask_with_an_openai_backbone(store: Path, tmp_path: Path, capsys: py
         assert rc == 1 and "no option 'colour'" in one_line_error(err) and "it takes base_url, model" in err
         server.stop()
         with MsmMem.open(store) as mem:
-            before = mem._store.count("episodic")
+            before = views(mem).store.count("episodic")
         rc, _, err = run(
             capsys, "ask", store, "--patient", "P1", "--image", image, "--question", QUESTION, *flags, *AGENT
         )
         assert rc == 1 and "connection error" in one_line_error(err)
         with MsmMem.open(store, clock=FixedClock()) as mem:
-            assert mem._store.count("episodic") == before
+            assert views(mem).store.count("episodic") == before
 
 
 def test_eval_runs_the_protocol_against_a_model_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -130,7 +130,7 @@ def test_a_table_without_the_tenant_fails_the_check(tmp_path: Path) -> None:
 def _statements(backend: str, mem: MsmMem, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Every statement the store runs meanwhile (SQLite's trace; psycopg's execute calls)."""
     seen: list[str] = []
-    if backend == "sqlite":
+    if backend == "sqlite":  # the statements of this very handle's connection: only it can trace them
         mem._store._conn.set_trace_callback(seen.append)  # type: ignore[attr-defined]
         yield seen
         mem._store._conn.set_trace_callback(None)  # type: ignore[attr-defined]

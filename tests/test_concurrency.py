@@ -18,6 +18,7 @@ import numpy as np
 
 from msm_mem import MsmMem, MsmMemError
 from tests.helpers import ADMIN, AGENT, AUDITOR
+from tests.layers import layers_of
 
 WRITERS = 4
 OPS = 12  # per writer
@@ -44,6 +45,7 @@ def _writer(directory: str, worker: int, ops: int, out: Any) -> None:
                     out.put(("ask", patient, study, answer.gate.written))
             except MsmMemError as exc:
                 out.put(("failed", worker, f"{type(exc).__name__}: {exc}"))
+        # this process's own vector index following the others: only its handle shows it
         store = mem._store
         with store._db():  # type: ignore[attr-defined]
             store.sync()
@@ -94,6 +96,7 @@ def test_concurrent_writer_processes_lose_nothing(tmp_path: Path) -> None:
         assert sum(len(v) for v in stored.values()) == sum(1 for r in asks if r[3])
         items = [i.item_id for i in mem.stm_items(AGENT, "SHARED")]
         assert sorted(items) == sorted(observed)
-        assert mem._store.count("episodic") == sum(1 for r in asks if r[3])
+        with layers_of(mem) as layers:
+            assert layers.store.count("episodic") == sum(1 for r in asks if r[3])
         result = mem.verify_audit(AUDITOR)
         assert result.ok, result.reason

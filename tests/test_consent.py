@@ -18,6 +18,7 @@ from msm_mem._tier_records import ConsentRecord
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, audit_events
+from tests.layers import Layers, layers_of
 
 T0 = 1_700_000_000.0
 A1 = Principal("a1", Role.AGENT)  # purpose treatment
@@ -65,10 +66,16 @@ def clock() -> FixedClock:
 @pytest.fixture
 def bare(new_mem: MemFactory, clock: FixedClock) -> Iterator[MsmMem]:
     """A store with no consent records at all (everything denied)."""
-    mem = new_mem("s", clock=clock, policy=[])
-    mem._agent.backbone = FixedBackbone(ANSWER, "treat")
+    mem = new_mem("s", clock=clock, policy=[], backbone=FixedBackbone(ANSWER, "treat"))
     yield mem
     mem.close()
+
+
+@pytest.fixture
+def layers(bare: MsmMem, clock: FixedClock) -> Iterator[Layers]:
+    """The governed tiers (with their consent checks), store and audit log of ``bare``."""
+    with layers_of(bare, clock) as built:
+        yield built
 
 
 # evaluate -----------------------------------------------------------------------------------
@@ -183,119 +190,119 @@ def test_default_policy_is_treatment_and_operations_only() -> None:
 # governed turns ------------------------------------------------------------------------------
 
 
-def test_begin_without_permit_raises_and_audits_denial(bare: MsmMem) -> None:
+def test_begin_without_permit_raises_and_audits_denial(layers: Layers) -> None:
     """No permit: ConsentDenied, nothing in STM, and one 'consent' event with outcome denied."""
-    before = bare._store.audit_head()[0]
+    before = layers.store.audit_head()[0]
     with pytest.raises(ConsentDenied, match="no matching permit"):
-        bare._gm.begin(A1, "P1")
-    new = audit_events(bare._store)[before:]
+        layers.gm.begin(A1, "P1")
+    new = audit_events(layers.store)[before:]
     assert len(new) == 1
     event = new[0]
     assert (event.action, event.outcome, event.consent_id) == ("consent", "denied", "")
     assert event.reason == "no matching permit"
     assert event.actor == "a1" and event.role == "agent" and event.purpose == "treatment"
     assert event.patient.startswith("pt-") and "P1" not in event.patient
-    assert bare._store.stm_list() == []
-    assert bare._audit.verify().ok
+    assert layers.store.stm_list() == []
+    assert layers.audit.verify().ok
 
 
-def test_deny_record_names_itself_in_the_audit(bare: MsmMem) -> None:
+def test_deny_record_names_itself_in_the_audit(bare: MsmMem, layers: Layers) -> None:
     """A deny that wins is the deciding consent id of the audited denial."""
     permit, deny = _consent(), _consent(decision="deny")
     bare.grant(ADMIN, [permit, deny])
     with pytest.raises(ConsentDenied, match="denied by consent"):
-        bare._gm.begin(A1, "P1")
-    last = audit_events(bare._store)[-1]
+        layers.gm.begin(A1, "P1")
+    last = audit_events(layers.store)[-1]
     assert (last.outcome, last.consent_id, last.reason) == ("denied", deny.consent_id, "denied by consent")
 
 
-def test_permit_is_audited_with_its_consent_id(bare: MsmMem) -> None:
+def test_permit_is_audited_with_its_consent_id(bare: MsmMem, layers: Layers) -> None:
     """A permitted turn carries the deciding consent id into every event it writes."""
     permit = _consent()
     bare.grant(ADMIN, [permit])
     bare.ask(AGENT, "P1", _png(bare.directory.parent, 1), "Any consolidation?")
-    turn_events = [e for e in audit_events(bare._store) if e.action != "consent_grant"]
+    turn_events = [e for e in audit_events(layers.store) if e.action != "consent_grant"]
     assert turn_events and all(e.consent_id == permit.consent_id for e in turn_events)
     assert turn_events[0].action == "consent" and turn_events[0].outcome == "success"
 
 
-def test_ask_without_consent_writes_nothing(bare: MsmMem) -> None:
+def test_ask_without_consent_writes_nothing(bare: MsmMem, layers: Layers) -> None:
     """The agent's turn is refused before any STM or LTM write."""
     with pytest.raises(ConsentDenied):
         bare.ask(AGENT, "P1", _png(bare.directory.parent, 1), "Any consolidation?")
-    assert bare._store.stm_list() == []
-    assert bare._store.count("episodic") == bare._store.count("visual") == bare._store.count("semantic") == 0
-    assert bare._store.claims_active("P1") == []
+    assert layers.store.stm_list() == []
+    assert layers.store.count("episodic") == layers.store.count("visual") == layers.store.count("semantic") == 0
+    assert layers.store.claims_active("P1") == []
 
 
-def test_revocation_denies_the_next_turn(bare: MsmMem, clock: FixedClock) -> None:
+def test_revocation_denies_the_next_turn(bare: MsmMem, layers: Layers, clock: FixedClock) -> None:
     """After revoke() the same actor is denied; the revocation itself is audited."""
     permit = _consent()
     bare.grant(ADMIN, [permit])
-    bare._gm.begin(A1, "P1")
+    layers.gm.begin(A1, "P1")
     clock.advance(60)
     bare.revoke(ADMIN, permit.consent_id)
-    assert audit_events(bare._store)[-1].action == "consent_revoke"
-    assert audit_events(bare._store)[-1].record_ids == (permit.consent_id,)
+    assert audit_events(layers.store)[-1].action == "consent_revoke"
+    assert audit_events(layers.store)[-1].record_ids == (permit.consent_id,)
     with pytest.raises(ConsentDenied):
-        bare._gm.begin(A1, "P1")
-    assert bare._store.consents("P1")[0].revoked_at == clock.now()
+        layers.gm.begin(A1, "P1")
+    assert layers.store.consents("P1")[0].revoked_at == clock.now()
 
 
-def test_expired_period_denies(bare: MsmMem, clock: FixedClock) -> None:
+def test_expired_period_denies(bare: MsmMem, layers: Layers, clock: FixedClock) -> None:
     """A consent whose period ended no longer permits once the clock passes its end."""
     bare.grant(ADMIN, [_consent(start=T0, end=T0 + 3600)])
-    bare._gm.begin(A1, "P1")
+    layers.gm.begin(A1, "P1")
     clock.advance(3600)
     with pytest.raises(ConsentDenied):
-        bare._gm.begin(A1, "P1")
+        layers.gm.begin(A1, "P1")
 
 
-def test_turn_requests_every_class_by_default(bare: MsmMem) -> None:
+def test_turn_requests_every_class_by_default(bare: MsmMem, layers: Layers) -> None:
     """A turn needs every data class; a permit for fewer is refused, a narrower request is not."""
     bare.grant(ADMIN, [_consent(classes=("episodic", "visual", "semantic"))])
     with pytest.raises(ConsentDenied):
-        bare._gm.begin(A1, "P1")
-    turn = bare._gm.begin(A1, "P1", classes=("episodic", "semantic"))
+        layers.gm.begin(A1, "P1")
+    turn = layers.gm.begin(A1, "P1", classes=("episodic", "semantic"))
     assert turn.consent_id
 
 
-def test_other_patients_permit_does_not_leak(bare: MsmMem) -> None:
+def test_other_patients_permit_does_not_leak(bare: MsmMem, layers: Layers) -> None:
     """A permit for P2 does not let anyone act on P1."""
     bare.grant(ADMIN, [_consent(patient="P2")])
-    bare._gm.begin(A1, "P2")
+    layers.gm.begin(A1, "P2")
     with pytest.raises(ConsentDenied):
-        bare._gm.begin(A1, "P1")
+        layers.gm.begin(A1, "P1")
 
 
-def test_turn_needs_a_patient_scope(bare: MsmMem) -> None:
+def test_turn_needs_a_patient_scope(layers: Layers) -> None:
     """A turn without a patient id is invalid input, before any consent check."""
     for patient in ("", "  "):
         with pytest.raises(InvalidInput):
-            bare._gm.begin(A1, patient)
+            layers.gm.begin(A1, patient)
 
 
-def test_grant_is_audited_with_pseudonym(bare: MsmMem) -> None:
+def test_grant_is_audited_with_pseudonym(bare: MsmMem, layers: Layers) -> None:
     """Granting consent appends one event per record naming the consent id and the pseudonym."""
     c = _consent(patient="P-secret-42")
     bare.grant(ADMIN, [c])
-    event = audit_events(bare._store)[-1]
+    event = audit_events(layers.store)[-1]
     assert (event.action, event.record_ids, event.consent_id) == ("consent_grant", (c.consent_id,), c.consent_id)
     assert event.patient.startswith("pt-")
-    assert b"P-secret-42" not in next(iter(reversed(list(bare._store.iter_audit())))).payload
+    assert b"P-secret-42" not in next(iter(reversed(list(layers.store.iter_audit())))).payload
 
 
 def test_population_prior_respects_other_patients_deny(new_mem: MemFactory, tmp_path: Path, clock: FixedClock) -> None:
     """A patient who denied the agent must not feed another patient's answer."""
-    mem = new_mem("s", clock=clock, policy=[])
+    mem = new_mem("s", clock=clock, policy=[], backbone=FixedBackbone(ANSWER, "treat"))
     try:
-        mem._agent.backbone = FixedBackbone(ANSWER, "treat")
         mem.grant(ADMIN, [_consent(patient="*")])
         mem.ask(AGENT, "P2", _png(tmp_path, 2), "Any consolidation?")
         mem.grant(ADMIN, [_consent(patient="P2", decision="deny")])
         answer = mem.ask(AGENT, "P1", _png(tmp_path, 3), "Any consolidation?")
-        p2_ids = set(mem._store.record_ids("episodic", "P2")) | set(mem._store.record_ids("visual", "P2"))
-        read = {i for e in audit_events(mem._store) if e.action == "read" for i in e.record_ids}
+        with layers_of(mem) as layers:
+            p2_ids = set(layers.store.record_ids("episodic", "P2")) | set(layers.store.record_ids("visual", "P2"))
+        read = {i for e in audit_events(mem) if e.action == "read" for i in e.record_ids}
         assert not (p2_ids & read), "P2's records were read in P1's turn despite P2's deny"
         assert answer.answer
     finally:
@@ -308,14 +315,14 @@ def test_grant_refuses_unknown_classes_and_roles(new_mem: MemFactory) -> None:
 
     mem = new_mem("g", policy=[])
     try:
-        before = len(mem._store.consents())
+        before = len(mem.consents(ADMIN))
         for bad in (
             ConsentRecord("C-x", "P1", "role:agent", "treatment", "permit", ("episodc",), 0.0),
             ConsentRecord("C-y", "P1", "role:clinican", "treatment", "permit", ("*",), 0.0),
         ):
             with pytest.raises(_Invalid):
                 mem.grant(ADMIN, [bad])
-        assert len(mem._store.consents()) == before
+        assert len(mem.consents(ADMIN)) == before
     finally:
         mem.close()
 
@@ -330,6 +337,6 @@ def test_grant_refuses_an_actor_grantee_outside_the_id_grammar(new_mem: MemFacto
         bad_id = ConsentRecord("C-\u202ez", "P1", "actor:a1", "treatment", "permit", ("*",), 0.0)
         with pytest.raises(InvalidInput, match=r"consent_id .*U\+202E"):
             mem.grant(ADMIN, [bad_id])
-        assert not any(c.grantee == "actor:evil one" for c in mem._store.consents())
+        assert not any(c.grantee == "actor:evil one" for c in mem.consents(ADMIN))
     finally:
         mem.close()

@@ -31,6 +31,15 @@ from msm_mem.testing import completion
 from tests.agent_support import audit_since, counts
 from tests.chat_process import ChatProcess, chat_process, image_sent, prompt_sent
 from tests.helpers import ADMIN, AGENT, AUDITOR, CRITIC, INGEST, png
+from tests.layers import Views
+
+
+@pytest.fixture
+def views() -> Iterator[Views]:
+    """Handles of their own on the stores a test opens (``tests/layers.py``), closed after it."""
+    with Views() as opened:
+        yield opened
+
 
 QUESTION = "What is the impression?"
 T0 = 1_700_000_000.0
@@ -228,10 +237,10 @@ def test_record_answer_refuses_bad_input_and_writes_nothing(
     assert not {"answer", "consolidate", "hold", "semantic_update"} & set(_actions(mem, seq))
 
 
-def test_record_answer_from_other_patients_experience_is_deidentified(mem: MsmMem, image: Path) -> None:
+def test_record_answer_from_other_patients_experience_is_deidentified(mem: MsmMem, image: Path, views: Views) -> None:
     """An answer resting on another patient's record is stored de-identified, naming that record as its source."""
     ctx = mem.context(AGENT, "P1", str(image), QUESTION)
-    p2 = mem._store.record_ids("episodic", "P2")
+    p2 = views(mem).store.record_ids("episodic", "P2")
     done = mem.record_answer(
         AGENT,
         "P1",

@@ -15,6 +15,15 @@ from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
 from msm_mem.testing import FixedClock
 from tests.conftest import MemFactory
 from tests.helpers import AGENT, CRITIC, png
+from tests.layers import Views
+
+
+@pytest.fixture
+def views() -> Iterator[Views]:
+    """Handles of their own on the stores a test opens (``tests/layers.py``), closed after it."""
+    with Views() as opened:
+        yield opened
+
 
 T0 = 1_700_000_000.0
 DAY = 86_400.0
@@ -145,10 +154,10 @@ def test_a_held_answer_alone_is_promoted_by_the_verdict(mem: MsmMem, tmp_path: P
     assert sorted(i.state.value for i in mem.stm_items(CRITIC, "P1")) == ["consolidated", "consolidated"]
 
 
-def test_the_rejected_finding_leaves_the_knowledge_graph(mem: MsmMem, tmp_path: Path) -> None:
+def test_the_rejected_finding_leaves_the_knowledge_graph(mem: MsmMem, tmp_path: Path, views: Views) -> None:
     """The rejected claim's relationships are superseded, and so is the finding no active claim names."""
     ask(mem, tmp_path, 1, "S1", T0 - 30 * DAY)
-    store = mem._store
+    store = views(mem).store
     before = {e.name for e in store.entities("P1")}
     assert "Pneumothorax" in before
     mem.feedback(CRITIC, "P1", "S1", accept=False, correction=RIGHT)
@@ -160,12 +169,12 @@ def test_the_rejected_finding_leaves_the_knowledge_graph(mem: MsmMem, tmp_path: 
     assert {names[r.target_id] for r in rels} >= {"Consolidation", "Pneumonia"}
 
 
-def test_a_finding_another_claim_asserts_stays(mem: MsmMem, bb: Scripted, tmp_path: Path) -> None:
+def test_a_finding_another_claim_asserts_stays(mem: MsmMem, bb: Scripted, tmp_path: Path, views: Views) -> None:
     """A finding entity still named by another study's active claim is not retired with the rejected one."""
     ask(mem, tmp_path, 1, "S1", T0 - 60 * DAY)
     ask(mem, tmp_path, 2, "S2", T0 - 30 * DAY)
     mem.feedback(CRITIC, "P1", "S2", accept=False, correction=RIGHT)
-    assert "Pneumothorax" in {e.name for e in mem._store.entities("P1")}
+    assert "Pneumothorax" in {e.name for e in views(mem).store.entities("P1")}
 
 
 def test_a_rejected_answer_is_no_population_experience(new_mem: MemFactory, clock: FixedClock, tmp_path: Path) -> None:
@@ -227,7 +236,7 @@ def test_a_verdict_leaves_the_answers_to_the_studys_other_questions(mem: MsmMem,
     assert sorted(i.text for i in state_before.impressions) == sorted([WRONG, effusion])
 
 
-def test_a_claim_of_an_earlier_version_is_judged_by_its_study(mem: MsmMem, tmp_path: Path) -> None:
+def test_a_claim_of_an_earlier_version_is_judged_by_its_study(mem: MsmMem, tmp_path: Path, views: Views) -> None:
     """A claim keyed by its study alone (``study:<id>``, written by an earlier version) is the
     study's answer to no particular question: a verdict with or without a question supersedes
     it, keeping its key."""
@@ -240,7 +249,7 @@ def test_a_claim_of_an_earlier_version_is_judged_by_its_study(mem: MsmMem, tmp_p
     ask(mem, tmp_path, 1, "S1", T0 - 30 * DAY)  # the patient and its data key exist
     source = json.dumps({"by": "agent", "stm": "", "episode": "", "time": T0 - 10 * DAY})
     legacy = Claim(new_id("C"), "P1", "study:S9", WRONG, source, 0.6, "agent", T0)
-    mem._store.write(WriteBatch(claims=[legacy]))
+    views(mem).store.write(WriteBatch(claims=[legacy]))
     first = mem.feedback(CRITIC, "P1", "S9", accept=False, correction=RIGHT, question="Any new finding?")
     assert (first.key, first.content, first.supersedes) == ("study:S9", RIGHT, legacy.claim_id)
     second = mem.feedback(CRITIC, "P1", "S9", accept=True)

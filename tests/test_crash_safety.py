@@ -44,26 +44,32 @@ def test_killed_writers_lose_nothing_on_postgres(tmp_path: Path, postgres_url: s
     _passed(crash_safety.run(tmp_path, "postgres", 4, seed=13, dsn=postgres_url, max_seconds=MAX_SECONDS), 4)
 
 
-def test_a_kill_right_after_a_shred_commits_leaves_the_key_destroyed(tmp_path: Path) -> None:
+def test_a_kill_right_after_a_shred_commits_leaves_the_key_destroyed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The data key is destroyed in the transaction that retracts the patient's records: a
     process dying right after that commit (here: the step after it raising) leaves no live key
     behind records the audit trail already calls erased."""
     from msm_mem import ManifestRow, MsmMem
+    from msm_mem._governance.crypto import EnvelopeCipher
     from tests.helpers import ADMIN, AGENT, INGEST, png
+    from tests.layers import open_layers
 
     rows = [ManifestRow("P1", f"S{i}", 1.6e9 + i, str(png(tmp_path, i)), "Findings?", "small effusion") for i in (1, 2)]
     with MsmMem.init(tmp_path / "s", ADMIN) as mem:
         mem.ingest(INGEST, rows)
 
-        def killed(patient_ref: str) -> None:
+        def killed(self: EnvelopeCipher, patient_ref: str) -> None:
             raise KeyboardInterrupt("the process dies here")
 
-        mem._cipher.shred = killed  # type: ignore[method-assign]
-        with pytest.raises(KeyboardInterrupt):
-            mem.shred(ADMIN, "P1", "erasure request")
-    with MsmMem.open(tmp_path / "s") as mem:
-        assert mem._store.keys().get("P1") is None  # the destroyed key's row keeps no patient id
-        key = mem._store.keys().get(mem._cipher.tomb_ref("P1") or "P1")
+        with monkeypatch.context() as patched:
+            patched.setattr(EnvelopeCipher, "shred", killed)
+            with pytest.raises(KeyboardInterrupt):
+                mem.shred(ADMIN, "P1", "erasure request")
+    with open_layers(tmp_path / "s") as layers:
+        assert layers.store.keys().get("P1") is None  # the destroyed key's row keeps no patient id
+        key = layers.store.keys().get(layers.cipher.tomb_ref("P1") or "P1")
         assert key is not None and key.shredded and key.wrapped == b""
+    with MsmMem.open(tmp_path / "s") as mem:
         assert mem.episodes(AGENT, "P2") == []  # another patient still works
         assert mem.verify_audit(crash_safety.AUDITOR).ok

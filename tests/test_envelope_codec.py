@@ -19,8 +19,9 @@ from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.cli_support import ADMIN as ADMIN_FLAGS
 from tests.conftest import MemFactory
-from tests.helpers import ADMIN, AGENT, raw_db
+from tests.helpers import ADMIN, AGENT, audit_events, raw_db
 from tests.helpers import png as _png
+from tests.layers import open_layers
 
 T0 = 1_700_000_000.0
 QUESTION = "Is the wombat-shaped opacity in the left apex new?"
@@ -40,16 +41,14 @@ def _fill(tmp_path: Path, new_mem: MemFactory | None = None) -> Path:
     """A closed store with two patients, a held item and a critic correction (SQLite, or of the
     backend of ``new_mem``)."""
     directory = tmp_path / "s"
+    backbone = FixedBackbone(ANSWER, DECISION)
     if new_mem is None:
-        mem = MsmMem.init(directory, ADMIN, clock=FixedClock(T0))
+        mem = MsmMem.init(directory, ADMIN, clock=FixedClock(T0), backbone=backbone)
     else:
-        mem = new_mem("s", clock=FixedClock(T0))
-    mem._agent.backbone = FixedBackbone(ANSWER, DECISION)
+        mem = new_mem("s", clock=FixedClock(T0), backbone=backbone)
     for patient, seed in (("P1", 1), ("P1", 1), ("P2", 2)):
         mem.ask(AGENT, patient, _png(tmp_path, seed), QUESTION, study_id=f"S{seed}")
-    mem._maintainer().critic_verdict(
-        Principal("rad-1", "critic"), "P2", "S2", accept=False, correction="Confirmed wombatoid pneumonia"
-    )
+    mem.feedback(Principal("rad-1", "critic"), "P2", "S2", accept=False, correction="Confirmed wombatoid pneumonia")
     mem.close()
     return directory
 
@@ -61,8 +60,8 @@ def _db(directory: Path) -> sqlite3.Connection:
 def _readable(directory: Path) -> dict[str, str]:
     """Every decrypted PHI field of every record, keyed by table/id/field."""
     out: dict[str, str] = {}
-    with MsmMem.open(directory) as mem:
-        s = mem._store
+    with open_layers(directory) as layers:
+        s = layers.store
         for e in s.iter_episodes():
             for f in PHI_COLUMNS["episodic"]:
                 out[f"{e.patient_id}/episodic/{e.episode_id}/{f}"] = getattr(e, f)
@@ -150,8 +149,8 @@ def test_moved_ciphertext_fails_authentication(filled: Path, where: str) -> None
         target, sql, token = p2[0][0], "UPDATE episodic SET answer = ? WHERE id = ?", p1[0][3]
     con.execute(sql, (token, target))
     con.close()
-    with MsmMem.open(filled) as mem, pytest.raises(DecryptionError):
-        mem._store.get_episodes([target])
+    with open_layers(filled) as layers, pytest.raises(DecryptionError):
+        layers.store.get_episodes([target])
 
 
 def test_tampered_or_plain_values_fail(filled: Path) -> None:
@@ -163,11 +162,11 @@ def test_tampered_or_plain_values_fail(filled: Path) -> None:
     stm_id = con.execute("SELECT id FROM stm WHERE payload != '' LIMIT 1").fetchone()[0]
     con.execute("UPDATE stm SET payload = ? WHERE id = ?", (json.dumps({"question": "plain"}), stm_id))
     con.close()
-    with MsmMem.open(filled) as mem:
+    with open_layers(filled) as layers:
         with pytest.raises(DecryptionError):
-            mem._store.get_claims([claim_id])
+            layers.store.get_claims([claim_id])
         with pytest.raises(DecryptionError):
-            mem._store.stm_get([stm_id])
+            layers.store.stm_get([stm_id])
 
 
 def test_cli_rotate_keeps_every_record_readable(store_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -183,11 +182,8 @@ def test_cli_rotate_keeps_every_record_readable(store_dir: Path, capsys: pytest.
     after = {r[0] for r in con.execute("SELECT kek_id FROM keys")}
     con.close()
     assert len(after) == 1 and not (after & keks)
-    with MsmMem.open(store_dir) as mem:
-        from msm_mem._governance.audit.event import AuditEvent
-
-        last = [AuditEvent.from_row(r.seq, r.payload, r.event_hash) for r in mem._store.iter_audit()][-1]
-        assert (last.action, last.role) == ("key_rotate", "admin")
+    last = audit_events(store_dir)[-1]
+    assert (last.action, last.role) == ("key_rotate", "admin")
     assert main(["audit", "verify", str(store_dir), *ADMIN_FLAGS]) == 0
 
 
@@ -196,8 +192,8 @@ def test_cli_shred_unlinks_one_patient(store_dir: Path, capsys: pytest.CaptureFi
     p2_before = {k: v for k, v in _readable(store_dir).items() if k.startswith("P2/")}
     assert main(["keys", "shred", str(store_dir), "--patient", "P1", "--reason", "erasure request", *ADMIN_FLAGS]) == 0
     assert "shredded" in capsys.readouterr().out
-    with MsmMem.open(store_dir) as mem:
-        s = mem._store
+    with MsmMem.open(store_dir) as mem, open_layers(store_dir) as layers:
+        s = layers.store
         con = _db(store_dir)
         p1_eps = [r[0] for r in con.execute("SELECT id FROM episodic WHERE patient_id = 'P1'")]
         p2_eps = [r[0] for r in con.execute("SELECT id FROM episodic WHERE patient_id = 'P2'")]
@@ -211,7 +207,7 @@ def test_cli_shred_unlinks_one_patient(store_dir: Path, capsys: pytest.CaptureFi
         assert s.claims_active("P2")[0].content == "Confirmed wombatoid pneumonia"
         with pytest.raises(AccessDenied):
             mem.ask(AGENT, "P1", _png(store_dir.parent, 3), QUESTION)
-        assert mem._audit.verify().ok
+        assert mem.verify_audit(ADMIN).ok
     assert {k: v for k, v in _readable(store_dir).items() if k.startswith("P2/")} == p2_before
     assert len(p2_before) >= 8
     assert main(["audit", "verify", str(store_dir), *ADMIN_FLAGS]) == 0
@@ -220,9 +216,8 @@ def test_cli_shred_unlinks_one_patient(store_dir: Path, capsys: pytest.CaptureFi
 def test_shred_through_another_handle_is_enforced(tmp_path: Path) -> None:
     """After `keys shred` through another handle (the CLI), an open handle refuses new turns for that patient."""
     directory = tmp_path / "s"
-    mem = MsmMem.init(directory, ADMIN, clock=FixedClock(T0))
+    mem = MsmMem.init(directory, ADMIN, clock=FixedClock(T0), backbone=FixedBackbone(ANSWER, DECISION))
     try:
-        mem._agent.backbone = FixedBackbone(ANSWER, DECISION)
         mem.ask(AGENT, "P1", _png(tmp_path, 1), QUESTION)
         assert main(["keys", "shred", str(directory), "--patient", "P1", "--reason", "erasure", *ADMIN_FLAGS]) == 0
         with pytest.raises(AccessDenied):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,13 @@ import pytest
 from psycopg import sql
 
 from msm_mem import AccessDenied, ConsentRecord, ErasureReceipt, IllegalTransition, MsmMem, Settings, StoreError
+from msm_mem._agent.agent import Query
 from msm_mem._records import ManifestRow, State, new_id
 from msm_mem._storage.batch import Erasure, WriteBatch
+from msm_mem._storage.location import read_location
 from msm_mem.testing import FixedClock
 from tests.helpers import ADMIN, AGENT, AUDITOR, EXPORTER, INGEST, audit_events, png, raw_sql
+from tests.layers import layers_of, open_layers
 
 T0 = 1_700_000_000.0
 PB = "PBQ7X2ZK"  # the patient erased: an id no other byte of the store spells
@@ -55,9 +59,17 @@ def mem(new_mem: Any, tmp_path: Path) -> Iterator[MsmMem]:
     yield m
 
 
+@pytest.fixture
+def stack() -> Iterator[ExitStack]:
+    """Handles a test opens, closed at its end."""
+    with ExitStack() as opened:
+        yield opened
+
+
 def _vector(mem: MsmMem) -> bytes:
-    ids = mem._store.record_ids("episodic", PB)
-    return bytes(mem._store.get_episodes(ids[:1])[0].z.tobytes())
+    with layers_of(mem) as layers:
+        ids = layers.store.record_ids("episodic", PB)
+        return bytes(layers.store.get_episodes(ids[:1])[0].z.tobytes())
 
 
 def _needles(vector: bytes) -> dict[str, bytes]:
@@ -96,9 +108,10 @@ def _embedded_store_is_clean(mem: MsmMem, tmp_path: Path) -> None:
     directory, an export made after it included, holds any of them: open, and closed."""
     folder = tmp_path / "s"
     vector = _vector(mem)
-    first = mem._store.record_ids("episodic", PB)[0]
     needles = _needles(vector)
-    mem._store.flush()  # type: ignore[attr-defined]  # the vector caches written as they are now
+    with layers_of(mem) as layers:  # another handle, closed before the shred
+        first = layers.store.record_ids("episodic", PB)[0]
+        layers.store.flush()  # type: ignore[attr-defined]  # the vector caches written as they are now
     assert _graph_cosine(folder, first, vector) > 0.95  # the graph's codes are a copy of the vector
     before = _found(folder, needles)
     assert {"patient id", "study id", "study time", "vector[0:16]", "vector[64:80]"} <= set(before)
@@ -120,10 +133,17 @@ def _embedded_store_is_clean(mem: MsmMem, tmp_path: Path) -> None:
     assert _found(folder, needles) == {}
 
 
+def _schema(mem: MsmMem) -> str:
+    """The PostgreSQL schema of ``mem``'s store, as its ``store.json`` names it."""
+    location = read_location(mem.directory)
+    assert location is not None
+    return location.schema
+
+
 def _pg_hits(mem: MsmMem, url: str, vector: bytes) -> dict[str, int]:
     """Rows of every table of the store's schema whose text form holds the id, the study id or
     the text; and rows whose vector is PB's."""
-    schema = mem._store.schema  # type: ignore[attr-defined]
+    schema = _schema(mem)
     text = "[" + ",".join(repr(float(x)) for x in __import__("numpy").frombuffer(vector, "float32")) + "]"
     hits: dict[str, int] = {}
     with psycopg.connect(url) as conn:
@@ -160,7 +180,7 @@ def _postgres_store_is_clean(mem: MsmMem, url: str, tmp_path: Path) -> None:
     included); no file of the store directory does either, an export made after it included."""
     vector = _vector(mem)
     with psycopg.connect(url, autocommit=True) as conn:  # as autovacuum would: statistics sampled from the rows
-        conn.execute(sql.SQL("ANALYZE {}.episodic").format(sql.Identifier(mem._store.schema)))  # type: ignore[attr-defined]
+        conn.execute(sql.SQL("ANALYZE {}.episodic").format(sql.Identifier(_schema(mem))))
     before = _pg_hits(mem, url, vector)
     assert {"episodic: patient id", "episodic: study id", "keys: patient id", "episodic: vector"} <= set(before)
     assert {"episodic: study time", "visual: study time"} <= set(before)
@@ -184,12 +204,13 @@ def test_after_a_shred_nothing_of_the_patient_is_left(
         _embedded_store_is_clean(mem, tmp_path)
 
 
-def test_the_receipt_is_checked_against_the_chain(mem: MsmMem) -> None:
+def test_the_receipt_is_checked_against_the_chain(mem: MsmMem, stack: ExitStack) -> None:
     """The receipt names the last event of the shred (the patient's, under their pseudonym, one
     record id per row destroyed); it verifies, survives JSON, and a receipt with another count,
     seq or signature does not."""
     receipt = mem.shred(ADMIN, PB, "erasure request")
-    events = audit_events(mem._store)
+    layers = stack.enter_context(layers_of(mem))
+    events = audit_events(layers.store)
     event = events[-1]
     assert (event.seq, event.event_hash, event.patient) == (receipt.seq, receipt.event_hash, receipt.pseudonym)
     assert (event.action, event.purpose, event.reason) == ("retract", "erasure", "erasure request")
@@ -202,8 +223,8 @@ def test_the_receipt_is_checked_against_the_chain(mem: MsmMem) -> None:
         replace(receipt, counts=counts),
         replace(receipt, seq=receipt.seq - 1),
         replace(receipt, signature="00" * 64),
-        mem._audit.sign_receipt(replace(receipt, seq=receipt.seq - 1)),
-        mem._audit.sign_receipt(replace(receipt, counts=counts)),
+        layers.audit.sign_receipt(replace(receipt, seq=receipt.seq - 1)),
+        layers.audit.sign_receipt(replace(receipt, counts=counts)),
     ):
         result = mem.verify_audit(ADMIN, receipt=bad)
         assert not result.ok and result.first_bad_seq == bad.seq
@@ -215,10 +236,11 @@ def test_derived_copies_are_retracted_and_the_patient_is_gone(mem: MsmMem, tmp_p
     keep = mem.episodes(AGENT, KEEP)
     mem.shred(ADMIN, PB, "erasure request")
     assert mem.episodes(AGENT, "PNEW") == []
-    blanked = [e for e in mem._store.iter_episodes() if e.patient_id == "PNEW"]
-    assert blanked and all(e.state == State.RETRACTED and e.answer == "" for e in blanked)
-    assert all(ids == [] for ids in mem._store.patient_rows(PB).values())
-    assert mem._store.keys().get(PB) is None and mem._cipher.is_shredded(PB)
+    with layers_of(mem) as layers:
+        blanked = [e for e in layers.store.iter_episodes() if e.patient_id == "PNEW"]
+        assert blanked and all(e.state == State.RETRACTED and e.answer == "" for e in blanked)
+        assert all(ids == [] for ids in layers.store.patient_rows(PB).values())
+        assert layers.store.keys().get(PB) is None and layers.cipher.is_shredded(PB)
     with pytest.raises(AccessDenied, match="shredded"):
         mem.ask(AGENT, PB, png(tmp_path, 5), "Any change?")
     assert mem.episodes(AGENT, KEEP) == keep
@@ -228,23 +250,25 @@ def test_derived_copies_are_retracted_and_the_patient_is_gone(mem: MsmMem, tmp_p
 def test_an_erasure_that_fails_writes_nothing(mem: MsmMem) -> None:
     """An erasure naming a row of another patient, or leaving one of the patient's rows, is
     refused whole: every row of the patient is still there, readable."""
-    rows = mem._store.patient_rows(PB)
-    other = mem._store.record_ids("episodic", KEEP)
-    head = mem._store.audit_head()
-    wrong = Erasure(PB, None, (("episodic", tuple(rows["episodic"] + other)),))
-    with pytest.raises(IllegalTransition):
-        mem._store.write(WriteBatch(erase=[wrong]))
-    partial = Erasure(PB, None, (("episodic", tuple(rows["episodic"])),))
-    with pytest.raises(StoreError, match="nothing was erased"):
-        mem._store.write(WriteBatch(erase=[partial]))
-    assert mem._store.patient_rows(PB) == rows and mem._store.audit_head() == head
+    with layers_of(mem) as layers:
+        rows = layers.store.patient_rows(PB)
+        other = layers.store.record_ids("episodic", KEEP)
+        head = layers.store.audit_head()
+        wrong = Erasure(PB, None, (("episodic", tuple(rows["episodic"] + other)),))
+        with pytest.raises(IllegalTransition):
+            layers.store.write(WriteBatch(erase=[wrong]))
+        partial = Erasure(PB, None, (("episodic", tuple(rows["episodic"])),))
+        with pytest.raises(StoreError, match="nothing was erased"):
+            layers.store.write(WriteBatch(erase=[partial]))
+        assert layers.store.patient_rows(PB) == rows and layers.store.audit_head() == head
     assert {e.answer for e in mem.episodes(AGENT, PB)} >= {TEXT}
     assert mem.verify_audit(AUDITOR).ok
 
 
 def _vector_needles(mem: MsmMem, patient: str) -> dict[str, bytes]:
-    ids = mem._store.record_ids("episodic", patient)
-    vector = bytes(mem._store.get_episodes(ids[:1])[0].z.tobytes())
+    with layers_of(mem) as layers:
+        ids = layers.store.record_ids("episodic", patient)
+        vector = bytes(layers.store.get_episodes(ids[:1])[0].z.tobytes())
     return {f"{patient} vector[{i}:{i + 16}]": vector[4 * i : 4 * (i + 16)] for i in (0, 64, 128)}
 
 
@@ -256,13 +280,13 @@ def test_another_handle_keeps_no_erased_vector(new_mem: Any, backend: str, tmp_p
     first: MsmMem = new_mem("s", clock=FixedClock(T0))
     first.ingest(INGEST, _rows(tmp_path))
     pb, keep = _vector_needles(first, PB), _vector_needles(first, KEEP)
-    with MsmMem.open(folder, clock=FixedClock(T0)) as server:
-        server.ask(AGENT, KEEP, png(tmp_path, 6), "Any change?", study_id="STUDY-KEEP")  # caches filled
+    with open_layers(folder, clock=FixedClock(T0)) as server:  # the server's store handle and agent
+        server.agent.ask(AGENT, Query(KEEP, png(tmp_path, 6), "Any change?", study_id="STUDY-KEEP"))  # caches filled
         if backend == "sqlite":
-            server._store.flush()  # type: ignore[attr-defined]
+            server.handle.flush()  # type: ignore[attr-defined]  # this handle's caches, on disk now
             assert set(_found(folder, {**pb, **keep})) == {*pb, *keep}
         first.shred(ADMIN, PB, "erasure request")
-        server.ask(AGENT, KEEP, png(tmp_path, 7), "Any change?", study_id="STUDY-KEEP")
+        server.agent.ask(AGENT, Query(KEEP, png(tmp_path, 7), "Any change?", study_id="STUDY-KEEP"))
     first.close()
     assert _found(folder, pb) == {}
     if backend == "sqlite":
@@ -328,17 +352,23 @@ def test_the_service_returns_the_receipt_and_verifies_it(tmp_path: Path) -> None
         assert result["ok"] is False and result["first_bad_seq"] == receipt["seq"]
 
 
-def test_a_patient_shredded_before_erasure_is_erased_by_a_second_shred(new_mem: Any, tmp_path: Path) -> None:
+def test_a_patient_shredded_before_erasure_is_erased_by_a_second_shred(
+    new_mem: Any, tmp_path: Path, stack: ExitStack
+) -> None:
     """A patient whose data key alone was destroyed (rows left, the key row naming them) is
     erased by shredding them again: no row names them any more and the receipt verifies."""
-    mem: MsmMem = new_mem("s", clock=FixedClock(T0))
-    mem.ingest(INGEST, _rows(tmp_path))
-    mem._store.keys().shred(PB)  # the key destroyed, as before erasure: its row keeps the id
-    assert mem._cipher.is_shredded(PB) and mem._store.patient_rows(PB)["episodic"]
+    made: MsmMem = new_mem("s", clock=FixedClock(T0))
+    made.ingest(INGEST, _rows(tmp_path))
+    made.close()
+    with open_layers(tmp_path / "s") as layers:
+        layers.store.keys().shred(PB)  # the key destroyed, as before erasure: its row keeps the id
+        assert layers.cipher.is_shredded(PB) and layers.store.patient_rows(PB)["episodic"]
+    mem = stack.enter_context(MsmMem.open(tmp_path / "s", clock=FixedClock(T0)))
     receipt = mem.shred(ADMIN, PB, "erasure request")
     assert receipt.pseudonym == "" and receipt.count("episodic") == 1 and receipt.count("keys") == 0
-    assert all(ids == [] for ids in mem._store.patient_rows(PB).values())
-    assert mem._store.keys().get(PB) is None and mem._cipher.is_shredded(PB)
+    with layers_of(mem) as layers:
+        assert all(ids == [] for ids in layers.store.patient_rows(PB).values())
+        assert layers.store.keys().get(PB) is None and layers.cipher.is_shredded(PB)
     assert mem.verify_audit(AUDITOR, receipt=receipt).ok
 
 

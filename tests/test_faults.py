@@ -15,6 +15,7 @@ import pytest
 from msm_mem import InvalidInput, ManifestRow, MsmMem, MsmMemError, StoreError
 from msm_mem._tier_records import ConsentRecord
 from tests.helpers import ADMIN, AGENT, AUDITOR, INGEST, key_folder, png
+from tests.layers import open_layers
 
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 needs_root = pytest.mark.skipif(not ROOT, reason="mounting a tmpfs or a read-only bind mount needs root")
@@ -112,7 +113,8 @@ def test_a_full_disk_never_reports_a_write_it_did_not_commit(tmp_path: Path) -> 
             stored = {c.consent_id for c in mem.consents(ADMIN)}
             for consent_id, acknowledged in outcomes:
                 assert (consent_id in stored) == acknowledged, consent_id
-            mem._audit.log.all()  # the checkpoint log parses
+            with open_layers(fs / "s") as layers:
+                layers.audit.log.all()  # the checkpoint log parses
             result = mem.verify_audit(AUDITOR)
             assert result.ok, result.reason
             mem.grant(ADMIN, [_consent(99)])
@@ -123,9 +125,9 @@ def test_a_full_disk_never_reports_a_write_it_did_not_commit(tmp_path: Path) -> 
 
 
 def _search(directory: Path, images: Path) -> list[tuple[str, float]]:
-    with MsmMem.open(directory) as mem:
-        z = mem._agent.embed(png(images, 0))
-        return mem._store.search("episodic", z, 10, None)
+    with open_layers(directory) as layers:
+        z = layers.agent.embed(png(images, 0))
+        return layers.handle.search("episodic", z, 10, None)
 
 
 def test_an_overwritten_faiss_cache_is_rebuilt(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -193,7 +195,8 @@ def test_rotation_retires_old_keks_and_leaves_no_key_material(tmp_path: Path) ->
         answers = [e.answer for e in mem.episodes(AGENT, "P0")]
         for _ in range(5):
             mem.rotate_keys(ADMIN, "scheduled rotation")
-            assert len(mem._cipher._provider.kek_ids()) == 1  # type: ignore[attr-defined]
+            with open_layers(tmp_path / "s") as layers:
+                assert len(layers.keys.kek_ids()) == 1  # type: ignore[attr-defined]
     with MsmMem.open(tmp_path / "s") as mem:
         assert [e.answer for e in mem.episodes(AGENT, "P0")] == answers
 
@@ -212,6 +215,7 @@ def test_postgres_connection_lost_mid_request_is_a_clear_error_then_works(tmp_pa
     with MsmMem.init(tmp_path / "s", ADMIN, database_url=postgres_url, schema=f"t_faults_{os.getpid()}") as mem:
         mem.ask(AGENT, "P1", png(tmp_path, 1), "What is the impression?", study_id="S1")
         episodes = len(mem.episodes(AGENT, "P1"))
+        # the connection of this very handle is the one to drop: no public way names it
         pid = mem._store._sql.conn.info.backend_pid  # type: ignore[attr-defined]
         original = SqlWriter._append_audit
 

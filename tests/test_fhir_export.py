@@ -30,6 +30,7 @@ from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedClock
 from tests.cli_support import AUDITOR as AUDITOR_FLAGS
 from tests.helpers import ADMIN, AGENT, INGEST, copy_store, raw_db
+from tests.layers import layers_of
 from tests.test_fhir import DCM, OUTCOME_SYSTEM, codes
 
 PATIENT = "PATIENT-SECRET-7731"
@@ -45,7 +46,8 @@ def _png(path: Path, seed: int) -> str:
 
 def _build(root: Path, **options: Any) -> Path:
     """A closed store ``root / "s"`` with two ingested studies, one ask, and one consent DENY for research."""
-    mem = msm_mem.MsmMem.init(root / "s", ADMIN, clock=FixedClock(), **options)
+    clock = FixedClock()
+    mem = msm_mem.MsmMem.init(root / "s", ADMIN, clock=clock, **options)
     try:
         images = [_png(root / f"i{i}.png", i) for i in range(3)]
         mem.ingest(
@@ -66,8 +68,8 @@ def _build(root: Path, **options: Any) -> Path:
             start=0.0,
         )
         mem.grant(ADMIN, [deny])
-        with pytest.raises(ConsentDenied):
-            mem._gm.begin(Principal("x", Role.AGENT, Purpose.RESEARCH), PATIENT)
+        with layers_of(mem, clock) as layers, pytest.raises(ConsentDenied):
+            layers.gm.begin(Principal("x", Role.AGENT, Purpose.RESEARCH), PATIENT)
     finally:
         mem.close()
     return root / "s"

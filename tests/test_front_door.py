@@ -85,11 +85,11 @@ def mem(tmp_path: Path) -> Any:
 
 
 def _count(mem: Any) -> int:
-    return len(audit_events(mem._store))
+    return len(audit_events(mem))
 
 
 def _denials(mem: Any) -> int:
-    return sum(1 for e in audit_events(mem._store) if e.outcome == "denied")
+    return sum(1 for e in audit_events(mem) if e.outcome == "denied")
 
 
 def _operations(tmp: Path) -> dict[str, tuple[Callable[[Any, Principal], object], Principal, Principal]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,15 @@ from tests.cli_support import run
 from tests.conftest import SHARED, MemFactory
 from tests.helpers import ADMIN, AGENT, CRITIC, INGEST, SYSTEM, audit_events
 from tests.helpers import png as _png
+from tests.layers import Views
+
+
+@pytest.fixture
+def views() -> Iterator[Views]:
+    """Handles of their own on the stores a test opens (``tests/layers.py``), closed after it."""
+    with Views() as opened:
+        yield opened
+
 
 YEAR = 365.25 * 86_400.0
 NOW = 1_764_000_000.0  # November 2025: the store's clock when the archive is imported
@@ -65,7 +75,7 @@ def test_an_imported_archive_survives_its_first_maintenance(new_mem: MemFactory,
     assert {p: _live(mem, p) for p in ("P1", "P2")} == before
     assert fixed.claim_id in {c.claim_id for c in mem.claims(CRITIC, "P1")}
     assert {e.study_id for e in mem.episodes(CRITIC, "P2")} == {"S2016", "S2018", "S2020"}
-    assert not [e for e in audit_events(mem._store) if e.action == "decay"]
+    assert not [e for e in audit_events(mem) if e.action == "decay"]
 
 
 def test_records_decay_once_the_retention_after_the_last_activity_passed(new_mem: MemFactory, tmp_path: Path) -> None:
@@ -132,7 +142,7 @@ def test_a_dry_run_says_what_would_decay_and_writes_nothing(new_mem: MemFactory,
     """dry_run lists kind, id, last activity, retention and due time; no record changes, one read event."""
     clock = FixedClock(NOW)
     mem = _imported(new_mem, tmp_path, clock, settings=Settings(retention_s=YEAR))
-    events = len(audit_events(mem._store))
+    events = len(audit_events(mem))
     dry = mem.maintain(SYSTEM, at=NOW + YEAR, dry_run=True)
     assert dry.dry_run and (dry.anonymized, dry.retracted) == (18, 6) and dry.checkpoint is None
     assert {(d.kind, d.to) for d in dry.decay} == {
@@ -142,7 +152,7 @@ def test_a_dry_run_says_what_would_decay_and_writes_nothing(new_mem: MemFactory,
         ("semantic", State.RETRACTED),
     }
     assert all(d.last_activity == NOW and d.due_at == d.last_activity + d.retention_s for d in dry.decay)
-    new = audit_events(mem._store)[events:]
+    new = audit_events(mem)[events:]
     assert [(e.action, e.role, e.patient, e.record_ids) for e in new] == [("read", "system", "", ())]
     assert _live(mem, "P1") == (3, 3)
     real = mem.maintain(SYSTEM, at=NOW + YEAR)
@@ -181,7 +191,7 @@ def test_maintain_dry_run_on_the_command_line(tmp_path: Path, capsys: pytest.Cap
 
 
 @pytest.mark.shared
-def test_the_covid_cxr_archive_survives_its_first_maintenance(new_mem: MemFactory) -> None:
+def test_the_covid_cxr_archive_survives_its_first_maintenance(new_mem: MemFactory, views: Views) -> None:
     """The real covid-cxr studies (dated before today) ingested now: maintain decays none of them."""
     folder = SHARED / "data" / "covid-cxr"
     if not (folder / "metadata.csv").is_file():
@@ -193,4 +203,4 @@ def test_the_covid_cxr_archive_survives_its_first_maintenance(new_mem: MemFactor
     assert mem.maintain(SYSTEM, dry_run=True).decay == ()
     report = mem.maintain(SYSTEM)
     assert (report.anonymized, report.retracted) == (0, 0)
-    assert sum(len(mem.episodes(CRITIC, p)) for p in mem._store.patients()) == mem._store.count("episodic")
+    assert sum(len(mem.episodes(CRITIC, p)) for p in views(mem).store.patients()) == views(mem).store.count("episodic")

@@ -23,20 +23,24 @@ from msm_mem._storage.base import VectorKind, WriteBatch
 from msm_mem._storage.postgres import PostgresStore
 from msm_mem.testing import FixedClock
 from tests.helpers import ADMIN, AGENT
+from tests.layers import Layers, open_layers
 
 pytestmark = pytest.mark.postgres
 
 T0 = 1.7e9
 
 
-def _mem(path: Path, url: str, schema: str) -> MsmMem:
-    return MsmMem.init(path, ADMIN, clock=FixedClock(T0), database_url=url, schema=schema)
+def _layers(path: Path, url: str, schema: str, settings: Settings | None = None) -> Layers:
+    """A new server store made by ``MsmMem.init`` (the test admin's), and its layers: the
+    store handle (``handle``, no view in front) and the governed tiers over it."""
+    MsmMem.init(path, ADMIN, clock=FixedClock(T0), database_url=url, schema=schema, settings=settings).close()
+    return open_layers(path, clock=FixedClock(T0), settings=settings)
 
 
-def _turns(mem: MsmMem, patients: list[str], seed: int, ahead: bool = False) -> None:
+def _turns(layers: Layers, patients: list[str], seed: int, ahead: bool = False) -> None:
     """One batch of a turn a patient; ``ahead``: its novelty searches read ahead with it."""
-    gm = mem._gm
-    z = np.random.default_rng(seed).standard_normal((len(patients), mem._store.dim)).astype(np.float32)
+    gm = layers.gm
+    z = np.random.default_rng(seed).standard_normal((len(patients), layers.handle.dim)).astype(np.float32)
     z /= np.linalg.norm(z, axis=1, keepdims=True)
     novelty = list(zip(patients, z, strict=True)) if ahead else []
     turns = gm.begin_many(AGENT, patients, novelty=novelty)
@@ -54,11 +58,11 @@ def schema() -> str:
 def test_read_ahead_is_one_snapshot_until_the_next_sync(tmp_path: Path, postgres_url: str, schema: str) -> None:
     """Another connection's commit is not seen by the reads of a batch read ahead before it,
     and is seen once the next turn begins (sync)."""
-    mem = _mem(tmp_path / "a", postgres_url, schema)
+    mem = _layers(tmp_path / "a", postgres_url, schema)
     other = MsmMem.open(tmp_path / "a")
     try:
         _turns(mem, ["P1", "P2"], 0)
-        store = mem._store
+        store = mem.handle
         store.sync()
         store.prefetch(["P1", "P2"])
         before = store.consents("P1")
@@ -75,29 +79,29 @@ def test_read_ahead_is_one_snapshot_until_the_next_sync(tmp_path: Path, postgres
 
 def test_a_write_of_the_store_drops_the_read_ahead(tmp_path: Path, postgres_url: str, schema: str) -> None:
     """This store's own commit is read back at once, though the batch was read ahead before it."""
-    mem = _mem(tmp_path / "a", postgres_url, schema)
+    layers = _layers(tmp_path / "a", postgres_url, schema)
     try:
-        store = mem._store
+        store = layers.handle
         store.sync()
         store.prefetch(["P1"])
         assert store.claims_active("P1") == []
-        _turns(mem, ["P1"], 1)  # (begin_many syncs and reads ahead again: read ahead once more here)
+        _turns(layers, ["P1"], 1)  # (begin_many syncs and reads ahead again: read ahead once more here)
         store.prefetch(["P1"])
         assert len(store.claims_active("P1")) == 1
-        _turns(mem, ["P2"], 2)
+        _turns(layers, ["P2"], 2)
         assert [c.key for c in store.claims_active("P2")] == [claim_key("S2-0", "Impression?")]
     finally:
-        mem.close()
+        layers.close()
 
 
 def test_search_many_answers_as_search_does(postgres_url: str, schema: str) -> None:
     """The pipelined searches return exactly the searches one by one, in order; k <= 0 and a
     NUL in the scope return nothing, as search does."""
-    mem = MsmMem.init(Path(tempfile.mkdtemp()) / "s", ADMIN, database_url=postgres_url, schema=schema)
+    layers = _layers(Path(tempfile.mkdtemp()) / "s", postgres_url, schema)
     try:
-        _turns(mem, ["P1", "P2", "P3"], 3)
-        _turns(mem, ["P1", "P2"], 4)
-        store = mem._store
+        _turns(layers, ["P1", "P2", "P3"], 3)
+        _turns(layers, ["P1", "P2"], 4)
+        store = layers.handle
         assert isinstance(store, PostgresStore)
         rng = np.random.default_rng(9)
         for _ in range(5):
@@ -108,7 +112,7 @@ def test_search_many_answers_as_search_does(postgres_url: str, schema: str) -> N
                 one_by_one = [store.search(kind, z, k, scope) for kind, k in requests]  # type: ignore[arg-type]
                 assert store.search_many(z, requests, scope) == one_by_one  # type: ignore[arg-type]
     finally:
-        mem.close()
+        layers.close()
 
 
 def test_novelty_read_ahead_answers_as_the_searches_do(tmp_path: Path, postgres_url: str, schema: str) -> None:
@@ -117,11 +121,9 @@ def test_novelty_read_ahead_answers_as_the_searches_do(tmp_path: Path, postgres_
     (where a plain filtered ordering would be approximate), for a patient holding most rows, a
     query equal to a stored vector, and nothing for a patient without rows; the batch's
     novelty checks then cost no round trip."""
-    mem = MsmMem.init(
-        tmp_path / "h", ADMIN, settings=Settings(population_search="hnsw"), database_url=postgres_url, schema=schema
-    )
+    layers = _layers(tmp_path / "h", postgres_url, schema, Settings(population_search="hnsw"))
     try:
-        store = mem._store
+        store = layers.handle
         assert isinstance(store, PostgresStore)
         rng = np.random.default_rng(11)
         owners = ["P-big"] * 360 + [f"P{i % 4}" for i in range(40)]
@@ -155,7 +157,7 @@ def test_novelty_read_ahead_answers_as_the_searches_do(tmp_path: Path, postgres_
         assert _round_trips(trace) == 0
         assert store.search_many(asked[0], [("episodic", 2)], "P0") == [store.search("episodic", asked[0], 2, "P0")]
     finally:
-        mem.close()
+        layers.close()
 
 
 def _round_trips(trace: Path) -> int:
@@ -172,18 +174,18 @@ def test_a_batch_of_turns_costs_one_round_trip_per_turn(tmp_path: Path, postgres
     """20 governed turns (consent, keys, semantic state, claim, entities, novelty, write-back,
     audit) cost their 20 novelty searches and a fixed number of round trips for the batch,
     where each turn alone made nine."""
-    mem = _mem(tmp_path / "a", postgres_url, schema)
+    layers = _layers(tmp_path / "a", postgres_url, schema)
     try:
         patients = [f"P{i}" for i in range(20)]
         for p in patients:
-            mem._audit.pseudonym(p)
-        _turns(mem, patients, 5)  # every patient has a semantic state and claims to supersede
-        store = mem._store
+            layers.audit.pseudonym(p)
+        _turns(layers, patients, 5)  # every patient has a semantic state and claims to supersede
+        store = layers.handle
         assert isinstance(store, PostgresStore)
         trace = tmp_path / "trace.txt"
         with trace.open("w") as f:
             store._sql.conn.pgconn.trace(f.fileno())
-            _turns(mem, patients, 6)
+            _turns(layers, patients, 6)
             store._sql.conn.pgconn.untrace()
         per_batch = _round_trips(trace) - len(patients)
         assert 0 < per_batch <= 16, per_batch
@@ -191,12 +193,12 @@ def test_a_batch_of_turns_costs_one_round_trip_per_turn(tmp_path: Path, postgres
         # with the novelty searches read ahead, the batch's searches cost no round trip of their own
         with trace.open("w") as f:
             store._sql.conn.pgconn.trace(f.fileno())
-            _turns(mem, patients, 7, ahead=True)
+            _turns(layers, patients, 7, ahead=True)
             store._sql.conn.pgconn.untrace()
         assert _round_trips(trace) == per_batch
         assert len(store.claims_active("P0")) == 3
     finally:
-        mem.close()
+        layers.close()
 
 
 def _rows_read(store: PostgresStore) -> int:
@@ -217,12 +219,12 @@ def test_a_patients_search_reads_the_patients_rows_as_the_tables_grow(postgres_u
     plan kept from then read every row for one patient's search once the tables had grown. The
     store analyzes the tables that doubled (statistics.py), and the server costs the kept plans
     again: 20 searches of patients with one record of each kind read 40 rows."""
-    mem = MsmMem.init(Path(tempfile.mkdtemp()) / "g", ADMIN, database_url=postgres_url, schema=schema)
+    layers = _layers(Path(tempfile.mkdtemp()) / "g", postgres_url, schema)
     try:
-        store = mem._store
+        store = layers.handle
         assert isinstance(store, PostgresStore)
         for seed in range(12):  # from empty to 600 records of each kind, every statement run often
-            _turns(mem, [f"P{seed}-{i}" for i in range(50)], seed)
+            _turns(layers, [f"P{seed}-{i}" for i in range(50)], seed)
         rng = np.random.default_rng(3)
         z = rng.standard_normal(store.dim).astype(np.float32)
         z /= np.linalg.norm(z)
@@ -236,7 +238,7 @@ def test_a_patients_search_reads_the_patients_rows_as_the_tables_grow(postgres_u
         ).fetchone()
         assert kept is not None and kept[0] >= 20, "the searches stay prepared (parsed once)"
     finally:
-        mem.close()
+        layers.close()
 
 
 @contextmanager
@@ -259,11 +261,12 @@ def test_an_audit_only_write_reads_the_head_and_the_digests_once(
 ) -> None:
     """A write of audit rows alone (every served read commits one) reads the stored head and
     the row digests once each, the signing step included, and no vector positions."""
-    mem = MsmMem.init(Path(tempfile.mkdtemp()) / "h", ADMIN, database_url=postgres_url, schema=schema)
+    directory = Path(tempfile.mkdtemp()) / "h"
+    with _layers(directory, postgres_url, schema) as layers:
+        _turns(layers, ["P1"], 0)
+        assert isinstance(layers.handle, PostgresStore)
+    mem = MsmMem.open(directory)
     try:
-        _turns(mem, ["P1"], 0)
-        store = mem._store
-        assert isinstance(store, PostgresStore)
         with _sent(monkeypatch) as sent:
             mem.retrieve(AGENT, "P1", np.random.default_rng(0).random((64, 64), dtype=np.float32))
         assert sent and not [q for q in sent if "MAX(pos)" in q]
@@ -278,10 +281,10 @@ def test_a_key_read_for_its_patient_is_then_served_by_id_without_a_read(
 ) -> None:
     """A patient's data key read by patient is kept by its id too (one key a patient), so the
     decryption of the patient's rows reads nothing more; a shred empties both."""
-    mem = MsmMem.init(Path(tempfile.mkdtemp()) / "k", ADMIN, database_url=postgres_url, schema=schema)
+    layers = _layers(Path(tempfile.mkdtemp()) / "k", postgres_url, schema)
     try:
-        _turns(mem, ["P1"], 0)
-        store = mem._store
+        _turns(layers, ["P1"], 0)
+        store = layers.handle
         assert isinstance(store, PostgresStore)
         keys = store.keys()
         store.sync()
@@ -296,4 +299,4 @@ def test_a_key_read_for_its_patient_is_then_served_by_id_without_a_read(
         got = keys.get_by_id(key.key_id)
         assert got is not None and got.shredded and keys.get(patient_refs[0]) == got
     finally:
-        mem.close()
+        layers.close()

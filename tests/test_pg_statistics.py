@@ -18,6 +18,7 @@ from msm_mem import MsmMem
 from msm_mem._storage.postgres import PostgresStore
 from msm_mem._storage.postgres.statistics import MIN_CHANGED, analyze_grown
 from tests.helpers import ADMIN, AGENT
+from tests.layers import open_layers
 
 pytestmark = pytest.mark.postgres
 
@@ -63,16 +64,18 @@ def test_the_store_analyzes_its_grown_tables_as_it_writes(postgres_url: str) -> 
     """Turns committed one by one: no table the store wrote is analyzed while its rows are
     under the floor; once they pass it, the next check analyzes the vector tables."""
     schema = f"tpgs_{uuid.uuid4().hex[:12]}"
-    mem = MsmMem.init(Path(tempfile.mkdtemp()) / "s", ADMIN, database_url=postgres_url, schema=schema)
+    directory = Path(tempfile.mkdtemp()) / "s"
+    MsmMem.init(directory, ADMIN, database_url=postgres_url, schema=schema).close()
+    layers = open_layers(directory)
     analyzed = "SELECT relname FROM pg_stat_user_tables WHERE schemaname = %s AND analyze_count > 0"
     try:
-        store = mem._store
+        store = layers.handle
         assert isinstance(store, PostgresStore)
         for (table,) in store._sql.conn.execute(  # (autovacuum's own ANALYZE would race the counts checked)
             "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
         ).fetchall():
             store._sql.conn.execute(f"ALTER TABLE {schema}.{table} SET (autovacuum_enabled = off)")
-        gm = mem._gm
+        gm = layers.gm
         rng = np.random.default_rng(0)
         checks = 0
         for i in range(3 * MIN_CHANGED):
@@ -89,7 +92,7 @@ def test_the_store_analyzes_its_grown_tables_as_it_writes(postgres_url: str) -> 
         tables = {row[0] for row in store._sql.conn.execute(analyzed, (schema,)).fetchall()}
         assert {"episodic", "visual"} <= tables, tables
     finally:
-        mem.close()
+        layers.close()
 
 
 def test_a_table_another_session_is_analyzing_is_skipped_not_waited_for(

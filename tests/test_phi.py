@@ -21,6 +21,15 @@ from msm_mem._governance.deid import find_identifiers
 from msm_mem._records import ManifestRow, State, new_id
 from msm_mem.testing import FixedClock
 from tests.helpers import ADMIN, AGENT, AUDITOR, CRITIC, EXPORTER, INGEST, SYSTEM, png
+from tests.layers import Views
+
+
+@pytest.fixture
+def views() -> Iterator[Views]:
+    """Handles of their own on the stores a test opens (``tests/layers.py``), closed after it."""
+    with Views() as opened:
+        yield opened
+
 
 T0 = 1_700_000_000.0
 YEAR = 365.25 * 86400
@@ -132,7 +141,7 @@ def _assert_private(directory: Path) -> None:
 
 
 def test_seeded_identifiers_reach_no_other_patient(
-    mem: MsmMem, tmp_path: Path, clock: FixedClock, caplog: pytest.LogCaptureFixture
+    mem: MsmMem, tmp_path: Path, clock: FixedClock, caplog: pytest.LogCaptureFixture, views: Views
 ) -> None:
     """Another patient's identifiers reach no answer, evidence, memory, export, log or file, before
     and after shredding and decay; population answers list their population evidence."""
@@ -155,7 +164,7 @@ def test_seeded_identifiers_reach_no_other_patient(
     _assert_private(store)
 
     mem.shred(ADMIN, "PX0", "erasure request")
-    derived = [e for e in mem._store.iter_episodes() if e.patient_id in ("PNEW", "PTHIRD", "PFOURTH")]
+    derived = [e for e in views(mem).store.iter_episodes() if e.patient_id in ("PNEW", "PTHIRD", "PFOURTH")]
     px0 = {e.id for a in asked for e in a.evidence}
     assert px0  # every copy derived (directly or not) from PX0's records is gone; the rest stays
     for e in derived:
@@ -167,11 +176,11 @@ def test_seeded_identifiers_reach_no_other_patient(
 
     clock.advance(10 * YEAR)
     mem.maintain(SYSTEM)
-    for e in mem._store.iter_episodes():  # anonymised: scrubbed, names without a cue included
+    for e in views(mem).store.iter_episodes():  # anonymised: scrubbed, names without a cue included
         if e.state == State.ANONYMIZED:
             text = " ".join((e.question, e.answer, e.decision, e.media_description))
             assert not _leaks(text) and find_identifiers(text) == [], text
-    for v in mem._store.iter_visuals():
+    for v in views(mem).store.iter_visuals():
         if v.state == State.ANONYMIZED:
             assert not _leaks(v.visual_tag)
     late = mem.ask(AGENT, "PSIXTH", png(tmp_path, 1), "Any consolidation?", study_id="N10")
@@ -195,7 +204,7 @@ def test_seeded_identifiers_reach_no_other_patient(
     _assert_private(store)
 
 
-def test_shredding_removes_every_derived_copy(mem: MsmMem, tmp_path: Path) -> None:
+def test_shredding_removes_every_derived_copy(mem: MsmMem, tmp_path: Path, views: Views) -> None:
     """An answer derived from PX0 (and one derived from that) is retracted and blanked when PX0
     is shredded: records, claim, semantic state; other patients' own records stay."""
     for patient in SOURCES[1:]:  # only PX0 may inform the new patients
@@ -209,7 +218,7 @@ def test_shredding_removes_every_derived_copy(mem: MsmMem, tmp_path: Path) -> No
     for patient in ("PNEW", "PTHIRD"):
         assert mem.episodes(AGENT, patient) == [] and mem.visuals(AGENT, patient) == []
         assert mem.claims(AGENT, patient) == [] and mem.semantic_state(AGENT, patient) == []
-    blanked = [e for e in mem._store.iter_episodes() if e.patient_id in ("PNEW", "PTHIRD")]
+    blanked = [e for e in views(mem).store.iter_episodes() if e.patient_id in ("PNEW", "PTHIRD")]
     assert blanked and all(e.state == State.RETRACTED and e.answer == "" for e in blanked)
     assert all(mem.episodes(AGENT, p) for p in SOURCES[1:])
     again = mem.ask(AGENT, "PNEW", png(tmp_path, 0), "Any consolidation?", study_id="N2")

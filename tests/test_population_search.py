@@ -20,6 +20,7 @@ from msm_mem.testing import FixedBackbone
 from tests.conftest import random_unit, with_codec
 from tests.graph_helpers import DIM, DOCUMENTED_RECALL, clustered, hnsw_store, hnsw_store_created, recall_at, write
 from tests.helpers import ADMIN, AGENT, png
+from tests.layers import layers_of
 
 
 @settings(max_examples=40)
@@ -164,7 +165,9 @@ def test_a_shredded_patients_vectors_are_never_returned(tmp_path: Path, small_ta
         for i in range(6):
             for patient in ("P1", "P2", "P3"):
                 mem.ask(AGENT, patient, png(tmp_path, 10 * i + int(patient[1])), "Any consolidation?", study_id=f"S{i}")
-        p1 = set(mem._store.record_ids("episodic", "P1")) | set(mem._store.record_ids("visual", "P1"))
+        with layers_of(mem) as layers:
+            p1 = set(layers.store.record_ids("episodic", "P1")) | set(layers.store.record_ids("visual", "P1"))
+        # the precondition is this handle's own graph being in use: only its index shows it
         assert mem._store._vectors._index["episodic"].graph.covered > 0
         images = [png(tmp_path, 10 * i + 1) for i in range(6)]
         before = [

@@ -32,6 +32,7 @@ from msm_mem.plugins.backbones.nonparametric import NonparametricBackbone
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.conftest import MemFactory
 from tests.helpers import AGENT, CRITIC, INGEST, SYSTEM
+from tests.layers import layers_of
 
 CHECK = CRITIC  # reads memory in the tests below
 
@@ -188,7 +189,7 @@ def test_critic_verdict_raises_the_rank_of_corrected_evidence(mem: MsmMem, tmp_p
 
     image = _png(tmp_path, 1)
     mem.ask(AGENT, "P1", image, "Any consolidation?", study_id="S1")
-    mem._maintainer().critic_verdict(
+    mem.feedback(
         Principal("rad-1", "critic"), "P1", "S1", accept=False, correction="Right lower lobe consolidation, pneumonia"
     )
     answer = mem.ask(AGENT, "P1", _png(tmp_path, 2), "Any change?", study_id="S2", write_back=False)
@@ -258,7 +259,7 @@ def test_decay_counts_from_the_last_activity(late: tuple[MsmMem, FixedClock, Swi
     _ingest(mem, tmp_path, 1, "S1", Y2020)
     (e,) = mem.episodes(CHECK, "P1")
     (c,) = mem.claims(CHECK, "P1")
-    keep = mem._settings.retention_s
+    keep = mem.settings.retention_s
     assert e.decay_at == decay_at(clock.now(), 1.0, "ground_truth", keep)
     assert c.decay_at == decay_at(clock.now(), 1.0, "ground_truth", keep)
     report = mem.maintain(SYSTEM)
@@ -276,7 +277,9 @@ def test_decay_at_moves_with_the_patients_newest_write(new_mem: MemFactory, tmp_
     moved = {e.episode_id: e.decay_at for e in mem.episodes(CHECK, "P1")}
     assert moved[first.episode_id] == first.decay_at + 300 * DAY
     assert len(set(moved.values())) == 1
-    assert mem._store.get_episodes([first.episode_id])[0].decay_at is None  # decided when read, never stored
+    with layers_of(mem, clock) as layers:
+        stored = layers.store.get_episodes([first.episode_id])[0]
+    assert stored.decay_at is None  # decided when read, never stored
 
 
 def _hit(hid: str, kind: str, tier: str, when: float, cosine: float, patient: str = "P1") -> Hit:

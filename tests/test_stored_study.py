@@ -4,6 +4,7 @@ embedding stored with the study, ask and observe use its image file."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,15 @@ from msm_mem.datasets.registry import load_dataset
 from msm_mem.testing import FixedBackbone
 from tests.conftest import MemFactory
 from tests.helpers import AGENT, SYSTEM, audit_events, png
+from tests.layers import Views
+
+
+@pytest.fixture
+def views() -> Iterator[Views]:
+    """Handles of their own on the stores a test opens (``tests/layers.py``), closed after it."""
+    with Views() as opened:
+        yield opened
+
 
 T0 = 1_600_000_000.0
 
@@ -36,11 +46,11 @@ def test_a_stored_study_ranks_as_its_image_does(new_mem: MemFactory, tmp_path: P
     """Retrieving by a stored study gives the same ranked evidence as the study's image itself,
     and is audited as one read (one event) of that patient."""
     mem = _ingested(new_mem, tmp_path)
-    first = len(audit_events(mem._store))
+    first = len(audit_events(mem))
     by_image = mem.retrieve(AGENT, "P1", str(png(tmp_path, 1)), at=T0 + 10 * 86_400)
-    before = len(audit_events(mem._store))
+    before = len(audit_events(mem))
     by_study = mem.retrieve(AGENT, "P1", image_study="P1-S1", at=T0 + 10 * 86_400)
-    image_events, study_events = audit_events(mem._store)[first:before], audit_events(mem._store)[before:]
+    image_events, study_events = audit_events(mem)[first:before], audit_events(mem)[before:]
     assert _ranking(by_study) == _ranking(by_image) and by_study.items
     assert by_study.items[0].record is not None and by_study.items[0].record.study_id == "P1-S1"
     shape = [(e.action, e.outcome, e.patient) for e in study_events]
@@ -48,18 +58,22 @@ def test_a_stored_study_ranks_as_its_image_does(new_mem: MemFactory, tmp_path: P
     assert [e.action for e in study_events] == ["consent", "read"]
 
 
-def test_another_patients_study_is_not_found(new_mem: MemFactory, tmp_path: Path) -> None:
+def test_another_patients_study_is_not_found(new_mem: MemFactory, tmp_path: Path, views: Views) -> None:
     """A study id of another patient, or of none, is NotFound for this patient; the failure is
     audited and nothing else is written."""
     mem = _ingested(new_mem, tmp_path)
-    counts = (mem._store.count("episodic"), mem._store.count("visual"), mem._store.count("semantic"))
+    counts = (views(mem).store.count("episodic"), views(mem).store.count("visual"), views(mem).store.count("semantic"))
     for study in ("P2-S0", "P9-S0"):
-        before = len(audit_events(mem._store))
+        before = len(audit_events(mem))
         with pytest.raises(NotFound, match="no stored study"):
             mem.retrieve(AGENT, "P1", image_study=study)
-        events = audit_events(mem._store)[before:]
+        events = audit_events(mem)[before:]
         assert [(e.action, e.outcome, e.reason) for e in events][-1:] == [("turn", "error", "NotFound")]
-    assert counts == (mem._store.count("episodic"), mem._store.count("visual"), mem._store.count("semantic"))
+    assert counts == (
+        views(mem).store.count("episodic"),
+        views(mem).store.count("visual"),
+        views(mem).store.count("semantic"),
+    )
 
 
 @pytest.mark.parametrize(
@@ -79,10 +93,10 @@ def test_retrieve_refuses_a_bad_study_reference(
     """Neither or both of image and study, or a study id that is not an id, is InvalidInput
     before any turn begins (nothing audited)."""
     mem = _ingested(new_mem, tmp_path)
-    before = len(audit_events(mem._store))
+    before = len(audit_events(mem))
     with pytest.raises(InvalidInput, match=message):
         mem.retrieve(AGENT, "P1", image, image_study=study)  # type: ignore[arg-type]
-    assert len(audit_events(mem._store)) == before
+    assert len(audit_events(mem)) == before
 
 
 def _shape(events: list[object]) -> list[tuple[str, str]]:
@@ -95,13 +109,13 @@ def test_ask_and_observe_use_the_stored_studys_image(new_mem: MemFactory, tmp_pa
     the study's image file."""
     mem = _ingested(new_mem, tmp_path)
     image = str(png(tmp_path, 1))
-    first = len(audit_events(mem._store))
+    first = len(audit_events(mem))
     by_path = mem.ask(AGENT, "P1", image, "Any change?", write_back=False, timestamp=T0 + 9 * 86_400)
-    middle = len(audit_events(mem._store))
+    middle = len(audit_events(mem))
     by_study = mem.ask(
         AGENT, "P1", None, "Any change?", image_study="P1-S1", write_back=False, timestamp=T0 + 9 * 86_400
     )
-    events = audit_events(mem._store)
+    events = audit_events(mem)
     assert by_study.answer == by_path.answer
     assert [(e.id, e.score) for e in by_study.evidence] == [(e.id, e.score) for e in by_path.evidence]
     assert _shape(events[middle:]) == _shape(events[first:middle])
@@ -109,7 +123,7 @@ def test_ask_and_observe_use_the_stored_studys_image(new_mem: MemFactory, tmp_pa
     assert item.payload is not None and item.payload.media_path == image and item.patient_id == "P1"
 
 
-def test_a_stored_study_without_a_readable_image_file(new_mem: MemFactory, tmp_path: Path) -> None:
+def test_a_stored_study_without_a_readable_image_file(new_mem: MemFactory, tmp_path: Path, views: Views) -> None:
     """A study of another patient is NotFound; an image file gone from disk is an ImageError
     naming the stored path and how it was resolved; nothing but the failed turn's audit events
     is written."""
@@ -118,7 +132,7 @@ def test_a_stored_study_without_a_readable_image_file(new_mem: MemFactory, tmp_p
         mem.ask(AGENT, "P1", None, "Any change?", image_study="P2-S0")
     gone = png(tmp_path, 2)
     gone.unlink()
-    counts = (mem._store.count("episodic"), len(mem._store.stm_list()))
+    counts = (views(mem).store.count("episodic"), len(views(mem).store.stm_list()))
     for call in (
         lambda: mem.ask(AGENT, "P1", None, "Any change?", image_study="P1-S2"),
         lambda: mem.observe(AGENT, "P1", None, "Any change?", image_study="P1-S2"),
@@ -127,7 +141,7 @@ def test_a_stored_study_without_a_readable_image_file(new_mem: MemFactory, tmp_p
             call()
         message = str(caught.value)
         assert "cannot be read" in message and f"stored as the absolute path {str(gone)!r}" in message
-    assert counts == (mem._store.count("episodic"), len(mem._store.stm_list()))
+    assert counts == (views(mem).store.count("episodic"), len(views(mem).store.stm_list()))
     with pytest.raises(InvalidInput, match="exactly one of image and image_study"):
         mem.observe(AGENT, "P1", str(png(tmp_path, 1)), "Any change?", image_study="P1-S1")
 

@@ -15,10 +15,12 @@ import pytest
 
 from msm_mem import InvalidInput, ManifestRow, MsmMem, StoreError
 from msm_mem._settings import Settings
+from msm_mem._storage.base import Store
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.cli_support import ADMIN as ADMIN_FLAGS
 from tests.cli_support import clean_env, run
 from tests.helpers import ADMIN, AGENT, AUDITOR, CLINICIAN, SYSTEM, png, raw_sql
+from tests.layers import layers_of
 
 T0 = 1_700_000_000.0
 QUESTION = "Is the right lower lobe opacity changing?"
@@ -40,8 +42,11 @@ def _fill(mem: MsmMem, tmp_path: Path, seed: int) -> None:
 def _snapshot(mem: MsmMem) -> dict[str, Any]:
     """What a tenant's store holds of itself, read around the governed API (a governed read
     would add its own audit event): records, chain, checkpoints, keys, row digests."""
-    store = mem._store
-    audit = mem.directory / "audit"
+    with layers_of(mem) as layers:
+        return _held(layers.store, mem.directory / "audit")
+
+
+def _held(store: Store, audit: Path) -> dict[str, Any]:
     episodes = store.get_episodes(store.record_ids("episodic", "P-1"))
     return {
         "episodes": [(e.episode_id, e.answer, e.state) for e in episodes],
@@ -76,15 +81,17 @@ def test_two_tenants_in_one_schema_are_separate_stores(tmp_path: Path, postgres_
         north.feedback(CLINICIAN, "P-1", "ACC-50", accept=False, correction="New left effusion")
         north.shred(ADMIN, "P-1", "erasure request")
         assert north.verify_audit(AUDITOR).ok
-        assert north._store.computed_row_digests() == north._store.row_digests()
-        north_head = north._store.audit_head()[0]
+        with layers_of(north) as layers:
+            assert layers.store.computed_row_digests() == layers.store.row_digests()
+            north_head = layers.store.audit_head()[0]
     with _open(stores["south-2"]) as south:
         assert _snapshot(south) == before
         assert [e.answer for e in south.episodes(CLINICIAN, "P-1")] == [a for _, a, _ in before["episodes"]]
         result = south.verify_audit(AUDITOR)  # its own read and verify events continue its chain
-        assert result.ok and result.count == south._store.audit_head()[0] > before["head"][0]
-        assert south._store.computed_row_digests() == south._store.row_digests()
-        south_head = south._store.audit_head()[0]
+        with layers_of(south) as layers:
+            assert result.ok and result.count == layers.store.audit_head()[0] > before["head"][0]
+            assert layers.store.computed_row_digests() == layers.store.row_digests()
+            south_head = layers.store.audit_head()[0]
     with psycopg.connect(postgres_url) as conn:
         seqs = dict(
             conn.execute(

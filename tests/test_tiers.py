@@ -16,7 +16,7 @@ from msm_mem._api.mem import MsmMem
 from msm_mem._errors import IllegalTransition, InvalidInput, NotFound
 from msm_mem._memory.claim_evidence import claim_key
 from msm_mem._records import State, new_id
-from msm_mem._storage.base import WriteBatch
+from msm_mem._storage.base import Store, WriteBatch
 from msm_mem._tier_records import ConsentRecord, StmChange, StmItem, StmState
 from msm_mem._transitions import Trigger
 from msm_mem.plugins.backbones.base import BackboneReply, BackboneRequest
@@ -24,6 +24,7 @@ from msm_mem.testing import FixedBackbone, FixedClock
 from tests.conftest import MemFactory
 from tests.helpers import ADMIN, audit_events
 from tests.helpers import png as _png
+from tests.layers import Layers, layers_of
 from tests.tiers_support import AGENT, ANSWER, T0, _counts, _grant_auditor, _z
 
 
@@ -39,15 +40,22 @@ def mem(new_mem: MemFactory, clock: FixedClock) -> Iterator[MsmMem]:
     m.close()
 
 
-def test_auditor_cannot_write_to_stm(mem: MsmMem, tmp_path: Path) -> None:
+@pytest.fixture
+def layers(mem: MsmMem, clock: FixedClock) -> Iterator[Layers]:
+    """The governed tiers (and the store, audit log, maintainer) of ``mem``'s directory."""
+    with layers_of(mem, clock) as built:
+        yield built
+
+
+def test_auditor_cannot_write_to_stm(mem: MsmMem, layers: Layers, tmp_path: Path) -> None:
     """A refused observe raises IllegalTransition, writes no STM and audits the denial."""
     _grant_auditor(mem)
-    before = mem._store.audit_head()[0]
-    turn = mem._gm.begin(Principal("aud-1", "auditor"), "P1")
+    before = layers.store.audit_head()[0]
+    turn = layers.gm.begin(Principal("aud-1", "auditor"), "P1")
     with pytest.raises(IllegalTransition):
-        mem._gm.observe(turn, _z(mem, tmp_path, 1), "Any consolidation?")
-    assert mem._store.stm_list() == []
-    new = audit_events(mem._store)[before:]
+        layers.gm.observe(turn, _z(layers, tmp_path, 1), "Any consolidation?")
+    assert layers.store.stm_list() == []
+    new = audit_events(layers.store)[before:]
     assert [(e.action, e.outcome) for e in new] == [("consent", "success"), ("write", "denied")]
     denied = new[-1]
     assert (denied.role, denied.source_tier, denied.target_tier, denied.reason) == (
@@ -57,51 +65,51 @@ def test_auditor_cannot_write_to_stm(mem: MsmMem, tmp_path: Path) -> None:
         "illegal_transition",
     )
     assert turn.audit == []  # nothing of the refused turn is left to commit
-    assert mem._audit.verify().ok
+    assert layers.audit.verify().ok
 
 
-def test_auditor_cannot_consolidate(mem: MsmMem, tmp_path: Path) -> None:
+def test_auditor_cannot_consolidate(mem: MsmMem, layers: Layers, tmp_path: Path) -> None:
     """Consolidation by a role outside the table is refused before anything is staged into LTM."""
     _grant_auditor(mem)
-    agent_turn = mem._gm.begin(AGENT, "P1")
-    item = mem._gm.observe(agent_turn, _z(mem, tmp_path, 1), "Any consolidation?")
-    mem._gm.commit(agent_turn)
-    counts = _counts(mem)
-    turn = mem._gm.begin(Principal("aud-1", "auditor"), "P1")
+    agent_turn = layers.gm.begin(AGENT, "P1")
+    item = layers.gm.observe(agent_turn, _z(layers, tmp_path, 1), "Any consolidation?")
+    layers.gm.commit(agent_turn)
+    counts = _counts(layers.store)
+    turn = layers.gm.begin(Principal("aud-1", "auditor"), "P1")
     with pytest.raises(IllegalTransition):
-        mem._gm.consolidate(turn, item, ANSWER)
+        layers.gm.consolidate(turn, item, ANSWER)
     assert not turn.batch.episodes and not turn.batch.claims and not turn.batch.semantic
-    assert _counts(mem) == counts
-    last = audit_events(mem._store)[-1]
+    assert _counts(layers.store) == counts
+    last = audit_events(layers.store)[-1]
     assert (last.action, last.outcome, last.source_tier, last.target_tier) == ("consolidate", "denied", "stm", "ltm")
 
 
-def test_illegal_trigger_is_refused_even_for_admin(mem: MsmMem, tmp_path: Path) -> None:
+def test_illegal_trigger_is_refused_even_for_admin(mem: MsmMem, layers: Layers, tmp_path: Path) -> None:
     """A consolidation trigger that is not in the table is refused for every caller."""
     mem.grant(ADMIN, [ConsentRecord(new_id("C"), "*", "role:admin", "treatment", "permit", ("*",), 0.0, created_at=T0)])
-    turn = mem._gm.begin(Principal("root", "admin"), "P1")
+    turn = layers.gm.begin(Principal("root", "admin"), "P1")
     with pytest.raises(IllegalTransition):
-        mem._gm.observe(turn, _z(mem, tmp_path, 1), "q?")  # admin is not a writer
-    turn = mem._gm.begin(AGENT, "P1")
-    item = mem._gm.observe(turn, _z(mem, tmp_path, 1), "q?")
+        layers.gm.observe(turn, _z(layers, tmp_path, 1), "q?")  # admin is not a writer
+    turn = layers.gm.begin(AGENT, "P1")
+    item = layers.gm.observe(turn, _z(layers, tmp_path, 1), "q?")
     with pytest.raises(IllegalTransition):
-        mem._gm.consolidate(turn, item, ANSWER, trigger=Trigger.SUPERSEDE)  # not a stm -> ltm trigger
-    assert audit_events(mem._store)[-1].outcome == "denied"
+        layers.gm.consolidate(turn, item, ANSWER, trigger=Trigger.SUPERSEDE)  # not a stm -> ltm trigger
+    assert audit_events(layers.store)[-1].outcome == "denied"
     with pytest.raises(IllegalTransition):
-        mem._gm.consolidate(turn, item, ANSWER, trigger="rewrite")  # type: ignore[arg-type]
-    assert audit_events(mem._store)[-1].outcome == "denied"
+        layers.gm.consolidate(turn, item, ANSWER, trigger="rewrite")  # type: ignore[arg-type]
+    assert audit_events(layers.store)[-1].outcome == "denied"
 
 
-def test_auditor_may_read(mem: MsmMem, tmp_path: Path) -> None:
+def test_auditor_may_read(mem: MsmMem, layers: Layers, tmp_path: Path) -> None:
     """Reads are open to the auditor role and are audited with the ids returned."""
     mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?")
     _grant_auditor(mem)
-    turn = mem._gm.begin(Principal("aud-1", "auditor"), "P1")
-    ranked = mem._gm.retrieve(turn, _z(mem, tmp_path, 2))
-    mem._gm.commit(turn)
+    turn = layers.gm.begin(Principal("aud-1", "auditor"), "P1")
+    ranked = layers.gm.retrieve(turn, _z(layers, tmp_path, 2))
+    layers.gm.commit(turn)
     ids = tuple(h.id for h, _ in ranked.ranked)
     assert len(ids) == 3
-    assert audit_events(mem._store)[-1].action == "read" and audit_events(mem._store)[-1].record_ids == ids
+    assert audit_events(layers.store)[-1].action == "read" and audit_events(layers.store)[-1].record_ids == ids
 
 
 # short-term memory -------------------------------------------------------------------------
@@ -115,19 +123,19 @@ def test_stm_item_needs_scope_and_positive_ttl() -> None:
         StmItem("M-1", "P1", "interaction", StmPayload("q", T0), T0, T0)
 
 
-def test_observe_writes_scoped_item_with_ttl(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
+def test_observe_writes_scoped_item_with_ttl(mem: MsmMem, layers: Layers, tmp_path: Path, clock: FixedClock) -> None:
     """observe lands the turn in STM with the patient scope, embedding and a TTL from settings."""
-    turn = mem._gm.begin(AGENT, "P1")
-    z = _z(mem, tmp_path, 1)
-    item = mem._gm.observe(turn, z, "Any consolidation?", study_id="S1")
-    assert mem._store.stm_list() == []  # nothing before commit
-    mem._gm.commit(turn)
-    (stored,) = mem._store.stm_list()
+    turn = layers.gm.begin(AGENT, "P1")
+    z = _z(layers, tmp_path, 1)
+    item = layers.gm.observe(turn, z, "Any consolidation?", study_id="S1")
+    assert layers.store.stm_list() == []  # nothing before commit
+    layers.gm.commit(turn)
+    (stored,) = layers.store.stm_list()
     assert stored.item_id == item.item_id and stored.patient_id == "P1" and stored.state == StmState.ACTIVE
     assert stored.expires_at == clock.now() + mem.settings.stm_ttl_s
     assert stored.z is not None and np.allclose(stored.z, z) and stored.actor == AGENT.id
     assert stored.payload is not None and stored.payload.question == "Any consolidation?"
-    event = audit_events(mem._store)[-1]
+    event = audit_events(layers.store)[-1]
     assert (event.action, event.source_tier, event.target_tier, event.record_ids) == (
         "write",
         "source",
@@ -136,82 +144,84 @@ def test_observe_writes_scoped_item_with_ttl(mem: MsmMem, tmp_path: Path, clock:
     )
 
 
-def test_observe_refuses_an_empty_question(mem: MsmMem, tmp_path: Path) -> None:
+def test_observe_refuses_an_empty_question(layers: Layers, tmp_path: Path) -> None:
     """An empty question is invalid input and stages nothing."""
-    turn = mem._gm.begin(AGENT, "P1")
+    turn = layers.gm.begin(AGENT, "P1")
     with pytest.raises(InvalidInput):
-        mem._gm.observe(turn, _z(mem, tmp_path, 1), "   ")
+        layers.gm.observe(turn, _z(layers, tmp_path, 1), "   ")
     assert not turn.batch.stm
 
 
-def test_stm_change_refresh_keeps_an_item_past_its_ttl(mem: MsmMem, tmp_path: Path, clock: FixedClock) -> None:
+def test_stm_change_refresh_keeps_an_item_past_its_ttl(
+    mem: MsmMem, layers: Layers, tmp_path: Path, clock: FixedClock
+) -> None:
     """A StmChange ACTIVE->ACTIVE with expires_at (what GovernedMemory.refresh writes) extends the TTL."""
     mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?")
     mem.ask(AGENT, "P1", _png(tmp_path, 1), "Again?")  # held: not novel, stays ACTIVE
-    held = mem._store.stm_list(state=StmState.ACTIVE)[0]
+    held = layers.store.stm_list(state=StmState.ACTIVE)[0]
     later = held.expires_at + 3600
     refresh = StmChange(held.item_id, StmState.ACTIVE, StmState.ACTIVE, expires_at=later)
-    mem._store.write(WriteBatch(stm_changes=[refresh]))
+    layers.store.write(WriteBatch(stm_changes=[refresh]))
     clock.advance(mem.settings.stm_ttl_s + 1)
-    assert mem._maintainer().expire() == 0
-    assert mem._store.stm_get([held.item_id])[0].expires_at == later
+    assert layers.maintainer().expire() == 0
+    assert layers.store.stm_get([held.item_id])[0].expires_at == later
 
 
-def test_stm_change_expecting_wrong_state_is_refused(mem: MsmMem, tmp_path: Path) -> None:
+def test_stm_change_expecting_wrong_state_is_refused(mem: MsmMem, layers: Layers, tmp_path: Path) -> None:
     """A consolidated item cannot be flipped again (the store checks the expected state)."""
     mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?")
-    (item,) = mem._store.stm_list()
+    (item,) = layers.store.stm_list()
     assert item.state == StmState.CONSOLIDATED
     with pytest.raises(IllegalTransition):
-        mem._store.write(WriteBatch(stm_changes=[StmChange(item.item_id, StmState.ACTIVE, StmState.EXPIRED)]))
+        layers.store.write(WriteBatch(stm_changes=[StmChange(item.item_id, StmState.ACTIVE, StmState.EXPIRED)]))
 
 
-def test_consolidated_and_held_items(mem: MsmMem, tmp_path: Path) -> None:
+def test_consolidated_and_held_items(mem: MsmMem, layers: Layers, tmp_path: Path) -> None:
     """A novel answer is consolidated (STM CONSOLIDATED and emptied, episode + visual); a repeat
     image is held ACTIVE with its content."""
     first = mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
     second = mem.ask(AGENT, "P1", _png(tmp_path, 1), "Again?", study_id="S2")
     assert first.gate is not None and first.gate.written
     assert second.gate is not None and not second.gate.written and "not_novel" in second.gate.reasons
-    items = {i.state: i for i in mem._store.stm_list()}
+    items = {i.state: i for i in layers.store.stm_list()}
     assert sorted(items) == [StmState.ACTIVE, StmState.CONSOLIDATED]
     # the consolidated item moved to long-term memory: no second, undecayed copy stays in STM
     assert items[StmState.CONSOLIDATED].payload is None and items[StmState.CONSOLIDATED].z is None
     assert items[StmState.ACTIVE].payload is not None and items[StmState.ACTIVE].payload.study_id == "S2"
-    assert mem._store.get_episodes(mem._store.record_ids("episodic", "P1"))[0].study_id == "S1"
-    assert mem._store.count("episodic") == mem._store.count("visual") == 1
-    held = [e for e in audit_events(mem._store) if e.action == "hold"]
+    assert layers.store.get_episodes(layers.store.record_ids("episodic", "P1"))[0].study_id == "S1"
+    assert layers.store.count("episodic") == layers.store.count("visual") == 1
+    held = [e for e in audit_events(layers.store) if e.action == "hold"]
     assert len(held) == 1 and held[0].reason == "not_novel"
     # the held item keeps its answer so a critic or the age sweep can promote it later
-    held = mem._store.stm_list(state=StmState.ACTIVE)[0].payload
+    held = layers.store.stm_list(state=StmState.ACTIVE)[0].payload
     assert held is not None and held.answer == ANSWER
 
 
 # long-term memory: supersession -----------------------------------------------------------
 
 
-def test_semantic_state_and_claim_superseded_every_turn(mem: MsmMem, tmp_path: Path) -> None:
+def test_semantic_state_and_claim_superseded_every_turn(mem: MsmMem, layers: Layers, tmp_path: Path) -> None:
     """Each written answer adds a semantic version superseding the last and supersedes the
     claim of its question about its study; old rows stay."""
     for i, study in enumerate(["S1", "S2", "S1"]):
         mem.ask(AGENT, "P1", _png(tmp_path, i + 1), "Any effusion?", study_id=study)
-    history = mem._store.semantic_history("P1", "impression")
+    history = layers.store.semantic_history("P1", "impression")
     assert [s.version for s in history] == [1, 2, 3]
     assert [s.state for s in history] == [State.SUPERSEDED, State.SUPERSEDED, State.ACTIVE]
     assert [s.supersedes for s in history] == [None, history[0].state_id, history[1].state_id]
-    claims = mem._store.claim_history("P1", claim_key("S1", "Any effusion?"))
+    claims = layers.store.claim_history("P1", claim_key("S1", "Any effusion?"))
     assert [c.state for c in claims] == [State.SUPERSEDED, State.ACTIVE]
     assert claims[1].supersedes == claims[0].claim_id
-    assert len(mem._store.claims_active("P1")) == 2
+    assert len(layers.store.claims_active("P1")) == 2
 
 
-def test_claims_of_different_questions_about_one_study_stand_apart(mem: MsmMem, tmp_path: Path) -> None:
+def test_claims_of_different_questions_about_one_study_stand_apart(mem: MsmMem, layers: Layers, tmp_path: Path) -> None:
     """Answers to two questions about one study are two claims, neither superseding the other;
     a verdict must name its question when both are open, and supersedes that claim only."""
     icu, survived = "Is the patient in the ICU?", "Did the patient survive?"
     mem.ask(AGENT, "P1", _png(tmp_path, 1), icu, study_id="S1")
     mem.ask(AGENT, "P1", _png(tmp_path, 2), survived, study_id="S1")
-    active = {c.key: c for c in mem._store.claims_active("P1")}
+    active = {c.key: c for c in layers.store.claims_active("P1")}
     assert sorted(active) == sorted([claim_key("S1", icu), claim_key("S1", survived)])
     assert all(c.supersedes is None for c in active.values())
     critic = Principal("rad-1", "critic")
@@ -223,25 +233,25 @@ def test_claims_of_different_questions_about_one_study_stand_apart(mem: MsmMem, 
         critic, "P1", "S1", accept=False, correction="Not in the ICU, ward care.", question="is the patient in the icu"
     )
     assert verdict.key == claim_key("S1", icu) and verdict.supersedes == active[claim_key("S1", icu)].claim_id
-    after = {c.key: c for c in mem._store.claims_active("P1")}
+    after = {c.key: c for c in layers.store.claims_active("P1")}
     assert after[claim_key("S1", survived)] == active[claim_key("S1", survived)]
     assert after[claim_key("S1", icu)].content == "Not in the ICU, ward care."
     with pytest.raises(NotFound, match="no answer to that question"):
         mem.feedback(critic, "P1", "S1", accept=True, question="Was a chest drain placed?")
 
 
-def test_store_refuses_a_second_active_claim(mem: MsmMem, tmp_path: Path) -> None:
+def test_store_refuses_a_second_active_claim(mem: MsmMem, layers: Layers, tmp_path: Path) -> None:
     """Writing a claim for an active key without superseding it fails and stores nothing."""
     from msm_mem._tier_records import Claim
 
     mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any consolidation?", study_id="S1")
-    seq = mem._store.audit_head()[0]
+    seq = layers.store.audit_head()[0]
     key = claim_key("S1", "Any consolidation?")
     rogue = Claim(new_id("C"), "P1", key, "rewritten", "{}", 0.5, "agent", T0)
     with pytest.raises(IllegalTransition):
-        mem._store.write(WriteBatch(claims=[rogue]))
-    assert len(mem._store.claim_history("P1", key)) == 1
-    assert mem._store.audit_head()[0] == seq
+        layers.store.write(WriteBatch(claims=[rogue]))
+    assert len(layers.store.claim_history("P1", key)) == 1
+    assert layers.store.audit_head()[0] == seq
 
 
 # property: supersession never rewrites, at most one ACTIVE version --------------------------
@@ -252,9 +262,8 @@ _STEP = st.one_of(
 )
 
 
-def _snapshot(mem: MsmMem) -> dict[str, tuple[str, str]]:
+def _snapshot(s: Store) -> dict[str, tuple[str, str]]:
     """id -> (state, content) of every claim, episode and semantic version."""
-    s = mem._store
     out: dict[str, tuple[str, str]] = {}
     for p in ("P1", "P2"):
         for x in ("S1", "S2", "S3"):
@@ -267,8 +276,7 @@ def _snapshot(mem: MsmMem) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _check_invariants(mem: MsmMem, before: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
-    s = mem._store
+def _check_invariants(s: Store, before: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
     for p in ("P1", "P2"):
         for x in ("S1", "S2", "S3"):
             key = claim_key(x, f"Question about {x}?")
@@ -282,7 +290,7 @@ def _check_invariants(mem: MsmMem, before: dict[str, tuple[str, str]]) -> dict[s
         assert len([v for v in sem if v.state == State.ACTIVE]) == (1 if sem else 0)
         assert len(s.semantic_active(p)) <= 1
         assert [v.version for v in sem] == list(range(1, len(sem) + 1))
-    after = _snapshot(mem)
+    after = _snapshot(s)
     for rid, (state, content) in before.items():
         assert rid in after, f"{rid} disappeared"
         new_state, new_content = after[rid]
@@ -305,27 +313,28 @@ def test_supersession_property(new_mem: MemFactory, backend: str, tmp_path: Path
     @settings(max_examples=SUPERSESSION_EXAMPLES[backend], suppress_health_check=[HealthCheck.too_slow])
     @given(steps=st.lists(_STEP, min_size=1, max_size=8))
     def check(steps: list[tuple[str, str, object, str]]) -> None:
-        mem = new_mem(f"s{next(made)}", clock=FixedClock(T0))
+        clock = FixedClock(T0)
+        mem = new_mem(f"s{next(made)}", clock=clock, backbone=FixedBackbone(ANSWER, "treat"))
         try:
-            mem._agent.backbone = FixedBackbone(ANSWER, "treat")
-            snap = _snapshot(mem)
-            for kind, patient, arg, study in steps:
-                if kind == "ask":
-                    mem.ask(AGENT, patient, _png(folder, int(arg)), f"Question about {study}?", study_id=study)  # type: ignore[call-overload]
-                else:
-                    try:
-                        mem._maintainer().critic_verdict(
-                            Principal("rad-1", "critic"),
-                            patient,
-                            study,
-                            accept=bool(arg),
-                            correction="Right lower lobe consolidation",
-                        )
-                    except NotFound:
-                        pass  # no claim for that study yet
-                mem._clock.advance(60)  # type: ignore[attr-defined]
-                snap = _check_invariants(mem, snap)
-            assert mem._audit.verify().ok
+            with layers_of(mem, clock) as layers:
+                snap = _snapshot(layers.store)
+                for kind, patient, arg, study in steps:
+                    if kind == "ask":
+                        mem.ask(AGENT, patient, _png(folder, int(arg)), f"Question about {study}?", study_id=study)  # type: ignore[call-overload]
+                    else:
+                        try:
+                            layers.maintainer().critic_verdict(
+                                Principal("rad-1", "critic"),
+                                patient,
+                                study,
+                                accept=bool(arg),
+                                correction="Right lower lobe consolidation",
+                            )
+                        except NotFound:
+                            pass  # no claim for that study yet
+                    clock.advance(60)
+                    snap = _check_invariants(layers.store, snap)
+                assert layers.audit.verify().ok
         finally:
             mem.close()
 
@@ -338,8 +347,8 @@ def test_supersession_property(new_mem: MemFactory, backend: str, tmp_path: Path
 def test_refresh_extends_an_active_item(new_mem: MemFactory, clock: FixedClock) -> None:
     """refresh moves expires_at forward from now and is audited; another patient's item is refused."""
     mem = new_mem("r", clock=clock)
-    try:
-        gm, agent = mem._gm, Principal("agent-1", "agent")
+    with layers_of(mem, clock) as layers:
+        gm, agent = layers.gm, Principal("agent-1", "agent")
         turn = gm.begin(agent, "P1")
         item = gm.observe(turn, np.ones(1024, dtype=np.float32), "q?")
         gm.commit(turn)
@@ -347,19 +356,17 @@ def test_refresh_extends_an_active_item(new_mem: MemFactory, clock: FixedClock) 
         turn = gm.begin(agent, "P1")
         expires = gm.refresh(turn, item.item_id, ttl_s=500)
         gm.commit(turn)
-        assert expires == clock.now() + 500 and mem._store.stm_get([item.item_id])[0].expires_at == expires
+        assert expires == clock.now() + 500 and layers.store.stm_get([item.item_id])[0].expires_at == expires
         other = gm.begin(agent, "P2")
         with pytest.raises(IllegalTransition):
             gm.refresh(other, item.item_id)
-    finally:
-        mem.close()
 
 
 def test_cross_scope_copy_needs_admin_and_reason(new_mem: MemFactory, clock: FixedClock) -> None:
     """Copying an STM item to another patient's scope is refused for agents and without a reason."""
     mem = new_mem("x", clock=clock)
-    try:
-        gm = mem._gm
+    with layers_of(mem, clock) as layers:
+        gm = layers.gm
         turn = gm.begin(Principal("agent-1", "agent"), "P1")
         item = gm.observe(turn, np.ones(1024, dtype=np.float32), "q?")
         gm.commit(turn)
@@ -371,10 +378,8 @@ def test_cross_scope_copy_needs_admin_and_reason(new_mem: MemFactory, clock: Fix
         turn = gm.begin(Principal("root", "admin"), "P2")
         copy = gm.cross_scope_copy(turn, item.item_id, reason="duplicate patient record merge")
         gm.commit(turn)
-        stored = mem._store.stm_get([copy.item_id])[0]
-        assert stored.patient_id == "P2" and stored.payload == mem._store.stm_get([item.item_id])[0].payload
-    finally:
-        mem.close()
+        stored = layers.store.stm_get([copy.item_id])[0]
+        assert stored.patient_id == "P2" and stored.payload == layers.store.stm_get([item.item_id])[0].payload
 
 
 class _EffusionBackbone:
@@ -388,38 +393,35 @@ def test_claims_derive_finding_entities_and_relationships(
     new_mem: MemFactory, tmp_path: Path, clock: FixedClock
 ) -> None:
     """A claim's findings become the patient's entities once, each linked by asserts / negates."""
-    mem = new_mem("e", clock=clock)
-    try:
-        mem._agent.backbone = _EffusionBackbone()
+    mem = new_mem("e", clock=clock, backbone=_EffusionBackbone())
+    with layers_of(mem, clock) as layers:
         mem.ask(AGENT, "P1", _png(tmp_path, 1), "Any effusion?", study_id="S1")
         mem.ask(AGENT, "P1", _png(tmp_path, 2), "Any effusion?", study_id="S2")
-        entities = {e.name: e for e in mem._store.entities("P1")}
+        entities = {e.name: e for e in layers.store.entities("P1")}
         assert set(entities) == {"Pleural Effusion", "Pneumothorax"}
-        links = mem._store.relationships("P1")
-        claims = {c.claim_id for c in mem._store.claims_active("P1")}
+        links = layers.store.relationships("P1")
+        claims = {c.claim_id for c in layers.store.claims_active("P1")}
         assert len(links) == 4 and {r.source_id for r in links} == claims
         kinds = {(r.target_id, r.type) for r in links}
         assert kinds == {
             (entities["Pleural Effusion"].entity_id, "asserts"),
             (entities["Pneumothorax"].entity_id, "negates"),
         }
-        assert mem._store.entities("P2") == []
-    finally:
-        mem.close()
+        assert layers.store.entities("P2") == []
 
 
-def test_commit_many_refuses_two_turns_of_one_patient(mem: MsmMem, tmp_path: Path) -> None:
+def test_commit_many_refuses_two_turns_of_one_patient(layers: Layers, tmp_path: Path) -> None:
     """Turns staged against the same stored state cannot share a transaction: refused, nothing written."""
-    gm = mem._gm
+    gm = layers.gm
     turns = []
     for seed in (1, 2):
         turn = gm.begin(AGENT, "P1")
-        item = gm.observe(turn, _z(mem, tmp_path, seed), "Any effusion?", study_id=f"S{seed}")
+        item = gm.observe(turn, _z(layers, tmp_path, seed), "Any effusion?", study_id=f"S{seed}")
         gm.consolidate(turn, item, ANSWER)
         turns.append(turn)
-    before = _counts(mem)
+    before = _counts(layers.store)
     with pytest.raises(InvalidInput, match="different patients"):
         gm.commit_many(turns)
-    assert _counts(mem) == before
+    assert _counts(layers.store) == before
     gm.commit_many(turns[:1])
-    assert mem._store.count("episodic") == 1
+    assert layers.store.count("episodic") == 1

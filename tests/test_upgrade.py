@@ -83,7 +83,7 @@ def test_the_upgrade_makes_an_old_store_current(tmp_path: Path, new_mem: MemFact
     with MsmMem.open(directory, clock=FixedClock(T0 + 60)) as mem:
         assert mem.verify_audit(AUDITOR).ok
         assert sorted(v.visual_tag for v in mem.visuals(CLINICIAN, "P-OLD-0")) == ["AP", "PA"]
-        upgrades = [e for e in audit_events(mem._store) if e.action == "store_upgrade"]
+        upgrades = [e for e in audit_events(mem) if e.action == "store_upgrade"]
         assert [(e.seq, e.actor, e.role) for e in upgrades] == [(events + 1, ADMIN.id, "admin")]
         mem.ask(AGENT, "P-OLD-1", png(tmp_path, 10), QUESTION, study_id="ACC-10")
         assert mem.verify_audit(AUDITOR).ok

@@ -17,9 +17,11 @@ import pytest
 
 from msm_mem import AccessDenied, InvalidInput, ManifestRow, MsmMem, StoreError
 from msm_mem._settings import Settings
+from msm_mem._storage.base import Store
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, AUDITOR, CLINICIAN, SYSTEM, audit_events, png, raw_db, raw_sql
+from tests.layers import layers_of
 from tests.legacy_layout import to_schema_2
 
 T0 = 1_700_000_000.0
@@ -45,7 +47,11 @@ def _v2_store(tmp_path: Path, new_mem: MemFactory, name: str = "old", **options:
 
 
 def _held(mem: MsmMem) -> dict[str, Any]:
-    store = mem._store
+    with layers_of(mem) as layers:
+        return _records(layers.store)
+
+
+def _records(store: Store) -> dict[str, Any]:
     return {
         "episodes": [
             (e.episode_id, e.answer, e.state) for e in store.get_episodes(store.record_ids("episodic", "P-0"))
@@ -136,8 +142,9 @@ def test_the_upgrade_gives_every_row_the_tenant(tmp_path: Path, new_mem: MemFact
     with MsmMem.open(directory, clock=FixedClock(T0 + 60)) as mem:
         assert mem.tenant == "default"
         assert _held(mem) == held
-        assert mem._store.computed_row_digests() == mem._store.row_digests()
-        upgrades = [e for e in audit_events(mem._store) if e.action == "store_upgrade"]
+        with layers_of(mem) as layers:
+            assert layers.store.computed_row_digests() == layers.store.row_digests()
+        upgrades = [e for e in audit_events(mem) if e.action == "store_upgrade"]
         assert [(e.seq, e.actor, e.reason) for e in upgrades] == [(events + 1, ADMIN.id, "store schema 2 to 3")]
         assert mem.verify_audit(AUDITOR).ok
         mem.ask(AGENT, "P-0", png(tmp_path, 10), QUESTION, study_id="ACC-10")
