@@ -101,6 +101,14 @@ def make_store(root: Path) -> tuple[Path, Path]:
     return store, data
 
 
+def admin_credential(directory: Path) -> Path:
+    """Issue the CLI's admin credential (the key home's admin.key, as ``msm-mem init`` writes it)
+    for a store made through the Python API, so that admin commands run on it."""
+    from msm_mem.interfaces.cli.credential import issue_admin_key
+
+    return issue_admin_key(directory, ADMIN_P)
+
+
 def without_msm_env() -> dict[str, str]:
     """Take the MSM_MEM_* variables out of the environment; returns them to put back."""
     saved = {k: v for k, v in os.environ.items() if k.startswith("MSM_MEM_")}

@@ -20,6 +20,7 @@ from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.cli_support import ADMIN as ADMIN_FLAGS
 from tests.cli_support import AUDITOR as AUDITOR_FLAGS
+from tests.cli_support import admin_credential
 from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, SYSTEM, audit_events
 from tests.helpers import png as _png
@@ -137,6 +138,7 @@ def test_pseudonym_is_random_and_stable(any_mem: MsmMem, layers: Layers, tmp_pat
 def test_open_handle_continues_after_another_handle_appends(mem: MsmMem, tmp_path: Path) -> None:
     """Events appended through another handle (the CLI) do not break the next turn of an open handle."""
     mem.ask(AGENT, PATIENT, _png(tmp_path, 1), QUESTION)
+    admin_credential(mem.directory)
     assert main(["audit", "checkpoint", str(mem.directory), *AUDITOR_FLAGS]) == 0
     assert (
         main(

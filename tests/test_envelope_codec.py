@@ -18,6 +18,7 @@ from msm_mem._governance.envelope_codec import SHREDDED
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.cli_support import ADMIN as ADMIN_FLAGS
+from tests.cli_support import admin_credential
 from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, audit_events, raw_db
 from tests.helpers import png as _png
@@ -50,6 +51,7 @@ def _fill(tmp_path: Path, new_mem: MemFactory | None = None) -> Path:
         mem.ask(AGENT, patient, _png(tmp_path, seed), QUESTION, study_id=f"S{seed}")
     mem.feedback(Principal("rad-1", "critic"), "P2", "S2", accept=False, correction="Confirmed wombatoid pneumonia")
     mem.close()
+    admin_credential(directory)  # the command-line tests run admin commands on it
     return directory
 
 
@@ -219,6 +221,7 @@ def test_shred_through_another_handle_is_enforced(tmp_path: Path) -> None:
     mem = MsmMem.init(directory, ADMIN, clock=FixedClock(T0), backbone=FixedBackbone(ANSWER, DECISION))
     try:
         mem.ask(AGENT, "P1", _png(tmp_path, 1), QUESTION)
+        admin_credential(directory)
         assert main(["keys", "shred", str(directory), "--patient", "P1", "--reason", "erasure", *ADMIN_FLAGS]) == 0
         with pytest.raises(AccessDenied):
             mem.ask(AGENT, "P1", _png(tmp_path, 2), QUESTION)

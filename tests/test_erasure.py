@@ -305,8 +305,10 @@ def test_the_cli_writes_the_receipt_and_audit_verify_checks_it(
     with it and 3 with a receipt whose counts were changed."""
     from msm_mem.interfaces.cli import main
     from tests.cli_support import ADMIN as ADMIN_FLAGS
+    from tests.cli_support import admin_credential
 
     mem: MsmMem = new_mem("s", clock=FixedClock(T0))
+    admin_credential(mem.directory)
     mem.ingest(INGEST, _rows(tmp_path))
     mem.close()
     receipt_file = tmp_path / "receipt.json"
