@@ -363,7 +363,20 @@ def test_a_patient_shredded_before_erasure_is_erased_by_a_second_shred(
     made.ingest(INGEST, _rows(tmp_path))
     made.close()
     with open_layers(tmp_path / "s") as layers:
-        layers.store.keys().shred(PB)  # the key destroyed, as before erasure: its row keeps the id
+        # as msm-mem shredded before erasure: its event naming the patient, then only the key
+        # destroyed (its row keeps the id), the rows left
+        old = layers.audit.spec(
+            actor="admin-1",
+            role="admin",
+            action="retract",
+            source_tier="ltm",
+            target_tier="ltm",
+            purpose="erasure",
+            patient=PB,
+            reason="erasure request",
+        )
+        layers.audit.write(WriteBatch(), [old])
+        layers.store.keys().shred(PB)
         assert layers.cipher.is_shredded(PB) and layers.store.patient_rows(PB)["episodic"]
     mem = stack.enter_context(MsmMem.open(tmp_path / "s", clock=FixedClock(T0)))
     receipt = mem.shred(ADMIN, PB, "erasure request")

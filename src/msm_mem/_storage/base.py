@@ -294,6 +294,10 @@ class WrappedKeyTable(Protocol):
 
     def pseudonym(self, key_id: str) -> tuple[str, str] | None: ...
 
+    def pseudonyms(self) -> dict[str, tuple[str, str]]:
+        """Every stored pseudonym: ``{key_id: (pseudonym, encrypted patient reference)}``."""
+        ...
+
     def put_pseudonym(self, key_id: str, pseudonym: str, token: str) -> None: ...
 
 

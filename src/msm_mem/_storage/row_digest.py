@@ -14,7 +14,9 @@ unkeyed additive hash can be forged, Wagner's generalised birthday attack).
 
 Covered: every column of :data:`COLUMNS` (the PHI fields as their ciphertexts, so an older
 ciphertext of the same field is caught too). Not covered: the vectors (``z``), the audit table
-(the hash chain covers it), the key and pseudonym tables (a changed data key fails decryption).
+(the hash chain covers it), the key and pseudonym tables (written in their own transactions
+before the commit that names them; full verification checks them against the events instead:
+:mod:`msm_mem._governance.audit.links`).
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ from .erasure import DOMAIN as ERASURE_DOMAIN
 from .erasure import ErasureReceipt, check_receipt, erased_ids
 from .event import GENESIS, AuditEvent, AuditSpec
 from .jcs import loads_strict
+from .links import LinkScan, check_links
 from .parallel import verify_full
 from .row_check import check_rows, covering, signed_rows
 from .verify import VerifyResult, verify_hashes_in_batches
@@ -330,8 +331,9 @@ class AuditLog:
         """Verify the stored chain (fully, or hashes and links only) against the signed
         checkpoints of the log, the witness and the head file; a full verification also
         recomputes the row digests from every governed row and compares them with those the
-        checkpoint of the head signed (:mod:`.row_check`). Reads only: no file, folder or
-        lock is created, so a store on read-only media verifies.
+        checkpoint of the head signed (:mod:`.row_check`), and checks the pseudonym and key
+        tables against the events (:mod:`.links`). Reads only: no file, folder or lock is
+        created, so a store on read-only media verifies.
 
         A full verification of a long chain checks the rows in worker processes that hold no
         key (:mod:`.parallel`; same result): ``processes`` None for one per core (from
@@ -348,9 +350,13 @@ class AuditLog:
             checkpoints.append(head_file)
         sizes = sorted({c.size for c in checkpoints})
         seen: dict[int, str] = {}
+        scan = LinkScan()
 
         def batches() -> Iterator[list[tuple[int, bytes, str]]]:
             for rows in self.store.iter_audit_batches(base_seq + 1):
+                if full:
+                    for row in rows:
+                        scan.add(bytes(row[1]))
                 # note the stored hash at each checkpoint size; a page whose seqs do not run
                 # on from its first one fails the walk before the checkpoints are read
                 first = rows[0][0]
@@ -376,7 +382,8 @@ class AuditLog:
             result = self._check_witness_current(lines, chain, result)
         if not result.ok or not full:
             return result
-        return check_rows(self.store, covering(lines, head_file, key, chain, self.origin), result)
+        result = check_rows(self.store, covering(lines, head_file, key, chain, self.origin), result)
+        return check_links(scan, self.store, self.cipher, result) if result.ok else result
 
     def _check_witness_current(
         self, lines: Sequence[tuple[str, Checkpoint]], chain: tuple[int, str], result: VerifyResult

@@ -149,6 +149,13 @@ class PgKeyTable:
             ).fetchone()
         return None if row is None else (row[0], row[1])
 
+    def pseudonyms(self) -> dict[str, tuple[str, str]]:
+        with self._db() as conn:
+            rows = conn.execute(
+                "SELECT key_id, pseudonym, token FROM pseudonyms WHERE tenant = %s", (self._tenant,)
+            ).fetchall()
+        return {r[0]: (r[1], r[2]) for r in rows}
+
     def put_pseudonym(self, key_id: str, pseudonym: str, token: str) -> None:
         with self._db() as conn:
             try:

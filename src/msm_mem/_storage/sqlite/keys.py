@@ -155,6 +155,13 @@ class SqliteKeyTable:
             ).fetchone()
         return None if row is None else (row[0], row[1])
 
+    def pseudonyms(self) -> dict[str, tuple[str, str]]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT key_id, pseudonym, token FROM pseudonyms WHERE tenant = ?", (self._tenant,)
+            ).fetchall()
+        return {r[0]: (r[1], r[2]) for r in rows}
+
     def put_pseudonym(self, key_id: str, pseudonym: str, token: str) -> None:
         with self._lock:
             # the first pseudonym stored for a key stays (another process may have made one)
