@@ -6,7 +6,6 @@ the API's on either backend, and at the boundary of the pages a store hands over
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable
 from hashlib import sha256
 from pathlib import Path
@@ -23,67 +22,60 @@ from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.cli_support import AUDITOR as AUDITOR_FLAGS
 from tests.conftest import MemFactory
-from tests.helpers import ADMIN, AGENT, RawDb, copy_store, raw_db
+from tests.helpers import ADMIN, AGENT, AUDITOR, RawDb, copy_store, raw_db
 from tests.helpers import png as _png
+from tests.layers import open_layers
 from tests.test_audit_log import ANSWER, PATIENT, QUESTION, T0
 
 # tamper evidence ------------------------------------------------------------------------------
 
 
-def _db(mem_dir: Path) -> sqlite3.Connection:
-    return sqlite3.connect(mem_dir / "msm-mem.sqlite", isolation_level=None)
-
-
-#: a direct connection to the store of record: sqlite3 (the command-line tests) or RawDb (either backend)
-Db = sqlite3.Connection | RawDb
-
-
-def _shift(con: Db, from_seq: int, by: int = 1) -> None:
+def _shift(con: RawDb, from_seq: int, by: int = 1) -> None:
     """Renumber rows with seq >= from_seq by +by (through negative seqs to dodge the primary key)."""
     con.execute("UPDATE audit SET seq = -(seq + ?) WHERE seq >= ?", (by, from_seq))
     con.execute("UPDATE audit SET seq = -seq WHERE seq < 0")
 
 
-def _row(con: Db, seq: int) -> tuple[bytes, str]:
+def _row(con: RawDb, seq: int) -> tuple[bytes, str]:
     payload, digest = con.execute("SELECT payload, event_hash FROM audit WHERE seq = ?", (seq,)).fetchone()
     return bytes(payload), str(digest)
 
 
-def _flip(con: Db, k: int) -> None:
+def _flip(con: RawDb, k: int) -> None:
     payload, _ = _row(con, k)
     data = bytearray(payload)
     data[len(data) // 2] ^= 0x01
     con.execute("UPDATE audit SET payload = ? WHERE seq = ?", (bytes(data), k))
 
 
-def _delete(con: Db, k: int) -> None:
+def _delete(con: RawDb, k: int) -> None:
     con.execute("DELETE FROM audit WHERE seq = ?", (k,))
 
 
-def _insert_garbage(con: Db, k: int) -> None:
+def _insert_garbage(con: RawDb, k: int) -> None:
     payload, digest = _row(con, 1)
     _shift(con, k)
     con.execute("INSERT INTO audit VALUES (?, ?, ?, 'default')", (k, payload, digest))
 
 
-def _swap(con: Db, k: int) -> None:
+def _swap(con: RawDb, k: int) -> None:
     a, b = _row(con, k), _row(con, k + 1)
     con.execute("UPDATE audit SET payload = ?, event_hash = ? WHERE seq = ?", (*b, k))
     con.execute("UPDATE audit SET payload = ?, event_hash = ? WHERE seq = ?", (*a, k + 1))
 
 
-def _duplicate(con: Db, k: int) -> None:
+def _duplicate(con: RawDb, k: int) -> None:
     row = _row(con, k)
     _shift(con, k + 1)
     con.execute("INSERT INTO audit VALUES (?, ?, ?, 'default')", (k + 1, *row))
 
 
-def _gap(con: Db, k: int) -> None:
+def _gap(con: RawDb, k: int) -> None:
     _shift(con, k)
 
 
 #: tampering -> the first bad seq the verifier must name when event k is attacked
-TAMPER: dict[str, tuple[Callable[[Db, int], None], int]] = {
+TAMPER: dict[str, tuple[Callable[[RawDb, int], None], int]] = {
     "bit_flip": (_flip, 0),
     "deleted": (_delete, 0),
     "inserted": (_insert_garbage, 0),
@@ -107,7 +99,7 @@ def _mallory(builder: ChainBuilder) -> AuditEvent:
     )
 
 
-def _forge_insert(con: Db, k: int) -> None:
+def _forge_insert(con: RawDb, k: int) -> None:
     """Insert a forged event at slot ``k`` with a valid hash and link to its predecessor."""
     forged = _mallory(ChainBuilder(k - 1, _row(con, k - 1)[1]))
     _shift(con, k)
@@ -121,8 +113,9 @@ def _store_with_events(tmp_path: Path, new_mem: MemFactory | None = None) -> tup
     mem = MsmMem.init(directory, ADMIN, **options) if new_mem is None else new_mem("s", **options)
     for seed in (1, 2, 3):
         mem.ask(AGENT, PATIENT, _png(tmp_path, seed), QUESTION, study_id=f"ACC-{seed}")
-    head = mem._store.audit_head()[0]
     mem.close()
+    with open_layers(directory) as layers:
+        head = layers.store.audit_head()[0]
     return directory, head
 
 
@@ -145,7 +138,7 @@ def test_verify_names_first_bad_seq(tmp_path: Path, capsys: pytest.CaptureFixtur
     directory, head = _store_with_events(tmp_path)
     k = head // 2
     tamper, offset = TAMPER[name]
-    con = _db(directory)
+    con = raw_db(directory)
     tamper(con, k)
     con.close()
     code, out = _verify_cli(directory, capsys)
@@ -153,7 +146,7 @@ def test_verify_names_first_bad_seq(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert f"first bad seq {k + offset}:" in out
     with MsmMem.open(directory) as mem:
         for full in (True, False):
-            result = mem._audit.verify(full=full)
+            result = mem.verify_audit(AUDITOR, full=full)
             assert not result.ok and result.first_bad_seq == k + offset
 
 
@@ -161,7 +154,7 @@ def test_forged_insert_with_valid_links_names_the_next_slot(tmp_path: Path, caps
     """An inserted event forged with a valid hash and link to its predecessor is caught at the slot after it."""
     directory, head = _store_with_events(tmp_path)
     k = head // 2
-    con = _db(directory)
+    con = raw_db(directory)
     _forge_insert(con, k)
     con.close()
     code, out = _verify_cli(directory, capsys)
@@ -172,7 +165,7 @@ def test_truncated_tail_after_checkpoint(tmp_path: Path, capsys: pytest.CaptureF
     """Deleting the last events after a checkpoint names the first missing seq."""
     directory, head = _store_with_events(tmp_path)
     assert main(["audit", "checkpoint", str(directory), *AUDITOR_FLAGS]) == 0
-    con = _db(directory)
+    con = raw_db(directory)
     con.execute("DELETE FROM audit WHERE seq > ?", (head - 3,))
     con.close()
     capsys.readouterr()
@@ -183,9 +176,9 @@ def test_truncated_tail_after_checkpoint(tmp_path: Path, capsys: pytest.CaptureF
 def test_recomputed_chain_after_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Events rewritten with valid hashes pass the chain check but not the signed checkpoint."""
     directory, head = _store_with_events(tmp_path)
-    with MsmMem.open(directory, clock=FixedClock(T0)) as mem:
-        mem._audit.checkpoint()
-    con = _db(directory)
+    with open_layers(directory, clock=FixedClock(T0)) as layers:
+        layers.audit.checkpoint()
+    con = raw_db(directory)
     k = head // 2
     builder = ChainBuilder(k - 1, _row(con, k - 1)[1])
     for seq in range(k, head + 1):
@@ -208,7 +201,7 @@ def test_recomputed_chain_after_checkpoint(tmp_path: Path, capsys: pytest.Captur
         con.execute(sql, (rewritten.payload(), rewritten.event_hash, seq))
     con.close()
     with MsmMem.open(directory) as mem:
-        chain_only = mem._audit.verify()
+        chain_only = mem.verify_audit(AUDITOR)
         assert not chain_only.ok
     code, out = _verify_cli(directory, capsys)
     first = _first_unproven(directory, head // 2)
@@ -238,7 +231,7 @@ def test_verify_api_names_first_bad_seq(tmp_path: Path, new_mem: MemFactory, nam
         tamper(con, k)
     with MsmMem.open(directory) as mem:
         for full in (True, False):
-            result = mem._audit.verify(full=full)
+            result = mem.verify_audit(AUDITOR, full=full)
             assert (result.ok, result.first_bad_seq) == (False, k + offset), (full, result)
 
 
@@ -250,20 +243,20 @@ def test_verify_api_catches_a_forged_insert_at_the_next_slot(tmp_path: Path, new
         _forge_insert(con, k)
     with MsmMem.open(directory) as mem:
         for full in (True, False):
-            result = mem._audit.verify(full=full)
+            result = mem.verify_audit(AUDITOR, full=full)
             assert (result.ok, result.first_bad_seq) == (False, k + 1), (full, result)
 
 
 def test_verify_api_names_a_truncated_tail_after_checkpoint(tmp_path: Path, new_mem: MemFactory) -> None:
     """Deleting the last events after a checkpoint names the first missing seq."""
     directory, head = _store_with_events(tmp_path, new_mem)
-    with MsmMem.open(directory, clock=FixedClock(T0)) as mem:
-        mem._audit.checkpoint()
+    with open_layers(directory, clock=FixedClock(T0)) as layers:
+        layers.audit.checkpoint()
     with raw_db(directory) as con:
         con.execute("DELETE FROM audit WHERE seq > ?", (head - 3,))
     with MsmMem.open(directory) as mem:
         for full in (True, False):
-            result = mem._audit.verify(full=full)
+            result = mem.verify_audit(AUDITOR, full=full)
             assert (result.ok, result.first_bad_seq) == (False, head - 2), (full, result)
             assert "truncated" in result.reason
 
@@ -271,13 +264,13 @@ def test_verify_api_names_a_truncated_tail_after_checkpoint(tmp_path: Path, new_
 def test_verify_api_catches_a_recomputed_chain_by_its_checkpoint(tmp_path: Path, new_mem: MemFactory) -> None:
     """Events rewritten with valid hashes and links pass the chain walk but not the signed checkpoint."""
     directory, head = _store_with_events(tmp_path, new_mem)
-    with MsmMem.open(directory, clock=FixedClock(T0)) as mem:
-        mem._audit.checkpoint()
+    with open_layers(directory, clock=FixedClock(T0)) as layers:
+        layers.audit.checkpoint()
     with raw_db(directory) as con:
         _recompute(con, head // 2)
     with MsmMem.open(directory) as mem:
         for full in (True, False):
-            result = mem._audit.verify(full=full)
+            result = mem.verify_audit(AUDITOR, full=full)
             assert (result.ok, result.first_bad_seq) == (False, _first_unproven(directory, head // 2)), (full, result)
             assert "edited and rehashed" in result.reason
 
@@ -294,11 +287,11 @@ def paged(
     """A store of PAGE + 50 events, checkpointed at the last row of the first page, the first
     row of the second page and the head (one per backend)."""
     directory = tmp_path_factory.mktemp("paged") / "s"
-    with MsmMem.init(directory, ADMIN, **init_options(module_backend, clock=FixedClock(T0))) as mem:
-        mem._audit.checkpoint_every = 10**9
+    MsmMem.init(directory, ADMIN, **init_options(module_backend, clock=FixedClock(T0))).close()
+    with open_layers(directory, clock=FixedClock(T0)) as layers:
         for size in (PAGE, PAGE + 1, PAGE + 50):
             specs = [
-                mem._audit.spec(
+                layers.audit.spec(
                     actor="rad-1",
                     role="clinician",
                     action="read",
@@ -307,10 +300,10 @@ def paged(
                     purpose="treatment",
                     record_ids=[f"E-{i}"],
                 )
-                for i in range(size - mem._store.audit_head()[0])
+                for i in range(size - layers.store.audit_head()[0])
             ]
-            mem._audit.write(WriteBatch(), specs)
-            assert mem._audit.checkpoint()[0] == size
+            layers.audit.write(WriteBatch(), specs)
+            assert layers.audit.checkpoint()[0] == size
     return directory
 
 
@@ -318,7 +311,7 @@ def _copy(directory: Path, tmp_path: Path) -> Path:
     return copy_store(directory, tmp_path / "copy")
 
 
-def _relink(con: Db, k: int) -> None:
+def _relink(con: RawDb, k: int) -> None:
     """Point event k's prev_hash elsewhere and store the matching event_hash."""
     payload, _ = _row(con, k)
     at = payload.index(b'"prev_hash":"') + 13
@@ -326,7 +319,7 @@ def _relink(con: Db, k: int) -> None:
     con.execute("UPDATE audit SET payload = ?, event_hash = ? WHERE seq = ?", (forged, sha256(forged).hexdigest(), k))
 
 
-def _recompute(con: Db, k: int) -> None:
+def _recompute(con: RawDb, k: int) -> None:
     """Rewrite events k.. with valid hashes and links (caught only by the checkpoints)."""
     builder = ChainBuilder(k - 1, _row(con, k - 1)[1])
     for (seq,) in con.execute("SELECT seq FROM audit WHERE seq >= ? ORDER BY seq", (k,)).fetchall():
@@ -338,7 +331,7 @@ def _recompute(con: Db, k: int) -> None:
 
 
 #: tampering at the page boundary -> (event attacked, first bad seq)
-PAGE_TAMPER: dict[str, tuple[Callable[[Db, int], object], int, int]] = {
+PAGE_TAMPER: dict[str, tuple[Callable[[RawDb, int], object], int, int]] = {
     "bit_flip": (_flip, PAGE + 1, PAGE + 1),
     "prev_hash": (_relink, PAGE + 1, PAGE + 1),
     "deleted": (_delete, PAGE, PAGE),
@@ -350,11 +343,11 @@ PAGE_TAMPER: dict[str, tuple[Callable[[Db, int], object], int, int]] = {
 
 def test_verify_walks_pages_and_reads_checkpoints_on_both_sides(paged: Path, tmp_path: Path) -> None:
     """A chain longer than a page verifies in both modes, checkpoints at either side of the boundary included."""
-    with MsmMem.open(_copy(paged, tmp_path)) as mem:
-        head = mem._store.audit_head()
+    with open_layers(_copy(paged, tmp_path)) as layers:
+        head = layers.store.audit_head()
         assert head[0] == PAGE + 50
         for full in (True, False):
-            assert mem._audit.verify(full=full) == VerifyResult(True, *head, None, "")
+            assert layers.audit.verify(full=full) == VerifyResult(True, *head, None, "")
 
 
 @pytest.mark.parametrize("name", sorted(PAGE_TAMPER))
@@ -365,7 +358,7 @@ def test_tampering_at_a_page_boundary_names_first_bad_seq(paged: Path, tmp_path:
     con = raw_db(directory)
     tamper(con, k)
     con.close()
-    with MsmMem.open(directory) as mem:
+    with open_layers(directory) as layers:
         for full in (True, False):
-            result = mem._audit.verify(full=full)
+            result = layers.audit.verify(full=full)
             assert (result.ok, result.first_bad_seq) == (False, bad), (full, result)

@@ -25,6 +25,7 @@ from msm_mem._governance.crypto import _field_aad, _unb64url, is_token
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, AUDITOR, key_folder, png, raw_sql
+from tests.layers import Layers, layers_of, open_layers
 
 T0 = 1_700_000_000.0
 PATIENT = "P-TAMPER-1"
@@ -32,11 +33,23 @@ QUESTION = "Is the right lower lobe opacity changing?"
 
 
 def _store(tmp_path: Path, new_mem: MemFactory, **options: Any) -> tuple[MsmMem, int]:
-    """A store with three answered turns (no explicit checkpoint); returns it and its head seq."""
+    """A store with three answered turns (no explicit checkpoint); returns it and its head seq.
+    ``options`` are those of ``MsmMem.init`` where the key and the checkpoints are."""
     mem = new_mem("s", clock=FixedClock(T0), backbone=FixedBackbone("Stable opacity", "follow up"), **options)
     for seed in (1, 2, 3):
         mem.ask(AGENT, PATIENT, png(tmp_path, seed), QUESTION, study_id=f"ACC-{seed}")
-    return mem, mem._store.audit_head()[0]
+    return mem, _head(mem, **options)[0]
+
+
+def _layers(mem: MsmMem, **options: Any) -> Layers:
+    """The layers of the open ``mem`` (another handle on its store), its key found as ``options`` say."""
+    return layers_of(mem, FixedClock(T0), **options)
+
+
+def _head(mem: MsmMem, **options: Any) -> tuple[int, str]:
+    """The committed head of the audit chain of ``mem`` (size, hash), read through a handle of its own."""
+    with _layers(mem, **options) as layers:
+        return layers.store.audit_head()
 
 
 def _reopen(mem: MsmMem, **options: Any) -> MsmMem:
@@ -84,9 +97,11 @@ def test_every_commit_is_signed_before_it_returns(tmp_path: Path, new_mem: MemFa
     """After each write the log's last line and the head file sign exactly the stored head."""
     mem, head = _store(tmp_path, new_mem)
     last = Checkpoint.from_json((mem.directory / "audit" / "checkpoints.jsonl").read_text().splitlines()[-1])
-    assert (last.size, last.head_hash) == mem._store.audit_head() and last.base == (0, GENESIS)
+    assert (last.size, last.head_hash) == _head(mem) and last.base == (0, GENESIS)
     written = Checkpoint.from_json((mem.directory / "audit" / "checkpoints.head").read_bytes()[:-1])
-    assert written == last and last.verify(mem._audit.signer.public_key)
+    with _layers(mem) as layers:
+        public_key = layers.audit.signer.public_key
+    assert written == last and last.verify(public_key)
     assert mem.verify_audit(AUDITOR).ok and mem.verify_audit(AUDITOR).count == head
     mem.close()
 
@@ -120,7 +135,7 @@ def test_forged_append_is_caught(tmp_path: Path, new_mem: MemFactory) -> None:
     _broken(mem, head + 1, "covered by no signed checkpoint (appended outside msm-mem)")
     with pytest.raises(AuditChainBroken):
         mem.ask(AGENT, PATIENT, png(tmp_path, 4), QUESTION, study_id="ACC-4")
-    assert mem._store.audit_head()[0] == head + 1  # nothing more was written
+    assert _head(mem)[0] == head + 1  # nothing more was written
     mem.close()
 
 
@@ -240,7 +255,8 @@ def test_witness_disagreeing_with_the_log_is_caught(tmp_path: Path, new_mem: Mem
     """A witness line signed by the store's key for another head at a size the store holds."""
     witness = tmp_path / "witness"
     mem, head = _store(tmp_path, new_mem, witness=witness)
-    other = mem._audit.signer.sign_head("msm-mem", head - 1, "ab" * 32, T0, (0, GENESIS))
+    with _layers(mem, witness=witness) as layers:  # the store's own key signs the forgery
+        other = layers.audit.signer.sign_head("msm-mem", head - 1, "ab" * 32, T0, (0, GENESIS))
     with (witness / "checkpoints.jsonl").open("ab") as handle:
         handle.write(other.to_json() + b"\n")
     mem = _reopen(mem, witness=witness)
@@ -267,7 +283,8 @@ def test_a_store_from_before_per_commit_checkpoints_says_so(tmp_path: Path, new_
     mem, head = _store(tmp_path, new_mem)
     log = mem.directory / "audit" / "checkpoints.jsonl"
     first = Checkpoint.from_json(log.read_text().splitlines()[0])
-    old = mem._audit.signer.sign(first.origin, first.size, first.head_hash, first.time)
+    with _layers(mem) as layers:  # the store's own key, in the first format
+        old = layers.audit.signer.sign(first.origin, first.size, first.head_hash, first.time)
     log.write_bytes(old.to_json() + b"\n")
     (mem.directory / "audit" / "checkpoints.head").unlink()
     witness = key_folder(mem) / "witness.jsonl"  # as old as the log: no witness then
@@ -325,11 +342,12 @@ def test_verification_writes_nothing(tmp_path: Path, new_mem: MemFactory) -> Non
 def test_verifier_alone_reads_only(tmp_path: Path, new_mem: MemFactory) -> None:
     """The verifier itself (without the audited API call around it) changes no file at all."""
     mem, _ = _store(tmp_path, new_mem)
-    mem = _reopen(mem)
-    before = _snapshot(mem.directory)
-    assert mem._audit.verify().ok and mem._audit.verify(full=False).ok
-    assert _snapshot(mem.directory) == before
+    directory = mem.directory
     mem.close()
+    with open_layers(directory, clock=FixedClock(T0)) as layers:  # the audit log without the API around it
+        before = _snapshot(directory)
+        assert layers.audit.verify().ok and layers.audit.verify(full=False).ok
+        assert _snapshot(directory) == before
 
 
 # fixed vectors of the project's own formats -----------------------------------------------------
