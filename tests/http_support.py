@@ -161,7 +161,7 @@ def start(
 def make_keys(directory: Path) -> dict[str, str]:
     """One key per role scoped to OWN, "everyone" (a clinician over every patient),
     "researcher" (an agent for research, which no consent permits) and "revoked"."""
-    keys = ApiKeyStore(directory)
+    keys = ApiKeyStore.of_store(directory)
     tokens = {}
     for role, who in ROLES.items():
         tokens[role], _ = keys.create(who, [OWN])

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from msm_mem import MsmMem
+from msm_mem import MsmMem, Principal
+from msm_mem.interfaces.auth.apikeys import ApiKeyStore
 from msm_mem.interfaces.cli.credential import ADMIN_KEY_FILE, ENV_ADMIN_KEY
 from tests.cli_support import ADMIN, CLINICIAN, make_store, one_line_error, run
 
@@ -66,6 +67,11 @@ def test_a_self_declared_admin_grants_nothing(
         assert code == 1 and "needs the admin credential" in err, argv
     code, _, err = run(capsys, "show", "episodes", store, "--patient", "P-1", *CLINICIAN)
     assert code == 0, err
+    # an insider who writes an API key file of their own into DIR (where older versions kept it)
+    forged, _ = ApiKeyStore(store / "keys" / "api-keys.json").create(Principal("mallory", "admin", "operations"), [])
+    monkeypatch.setenv(ENV_ADMIN_KEY, forged)
+    code, _, err = _grant(capsys, store, *ADMIN)
+    assert code == 1 and "is not an admin API key of this store" in err
 
 
 def test_the_admin_key_in_the_environment(

@@ -141,7 +141,7 @@ def test_an_upload_waiting_too_long_for_a_decoder_is_503(tmp_path: Path) -> None
     """With every decoder slot taken, an upload waits decode_wait_s and is answered 503
     (server-busy, Retry-After); once a slot is free it is decoded and stored."""
     MsmMem.init(tmp_path / "s", ADMIN).close()
-    token, _ = ApiKeyStore(tmp_path / "s").create(Principal("c", "clinician", "treatment"), ["*"])
+    token, _ = ApiKeyStore.of_store(tmp_path / "s").create(Principal("c", "clinician", "treatment"), ["*"])
     app = create_app(ServeConfig(tmp_path / "s", max_decodes=1, decode_wait_s=0.05))
     headers = {"Authorization": f"Bearer {token}"}
     with TestClient(app) as client:

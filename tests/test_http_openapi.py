@@ -43,7 +43,7 @@ def test_every_error_class_has_one_stable_problem_type() -> None:
 def test_api_keys_are_stored_as_argon2_hashes_in_a_private_file(tmp_path: Path) -> None:
     """A created key verifies, its secret is nowhere in the file (mode 0600), a wrong secret or
     a revoked key does not verify."""
-    keys = ApiKeyStore(tmp_path)
+    keys = ApiKeyStore(tmp_path / "api-keys.json")
     token, record = keys.create(Principal("a1", "agent", "treatment"), ["P1", "P2"])
     text = keys.path.read_text()
     secret = token.split("_", 2)[2]  # the secret itself may hold "_" (URL-safe base64)
@@ -72,4 +72,4 @@ def test_the_api_key_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     listed = keys[1]
     assert "hash" not in listed and listed["patients"] == ["P1"]
     assert main(["keys", "api-key", "revoke", str(tmp_path / "m"), listed["key_id"]]) == 0
-    assert ApiKeyStore(tmp_path / "m").verify(token) is None
+    assert ApiKeyStore.of_store(tmp_path / "m").verify(token) is None

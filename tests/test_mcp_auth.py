@@ -68,7 +68,7 @@ def test_a_missing_bad_revoked_or_expired_token_is_refused(mcp_http: McpHttp) ->
         async with http_client(mcp_http.url, valid) as client:
             me = ok(await client.call_tool("whoami", {}))
             assert (me["id"], me["credential"]) == ("jwt-agent", "jwt")
-        keys = ApiKeyStore(mcp_http.directory)
+        keys = ApiKeyStore.of_store(mcp_http.directory)
         token, record = keys.create(Principal("svc-brief", "agent", "treatment"), [OWN])
 
         async def revoked_while_connected() -> None:

@@ -33,7 +33,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(store: Path) -> Iterator[tuple[TestClient, dict[str, str]]]:
-    keys = ApiKeyStore(store)
+    keys = ApiKeyStore.of_store(store)
     tokens = {
         "clinician": keys.create(Principal("ui-clin", "clinician", "treatment"), [OWN])[0],
         "auditor": keys.create(Principal("ui-aud", "auditor", "audit"), ["*"])[0],

@@ -87,7 +87,7 @@ def serve_explorer(root: Path) -> tuple[Served, dict[str, str]]:
     """The server over a fresh explorer store, and a key per role: the care roles scoped to OWN,
     the auditor and the admin to every patient (their scope names no patient)."""
     directory = make_explorer_store(root)
-    keys = ApiKeyStore(directory)
+    keys = ApiKeyStore.of_store(directory)
     tokens = {
         "clinician": keys.create(Principal("dr-vance", "clinician", "treatment"), [OWN])[0],
         "critic": keys.create(Principal("report-signer", "critic", "treatment"), [OWN])[0],

@@ -5,7 +5,6 @@ A store directory holds::
     msm-mem.sqlite            store of record (PHI fields envelope-encrypted), or
     store.json                where the PostgreSQL store of record is (see storage.location)
     index/                    FAISS caches of the embedded store (rebuildable)
-    keys/api-keys.json        the service's API keys, as argon2 hashes (mode 0600)
     audit/checkpoints.jsonl   the signed head of every commit of audit rows, unless kept elsewhere
     audit/checkpoints.head    the signed head of the latest commit (written before it commits)
 

@@ -8,6 +8,7 @@ key home::
     <home>/<store_id>/checkpoint.key  Ed25519 checkpoint signing key (0600), unless one is given
     <home>/<store_id>/record.json     what the store is: its id, schema and witness
     <home>/<store_id>/witness.jsonl   the default witness of its checkpoints (and .head)
+    <home>/<store_id>/api-keys.json   the service's API keys, as argon2 hashes (interfaces.auth)
 
 The home is ``MSM_MEM_KEY_HOME``, else ``$XDG_CONFIG_HOME/msm-mem/keys``, else
 ``~/.config/msm-mem/keys`` (folders 0700, files 0600). It may not lie inside the store's
@@ -66,6 +67,7 @@ KEK_FILE = "kek.json"
 SIGNER_FILE = "checkpoint.key"
 RECORD_FILE = "record.json"
 WITNESS_FILE = "witness.jsonl"
+API_KEYS_FILE = "api-keys.json"
 _RECORD_VERSION = 1
 
 
@@ -283,12 +285,13 @@ class KeyHome:
     # moving the keys of an older store ---------------------------------------------------------
 
     def adopt(self, old: Path) -> list[str]:
-        """Move the key files of folder ``old`` (an older store's ``DIR/keys``) into this home:
+        """Move the key files of folder ``old`` (an older store's ``DIR/keys``: its KEKs, its
+        checkpoint key and the service's API keys, when there) into this home:
         each is copied (0600, fsynced), loaded back, then removed from ``old``. A file the
         home holds already must be identical (a move a crash interrupted), else StoreError.
         Returns the names moved."""
         moved = []
-        for name in (KEK_FILE, SIGNER_FILE):
+        for name in (KEK_FILE, SIGNER_FILE, API_KEYS_FILE):
             source = old / name
             if not source.exists():
                 continue

@@ -1,11 +1,11 @@
 """API keys: bearer tokens whose principal and patient scope the server looks up.
 
 A key is ``msmk_<key id>_<secret>``; only an argon2id hash of the secret is stored, in
-``DIR/keys/api-keys.json`` (mode 0600) beside the store's key file, with the principal it acts as
-(actor, role, purpose), its patient scope (patient ids, or ``*`` for every patient) and its
-times. ``create`` prints the key once; nothing can show it again. A revoked key stays listed
-with its revocation time. Whoever can write the store directory can already read its key file,
-so these commands are the directory owner's, like ``msm-mem init``.
+``api-keys.json`` (mode 0600) in the store's folder of the key home, beside its key files and
+outside the store directory (so whoever can write the directory cannot add a key of their
+own), with the principal it acts as (actor, role, purpose), its patient scope (patient ids, or
+``*`` for every patient) and its times. ``create`` prints the key once; nothing can show it
+again. A revoked key stays listed with its revocation time.
 
 Verifying a key costs one argon2 hash; a verified key is remembered (by its SHA-256) until the
 file changes, so a revocation takes effect on the next request in every worker.
@@ -26,11 +26,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ... import InvalidInput, MissingExtra, NotFound, Principal
+from ... import InvalidInput, MissingExtra, MsmMem, NotFound, Principal
 
 __all__ = ["ALL_PATIENTS", "KEY_FILE", "ApiKey", "ApiKeyStore", "parse_patients"]
 
-KEY_FILE = Path("keys") / "api-keys.json"
+KEY_FILE = "api-keys.json"
 ALL_PATIENTS = "*"
 _TOKEN = re.compile(r"\Amsmk_([0-9a-f]{16})_([A-Za-z0-9_-]{20,128})\Z")
 _PATIENT = re.compile(r"\A[^\s,*]{1,128}\Z")
@@ -89,15 +89,20 @@ class ApiKey:
 
 
 class ApiKeyStore:
-    """The API keys of one store directory (``DIR/keys/api-keys.json``)."""
+    """The API keys in the file ``path`` (:meth:`of_store`: a store's, in its key home folder)."""
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.path = Path(directory) / KEY_FILE
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
         self._lock = threading.Lock()
         self._hashing = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
         self._keys: dict[str, ApiKey] = {}
         self._verified: dict[str, str] = {}  # sha256 of a verified token -> key id
+
+    @classmethod
+    def of_store(cls, directory: str | os.PathLike[str]) -> ApiKeyStore:
+        """The API keys of the store in ``directory``: its key home folder's ``api-keys.json``."""
+        return cls(MsmMem.key_folder(Path(directory)) / KEY_FILE)
 
     # the file --------------------------------------------------------------------------------
 

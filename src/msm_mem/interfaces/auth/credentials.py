@@ -77,7 +77,7 @@ class Verifier:
     def __init__(
         self, store: Path, *, jwt_key: Path | None = None, issuer: str | None = None, audience: str | None = None
     ) -> None:
-        self.keys = ApiKeyStore(store)
+        self.keys = ApiKeyStore.of_store(store)
         self._jwt: tuple[object, list[str]] | None = None
         if jwt_key is not None:
             self._jwt = _jwt_key(jwt_key)

@@ -63,7 +63,7 @@ def require_admin_credential(directory: Path, command: str) -> Principal:
             f" key of this store (msm-mem keys api-key create ... --role admin), or keep the key home's"
             f" {ADMIN_KEY_FILE}; --role admin alone only names who acts"
         )
-    key = ApiKeyStore(directory).verify(token)
+    key = ApiKeyStore.of_store(directory).verify(token)
     if key is None or key.role != Role.ADMIN.value:
         raise AccessDenied(f"{where} is not an admin API key of this store in force (unknown, revoked or another role)")
     return key.principal
@@ -73,7 +73,7 @@ def issue_admin_key(directory: Path, admin: Principal) -> Path:
     """Make an admin API key acting as ``admin`` and write it to the key home's ``admin.key``
     (mode 0600, never replaced); returns where."""
     path = MsmMem.key_folder(directory) / ADMIN_KEY_FILE
-    token, _ = ApiKeyStore(directory).create(admin, [], note="admin credential of the CLI")
+    token, _ = ApiKeyStore.of_store(directory).create(admin, [], note="admin credential of the CLI")
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="ascii") as handle:

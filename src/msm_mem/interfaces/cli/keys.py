@@ -99,9 +99,9 @@ def cmd_api_key(args: argparse.Namespace) -> int:
 
     A key acts as one principal (actor, role, purpose) over a patient scope (--patients P1,P2,
     or * for every patient; by default none: an admin then acts on a patient only with a
-    break-glass reason). Only an argon2 hash of it is stored, in DIR/keys/api-keys.json (mode
-    0600). create and revoke need the admin credential (MSM_MEM_ADMIN_KEY or the key home's
-    admin.key, see msm-mem --help); list shows no secret."""
+    break-glass reason). Only an argon2 hash of it is stored, in api-keys.json (mode 0600)
+    in the store's key home folder, outside DIR. create and revoke need the admin credential
+    (MSM_MEM_ADMIN_KEY or the key home's admin.key, see msm-mem --help); list shows no secret."""
     from ... import Principal
     from ..auth.apikeys import ApiKeyStore, parse_patients
     from .credential import require_admin_credential
@@ -109,7 +109,7 @@ def cmd_api_key(args: argparse.Namespace) -> int:
 
     if args.key_action != "list":
         require_admin_credential(args.dir, f"keys api-key {args.key_action}")
-    keys = ApiKeyStore(args.dir)
+    keys = ApiKeyStore.of_store(args.dir)
     if args.key_action == "create":
         who = Principal(args.key_actor, args.key_role)
         who = who.acting_for(args.key_purpose or USUAL_PURPOSE[who.role])
