@@ -108,7 +108,7 @@ def build(work: Path, name: str, patients: int, dsn: str | None) -> tuple[Base, 
         _psql(dsn, "CREATE DATABASE bench_base")
     with MsmMem.init(directory, ADMIN, database_url=url) as mem:
         mem.ingest(INGEST, rows)
-    token, _ = ApiKeyStore(directory).create(AGENT, ["*"])
+    token, _ = ApiKeyStore.of_store(directory).create(AGENT, ["*"])
     return Base(name, directory, dsn, token), [(r.patient_id, r.image, r.study_id) for r in rows]
 
 

@@ -156,7 +156,9 @@ def logins(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         MsmMem.init(work / "store", admin).close()
-        token, _ = ApiKeyStore(work / "store").create(Principal("bench-agent", Role.AGENT, Purpose.TREATMENT), ["*"])
+        token, _ = ApiKeyStore.of_store(work / "store").create(
+            Principal("bench-agent", Role.AGENT, Purpose.TREATMENT), ["*"]
+        )
         wrong = {"Authorization": "Bearer " + token[:-6] + "AAAAAA"}
         for label, extra in (("20 a minute (default)", ()), ("out of reach", ("--max-login-failures", "1000000"))):
             url, process = serve(work / "store", None, 1, work / "server.log", extra)

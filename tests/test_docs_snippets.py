@@ -115,7 +115,7 @@ def _run(folder: Path, block: Block, text: str) -> None:
 def _served(folder: Path, block: Block) -> None:
     """Run ``block`` against a server over ``folder/mem`` started for it, then stop the server."""
     printed, ready = SERVERS[block.arg]
-    token, _ = ApiKeyStore(folder / "mem").create(Principal("docs-agent", "agent", "treatment"), ["P1", "P2"])
+    token, _ = ApiKeyStore.of_store(folder / "mem").create(Principal("docs-agent", "agent", "treatment"), ["P1", "P2"])
     port = free_port()
     cmd = [sys.executable, "-m", "msm_mem", block.arg, str(folder / "mem"), "--port", str(port)]
     cmd += ["--transport", "http"] if block.arg == "mcp" else []
@@ -248,7 +248,7 @@ def test_a_self_signed_certificate_is_trusted_by_naming_it(tmp_path: Path) -> No
 
     cert, key = _self_signed(tmp_path)
     _shell(tmp_path, "msm-mem init mem/", {})
-    token, _ = ApiKeyStore(tmp_path / "mem").create(Principal("docs-agent", "agent", "treatment"), ["P1"])
+    token, _ = ApiKeyStore.of_store(tmp_path / "mem").create(Principal("docs-agent", "agent", "treatment"), ["P1"])
     port = free_port()
     url = f"https://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "msm_mem", "serve", str(tmp_path / "mem"), "--port", str(port)]

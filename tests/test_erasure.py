@@ -336,7 +336,7 @@ def test_the_service_returns_the_receipt_and_verifies_it(tmp_path: Path) -> None
 
     with MsmMem.init(tmp_path / "s", ADMIN, clock=FixedClock(T0)) as mem:
         mem.ingest(INGEST, _rows(tmp_path))
-    keys = ApiKeyStore(tmp_path / "s")
+    keys = ApiKeyStore.of_store(tmp_path / "s")
     admin, _ = keys.create(Principal("svc-admin", "admin", "erasure"), [PB])
     auditor, _ = keys.create(Principal("svc-auditor", "auditor", "audit"), [PB])
     with TestClient(create_app(ServeConfig(tmp_path / "s"))) as client:
