@@ -18,7 +18,7 @@ from mcp.shared.exceptions import MCPError
 
 from msm_mem import Principal
 from msm_mem.interfaces.auth.apikeys import ApiKeyStore
-from tests.http_support import JWT_AUDIENCE, JWT_ISSUER, JWT_SECRET, OTHER, OWN, events, head
+from tests.http_support import JWT_AUDIENCE, JWT_ISSUER, JWT_SECRET, OTHER, OWN, events, free_port, head, launch
 from tests.mcp_support import (
     McpHttp,
     environment,
@@ -152,3 +152,27 @@ def test_a_stdio_server_starts_only_with_a_credential(mcp_stdio_store: tuple[Pat
         assert done.returncode == 1, (env, done.stderr)
         assert done.stderr.startswith("error: ") and message in done.stderr, done.stderr
         assert tokens["revoked"] not in done.stderr and done.stdout == ""
+
+
+def test_failed_logins_are_audited_and_throttled_per_address(mcp_http: McpHttp) -> None:
+    """A second server on the store allowing 3 failed logins a minute: three wrong keys are
+    answered 401 and each is audited as a refused login; the fourth request from the address,
+    even with a valid key, is answered 429 with Retry-After before any token is checked."""
+    port = free_port()
+    log = mcp_http.root / "mcp-login.log"
+    cmd = [sys.executable, "-m", "msm_mem", "mcp", *server_args(mcp_http.root, mcp_http.directory)]
+    cmd += ["--transport", "http", "--port", str(port), "--max-login-failures", "3"]
+    base = f"http://127.0.0.1:{port}"
+    process = launch(cmd, log, environment(), base + "/health", "the MCP server")
+    try:
+        before = head(mcp_http.directory)
+        for i in range(3):
+            answer = _post(base + "/mcp", {"Authorization": f"Bearer msmk_{i:016x}_" + "x" * 43})
+            assert answer.status_code == 401
+        refused = [e for e in events(mcp_http.directory, before) if e["action"] == "authenticate"]
+        assert len(refused) == 3 and all(e["outcome"] == "denied" for e in refused), refused
+        answer = _post(base + "/mcp", {"Authorization": f"Bearer {mcp_http.tokens['agent']}"})
+        assert answer.status_code == 429 and int(answer.headers["retry-after"]) >= 1
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -53,6 +53,13 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-upload-mb", type=int, default=16, help="largest image, MiB (default 16)")
     p.add_argument("--max-image-side", type=int, default=8192, help="largest image side, pixels (default 8192)")
     p.add_argument("--max-question-chars", type=int, default=2000, help="longest question (default 2000)")
+    p.add_argument("--max-decodes", type=int, default=2, help="image decodes at once (default 2)")
+    p.add_argument(
+        "--max-login-failures",
+        type=int,
+        default=20,
+        help="http: failed logins per address a minute before it waits (default 20)",
+    )
     p.add_argument("--jwt-key", type=Path, help="PEM public key (or HMAC secret file) verifying JWT bearer tokens")
     p.add_argument("--jwt-issuer", help="the issuer (iss) JWTs must name")
     p.add_argument("--jwt-audience", help="the audience (aud) JWTs must name")
@@ -125,6 +132,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         max_upload_bytes=args.max_upload_mb * 1024 * 1024,
         max_image_side=args.max_image_side,
         max_question_chars=args.max_question_chars,
+        max_decodes=args.max_decodes,
+        max_login_failures=args.max_login_failures,
         jwt_key=args.jwt_key,
         jwt_issuer=args.jwt_issuer,
         jwt_audience=args.jwt_audience,

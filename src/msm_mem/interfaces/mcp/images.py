@@ -20,7 +20,7 @@ import binascii
 import re
 from pathlib import Path
 
-from ... import ImageError, InvalidInput
+from ... import ImageError, InvalidInput, MsmMemError
 from ..._files import inside, read_regular
 from ..http.uploads import decode_upload
 from .state import McpState
@@ -72,8 +72,16 @@ def image_of(
     given = [v for v in (image_base64, image_path, image_study) if v is not None]
     if len(given) != 1:
         raise InvalidInput("give exactly one of image_base64, image_path and image_study")
-    if image_base64 is not None:
-        return decode_upload(_from_base64(state, image_base64), state.config.server)
-    if image_path is not None:
-        return decode_upload(_from_path(state, image_path), state.config.server)
-    return None
+    if image_study is not None:
+        return None
+    data = _from_base64(state, image_base64) if image_base64 is not None else _from_path(state, str(image_path))
+    # at most max_decodes decodes at once in this process, as in `serve`: their memory is bounded together
+    throttle = state.throttle
+    if not throttle.decodes.acquire(timeout=throttle.decode_wait_s):
+        raise MsmMemError(
+            f"every image decoder of this server is busy ({state.config.server.max_decodes} at once): retry in a second"
+        )
+    try:
+        return decode_upload(data, state.config.server)
+    finally:
+        throttle.decodes.release()

@@ -14,9 +14,11 @@ refuses requests whose Host or Origin header names another host (DNS rebinding).
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Literal
 
 import anyio
+import anyio.to_thread
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
@@ -25,7 +27,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ... import __version__
+from ... import MsmMemError, __version__
 from ..auth.credentials import Verifier
 from . import context, reads, resources, tools
 from .identity import BearerVerifier
@@ -121,6 +123,49 @@ async def _health(_: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
+class _LoginGuard:
+    """Failed logins over streamable HTTP, as `serve` treats them: each answer 401 to a request
+    that presented a credential is audited (``MsmMem.refuse_login``) and counted against the
+    client's address; an address with ``max_login_failures`` in the window is answered 429
+    (with Retry-After) before its token is checked."""
+
+    def __init__(self, app: Any, state: McpState) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") == "/health":
+            await self.app(scope, receive, send)
+            return
+        logins = self.state.throttle.logins
+        address = scope["client"][0] if scope.get("client") else "-"
+        wait = logins.blocked(address)
+        if wait > 0:
+            answer = JSONResponse(
+                {"type": "urn:msm-mem:problem:too-many-requests", "title": "too many failed logins from this address"},
+                status_code=429,
+                headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            )
+            await answer(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        given = headers.get(b"authorization")
+        kind = "none" if given is None else "api-key" if given.lower().startswith(b"bearer msmk_") else "other"
+
+        async def sent(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 401:
+                logins.fail(address)  # counted and audited before the client hears the answer
+                await anyio.to_thread.run_sync(self._audit, kind)
+            await send(message)
+
+        await self.app(scope, receive, sent)
+
+    def _audit(self, credential: str) -> None:
+        try:
+            self.state.call(self.state.mem.refuse_login, credential)
+        except MsmMemError as exc:  # the request is still answered 401
+            log.warning("a failed login could not be audited (%s)", type(exc).__name__)
+
+
 def run_http(
     state: McpState,
     verifier: Verifier,
@@ -143,7 +188,7 @@ def run_http(
         max_request_body_size=state.config.max_image_base64 + _BODY_OVERHEAD,
     )
     config = uvicorn.Config(
-        app,
+        _LoginGuard(app, state),
         host=host,
         port=port,
         log_level=log_level,

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from ... import InvalidInput, MsmMem
 from ..._limits import check_id
 from ..auth.credentials import Caller
+from ..http.throttle import Throttle
 from .config import McpConfig
 from .identity import Identity
 from .problems import ok, resource_error, tool_error
@@ -40,6 +41,11 @@ class McpState:
     config: McpConfig
     identity: Identity
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: this process's limits (failed logins per address, image decodes at once), as `serve`'s
+    throttle: Throttle = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.throttle = self.config.server.throttle()
 
     def call(self, fn: Callable[..., R], *args: object, **kwargs: object) -> R:
         """``fn(*args, **kwargs)`` (an MsmMem operation) under the store's lock."""
