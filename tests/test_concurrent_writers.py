@@ -124,6 +124,48 @@ def test_concurrent_asks_on_one_patient_wait_for_each_other(new_mem: MemFactory,
         assert mem.verify_audit(AUDITOR).ok
 
 
+def _answer_own(directory: str, worker: int, out: Any) -> None:
+    """An agent with its own model: a context, then its answer recorded, ASKS times."""
+    try:
+        written, failed = [], []
+        with MsmMem.open(Path(directory)) as mem:
+            for i in range(ASKS):
+                image = np.random.default_rng(500 + 100 * worker + i).random((16, 16), dtype=np.float32)
+                study = f"R{worker}S{i}"
+                try:
+                    ctx = mem.context(AGENT, "P1", image, "What is the impression?", study_id=study)
+                    answer = f"Right lower lobe consolidation, worker {worker} study {i}, unchanged effusion."
+                    done = mem.record_answer(
+                        AGENT, "P1", ctx.context_id, answer, model={"backbone": "openai", "model": "own-vlm"}
+                    )
+                except Exception as exc:  # a conflict the retries did not absorb is a failure here
+                    failed.append(f"{type(exc).__name__}: {exc}")
+                    continue
+                if done.gate is not None and done.gate.written:
+                    written.append(study)
+        out.put(("done", written, failed))
+    except BaseException as exc:
+        out.put(("crashed", [], [repr(exc)]))
+
+
+def test_concurrent_recorded_answers_on_one_patient_wait_for_each_other(new_mem: MemFactory, tmp_path: Path) -> None:
+    """Four agents recording their own model's answers about one patient: none fails with a
+    conflict, and every answer written is in the store once."""
+    rows, _ = generate(tmp_path / "data", patients=1, studies_per_patient=(3, 3), seed=3, size=64)
+    mem = new_mem("store")
+    directory = mem.directory
+    mem.ingest(INGEST, [replace(r, patient_id="P1") for r in rows])
+    mem.close()
+    reports = _run(_answer_own, [(str(directory), w) for w in range(WRITERS)])
+    assert [r[2] for r in reports] == [[]] * WRITERS, reports
+    written = sorted(s for _, studies, _ in reports for s in studies)
+    assert written
+    with MsmMem.open(directory) as mem:
+        stored = sorted(e.study_id for e in mem.episodes(CRITIC, "P1") if e.study_id.startswith("R"))
+        assert stored == written
+        assert mem.verify_audit(AUDITOR).ok
+
+
 def test_a_conflict_is_staged_again_then_raised() -> None:
     """retrying runs the write again after each WriteConflict (nothing was written) and raises
     the conflict once its attempts are spent; other errors pass at once."""

@@ -230,20 +230,27 @@ class _Care(_Base):
     ) -> WriteResult:
         """Move an active short-term item of the patient into long-term memory with its
         ``answer``, through the write-back gate (held items stay in STM); the semantic state
-        and the study's claim are superseded. The seed's explicit consolidate. Audited."""
+        and the study's claim are superseded. The seed's explicit consolidate. Audited.
+        Concurrent writers of the patient wait for each other (as :meth:`ask` does); an item
+        another writer consolidated meanwhile is IllegalTransition."""
         p = self._allow(principal, Operation.CONSOLIDATE)
         check_id("item_id", item_id)
         answer = check_text("answer", answer, MAX_TEXT_CHARS)
         decision = check_text("decision", decision, MAX_TEXT_CHARS)
-        turn = self._gm.begin(p, patient_id)
-        try:
-            item = _active_item(self._store, patient_id, item_id)
-            result = self._gm.consolidate(turn, item, answer, decision=decision)
-        except MsmMemError as exc:
-            self._gm.fail(turn, exc)
-            raise
-        self._gm.commit(turn)
-        return result
+
+        def once() -> WriteResult:
+            turn = self._gm.begin(p, patient_id)
+            try:
+                item = _active_item(self._store, patient_id, item_id)
+                result = self._gm.consolidate(turn, item, answer, decision=decision)
+            except MsmMemError as exc:
+                self._gm.fail(turn, exc)
+                raise
+            self._gm.commit(turn)
+            return result
+
+        with patient_turn(self._directory, self._store.store_id, patient_id):
+            return retrying(once)
 
     def feedback(
         self,

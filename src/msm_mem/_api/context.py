@@ -28,7 +28,7 @@ from .._memory.gate import GateDecision
 from .._memory.population import deidentified_text, derived_source
 from .._principal import Principal
 from .access import Operation
-from .base import _Base
+from .base import _Base, patient_turn, retrying
 from .care import _active_item, _one_image, _study_of
 
 __all__ = ["MAX_EVIDENCE_IDS", "FusedContext", "RecordedAnswer"]
@@ -198,30 +198,37 @@ class _Context(_Base):
         ids the answer rests on (each a record of this patient, or another patient's record
         the context offered: the answer is then de-identified and names them as its source);
         ``outcome`` is the decision taken, stored with the answer. One audit event (``answer``)
-        names the item, the model and the evidence, in the transaction of the write."""
+        names the item, the model and the evidence, in the transaction of the write. Concurrent
+        writers of the patient wait for each other (as :meth:`ask` does)."""
         p = self._allow(principal, Operation.RECORD_ANSWER)
         check_id("context_id", context_id)
-        answer = check_text("answer", answer, MAX_TEXT_CHARS, required=True)
-        outcome = check_text("outcome", outcome, MAX_TEXT_CHARS)
+        given = check_text("answer", answer, MAX_TEXT_CHARS, required=True)
+        given_outcome = check_text("outcome", outcome, MAX_TEXT_CHARS)
         ref = model_ref(model)
         ids = _evidence_ids(evidence)
-        turn = self._gm.begin(p, patient_id)
-        try:
-            item = _active_item(self._store, patient_id, context_id)
-            derived = self._population_evidence(patient_id, ids)
-            source = "agent"
-            if derived:  # an answer from other patients' experience: de-identified, its sources named
-                cleaned, decision = deidentified_text(answer), deidentified_text(outcome)
-                if cleaned is None or decision is None or not cleaned.strip():
-                    raise InvalidInput("the answer rests on other patients' records and could not be de-identified")
-                answer, outcome, source = cleaned, decision, derived_source(derived)
-            self._gm._event(turn, "answer", "stm", "stm", [item.item_id, ref.audit_id, *ids], reason="recorded")
-            result = self._gm.consolidate(turn, item, answer, decision=outcome, source=source)
-        except MsmMemError as exc:
-            self._gm.fail(turn, exc)
-            raise
-        self._gm.commit(turn)
-        return RecordedAnswer(context_id, result.gate, result.episode_id, answer, source, ids, ref)
+
+        def once() -> RecordedAnswer:
+            answer, outcome = given, given_outcome
+            turn = self._gm.begin(p, patient_id)
+            try:
+                item = _active_item(self._store, patient_id, context_id)
+                derived = self._population_evidence(patient_id, ids)
+                source = "agent"
+                if derived:  # an answer from other patients' experience: de-identified, its sources named
+                    cleaned, decision = deidentified_text(answer), deidentified_text(outcome)
+                    if cleaned is None or decision is None or not cleaned.strip():
+                        raise InvalidInput("the answer rests on other patients' records and could not be de-identified")
+                    answer, outcome, source = cleaned, decision, derived_source(derived)
+                self._gm._event(turn, "answer", "stm", "stm", [item.item_id, ref.audit_id, *ids], reason="recorded")
+                result = self._gm.consolidate(turn, item, answer, decision=outcome, source=source)
+            except MsmMemError as exc:
+                self._gm.fail(turn, exc)
+                raise
+            self._gm.commit(turn)
+            return RecordedAnswer(context_id, result.gate, result.episode_id, answer, source, ids, ref)
+
+        with patient_turn(self._directory, self._store.store_id, patient_id):
+            return retrying(once)
 
     def _population_evidence(self, patient_id: str, ids: tuple[str, ...]) -> list[str]:
         """Which of ``ids`` are other patients' (or anonymised) episodes and visual records;
