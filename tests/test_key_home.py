@@ -261,3 +261,24 @@ def test_a_damaged_key_file_is_named(tmp_path: Path, new_mem: MemFactory) -> Non
     with MsmMem.open(directory) as mem:
         with pytest.raises(DecryptionError, match=f"key file {kek}"):
             mem.episodes(CLINICIAN, "P0")
+
+
+def test_the_checkpoint_files_rolled_back_are_caught(tmp_path: Path, new_mem: MemFactory) -> None:
+    """The directory's checkpoint log and head file replaced by older copies (the database and
+    the witness as they are): broken, naming the rolled-back checkpoints; put back: intact."""
+    mem = _store(tmp_path, new_mem)
+    log = mem.directory / "audit" / "checkpoints.jsonl"
+    old = {p: p.read_bytes() for p in (log, log.with_suffix(".head"))}
+    mem.ask(AGENT, "P0", png(tmp_path, 7), QUESTION, study_id="S7")
+    directory = mem.directory
+    mem.close()
+    new = {p: p.read_bytes() for p in old}
+    for p, data in old.items():
+        p.write_bytes(data)
+    with MsmMem.open(directory) as mem:
+        result = mem.verify_audit(AUDITOR)
+    assert not result.ok and "the store's checkpoints were rolled back" in result.reason
+    for p, data in new.items():
+        p.write_bytes(data)
+    with MsmMem.open(directory) as mem:
+        assert mem.verify_audit(AUDITOR).ok

@@ -379,11 +379,37 @@ class AuditLog:
         key = self.signer.public_key
         result = check_coverage(lines, head_file, key, seen, chain, (base_seq, base_hash), origin=self.origin)
         if result.ok:
+            result = self._check_log_current(lines, head_file, chain, result)
+        if result.ok:
             result = self._check_witness_current(lines, chain, result)
         if not result.ok or not full:
             return result
         result = check_rows(self.store, covering(lines, head_file, key, chain, self.origin), result)
         return check_links(scan, self.store, self.cipher, result) if result.ok else result
+
+    def _check_log_current(
+        self,
+        lines: Sequence[tuple[str, Checkpoint]],
+        head_file: Checkpoint | None,
+        chain: tuple[int, str],
+        result: VerifyResult,
+    ) -> VerifyResult:
+        """``result`` when the store's own checkpoints (its log, or its head file written before
+        each commit) sign the stored head ``chain``; otherwise they were rolled back or replaced
+        by older copies while the witness still covers the store."""
+        if self.place.witness is None or chain[0] == self.store.audit_base()[0]:
+            return result  # without a witness the coverage check has judged the log already
+        heads = [c for where, c in lines if where == "checkpoint log"]
+        if head_file is not None:
+            heads.append(head_file)
+        if any(self._covers(c, chain) for c in heads):
+            return result
+        newest = max((c.size for c in heads if c.origin == self.origin), default=0)
+        reason = (
+            f"the checkpoint log {self.place.log.name} and its head file sign {newest} events, the store and the"
+            f" witness {chain[0]}: the store's checkpoints were rolled back or replaced by older copies"
+        )
+        return VerifyResult(False, result.count, result.head_hash, newest + 1, f"seq {newest + 1}: {reason}")
 
     def _check_witness_current(
         self, lines: Sequence[tuple[str, Checkpoint]], chain: tuple[int, str], result: VerifyResult
