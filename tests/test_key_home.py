@@ -127,7 +127,7 @@ def test_a_master_key_from_the_environment(tmp_path: Path, monkeypatch: pytest.M
             mem.episodes(CLINICIAN, "P0")
         assert not mem.verify_audit(AUDITOR).ok
     monkeypatch.delenv(ENV_MASTER)
-    with pytest.raises(InvalidInput, match="key file"):
+    with pytest.raises(InvalidInput, match=f"takes its keys from {ENV_MASTER}, which is not set"):
         MsmMem.open(tmp_path / "s")
     monkeypatch.setenv(ENV_MASTER, "c2hvcnQ=")
     with pytest.raises(InvalidInput, match=f"{ENV_MASTER} holds 5 bytes"):
@@ -145,8 +145,22 @@ def test_a_kms_provider_and_a_signing_key_object(tmp_path: Path) -> None:
     assert sorted(p.name for p in folder.iterdir()) == ["record.json", "witness.head", "witness.jsonl"]
     with MsmMem.open(tmp_path / "s", key_provider=provider, checkpoint_key=key) as mem:
         assert mem.verify_audit(AUDITOR).ok and mem.episodes(CLINICIAN, "P1")
-    with pytest.raises(InvalidInput, match="key file"):
+    with pytest.raises(InvalidInput, match="the key provider .a KMS. it was made with"):
         MsmMem.open(tmp_path / "s")
+
+
+def test_a_master_key_does_not_stand_in_for_key_files(
+    tmp_path: Path, new_mem: MemFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store whose keys are files in the key home, opened with MSM_MEM_MASTER_KEY set (for
+    another store): refused naming where its keys are, not a decryption failure later."""
+    mem = _store(tmp_path, new_mem)
+    directory = mem.directory
+    mem.close()
+    assert json.loads((key_folder(directory) / "record.json").read_text())["keys"] == "files"
+    monkeypatch.setenv(ENV_MASTER, base64.b64encode(os.urandom(32)).decode())
+    with pytest.raises(InvalidInput, match=f"its key files in .*: unset {ENV_MASTER}"):
+        MsmMem.open(directory)
 
 
 def test_store_upgrade_moves_the_keys_out(

@@ -141,7 +141,9 @@ def _open_keys(
     if not upgrading:
         home.check_schema(store.schema_version, record)
     signer = _signing_key(directory, checkpoint_key, create=False)
-    provider, signer = home.open_keys(key_provider, signer, master_key_from_env())
+    master = master_key_from_env()
+    home.check_source(record, key_provider, master)
+    provider, signer = home.open_keys(key_provider, signer, master)
     witness_log = _witness(directory, home, witness, record)
     log = log_file(Path(checkpoints) if checkpoints is not None else directory / "audit")
     return provider, signer, CheckpointPlace(log, witness_log)
@@ -342,9 +344,11 @@ class MsmMem:
                 raise StoreError(f"the key home already has a folder for store {store.store_id}: {candidate.folder}")
             home = candidate
             signer = _signing_key(directory, checkpoint_key, create=True)
-            provider, signer = home.create_keys(key_provider, signer, master_key_from_env())
+            master = master_key_from_env()
+            source = home.source(key_provider, master)
+            provider, signer = home.create_keys(key_provider, signer, master)
             witness_log = _witness(directory, home, witness, None)
-            home.write_record(StoreRecord(store.store_id, store.schema_version, witness_log))
+            home.write_record(StoreRecord(store.store_id, store.schema_version, witness_log, source))
             log = log_file(Path(checkpoints) if checkpoints is not None else directory / "audit")
             place = CheckpointPlace(log, witness_log)
             mem = cls(
@@ -478,7 +482,9 @@ class MsmMem:
             raise
         with mem:
             out = mem._admin._upgrade(p, keys_moved=len(moved))
-            home.write_record(StoreRecord(store.store_id, store.schema_version, place.witness or home.default_witness))
+            source = home.source(key_provider, master_key_from_env())
+            witness_log = place.witness or home.default_witness
+            home.write_record(StoreRecord(store.store_id, store.schema_version, witness_log, source))
             return out
 
     @staticmethod

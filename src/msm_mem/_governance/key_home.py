@@ -68,6 +68,8 @@ SIGNER_FILE = "checkpoint.key"
 RECORD_FILE = "record.json"
 WITNESS_FILE = "witness.jsonl"
 API_KEYS_FILE = "api-keys.json"
+#: where a store's key-encryption keys come from (:attr:`StoreRecord.keys`)
+KEY_SOURCES = ("files", "master", "provider")
 _RECORD_VERSION = 1
 
 
@@ -126,14 +128,17 @@ def master_signer(master: bytes) -> CheckpointSigner:
 @dataclass(frozen=True, slots=True)
 class StoreRecord:
     """What the key home knows of a store: its id, the schema it was last made or upgraded to,
-    and the witness of its checkpoints (a ``*.jsonl`` file)."""
+    the witness of its checkpoints (a ``*.jsonl`` file) and where its key-encryption keys come
+    from (``files`` in the folder, the ``master`` key of the environment, or a ``provider``
+    the caller passes: a KMS)."""
 
     store_id: str
     schema: str
     witness: Path
+    keys: str = "files"
 
     def to_json(self) -> bytes:
-        doc = {"version": _RECORD_VERSION, "store_id": self.store_id, "schema": self.schema}
+        doc = {"version": _RECORD_VERSION, "store_id": self.store_id, "schema": self.schema, "keys": self.keys}
         doc["witness"] = str(self.witness)
         return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
@@ -143,12 +148,14 @@ class StoreRecord:
             doc = json.loads(data)
             if not isinstance(doc, dict) or doc.get("version") != _RECORD_VERSION:
                 raise ValueError("not a version 1 record")
-            fields = (doc["store_id"], doc["schema"], doc["witness"])
+            fields = (doc["store_id"], doc["schema"], doc["witness"], doc.get("keys", "files"))
             if not all(isinstance(f, str) and f for f in fields):
-                raise ValueError("store_id, schema and witness must be non-empty text")
+                raise ValueError("store_id, schema, witness and keys must be non-empty text")
+            if fields[3] not in KEY_SOURCES:
+                raise ValueError(f"keys must be one of {', '.join(KEY_SOURCES)}")
         except (ValueError, KeyError) as exc:
             raise StoreError(f"the store record {path} is damaged: {exc}") from None
-        return cls(fields[0], fields[1], Path(fields[2]))
+        return cls(fields[0], fields[1], Path(fields[2]), fields[3])
 
 
 def _inside(inner: Path, outer: Path) -> bool:
@@ -221,6 +228,23 @@ class KeyHome:
         if signer is None and master is None:
             signer = CheckpointSigner.create(self.signer_file)
         return self.open_keys(provider, signer, master)
+
+    @staticmethod
+    def source(provider: KeyProvider | None, master: bytes | None) -> str:
+        """Where the key-encryption keys come from, given these (:data:`KEY_SOURCES`)."""
+        return "provider" if provider is not None else "master" if master is not None else "files"
+
+    def check_source(self, record: StoreRecord | None, provider: KeyProvider | None, master: bytes | None) -> None:
+        """InvalidInput naming what to give when the keys offered are not where the store's
+        record says its keys come from (a master key set for a store of key files, say)."""
+        if record is None or record.keys == self.source(provider, master):
+            return
+        needs = {
+            "files": f"its key files in {self.folder}: unset {ENV_MASTER} and pass no key_provider for it",
+            "master": f"{ENV_MASTER}, which is not set",
+            "provider": "the key provider (a KMS) it was made with: pass key_provider= (and checkpoint_key=)",
+        }
+        raise InvalidInput(f"store {self.store_id} takes its keys from {needs[record.keys]}")
 
     def open_keys(
         self, provider: KeyProvider | None, signer: CheckpointSigner | None, master: bytes | None
