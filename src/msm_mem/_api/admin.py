@@ -112,6 +112,7 @@ class _Admin(_Base):
         event in one transaction (admin only). Returns how many data keys were rewrapped."""
         p = self._allow(principal, Operation.KEY_ROTATE)
         reason = stated_reason(reason, "key rotation")
+        self._store.sync()  # every data key another handle stored or shredded since is rewrapped as it is now
         keys = self._cipher.rewrap_all()
         note = f"{len(keys)} data keys rewrapped; {reason}"[:120]
         self._event(p, "key_rotate", "ltm", "ltm", batch=WriteBatch(rewrapped=keys), reason=note)
@@ -132,6 +133,7 @@ class _Admin(_Base):
         # shredded; only the wildcard and a blank id are refused
         if not isinstance(patient_id, str) or not patient_id.strip() or "*" in patient_id:
             raise InvalidInput(f"shredding needs one patient id (no '*' wildcard), got {patient_id!r}")
+        self._store.sync()  # a key another handle shredded since is seen as shredded
         return self._maintainer().shred(p, patient_id, stated_reason(reason, "shredding a patient"))
 
     # audit ---------------------------------------------------------------------------------
