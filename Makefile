@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test test-fast test-main test-vision lint browser tools screenshots clean
+.PHONY: demo test test-fast test-main test-vision lint browser tools cluster-build screenshots clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,7 @@ demo: $(VENV)/.installed
 # a missing extra fails instead.
 test: lint test-main test-vision
 
-test-main: $(VENV)/.installed-test browser tools
+test-main: $(VENV)/.installed-test browser tools cluster-build
 	MSM_MEM_REQUIRE_ALL=1 $(PY) -m pytest -q -m "not vision"
 
 # the edit loop: everything that is neither `slow` nor `system` (no served processes, browser,
@@ -44,6 +44,13 @@ tools:
 	@command -v wrk >/dev/null 2>&1 || \
 	  { test "$$(id -u)" = 0 || { echo "the service benchmark's test needs wrk: apt-get install wrk (as root)"; exit 1; }; \
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q wrk; }
+
+# the Citus tests' server: Citus 13.2.2 and pgvector 0.8.6 compiled from ../shared/vendor (sha256
+# checked, read in place) into a copy of pgserver's PostgreSQL 16 in .cluster/ (ignored), once:
+# a stamp file caches it (about 3 minutes on 2 cores); without ../shared/vendor it does nothing
+# and the Citus tests skip (fail under `make test`)
+cluster-build: $(VENV)/.installed-test
+	.ci/build-cluster.sh $(PY)
 
 # the memory explorer's browser tests drive headless Chromium from Debian (Playwright cannot
 # download a browser of its own offline); installed here when it is missing and we are root
@@ -81,4 +88,4 @@ screenshots: $(VENV)/.installed-test
 	MSM_MEM_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/test_ui_browser.py
 
 clean:
-	rm -rf $(VENV) $(VISION) demo-out bench-out
+	rm -rf $(VENV) $(VISION) demo-out bench-out .cluster

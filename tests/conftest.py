@@ -169,9 +169,87 @@ def _postgres_factory(tmp_path: Path) -> StoreFactory:
     return make
 
 
+# Citus: one local cluster (a coordinator, two workers) per test session, started on first use
+# from the tree `make cluster-build` makes; a store is a fresh schema on the coordinator, which
+# `PostgresStore.create` distributes (it finds the citus extension). It runs the tests of the
+# modules marked `cluster` only (pytest_generate_tests below), as the `citus` backend.
+CLUSTER_TREE = Path(__file__).resolve().parents[1] / ".cluster" / "pgserver" / "pginstall"
+CLUSTER_STAMP = CLUSTER_TREE / ".built-citus-13.2.2-pgvector-0.8.6"
+_CITUS: dict[str, Any] = {}  # "cluster" | "error", cached per session
+
+
+def citus_cluster() -> Any:
+    """The session's :class:`~msm_mem.testing._citus.LocalCluster`, started on first use; skips
+    the test (a failure under MSM_MEM_REQUIRE_ALL) when the cluster's server is not built."""
+    if not CLUSTER_STAMP.exists():
+        vendor = SHARED / "vendor"
+        hint = "run `make cluster-build`" if vendor.is_dir() else "../shared/vendor (the Citus sources) is absent"
+        pytest.skip(f"no Citus build in .cluster/ ({hint})")
+    if "error" in _CITUS:
+        raise RuntimeError(_CITUS["error"])
+    if "cluster" not in _CITUS:
+        from msm_mem.testing._citus import LocalCluster
+
+        parent = Path(tempfile.mkdtemp(prefix="msm-mem-citus-"))
+        atexit.register(shutil.rmtree, parent, True)
+        cluster = LocalCluster(CLUSTER_TREE, parent / "cluster", shards=4)
+        atexit.register(cluster.close)  # runs before the rmtree above
+        try:
+            cluster.start()
+        except Exception as exc:
+            _CITUS["error"] = f"the local Citus cluster did not start: {exc!r}"
+            raise
+        _CITUS["cluster"] = cluster
+    return _CITUS["cluster"]
+
+
+def citus_dsn() -> str:
+    """The coordinator's DSN of the session's Citus cluster."""
+    return str(citus_cluster().dsn())
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Any:
+    """The session's local Citus cluster (:func:`citus_cluster`)."""
+    return citus_cluster()
+
+
+def _citus_factory(tmp_path: Path) -> StoreFactory:
+    from msm_mem._storage.postgres import PostgresStore
+
+    dsn = citus_dsn()
+
+    def make(dim: int = DIM, encoder: str = "test") -> Store:
+        schema = f"t{_SESSION}_{uuid.uuid4().hex[:12]}"
+        return with_codec(PostgresStore.create(dsn, dim=dim, encoder=encoder, schema=schema))
+
+    return make
+
+
 BACKENDS: dict[str, Callable[[Path], StoreFactory]] = {"sqlite": _sqlite_factory}
 if not SKIP_POSTGRES:
     BACKENDS["postgres"] = _postgres_factory
+#: backends that run only the tests of the modules marked `cluster`
+CLUSTER_BACKENDS: dict[str, Callable[[Path], StoreFactory]] = {"citus": _citus_factory}
+_SERVER_URL: dict[str, Callable[[], str]] = {"postgres": postgres_dsn, "citus": citus_dsn}
+
+
+def _backend_params(node: Any) -> list[Any]:
+    """The store backends a test runs on: every one of BACKENDS, and the cluster's where its
+    module (or class, or itself) is marked `cluster`."""
+    marks = {"postgres": [pytest.mark.postgres], "citus": [pytest.mark.citus, pytest.mark.system]}
+    names = sorted(BACKENDS)
+    if node.get_closest_marker("cluster") is not None:
+        names += sorted(CLUSTER_BACKENDS)
+    return [pytest.param(name, marks=marks.get(name, [])) for name in names]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The backend fixtures (``make_store``, ``new_mem``, ``module_backend``) take one backend
+    per test: see :func:`_backend_params`."""
+    for name, scope in (("make_store", "function"), ("new_mem", "function"), ("module_backend", "module")):
+        if name in metafunc.fixturenames:
+            metafunc.parametrize(name, _backend_params(metafunc.definition), indirect=True, scope=scope)
 
 
 @pytest.fixture
@@ -188,13 +266,11 @@ def postgres_url() -> str:
     return postgres_dsn()
 
 
-@pytest.fixture(
-    params=[pytest.param(name, marks=[pytest.mark.postgres] if name == "postgres" else []) for name in sorted(BACKENDS)]
-)
+@pytest.fixture
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """A factory of empty stores of one backend; every store made is closed afterwards."""
     made: list[Store] = []
-    factory = BACKENDS[request.param](tmp_path)
+    factory = {**BACKENDS, **CLUSTER_BACKENDS}[request.param](tmp_path)
 
     def make(dim: int = DIM, encoder: str = "test") -> Store:
         store = factory(dim, encoder)
@@ -219,7 +295,7 @@ def reopen() -> Iterator[Callable[..., Store]]:
             from msm_mem._storage.postgres import PostgresStore
 
             assert isinstance(store, PostgresStore)
-            other = PostgresStore.open(postgres_dsn(), schema=store.schema)
+            other = PostgresStore.open(store._sql.dsn or postgres_dsn(), schema=store.schema)
         opened.append(other)
         if not codec:
             other.use_row_key(ROW_KEY)
@@ -258,9 +334,7 @@ def shared_path(*parts: str) -> Path:
 MemFactory = Callable[..., Any]
 
 
-@pytest.fixture(
-    params=[pytest.param(name, marks=[pytest.mark.postgres] if name == "postgres" else []) for name in sorted(BACKENDS)]
-)
+@pytest.fixture
 def new_mem(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemFactory]:
     """A factory of new governed stores (``MsmMem.init`` by the test admin) of one backend:
     ``new_mem("name", **init_options)`` makes ``tmp_path / name``; on PostgreSQL its records
@@ -271,8 +345,8 @@ def new_mem(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemFacto
     made: list[MsmMem] = []
 
     def make(name: str = "store", **options: Any) -> MsmMem:
-        if request.param == "postgres":
-            options.setdefault("database_url", postgres_dsn())
+        if request.param in _SERVER_URL:
+            options.setdefault("database_url", _SERVER_URL[request.param]())
             options.setdefault("schema", f"t{_SESSION}_{uuid.uuid4().hex[:12]}")
         mem = MsmMem.init(tmp_path / name, ADMIN, **options)
         made.append(mem)
@@ -285,21 +359,16 @@ def new_mem(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemFacto
 
 @pytest.fixture
 def backend(new_mem: MemFactory, request: pytest.FixtureRequest) -> str:
-    """The backend name of the ``new_mem`` fixture in use (``sqlite`` or ``postgres``)."""
+    """The backend name of the ``new_mem`` fixture in use (``sqlite``, ``postgres`` or ``citus``)."""
     return str(request.node.callspec.params["new_mem"])
 
 
 # governed stores that outlive one test (module fixtures) or one example (hypothesis) --------
 
 
-@pytest.fixture(
-    scope="module",
-    params=[
-        pytest.param(name, marks=[pytest.mark.postgres] if name == "postgres" else []) for name in sorted(BACKENDS)
-    ],
-)
+@pytest.fixture(scope="module")
 def module_backend(request: pytest.FixtureRequest) -> str:
-    """A store backend name (``sqlite`` or ``postgres``) for a module-scoped governed store;
+    """A store backend name (``sqlite``, ``postgres`` or ``citus``) for a module-scoped governed store;
     pass ``init_options(module_backend)`` to ``MsmMem.init``."""
     return str(request.param)
 
@@ -307,8 +376,8 @@ def module_backend(request: pytest.FixtureRequest) -> str:
 def mem_options(backend: str, **options: Any) -> dict[str, Any]:
     """``MsmMem.init`` options putting a new governed store on ``backend``: on PostgreSQL the
     session's server and a fresh schema (dropped with the others), as ``new_mem`` does."""
-    if backend == "postgres":
-        options.setdefault("database_url", postgres_dsn())
+    if backend in _SERVER_URL:
+        options.setdefault("database_url", _SERVER_URL[backend]())
         options.setdefault("schema", f"t{_SESSION}_{uuid.uuid4().hex[:12]}")
     return options
 

@@ -24,6 +24,8 @@ from msm_mem._agent.stored import study_episode, study_image
 from msm_mem._storage.base import PII_FIELDS, StateChange, Store, VectorKind, WriteBatch
 from tests.conftest import DIM, StoreFactory, random_unit
 
+pytestmark = pytest.mark.cluster
+
 
 def episode(i: int, patient: str, z: np.ndarray, **kw: object) -> EpisodicRecord:
     return EpisodicRecord(

@@ -65,6 +65,7 @@ from ..sql_rows import initial_meta, schema_problem
 from ..sql_store import SqlStore
 from ..sql_write import Moved
 from .audit_naming import rows_naming
+from .citus import distribute, is_citus
 from .connection import PgDialect, to_pyformat
 from .keys import PgKeyTable
 from .pgvector import connect, use_schema, vector_schema
@@ -189,6 +190,8 @@ class PostgresStore(SqlStore):
                     check_new_tenant(conn, schema, tenant, dim)
                 else:
                     conn.execute(SCHEMA.format(dim=dim).encode())
+                    if is_citus(conn):  # a Citus coordinator: the tables are distributed at once
+                        distribute(conn)
                 rows = [("format", FORMAT), ("schema", SCHEMA_VERSION), ("dim", str(dim)), ("encoder", encoder)]
                 rows += [("store_id", uuid.uuid4().hex), *initial_meta()]
                 conn.cursor().executemany(to_pyformat(insert_sql("meta")), [(*row, tenant) for row in rows])

@@ -1,0 +1,31 @@
+"""A store on a Citus cluster: made on the coordinator, its tables distributed at once.
+
+``PostgresStore.create`` asks the server whether the ``citus`` extension is installed in the
+database; when it is (a Citus coordinator), the new tables are distributed in the same
+transaction that makes them, before any row is written (``schema.citus_ddl``: every table by
+``tenant``, colocated with ``meta``). Nothing is run by hand. Later tenants of the schema find
+the tables distributed already; every statement names its tenant, so Citus routes it to the
+tenant's shard group (docs/deploy.md, Citus).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from .schema import citus_ddl
+
+__all__ = ["distribute", "is_citus"]
+
+
+def is_citus(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the database of ``conn`` has the citus extension (a Citus coordinator)."""
+    return conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone() is not None
+
+
+def distribute(conn: psycopg.Connection[Any]) -> None:
+    """Distribute the store's new, empty tables (on the session's search path), inside the
+    caller's transaction."""
+    for statement in citus_ddl().splitlines():
+        conn.execute(statement.encode())
