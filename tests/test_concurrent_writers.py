@@ -30,7 +30,7 @@ from msm_mem.datasets.synthetic import generate
 from tests.conftest import MemFactory
 from tests.helpers import AGENT, AUDITOR, CRITIC, INGEST
 
-pytestmark = [pytest.mark.slow, pytest.mark.system]
+pytestmark = [pytest.mark.slow, pytest.mark.system, pytest.mark.cluster]
 
 WRITERS = 4
 ASKS = 8  # per writer, all about one patient

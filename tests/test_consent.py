@@ -20,6 +20,8 @@ from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, audit_events
 from tests.layers import Layers, layers_of
 
+pytestmark = pytest.mark.cluster
+
 T0 = 1_700_000_000.0
 A1 = Principal("a1", Role.AGENT)  # purpose treatment
 ANSWER = "Bilateral lower lobe opacities consistent with pneumonia"

@@ -21,7 +21,10 @@ from msm_mem._memory.msm import Memory
 from msm_mem._memory.tiers import GovernedMemory, Turn
 from msm_mem._storage.base import Store
 from msm_mem.testing import FixedBackbone
+from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, AUDITOR, CRITIC, EXPORTER, INGEST, SYSTEM, audit_events, png
+
+pytestmark = pytest.mark.cluster
 
 PRIVATE_TYPES = (Store, EnvelopeCipher, AuditLog, Memory, GovernedMemory, Maintainer, MemoryAgent)
 
@@ -65,8 +68,8 @@ def test_a_turn_cannot_change_patient() -> None:
 
 
 @pytest.fixture
-def mem(tmp_path: Path) -> Any:
-    m = MsmMem.init(tmp_path / "store", ADMIN, backbone=FixedBackbone("Right lower lobe consolidation noted."))
+def mem(tmp_path: Path, new_mem: MemFactory) -> Any:
+    m = new_mem("store", backbone=FixedBackbone("Right lower lobe consolidation noted."))
     rows = [
         ManifestRow(
             "P1",
@@ -80,8 +83,7 @@ def mem(tmp_path: Path) -> Any:
         for i in range(3)
     ]
     m.ingest(INGEST, rows)
-    yield m
-    m.close()
+    return m
 
 
 def _count(mem: Any) -> int:

@@ -65,14 +65,24 @@ WRITER = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="module", params=[pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param("sqlite"),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("citus", marks=[pytest.mark.citus, pytest.mark.system]),
+    ],
+)
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """A store of each backend served by two worker processes."""
+    """A store of each backend served by two worker processes (on Citus: the coordinator)."""
     root = tmp_path_factory.mktemp(f"serve-concurrent-{request.param}")
     if request.param == "postgres":
         from tests.conftest import _SESSION, postgres_dsn
 
         directory = make_store(root, postgres_dsn(), f"t{_SESSION}_{uuid.uuid4().hex[:12]}")
+    elif request.param == "citus":
+        cluster = request.getfixturevalue("cluster")
+        directory = make_store(root, cluster.dsn(), f"c{uuid.uuid4().hex[:12]}")
     else:
         directory = make_store(root)
     server = start(root, directory, workers=2)

@@ -25,6 +25,8 @@ from msm_mem.testing import FixedBackbone, FixedClock
 from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, AUDITOR, CRITIC, SYSTEM, png, raw_sql
 
+pytestmark = pytest.mark.cluster
+
 T0 = 1_700_000_000.0
 PATIENT = "P-BIND-1"
 QUESTION = "Is the right lower lobe opacity changing?"

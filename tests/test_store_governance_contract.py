@@ -23,6 +23,8 @@ from msm_mem._tier_records import (
 )
 from tests.conftest import random_unit
 
+pytestmark = pytest.mark.cluster
+
 
 def item(i: int, patient: str = "p", created: float = 100.0) -> StmItem:
     return StmItem(

@@ -27,6 +27,8 @@ from tests.conftest import MemFactory
 from tests.helpers import ADMIN, AGENT, AUDITOR, key_folder, png, raw_sql
 from tests.layers import Layers, layers_of, open_layers
 
+pytestmark = pytest.mark.cluster
+
 T0 = 1_700_000_000.0
 PATIENT = "P-TAMPER-1"
 QUESTION = "Is the right lower lobe opacity changing?"
