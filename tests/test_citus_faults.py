@@ -1,0 +1,119 @@
+"""A worker of the Citus cluster killed (``pg_ctl stop -m immediate``) and restarted while a
+governed store on it takes writes: every write acknowledged before, during and after is
+stored, nothing is half-written (each stored study has its episode, its visual and its audit
+events; the audit chain and the row digests verify), the calls while the worker is down fail
+with a StoreError that says so, and writes go on once it is back (synthetic data only).
+
+A tenant's rows are one shard group on one worker, so its writes are that worker's own
+transactions; the test also checks that no prepared (two-phase) transaction is left behind on
+any node once Citus's recovery has run."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from msm_mem import MsmMem, MsmMemError, StoreError
+from msm_mem.testing import FixedBackbone, FixedClock
+from tests.helpers import ADMIN, AGENT, AUDITOR, CRITIC
+
+pytestmark = [pytest.mark.citus, pytest.mark.system, pytest.mark.slow]
+
+T0 = 1_700_000_000.0
+QUESTION = "What is the impression?"
+ANSWER = "Small right pleural effusion, stable since the prior study"
+
+
+def _wait(predicate: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _worker_of(cluster: Any, schema: str, tenant: str) -> str:
+    ((port,),) = cluster.query(
+        "coordinator",
+        "SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n ON n.groupid = p.groupid"
+        " WHERE p.shardid = get_shard_id_for_distribution_column(%s::regclass, %s::text)",
+        f"{schema}.episodic",
+        tenant,
+    )
+    return str(next(n.name for n in cluster.workers() if n.port == port))
+
+
+def test_a_worker_killed_mid_writes_loses_no_acknowledged_write(cluster: Any, tmp_path: Path) -> None:
+    """Writes before, during and after an immediate stop of the tenant's worker: every
+    acknowledged write is stored once, failed ones say the server is unreachable, the audit
+    chain verifies, and no prepared transaction is left on any node."""
+    schema = f"f{uuid.uuid4().hex[:12]}"
+    mem = MsmMem.init(
+        tmp_path / "s",
+        ADMIN,
+        database_url=cluster.dsn(),
+        schema=schema,
+        clock=FixedClock(T0),
+        backbone=FixedBackbone(ANSWER, "follow up"),
+    )
+    worker = _worker_of(cluster, schema, mem.tenant)
+    acknowledged: list[str] = []
+    failed: list[tuple[str, Exception]] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        rng = np.random.default_rng(7)
+        i = 0
+        while not stop.is_set():
+            study = f"S{i}"
+            try:
+                answer = mem.ask(AGENT, "P-1", rng.random((16, 16), dtype=np.float32), QUESTION, study_id=study)
+                assert answer.gate is not None and answer.gate.written, answer.gate
+                acknowledged.append(study)
+            except MsmMemError as exc:
+                failed.append((study, exc))
+                time.sleep(0.05)
+            i += 1
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        _wait(lambda: len(acknowledged) >= 5, "five writes before the stop")
+        cluster.stop_node(worker, "immediate")
+        _wait(lambda: len(failed) >= 3, "three failed writes while the worker is down")
+        down = len(acknowledged)
+        time.sleep(0.5)
+        assert len(acknowledged) <= down + 1  # at most the one in flight when the worker stopped
+        cluster.start_node(worker)
+        _wait(lambda: len(acknowledged) >= down + 5, "five writes after the restart")
+    finally:
+        stop.set()
+        writer.join(timeout=60)
+    assert not writer.is_alive()
+
+    assert all(isinstance(exc, StoreError) for _, exc in failed), failed
+    # the calls while it is down name the worker they could not reach (the one in flight when it
+    # stopped may say only that its connection was lost)
+    address = f"127.0.0.1:{cluster.nodes[worker].port}"
+    assert sum(address in str(exc) and "nothing was written" in str(exc) for _, exc in failed) >= len(failed) - 1, (
+        failed
+    )
+    episodes = mem.episodes(CRITIC, "P-1")
+    stored = [e.study_id for e in episodes]
+    assert len(stored) == len(set(stored))  # each once
+    assert set(acknowledged) <= set(stored)  # no acknowledged write lost
+    assert set(stored) - set(acknowledged) <= {s for s, _ in failed}  # nothing from nowhere
+    visuals = mem.visuals(CRITIC, "P-1")
+    assert sorted(v.source_episode_id for v in visuals) == sorted(e.episode_id for e in episodes)  # none half-written
+    assert mem.verify_audit(AUDITOR).ok
+    mem.close()
+
+    cluster.query("coordinator", "SELECT recover_prepared_transactions()")
+    for name in cluster.nodes:
+        assert cluster.query(name, "SELECT gid FROM pg_prepared_xacts") == [], name
