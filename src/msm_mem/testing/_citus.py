@@ -200,8 +200,10 @@ class LocalCluster:
                 conn.execute(statement.encode())
 
     def query(self, name: str, statement: str, *args: Any) -> list[tuple[Any, ...]]:
-        """The rows of one statement run on one node (autocommit)."""
+        """The rows of one statement run on one node (autocommit; none for a statement that
+        returns no rows)."""
         import psycopg
 
         with psycopg.connect(self.dsn(name), autocommit=True) as conn:
-            return list(conn.execute(statement.encode(), args or None).fetchall())
+            cur = conn.execute(statement.encode(), args or None)
+            return list(cur.fetchall()) if cur.description is not None else []

@@ -19,7 +19,7 @@ from psycopg.types import TypeInfo
 
 from ..._errors import StoreError
 
-__all__ = ["Vec", "Vecs", "connect", "use_schema", "vector_schema"]
+__all__ = ["Vec", "Vecs", "connect", "iterative_scan", "use_schema", "vector_schema"]
 
 
 class Vec:
@@ -94,17 +94,30 @@ def vector_schema(conn: psycopg.Connection[Any]) -> str | None:
     return None if row is None else str(row[0])
 
 
+def iterative_scan(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the server's pgvector has iterative index scans (0.8 and later:
+    ``hnsw.iterative_scan``, which keeps an HNSW scan going until a filter has let k rows through)."""
+    row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    if row is None:
+        return False
+    version = tuple(int(part) for part in str(row[0]).split(".")[:2] if part.isdigit())
+    return version >= (0, 8)
+
+
 def use_schema(conn: psycopg.Connection[Any], schema: str) -> None:
     """Point the session at ``schema`` (then pgvector's schema) and register the vector adapters.
 
     Vectors are then dumped from :class:`Vec` (arrays of them from :class:`Vecs`) and loaded,
-    in binary results, as float32 bytes.
+    in binary results, as float32 bytes. On a Citus coordinator the session also passes its
+    ``SET LOCAL`` settings (the HNSW search's) on to the workers that run its queries.
     """
     ext = vector_schema(conn)
     if ext is None:
         raise StoreError("the pgvector extension is not installed in this database")
     path = sql.SQL(", ").join(map(sql.Identifier, dict.fromkeys([schema, ext])))
     conn.execute(sql.SQL("SET search_path TO {}").format(path))
+    if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone() is not None:
+        conn.execute("SET citus.propagate_set_commands TO 'local'")
     info = TypeInfo.fetch(conn, "vector")
     if info is None:  # pragma: no cover - the extension was found just above
         raise StoreError("the pgvector type 'vector' is not visible")

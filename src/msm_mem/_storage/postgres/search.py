@@ -70,14 +70,25 @@ class SearchedAhead(Protocol):
 class PgVectors:
     """Search over the vector columns, and where the write path puts new vectors."""
 
-    def __init__(self, dialect: PgDialect, ahead: SearchedAhead, *, dim: int, tenant: str, approximate: bool) -> None:
+    def __init__(
+        self,
+        dialect: PgDialect,
+        ahead: SearchedAhead,
+        *,
+        dim: int,
+        tenant: str,
+        approximate: bool,
+        iterative: bool = False,
+    ) -> None:
         """``ahead`` answers the novelty searches a batch of turns read ahead; ``approximate``:
-        population search by the HNSW index."""
+        population search by the HNSW index; ``iterative``: the server's pgvector scans that
+        index iteratively (0.8 and later), so the tenant filter cannot starve it."""
         self._sql = dialect
         self._ahead = ahead
         self.dim = dim
         self.tenant = tenant
         self.approximate = approximate
+        self.iterative = iterative
 
     def search_many(
         self, z: Vector, requests: Sequence[tuple[VectorKind, int]], scope: str | None
@@ -115,6 +126,8 @@ class PgVectors:
             if scope is None and self.approximate:
                 with conn.transaction():
                     conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(4 * k, 40), 1000)}")
+                    if self.iterative:  # other tenants' rows in the index: scan on until k pass the filter
+                        conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
                     query = (
                         f"SELECT id, -(z <#> %(q)s), pos FROM {kind} WHERE {LIVE} AND tenant = %(t)s"
                         " ORDER BY z <#> %(q)s LIMIT %(k)s"

@@ -26,7 +26,10 @@ Search (``z <#> q`` is pgvector's negative inner product; on unit vectors, minus
 - population scope (``None``): by default the same exact CTE over every live row, a sequential
   scan, O(rows); this keeps the contract (exact top-k, ties by insertion order). With
   ``population_search="hnsw"`` it uses the partial HNSW index (``vector_ip_ops``, live rows
-  only) with ``hnsw.ef_search = clamp(4k, 40, 1000)``: sub-linear but approximate, outside the
+  only) with ``hnsw.ef_search = clamp(4k, 40, 1000)`` and, on pgvector 0.8 or later,
+  ``hnsw.iterative_scan = relaxed_order`` (the scan goes on until k rows of the tenant passed
+  the filter, so other tenants' rows in the index cannot starve it; on a Citus coordinator the
+  session passes these settings on to the workers): sub-linear but approximate, outside the
   contract. The index exists only in stores opened in that mode: the first such opening
   builds it (time proportional to the rows), and from then on every insert keeps it up to
   date, which costs a few milliseconds a 1024-d row (so an exact-mode store does not pay it).
@@ -68,7 +71,7 @@ from .audit_naming import rows_naming
 from .citus import distribute, is_citus
 from .connection import PgDialect, to_pyformat
 from .keys import PgKeyTable
-from .pgvector import connect, use_schema, vector_schema
+from .pgvector import connect, iterative_scan, use_schema, vector_schema
 from .readahead import ReadAhead
 from .schema import FORMAT, HNSW, SCHEMA, SCHEMA_VERSION, TABLES
 from .search import KINDS, PgVectors
@@ -131,7 +134,9 @@ class PostgresStore(SqlStore):
             tables.use_codec(codec)
         self._keys = PgKeyTable(self._sql.db, tenant)
         self._ahead = ReadAhead(self._sql, tables, self._keys, dim=dim)
-        self._vectors = PgVectors(self._sql, self._ahead, dim=dim, tenant=tenant, approximate=approximate)
+        self._vectors = PgVectors(
+            self._sql, self._ahead, dim=dim, tenant=tenant, approximate=approximate, iterative=iterative_scan(conn)
+        )
         super().__init__(
             tables,
             cache=self._ahead,
