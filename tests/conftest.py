@@ -178,13 +178,20 @@ CLUSTER_STAMP = CLUSTER_TREE / ".built-citus-13.2.2-pgvector-0.8.6"
 _CITUS: dict[str, Any] = {}  # "cluster" | "error", cached per session
 
 
-def citus_cluster() -> Any:
-    """The session's :class:`~msm_mem.testing._citus.LocalCluster`, started on first use; skips
-    the test (a failure under MSM_MEM_REQUIRE_ALL) when the cluster's server is not built."""
+def citus_tree() -> Path:
+    """The PostgreSQL tree with Citus and pgvector 0.8 that `make cluster-build` makes; skips
+    the test (a failure under MSM_MEM_REQUIRE_ALL) when it is not built."""
     if not CLUSTER_STAMP.exists():
         vendor = SHARED / "vendor"
         hint = "run `make cluster-build`" if vendor.is_dir() else "../shared/vendor (the Citus sources) is absent"
         pytest.skip(f"no Citus build in .cluster/ ({hint})")
+    return CLUSTER_TREE
+
+
+def citus_cluster() -> Any:
+    """The session's :class:`~msm_mem.testing._citus.LocalCluster`, started on first use from
+    :func:`citus_tree`."""
+    tree = citus_tree()
     if "error" in _CITUS:
         raise RuntimeError(_CITUS["error"])
     if "cluster" not in _CITUS:
@@ -192,7 +199,7 @@ def citus_cluster() -> Any:
 
         parent = Path(tempfile.mkdtemp(prefix="msm-mem-citus-"))
         atexit.register(shutil.rmtree, parent, True)
-        cluster = LocalCluster(CLUSTER_TREE, parent / "cluster", shards=4)
+        cluster = LocalCluster(tree, parent / "cluster", shards=4)
         atexit.register(cluster.close)  # runs before the rmtree above
         try:
             cluster.start()
@@ -206,6 +213,12 @@ def citus_cluster() -> Any:
 def citus_dsn() -> str:
     """The coordinator's DSN of the session's Citus cluster."""
     return str(citus_cluster().dsn())
+
+
+@pytest.fixture(scope="session")
+def cluster_tree() -> Path:
+    """:func:`citus_tree`: the built tree, without starting the cluster."""
+    return citus_tree()
 
 
 @pytest.fixture(scope="session")

@@ -96,6 +96,20 @@ def test_tenant_size(tmp_path: Path) -> None:
     row(out, r"\*\*all\*\* \| \| \|", rf"\*\*{NUMBER} GiB\*\*")
 
 
+@pytest.mark.citus
+def test_citus(tmp_path: Path, cluster_tree: Path) -> None:
+    """bench_citus.py at 2 patients x 1 study, 4 asks and retrieves: the side-by-side rows of
+    the single server and the cluster, bytes per study and the sizing rows (it starts its own
+    servers from the built tree)."""
+    args = ("--patients", "2", "--studies", "1", "--asks", "4", "--retrieves", "4", "--tree", str(cluster_tree))
+    out = bench(tmp_path, "bench_citus.py", *args)
+    cell = rf"{NUMBER} \({NUMBER}\)"
+    row(out, r"governed write-back \(ask, answer written back\)", "4", cell, cell, f"{NUMBER}x")
+    row(out, "retrieve a stored study, patient scope", "4", cell, cell, f"{NUMBER}x")
+    row(out, "citus", NUMBER)
+    row(out, "100", "20,000,000", f"{NUMBER} GiB", f"{NUMBER} GiB or more")
+
+
 def test_encoders(tmp_path: Path) -> None:
     """bench_encoders.py on 4 images with the pixels encoder: its images per second."""
     out = bench(tmp_path, "bench_encoders.py", "--images", "4", "--encoders", "pixels")

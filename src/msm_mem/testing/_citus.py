@@ -38,13 +38,15 @@ _CONF = """
 listen_addresses = '127.0.0.1'
 port = {port}
 unix_socket_directories = ''
-shared_preload_libraries = 'citus'
 max_connections = 200
 max_prepared_transactions = 200
 shared_buffers = 64MB
 fsync = off
 full_page_writes = off
 synchronous_commit = on
+"""
+_CITUS_CONF = """
+shared_preload_libraries = 'citus'
 citus.shard_count = {shards}
 citus.recover_2pc_interval = '1s'
 """
@@ -81,13 +83,18 @@ class LocalCluster:
     """A coordinator and ``workers`` workers started from the installation tree ``pg_root``
     (its ``bin/initdb``, ``bin/pg_ctl``; Citus and pgvector installed in it), with their data
     under ``workdir``. ``shards``: ``citus.shard_count`` of every node (shards per distributed
-    table; Citus's default is 32, fewer make a test cluster's DDL faster). :meth:`start`
-    (or ``with``) starts it; :meth:`close` stops every node."""
+    table; Citus's default is 32, fewer make a test cluster's DDL faster). With ``citus=False``
+    (and no workers) it is one plain PostgreSQL server with pgvector, set up like the nodes: the
+    single-server baseline of a benchmark. :meth:`start` (or ``with``) starts it; :meth:`close`
+    stops every node."""
 
-    def __init__(self, pg_root: Path, workdir: Path, *, workers: int = 2, shards: int = 32) -> None:
+    def __init__(self, pg_root: Path, workdir: Path, *, workers: int = 2, shards: int = 32, citus: bool = True) -> None:
+        if not citus and workers:
+            raise ValueError("a server without citus has no workers")
         self.pg_root = pg_root.resolve()
         self.workdir = workdir.resolve()
         self.shards = shards
+        self.citus = citus
         self.user = _server_user()
         names = ["coordinator", *(f"worker{i + 1}" for i in range(workers))]
         self.nodes: dict[str, Node] = {n: Node(n, _free_port(), self.workdir / n) for n in names}
@@ -142,8 +149,13 @@ class LocalCluster:
                     "--no-sync",
                 )
                 with open(node.datadir / "postgresql.conf", "a", encoding="utf-8") as conf:
-                    conf.write(_CONF.format(port=node.port, shards=self.shards))
+                    conf.write(_CONF.format(port=node.port))
+                    if self.citus:
+                        conf.write(_CITUS_CONF.format(shards=self.shards))
             self.start_node(node.name)
+        if not self.citus:
+            self._sql(self.nodes["coordinator"], "CREATE EXTENSION IF NOT EXISTS vector")
+            return
         for node in self.nodes.values():
             self._sql(node, "CREATE EXTENSION IF NOT EXISTS citus", "CREATE EXTENSION IF NOT EXISTS vector")
         coordinator = self.nodes["coordinator"]
