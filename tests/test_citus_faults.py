@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from msm_mem import MsmMem, MsmMemError, StoreError
+from msm_mem import MsmMem, MsmMemError, Settings, StoreError
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import ADMIN, AGENT, AUDITOR, CRITIC
 
@@ -49,10 +49,19 @@ def _worker_of(cluster: Any, schema: str, tenant: str) -> str:
     return str(next(n.name for n in cluster.workers() if n.port == port))
 
 
+def _tenant_on(cluster: Any, schema: str, worker: str) -> str:
+    """A tenant name whose shard group is on ``worker``."""
+    for i in range(1000):
+        if _worker_of(cluster, schema, f"h{i}") == worker:
+            return f"h{i}"
+    raise AssertionError(f"no tenant name lands on {worker}")
+
+
 def test_a_worker_killed_mid_writes_loses_no_acknowledged_write(cluster: Any, tmp_path: Path) -> None:
     """Writes before, during and after an immediate stop of the tenant's worker: every
-    acknowledged write is stored once, failed ones say the server is unreachable, the audit
-    chain verifies, and no prepared transaction is left on any node."""
+    acknowledged write is stored once, failed ones say the server is unreachable, a hospital on
+    the other worker writes on meanwhile, the audit chain verifies, and no prepared transaction
+    is left on any node."""
     schema = f"f{uuid.uuid4().hex[:12]}"
     mem = MsmMem.init(
         tmp_path / "s",
@@ -63,6 +72,16 @@ def test_a_worker_killed_mid_writes_loses_no_acknowledged_write(cluster: Any, tm
         backbone=FixedBackbone(ANSWER, "follow up"),
     )
     worker = _worker_of(cluster, schema, mem.tenant)
+    (other,) = (n.name for n in cluster.workers() if n.name != worker)
+    elsewhere = MsmMem.init(
+        tmp_path / "other",
+        ADMIN,
+        settings=Settings(tenant=_tenant_on(cluster, schema, other)),
+        database_url=cluster.dsn(),
+        schema=schema,
+        clock=FixedClock(T0),
+        backbone=FixedBackbone(ANSWER, "follow up"),
+    )
     acknowledged: list[str] = []
     failed: list[tuple[str, Exception]] = []
     stop = threading.Event()
@@ -88,6 +107,8 @@ def test_a_worker_killed_mid_writes_loses_no_acknowledged_write(cluster: Any, tm
         cluster.stop_node(worker, "immediate")
         _wait(lambda: len(failed) >= 3, "three failed writes while the worker is down")
         down = len(acknowledged)
+        image = np.random.default_rng(99).random((16, 16), dtype=np.float32)
+        assert elsewhere.ask(AGENT, "P-9", image, QUESTION, study_id="S-elsewhere").gate is not None
         time.sleep(0.5)
         assert len(acknowledged) <= down + 1  # at most the one in flight when the worker stopped
         cluster.start_node(worker)
@@ -112,7 +133,10 @@ def test_a_worker_killed_mid_writes_loses_no_acknowledged_write(cluster: Any, tm
     visuals = mem.visuals(CRITIC, "P-1")
     assert sorted(v.source_episode_id for v in visuals) == sorted(e.episode_id for e in episodes)  # none half-written
     assert mem.verify_audit(AUDITOR).ok
+    assert [e.study_id for e in elsewhere.episodes(CRITIC, "P-9")] == ["S-elsewhere"]
+    assert elsewhere.verify_audit(AUDITOR).ok
     mem.close()
+    elsewhere.close()
 
     cluster.query("coordinator", "SELECT recover_prepared_transactions()")
     for name in cluster.nodes:

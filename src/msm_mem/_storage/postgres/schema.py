@@ -95,8 +95,8 @@ _ANCHOR = "meta"
 
 def citus_ddl() -> str:
     """The statements that distribute every table of a store by ``tenant`` on a Citus cluster,
-    all colocated (a tenant's rows of every table on one shard group). Run once, as the
-    cluster's owner, on the coordinator, in the store's schema, before any row is written."""
+    all colocated (a tenant's rows of every table on one shard group). ``PostgresStore.create``
+    runs them on a coordinator in the transaction that makes the tables (``citus.py``)."""
     lines = [f"SELECT create_distributed_table('{_ANCHOR}', 'tenant');"]
     lines += [
         f"SELECT create_distributed_table('{t}', 'tenant', colocate_with => '{_ANCHOR}');"

@@ -40,10 +40,10 @@ go on; writers queue, as with SQLite's ``BEGIN IMMEDIATE``), so positions stay d
 record has ``pos`` i) and supersession cannot race. Text containing NUL characters, which
 PostgreSQL cannot store, is refused with :class:`InvalidInput`.
 
-Scaling (DESIGN.md section 4): past one machine, the tables are distributed with Citus by
-``patient_id`` (a patient's memory, keys and consent co-located on one shard, so a
-patient-scoped search touches one node) and retrieval reads go to streaming read replicas.
-What assumes one node here: the table locks and ``max(pos) + 1`` positions (per shard there).
+Scaling (DESIGN.md section 4): made on a Citus coordinator, the store distributes its tables
+by ``tenant`` (``citus.py``), so each of a tenant's statements runs on the one worker holding
+its shard group (docs/deploy.md, Citus). What assumes one node per tenant: the ``meta`` row
+lock that serialises its writers and the ``max(pos) + 1`` positions.
 """
 
 from __future__ import annotations
