@@ -18,7 +18,8 @@ CITUS_SHA=dd2453caec20a830e5e63f1def5c5a98cb6f57ae510407cdcd800916fcdab430
 PGVECTOR=pgvector-0.8.6.tar.gz
 PGVECTOR_SHA=5743dac39fdfa740533cf95e71b033bd5513b71dda194b3cf19464ccbf76f3fb
 
-if [ -f "$STAMP" ]; then exit 0; fi
+# Citus links libpq by the tree's absolute path: a tree built elsewhere (a moved clone) is rebuilt
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(pwd)" ]; then exit 0; fi
 if [ ! -f "$VENDOR/$CITUS" ] || [ ! -f "$VENDOR/$PGVECTOR" ]; then
   echo "cluster-build: no $VENDOR/$CITUS or $VENDOR/$PGVECTOR; the Citus tests will skip"
   exit 0
@@ -43,5 +44,5 @@ tar xzf "$VENDOR/$PGVECTOR" -C "$OUT/src"
 (cd "$OUT/src/pgvector-0.8.6" && make -s PG_CONFIG="$PGC" OPTFLAGS="" && make -s PG_CONFIG="$PGC" install) \
   >"$OUT/pgvector-build.log" 2>&1 || { tail -40 "$OUT/pgvector-build.log" >&2; exit 1; }
 rm -rf "$OUT/src"
-touch "$STAMP"
+pwd >"$STAMP"
 echo "cluster-build: Citus 13.2.2 and pgvector 0.8.6 built into $PG"
