@@ -14,6 +14,16 @@ interleaved between the two in blocks of ten calls:
 2. retrieval of a patient's stored study (``retrieve(image_study=...)``, patient scope: no
    encoding) and the same with ``scope="population"``: median and 95th percentile ms.
 
+3. HNSW population search on a shared shard: on the cluster, a hospital of ``--recall-rows``
+   1024-d episodes and a tenth as many for a second hospital whose tenant hashes to the same
+   shard group, ``population_search="hnsw"`` (the index built after the rows are in); for
+   ``--queries`` queries near the small hospital's rows (a stored vector plus noise), its
+   population search's recall@10 against the exact top 10 (numpy over its vectors) and median
+   ms, with pgvector 0.8's ``hnsw.iterative_scan`` on (the store's setting) and off: through
+   the store (the worker's planner picks the HNSW index or the tenant's btree, which is exact),
+   and the same query with ``enable_sort = off``, which makes the worker scan the index as it
+   does for a hospital too large to sort its rows; the worker's plan of each (``EXPLAIN``).
+
 Then bytes per study: what every table grew by (heap, TOAST and indexes,
 ``pg_total_relation_size`` on the single server; the sum of its shards' sizes, ``citus_shards``,
 on the cluster; both after ``VACUUM ANALYZE``) from the empty store to the end, over the
@@ -22,8 +32,10 @@ studies stored (ingested and asked), and the sizing of 1, 10 and
 of its rows are one shard group on one worker.
 
 Usage: python benchmarks/bench_citus.py [--patients 20] [--studies 5] [--asks 200]
-       [--retrieves 200] [--scale-studies 200000] [--tree .cluster/pgserver/pginstall]
-(``--patients 2 --studies 1 --asks 4 --retrieves 4``: a run of seconds.)
+       [--retrieves 200] [--recall-rows 10000] [--queries 50] [--scale-studies 200000]
+       [--tree .cluster/pgserver/pginstall]
+(``--patients 2 --studies 1 --asks 4 --retrieves 4 --recall-rows 200 --queries 4``: a run of
+seconds.)
 """
 
 from __future__ import annotations
@@ -34,12 +46,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
 from PIL import Image
 
-from msm_mem import FixedClock, ManifestRow, MsmMem, Principal, Purpose, Role
+from msm_mem import EpisodicRecord, FixedClock, ManifestRow, MsmMem, Principal, Purpose, Role, Settings
+from msm_mem._storage.base import WriteBatch
 from msm_mem.testing import FixedBackbone
 from msm_mem.testing._citus import LocalCluster
 
@@ -121,12 +135,111 @@ def _sizes(dsn: str, distributed: bool) -> int:
     return total
 
 
+def _same_shard(dsn: str, table: str, first: str) -> str:
+    """A tenant name whose rows share ``first``'s shard group."""
+    shard = "SELECT get_shard_id_for_distribution_column(%s::regclass, %s::text)"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        target = conn.execute(shard, (table, first)).fetchone()
+        for i in range(10_000):
+            if conn.execute(shard, (table, f"small{i}")).fetchone() == target:
+                return f"small{i}"
+    raise RuntimeError("no tenant name shares the shard")
+
+
+def _hospital(work: Path, dsn: str, tenant: str, rows: int, seed: int) -> np.ndarray:
+    """A hospital of ``rows`` episodes with random unit vectors, written in bulk; its vectors."""
+    mem = MsmMem.init(work / tenant, ADMIN, settings=Settings(tenant=tenant), database_url=dsn, schema="recall")
+    z = np.random.default_rng(seed).standard_normal((rows, mem.dim), dtype=np.float32)
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    for start in range(0, rows, 1000):
+        batch = [
+            EpisodicRecord(f"E-{i}", f"P{i % 50}", T0 + i, z[i], QUESTION, "effusion", study_id=f"S{i}")
+            for i in range(start, min(start + 1000, rows))
+        ]
+        mem._store.write(WriteBatch(episodes=batch))
+    mem.close()
+    return z
+
+
+#: the store's HNSW population search (``_storage/postgres/search.py``), with text parameters
+_HNSW_QUERY = (
+    "SELECT id FROM recall.episodic WHERE state IN ('active', 'anonymized') AND tenant = %(t)s"
+    " ORDER BY z <#> %(q)s::vector LIMIT 10"
+)
+
+
+def _settings(conn: psycopg.Connection[Any], iterative: bool, forced: bool) -> None:
+    """The search's ``SET LOCAL`` settings, passed on to the worker by the coordinator."""
+    conn.execute("SET LOCAL citus.propagate_set_commands TO 'local'")
+    conn.execute("SET LOCAL hnsw.ef_search = 40")
+    conn.execute(f"SET LOCAL hnsw.iterative_scan = {'relaxed_order' if iterative else 'off'}")
+    if forced:  # the worker plans on the index, as for a hospital too large to sort its rows
+        conn.execute("SET LOCAL enable_sort = off")
+
+
+def _plan(dsn: str, tenant: str, q: np.ndarray, iterative: bool, forced: bool) -> str:
+    """How the worker plans the search: on the HNSW index, or on the tenant's btree (exact)."""
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        _settings(conn, iterative, forced)
+        # bound on the client: Citus cannot get a worker's plan of a statement with parameters here
+        cur = psycopg.ClientCursor(conn).execute("EXPLAIN " + _HNSW_QUERY, _params(tenant, q))
+        text = "\n".join(str(r[0]) for r in cur.fetchall())
+    if "Scan" not in text.split("Task", 1)[-1]:
+        raise RuntimeError(f"no worker plan: {text}")
+    return "HNSW index" if "_hnsw" in text else "tenant btree, exact"
+
+
+def _params(tenant: str, q: np.ndarray) -> dict[str, str]:
+    return {"t": tenant, "q": "[" + ",".join(f"{x:.8g}" for x in q) + "]"}
+
+
+def _recall(work: Path, dsn: str, rows: int, queries: int) -> list[tuple[str, str, float, float, str]]:
+    """(path, iterative scan, recall@10, median ms, worker's plan) of the small hospital's HNSW
+    population search: through the store (the planner's choice), and the same query with the
+    index forced."""
+    _hospital(work, dsn, "big", rows, 1)
+    small = _same_shard(dsn, "recall.meta", "big")
+    z = _hospital(work, dsn, small, max(rows // 10, 20), 2)
+    rng = np.random.default_rng(3)
+    near = z[rng.integers(0, len(z), queries)] + 0.05 * rng.standard_normal((queries, z.shape[1]), dtype=np.float32)
+    near /= np.linalg.norm(near, axis=1, keepdims=True)
+    truth = [set(np.argsort(-(z @ q))[:10].tolist()) for q in near]
+    mem = MsmMem.open(work / small, settings=Settings(tenant=small, population_search="hnsw"))  # builds the index
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ANALYZE recall.episodic")
+    store = mem._store
+    out = []
+    for forced in (False, True):
+        for iterative in (True, False):
+            found, ms = 0, []
+            if not forced:
+                store._vectors.iterative = iterative  # type: ignore[attr-defined]
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                for q, best in zip(near, truth, strict=True):
+                    start = time.perf_counter()
+                    if forced:
+                        with conn.transaction():
+                            _settings(conn, iterative, forced)
+                            ids = [str(r[0]) for r in conn.execute(_HNSW_QUERY, _params(small, q)).fetchall()]
+                    else:
+                        ids = [i for i, _ in store.search("episodic", q, 10, None)]
+                    ms.append((time.perf_counter() - start) * 1000)
+                    found += len(best & {int(i.removeprefix("E-")) for i in ids})
+            path = "its query, the index forced (enable_sort off)" if forced else "the store's search"
+            plan = _plan(dsn, small, near[0], iterative, forced)
+            out.append((path, "on" if iterative else "off", found / (10 * queries), statistics.median(ms), plan))
+    mem.close()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--patients", type=int, default=20)
     parser.add_argument("--studies", type=int, default=5)
     parser.add_argument("--asks", type=int, default=200)
     parser.add_argument("--retrieves", type=int, default=200)
+    parser.add_argument("--recall-rows", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--scale-studies", type=int, default=200_000)
     parser.add_argument("--tree", type=Path, default=ROOT / ".cluster" / "pgserver" / "pginstall")
     args = parser.parse_args()
@@ -165,6 +278,7 @@ def main() -> None:
             per_study = {
                 name: (_sizes(dsn, name == "citus") - made[name][1]) / studies for name, dsn in targets.items()
             }
+            recall = _recall(work, cluster.dsn(), args.recall_rows, args.queries)
 
     print(f"one hospital: {args.patients} patients x {args.studies} studies ingested, {args.asks} asks")
     print("single: one PostgreSQL 16.2 server; citus: Citus 13.2.2, a coordinator and 2 workers; same machine\n")
@@ -173,6 +287,15 @@ def main() -> None:
     for label, ms in rows.items():
         ratio = statistics.median(ms["citus"]) / statistics.median(ms["single"])
         print(f"| {label} | {len(ms['single'])} | {_cell(ms['single'])} | {_cell(ms['citus'])} | {ratio:.2f}x |")
+    small = max(args.recall_rows // 10, 20)
+    print(
+        f"\nHNSW population search of a hospital of {small:,} rows sharing its shard with one of {args.recall_rows:,}"
+    )
+    print(f"(1024-d, {args.queries} queries near its rows, k = 10, hnsw.ef_search = 40)\n")
+    print("| search | iterative scan | recall@10 | median ms | worker's plan |")
+    print("|---|---|---|---|---|")
+    for path, iterative, r, median_ms, plan in recall:
+        print(f"| {path} | {iterative} | {r:.3f} | {median_ms:,.1f} | {plan} |")
     print(f"\nbytes per study ({studies} studies stored, 1024-d vectors, exact search: no HNSW index)\n")
     print("| store | bytes per study |")
     print("|---|---|")

@@ -1,9 +1,10 @@
 """msm-mem on a real Citus cluster (a coordinator and two workers on loopback ports, started once
 per session by tests/conftest.py from the tree `make cluster-build` makes): ``msm-mem init
 --database-url`` against the coordinator distributes every table itself, the rows land on the
-workers, and one patient's retrieval is routed to a single worker (synthetic data only). The
-store contract and the governed suites run on the same cluster as the ``citus`` backend
-(the modules marked ``cluster``)."""
+workers, one patient's retrieval is routed to a single worker, and a small hospital's HNSW
+search beside a big one on its shard is not starved (synthetic data only). The store contract
+and the governed suites run on the same cluster as the ``citus`` backend (the modules marked
+``cluster``); tests/test_citus_faults.py stops a worker."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _schema() -> str:
     return f"c{uuid.uuid4().hex[:12]}"
 
 
-def _placements(cluster: Any, schema: str, table: str, tenant: str) -> tuple[str, int]:
+def _placements(cluster: Any, schema: str, table: str, tenant: str) -> tuple[str, str]:
     """The worker holding ``tenant``'s shard of ``table`` and that shard's name."""
     ((shard,),) = cluster.query(
         "coordinator",
