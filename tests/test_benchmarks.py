@@ -106,7 +106,8 @@ def test_citus(tmp_path: Path, cluster_tree: Path) -> None:
     cell = rf"{NUMBER} \({NUMBER}\)"
     row(out, r"governed write-back \(ask, answer written back\)", "4", cell, cell, f"{NUMBER}x")
     row(out, "retrieve a stored study, patient scope", "4", cell, cell, f"{NUMBER}x")
-    row(out, r"iterative scan \(relaxed order\)", NUMBER, NUMBER, "(HNSW|no index)")
+    row(out, "the store's search", "on", NUMBER, NUMBER, "(HNSW index|tenant btree, exact)")
+    row(out, r"its query, the index forced \(enable_sort off\)", "off", NUMBER, NUMBER, "HNSW index")
     row(out, "citus", NUMBER)
     row(out, "100", "20,000,000", f"{NUMBER} GiB", f"{NUMBER} GiB or more")
 
