@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 from msm_mem import MsmMem, MsmMemError, Settings, StoreError
 from msm_mem.testing import FixedBackbone, FixedClock
@@ -30,9 +31,11 @@ QUESTION = "What is the impression?"
 ANSWER = "Small right pleural effusion, stable since the prior study"
 
 
-def _wait(predicate: Any, what: str, timeout: float = 60.0) -> None:
+def _wait(predicate: Any, what: str, crashed: list[BaseException], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
+        if crashed:
+            raise AssertionError(f"the writer raised while waiting for {what}") from crashed[0]
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
@@ -84,6 +87,7 @@ def test_a_worker_killed_mid_writes_loses_no_acknowledged_write(cluster: Any, tm
     )
     acknowledged: list[str] = []
     failed: list[tuple[str, Exception]] = []
+    crashed: list[BaseException] = []  # anything but the library's errors ends the writer
     stop = threading.Event()
 
     def write() -> None:
@@ -98,25 +102,32 @@ def test_a_worker_killed_mid_writes_loses_no_acknowledged_write(cluster: Any, tm
             except MsmMemError as exc:
                 failed.append((study, exc))
                 time.sleep(0.05)
+            except BaseException as exc:
+                crashed.append(exc)
+                return
             i += 1
 
-    writer = threading.Thread(target=write)
+    writer = threading.Thread(target=write, daemon=True)
+    # one BLAS thread: OpenBLAS shuts its thread pool down before each fork (pg_ctl below), which
+    # hangs a matrix product that the writer (the image encoder) has in flight on that pool
+    limits = threadpool_limits(limits=1)
     writer.start()
     try:
-        _wait(lambda: len(acknowledged) >= 5, "five writes before the stop")
+        _wait(lambda: len(acknowledged) >= 5, "five writes before the stop", crashed)
         cluster.stop_node(worker, "immediate")
-        _wait(lambda: len(failed) >= 3, "three failed writes while the worker is down")
+        _wait(lambda: len(failed) >= 3, "three failed writes while the worker is down", crashed)
         down = len(acknowledged)
         image = np.random.default_rng(99).random((16, 16), dtype=np.float32)
         assert elsewhere.ask(AGENT, "P-9", image, QUESTION, study_id="S-elsewhere").gate is not None
         time.sleep(0.5)
         assert len(acknowledged) <= down + 1  # at most the one in flight when the worker stopped
         cluster.start_node(worker)
-        _wait(lambda: len(acknowledged) >= down + 5, "five writes after the restart")
+        _wait(lambda: len(acknowledged) >= down + 5, "five writes after the restart", crashed)
     finally:
         stop.set()
         writer.join(timeout=60)
-    assert not writer.is_alive()
+        limits.restore_original_limits()
+    assert not writer.is_alive() and not crashed, crashed
 
     assert all(isinstance(exc, StoreError) for _, exc in failed), failed
     # the calls while it is down name the worker they could not reach (the one in flight when it

@@ -107,6 +107,8 @@ class PgDialect:
                 raise InvalidInput(f"value refused by the database: {exc}") from exc
             except psycopg.OperationalError as exc:
                 raise StoreError(f"database error, nothing was written by this call: {exc}") from exc
+            except psycopg.InternalError as exc:  # e.g. a Citus coordinator that lost a worker mid-statement
+                raise StoreError(f"database error, nothing was written by this call: {exc}") from exc
             finally:
                 self._depth -= 1
 
@@ -144,10 +146,11 @@ class PgDialect:
         """Writers queue on a row lock (:meth:`_write_lock`; readers go on), as with SQLite's
         ``BEGIN IMMEDIATE``, so positions stay dense and supersession cannot race. Its
         statements run in pipeline mode (``pipeline.py``), all answered before the commit. A
-        connection lost while the commit is sent is :class:`CommitLost` (the server may have
-        committed). Once :data:`CHECK_EVERY` statements and rows were written, the tables that
-        doubled since their last ANALYZE are analyzed (``statistics.py``: the kept plans were
-        costed for their old size)."""
+        connection lost while the commit is sent, or a Citus coordinator's failure to commit on
+        a worker, is :class:`CommitLost` (the server may have committed). Once
+        :data:`CHECK_EVERY` statements and rows were written, the tables that doubled since
+        their last ANALYZE are analyzed (``statistics.py``: the kept plans were costed for their
+        old size)."""
         committing = False
         self._on_write()  # this write may change what was read ahead
         try:
@@ -167,6 +170,10 @@ class PgDialect:
             raise InvalidInput(f"write refused by the store: {exc}") from exc
         except psycopg.OperationalError as exc:
             if committing:
+                raise CommitLost(str(exc).strip()) from exc
+            raise
+        except psycopg.InternalError as exc:
+            if committing:  # a Citus coordinator whose worker failed at the commit: it may have committed
                 raise CommitLost(str(exc).strip()) from exc
             raise
         if self.written >= CHECK_EVERY:
