@@ -108,4 +108,16 @@ def test_an_admin_key_file_others_may_read_is_refused(tmp_path: Path, capsys: py
     path = MsmMem.key_folder(store) / ADMIN_KEY_FILE
     os.chmod(path, 0o644)
     code, _, err = _grant(capsys, store, *ADMIN)
-    assert code == 1 and "mode 0600" in err
+    assert code == 1 and "must not be accessible by group or others" in err
+
+
+def test_an_admin_credential_is_never_replaced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issuing a second credential where admin.key exists fails before any API key is made."""
+    from msm_mem.interfaces.cli.credential import issue_admin_key
+
+    store, _ = make_store(tmp_path)
+    keys = ApiKeyStore.of_store(store)
+    before = keys.list()
+    with pytest.raises(FileExistsError, match="never replaced"):
+        issue_admin_key(store, Principal("admin-2", "admin", "operations"))
+    assert keys.list() == before

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -206,14 +207,15 @@ def test_a_schema_set_back_is_broken_not_old(
     assert "set back" in capsys.readouterr().out
 
 
-def test_a_witness_rolled_back_is_caught(
-    tmp_path: Path, new_mem: MemFactory, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The witness replaced by an older copy (log and head) is behind the store: broken, exit 3;
-    the current witness put back verifies again."""
+def _rolled_back(
+    tmp_path: Path, new_mem: MemFactory, log_of: Callable[[MsmMem], Path], expected: str
+) -> tuple[Path, Callable[[], None]]:
+    """A store whose checkpoint log ``log_of(mem)`` and its head file were put back to their
+    copies from before one more ask: its verification must name ``expected``. Returns the
+    store's directory and what puts the current files back."""
     mem = _store(tmp_path, new_mem)
-    witness = key_folder(mem) / "witness.jsonl"
-    old = {p: p.read_bytes() for p in (witness, witness.with_suffix(".head"))}
+    log = log_of(mem)
+    old = {p: p.read_bytes() for p in (log, log.with_suffix(".head"))}
     mem.ask(AGENT, "P0", png(tmp_path, 7), QUESTION, study_id="S7")
     directory = mem.directory
     mem.close()
@@ -222,12 +224,27 @@ def test_a_witness_rolled_back_is_caught(
         p.write_bytes(data)
     with MsmMem.open(directory) as mem:
         result = mem.verify_audit(AUDITOR)
-    assert not result.ok and "the witness is behind" in result.reason
+    assert not result.ok and expected in result.reason, result.reason
+
+    def restore() -> None:
+        for p, data in new.items():
+            p.write_bytes(data)
+
+    return directory, restore
+
+
+def test_a_witness_rolled_back_is_caught(
+    tmp_path: Path, new_mem: MemFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The witness replaced by an older copy (log and head) is behind the store: broken, exit 3;
+    the current witness put back verifies again."""
+    directory, restore = _rolled_back(
+        tmp_path, new_mem, lambda mem: key_folder(mem) / "witness.jsonl", "the witness is behind"
+    )
     capsys.readouterr()
     assert main(["audit", "verify", str(directory), *AUDITOR_FLAGS]) == 3
     assert "witness is behind" in capsys.readouterr().out
-    for p, data in new.items():
-        p.write_bytes(data)
+    restore()
     with MsmMem.open(directory) as mem:
         assert mem.verify_audit(AUDITOR).ok
 
@@ -280,19 +297,12 @@ def test_a_damaged_key_file_is_named(tmp_path: Path, new_mem: MemFactory) -> Non
 def test_the_checkpoint_files_rolled_back_are_caught(tmp_path: Path, new_mem: MemFactory) -> None:
     """The directory's checkpoint log and head file replaced by older copies (the database and
     the witness as they are): broken, naming the rolled-back checkpoints; put back: intact."""
-    mem = _store(tmp_path, new_mem)
-    log = mem.directory / "audit" / "checkpoints.jsonl"
-    old = {p: p.read_bytes() for p in (log, log.with_suffix(".head"))}
-    mem.ask(AGENT, "P0", png(tmp_path, 7), QUESTION, study_id="S7")
-    directory = mem.directory
-    mem.close()
-    new = {p: p.read_bytes() for p in old}
-    for p, data in old.items():
-        p.write_bytes(data)
-    with MsmMem.open(directory) as mem:
-        result = mem.verify_audit(AUDITOR)
-    assert not result.ok and "the store's checkpoints were rolled back" in result.reason
-    for p, data in new.items():
-        p.write_bytes(data)
+    directory, restore = _rolled_back(
+        tmp_path,
+        new_mem,
+        lambda mem: mem.directory / "audit" / "checkpoints.jsonl",
+        "the store's checkpoints were rolled back",
+    )
+    restore()
     with MsmMem.open(directory) as mem:
         assert mem.verify_audit(AUDITOR).ok

@@ -36,10 +36,8 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import hashlib
 import json
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +46,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .._errors import AuditChainBroken, InvalidInput, StoreError
+from .._private import read_private, write_private
 from .audit.checkpoint_signer import CheckpointSigner
 from .keys import KekRing, KeyProvider, LocalKeyFileProvider
 
@@ -163,26 +162,6 @@ def _inside(inner: Path, outer: Path) -> bool:
     return inner == outer or outer in inner.parents
 
 
-def _write_private(path: Path, data: bytes, *, replace: bool) -> None:
-    """Write ``data`` to ``path`` (0600, fsynced, then its folder): atomically by rename when
-    ``replace``, else only when the file does not exist yet (FileExistsError)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    target = path.with_name(f".{path.name}.tmp") if replace else path
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if replace else os.O_EXCL), 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if replace:
-        os.replace(target, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
 class KeyHome:
     """The key home of one store: its folder, its key files, its record and default witness."""
 
@@ -270,17 +249,9 @@ class KeyHome:
     def read_record(self) -> StoreRecord | None:
         """The store's record, or None when the home has none (a store made elsewhere)."""
         path = self.record_file
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except FileNotFoundError:
+        data = read_private(path, "the store record", missing_ok=True)
+        if data is None:
             return None
-        except OSError as exc:
-            raise StoreError(f"the store record {path} cannot be opened: {exc.strerror}") from None
-        with os.fdopen(fd, "rb") as handle:
-            st = os.fstat(handle.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise StoreError(f"the store record {path} is not a regular file")
-            data = handle.read(65536)
         record = StoreRecord.from_json(data, path)
         if record.store_id != self.store_id:
             raise AuditChainBroken(
@@ -289,7 +260,7 @@ class KeyHome:
         return record
 
     def write_record(self, record: StoreRecord) -> None:
-        _write_private(self.record_file, record.to_json(), replace=True)
+        write_private(self.record_file, record.to_json(), replace=True)
 
     def check_schema(self, found: str, record: StoreRecord | None) -> None:
         """AuditChainBroken when the store's schema ``found`` is older than the one recorded: it
@@ -322,12 +293,12 @@ class KeyHome:
             data = source.read_bytes()
             target = self.folder / name
             if target.exists():
-                if hashlib.sha256(target.read_bytes()).digest() != hashlib.sha256(data).digest():
+                if target.read_bytes() != data:
                     raise StoreError(
                         f"{target} exists and differs from {source}: two stores with the same id? Nothing moved"
                     )
             else:
-                _write_private(target, data, replace=False)
+                write_private(target, data, replace=False)
             moved.append(name)
         LocalKeyFileProvider.open(self.kek_file)  # loads back before anything is removed
         CheckpointSigner.load(self.signer_file)

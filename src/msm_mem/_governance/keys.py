@@ -31,7 +31,6 @@ import fcntl
 import json
 import os
 import re
-import stat
 import threading
 import uuid
 from collections.abc import Iterator
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from .._errors import DecryptionError, InvalidInput, NotFound
+from .._private import read_private
 from .._tier_records import WrappedKey
 from .aead import aes_gcm_decrypt, aes_gcm_encrypt
 
@@ -360,27 +360,9 @@ class LocalKeyFileProvider(KekRing):
 
     @staticmethod
     def _read_private(path: Path) -> bytes:
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except FileNotFoundError as exc:
-            raise InvalidInput(f"key file {path} does not exist") from exc
-        except OSError as exc:  # ELOOP for a symbolic link, EACCES...
-            raise InvalidInput(f"key file {path} cannot be opened: {exc.strerror}") from exc
-        try:
-            st = os.fstat(fd)  # the opened file itself: no race with a swapped path
-            if not stat.S_ISREG(st.st_mode):
-                raise InvalidInput(f"key file {path} is not a regular file")
-            if st.st_mode & 0o077:
-                raise InvalidInput(
-                    f"key file {path} has mode {stat.S_IMODE(st.st_mode):04o}; "
-                    "it must not be accessible by group or others (chmod 600)"
-                )
-            chunks = []
-            while chunk := os.read(fd, 65536):
-                chunks.append(chunk)
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
+        data = read_private(path, "key file")
+        assert data is not None  # (missing is an error here)
+        return data
 
     def _persist(self, keks: dict[str, bytes], current: str) -> None:
         tmp = self._path.with_name(f".{self._path.name}.{uuid.uuid4().hex}.tmp")

@@ -379,58 +379,49 @@ class AuditLog:
         key = self.signer.public_key
         result = check_coverage(lines, head_file, key, seen, chain, (base_seq, base_hash), origin=self.origin)
         if result.ok:
-            result = self._check_log_current(lines, head_file, chain, result)
-        if result.ok:
-            result = self._check_witness_current(lines, chain, result)
+            result = self._check_current(lines, head_file, chain, result)
         if not result.ok or not full:
             return result
         result = check_rows(self.store, covering(lines, head_file, key, chain, self.origin), result)
         return check_links(scan, self.store, self.cipher, result) if result.ok else result
 
-    def _check_log_current(
+    def _check_current(
         self,
         lines: Sequence[tuple[str, Checkpoint]],
         head_file: Checkpoint | None,
         chain: tuple[int, str],
         result: VerifyResult,
     ) -> VerifyResult:
-        """``result`` when the store's own checkpoints (its log, or its head file written before
-        each commit) sign the stored head ``chain``; otherwise they were rolled back or replaced
-        by older copies while the witness still covers the store."""
-        if self.place.witness is None or chain[0] == self.store.audit_base()[0]:
-            return result  # without a witness the coverage check has judged the log already
-        heads = [c for where, c in lines if where == "checkpoint log"]
-        if head_file is not None:
-            heads.append(head_file)
-        if any(self._covers(c, chain) for c in heads):
+        """With a witness, both places must sign the stored head ``chain`` (a line, or the
+        head file each gets before every commit, so neither lags an acknowledged write): the
+        store's own checkpoints (else they were rolled back or replaced by older copies while
+        the witness still covers the store) and the witness (else it is behind the store).
+        Without one, the coverage check has judged the log already."""
+        witness_head = self.place.witness_head
+        if witness_head is None or chain[0] == self.store.audit_base()[0]:
             return result
-        newest = max((c.size for c in heads if c.origin == self.origin), default=0)
-        reason = (
-            f"the checkpoint log {self.place.log.name} and its head file sign {newest} events, the store and the"
-            f" witness {chain[0]}: the store's checkpoints were rolled back or replaced by older copies"
+        places = (
+            (
+                "checkpoint log",
+                head_file,
+                f"the checkpoint log {self.place.log.name} and its head file",
+                "the store's checkpoints were rolled back or replaced by older copies",
+            ),
+            (
+                "witness",
+                read_head(witness_head),
+                f"the witness {self.place.witness}",
+                "the witness is behind (rolled back or replaced by an older copy), or another process wrote without it",
+            ),
         )
-        return VerifyResult(False, result.count, result.head_hash, newest + 1, f"seq {newest + 1}: {reason}")
-
-    def _check_witness_current(
-        self, lines: Sequence[tuple[str, Checkpoint]], chain: tuple[int, str], result: VerifyResult
-    ) -> VerifyResult:
-        """``result`` when the witness signs the stored head ``chain`` (a line of it, or its
-        head file); otherwise the witness is behind the store: rolled back, or replaced by an
-        older copy (it is written before every commit, so it never lags an acknowledged one)."""
-        if self.place.witness is None or chain[0] == self.store.audit_base()[0]:
-            return result
-        heads = [c for where, c in lines if where == "witness"]
-        pending = read_head(self.place.witness_head) if self.place.witness_head is not None else None
-        if pending is not None:
-            heads.append(pending)
-        if any(self._covers(c, chain) for c in heads):
-            return result
-        newest = max((c.size for c in heads if c.origin == self.origin), default=0)
-        reason = (
-            f"the witness {self.place.witness} signs {newest} events, the store holds {chain[0]}: the witness is"
-            " behind (rolled back or replaced by an older copy), or another process wrote without it"
-        )
-        return VerifyResult(False, result.count, result.head_hash, newest + 1, f"seq {newest + 1}: {reason}")
+        for where, pending, name, why in places:
+            heads = [c for w, c in lines if w == where] + ([pending] if pending is not None else [])
+            if any(self._covers(c, chain) for c in heads):
+                continue
+            newest = max((c.size for c in heads if c.origin == self.origin), default=0)
+            reason = f"{name} sign {newest} events, the store holds {chain[0]}: {why}"
+            return VerifyResult(False, result.count, result.head_hash, newest + 1, f"seq {newest + 1}: {reason}")
+        return result
 
     def sign_receipt(self, receipt: ErasureReceipt) -> ErasureReceipt:
         """``receipt`` signed with the checkpoint key (see :mod:`.erasure`)."""

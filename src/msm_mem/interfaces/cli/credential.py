@@ -19,31 +19,16 @@ key home, so without an admin credential) accepts those key files as the proof.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 from ... import AccessDenied, MsmMem, Principal, Role
+from ..._private import read_private, write_private
 from ...interfaces.auth.apikeys import ApiKeyStore
 
 __all__ = ["ADMIN_KEY_FILE", "ENV_ADMIN_KEY", "issue_admin_key", "require_admin_credential"]
 
 ENV_ADMIN_KEY = "MSM_MEM_ADMIN_KEY"
 ADMIN_KEY_FILE = "admin.key"
-
-
-def _read_private(path: Path) -> str | None:
-    """The text of ``path`` when it is a regular file only its owner may read; None when absent."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise AccessDenied(f"the admin credential {path} cannot be opened: {exc.strerror}") from None
-    with os.fdopen(fd, "r", encoding="ascii", errors="replace") as handle:
-        st = os.fstat(handle.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077:
-            raise AccessDenied(f"the admin credential {path} must be a regular file of mode 0600")
-        return handle.read(512).strip()
 
 
 def require_admin_credential(directory: Path, command: str) -> Principal:
@@ -55,7 +40,8 @@ def require_admin_credential(directory: Path, command: str) -> Principal:
     where = ENV_ADMIN_KEY
     if not token:
         path = MsmMem.key_folder(directory) / ADMIN_KEY_FILE
-        token = _read_private(path)
+        data = read_private(path, "the admin credential", missing_ok=True)
+        token = None if data is None else data.decode("ascii", "replace").strip()
         where = str(path)
     if not token:
         raise AccessDenied(
@@ -71,13 +57,16 @@ def require_admin_credential(directory: Path, command: str) -> Principal:
 
 def issue_admin_key(directory: Path, admin: Principal) -> Path:
     """Make an admin API key acting as ``admin`` and write it to the key home's ``admin.key``
-    (mode 0600, never replaced); returns where."""
+    (mode 0600, never replaced: FileExistsError before any key is made); returns where. A key
+    whose file could not be written is revoked again."""
     path = MsmMem.key_folder(directory) / ADMIN_KEY_FILE
-    token, _ = ApiKeyStore.of_store(directory).create(admin, [], note="admin credential of the CLI")
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as handle:
-        handle.write(token + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    if path.exists():
+        raise FileExistsError(f"{path} exists already: an admin credential is never replaced")
+    keys = ApiKeyStore.of_store(directory)
+    token, record = keys.create(admin, [], note="admin credential of the CLI")
+    try:
+        write_private(path, (token + "\n").encode("ascii"), replace=False)
+    except BaseException:
+        keys.revoke(record.key_id)
+        raise
     return path
