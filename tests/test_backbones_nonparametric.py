@@ -200,6 +200,19 @@ def test_the_newest_verified_answer_of_a_changing_outcome_wins() -> None:
     assert reply.confidence == pytest.approx(1.5 / (13 * 0.9 + 1.5))
 
 
+def test_two_verified_answers_at_one_time_the_closer_wins_whatever_the_ids() -> None:
+    """Two views of one study (same time) answered differently: the one retrieval weighed
+    higher is the newest verified answer, in either order and whichever id sorts first (ids
+    are random in a store, so they must not decide)."""
+    for ids in (("E-a", "E-b"), ("E-b", "E-a")):
+        lateral = q(ids[0], "no", 0.4, "kicu", time=5.0)
+        frontal = q(ids[1], "yes", 0.7, "kicu", time=5.0)
+        for order in ((lateral, frontal), (frontal, lateral)):
+            assert ask_q("Is the patient in the ICU?", "kicu", *order).answer == "yes"
+    same = [q("E-b", "no", 0.5, "kicu", time=5.0), q("E-a", "yes", 0.5, "kicu", time=5.0)]
+    assert ask_q("Is the patient in the ICU?", "kicu", *same).answer == "no"  # then retrieval's rank
+
+
 def test_unverified_answers_of_the_question_are_voted_on() -> None:
     """Without a verified answer to the question the same-question evidence votes by weight."""
     reply = ask_q(

@@ -75,6 +75,16 @@ def _compatible(candidates: Sequence[Candidate], form: str) -> list[Candidate]:
     return list(candidates)
 
 
+def _newest(candidates: Sequence[Candidate]) -> Candidate | None:
+    """The newest of ``candidates``; of two at the same time (two views of one study) the one
+    retrieval weighed higher, then the one it ranked first: never the record ids, which are
+    random, so the same store answers the same every time."""
+    ranked = list(enumerate(candidates))
+    if not ranked:
+        return None
+    return max(ranked, key=lambda ic: (ic[1].time, ic[1].weight, -ic[0]))[1]
+
+
 class NonparametricBackbone:
     """Question-aware, similarity-weighted vote over retrieved answers (see module docstring)."""
 
@@ -91,7 +101,7 @@ class NonparametricBackbone:
         latest: dict[str, float] = defaultdict(lambda: float("-inf"))
         first: dict[str, Candidate] = {}
         cited: dict[str, list[str]] = defaultdict(list)
-        last_semantic = max((c for c in usable if c.kind == "semantic"), key=lambda c: (c.time, c.id), default=None)
+        last_semantic = _newest([c for c in usable if c.kind == "semantic"])
         for c in usable:
             k = _key(c.text)
             scale = self.semantic_weight if c is last_semantic else 1.0
@@ -119,10 +129,9 @@ class NonparametricBackbone:
         same = [c for c in candidates if key and c.question_key == key and c.text.strip()]
         if not same:
             return None
-        verified = [c for c in same if c.tier >= VERIFIED_TIER]
-        if not verified or not newest_verified:
+        newest = _newest([c for c in same if c.tier >= VERIFIED_TIER]) if newest_verified else None
+        if newest is None:
             return self._vote(same, source)
-        newest = max(verified, key=lambda c: (c.time, c.id))
         agreeing = [c for c in same if _key(c.text) == _key(newest.text)]
         total = sum(max(c.weight, 0.0) for c in same) or 1.0
         return BackboneReply(
