@@ -14,9 +14,10 @@ interleaved between the two in blocks of ten calls:
 2. retrieval of a patient's stored study (``retrieve(image_study=...)``, patient scope: no
    encoding) and the same with ``scope="population"``: median and 95th percentile ms.
 
-3. HNSW population search on a shared shard: on the cluster, a hospital of ``--recall-rows``
-   1024-d episodes and a tenth as many for a second hospital whose tenant hashes to the same
-   shard group, ``population_search="hnsw"`` (the index built after the rows are in); for
+3. HNSW population search over shared shards: on the cluster, a hospital of ``--recall-rows``
+   1024-d episodes and a tenth as many for a second hospital, both of patients ``P0`` to
+   ``P49`` (so every shard holds rows of both), ``population_search="hnsw"`` (the index
+   built after the rows are in); for
    ``--queries`` queries near the small hospital's rows (a stored vector plus noise), its
    population search's recall@10 against the exact top 10 (numpy over its vectors) and median
    ms, with pgvector 0.8's ``hnsw.iterative_scan`` on (the store's setting) and off: through
@@ -24,23 +25,25 @@ interleaved between the two in blocks of ten calls:
    and the same query with ``enable_sort = off``, which makes the worker scan the index as it
    does for a hospital too large to sort its rows; the worker's plan of each (``EXPLAIN``).
 
-Then bytes per study: what every table grew by (heap, TOAST and indexes,
+Then bytes per study: what every table grows by (heap, TOAST and indexes,
 ``pg_total_relation_size`` on the single server; the sum of its shards' sizes, ``citus_shards``,
-on the cluster; both after ``VACUUM ANALYZE``) from the empty store to the end, over the
-studies stored (ingested and asked), and the sizing of 1, 10 and
-100 hospitals of ``--scale-studies`` studies each from that figure. A hospital is a tenant: all
-of its rows are one shard group on one worker.
+on the cluster; both after ``VACUUM ANALYZE``) while a second hospital of 100 patients goes
+from ``--size-base`` to ``--size-base`` + ``--size-studies`` ingested studies, over those
+studies, and the sizing of 1, 10 and 100 hospitals of ``--scale-studies`` studies each from
+that figure. A hospital's patients are spread over every shard; its ``meta`` row, audit chain
+and pseudonyms are on one.
 
 Usage: python benchmarks/bench_citus.py [--patients 20] [--studies 5] [--asks 200]
-       [--retrieves 200] [--recall-rows 10000] [--queries 50] [--scale-studies 200000]
-       [--tree .cluster/pgserver/pginstall]
-(``--patients 2 --studies 1 --asks 4 --retrieves 4 --recall-rows 200 --queries 4``: a run of
-seconds.)
+       [--retrieves 200] [--recall-rows 10000] [--queries 50] [--size-base 500]
+       [--size-studies 1000] [--scale-studies 200000] [--tree .cluster/pgserver/pginstall]
+(``--patients 2 --studies 1 --asks 4 --retrieves 4 --recall-rows 200 --queries 4
+--size-base 20 --size-studies 20``: a run of a minute.)
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import tempfile
 import time
@@ -75,8 +78,8 @@ def _png(folder: Path, seed: int) -> Path:
     return path
 
 
-def _store(work: Path, name: str, dsn: str, patients: int, studies: int) -> tuple[MsmMem, int]:
-    """A new hospital's store with its studies ingested, and the bytes of its tables before."""
+def _store(work: Path, name: str, dsn: str, patients: int, studies: int) -> MsmMem:
+    """A new hospital's store with its studies ingested."""
     mem = MsmMem.init(
         work / name,
         ADMIN,
@@ -85,14 +88,43 @@ def _store(work: Path, name: str, dsn: str, patients: int, studies: int) -> tupl
         clock=FixedClock(T0),
         backbone=FixedBackbone("Right lower lobe opacity, stable", "no change"),
     )
-    empty = _sizes(dsn, name == "citus")
     rows = [
         ManifestRow(f"P{p}", f"S{p}-{s}", T0 - 86400 * (s + 1), str(_png(work, p * studies + s)), QUESTION, "effusion")
         for p in range(patients)
         for s in range(studies)
     ]
     mem.ingest(SYSTEM, rows)
-    return mem, empty
+    return mem
+
+
+def _growth(work: Path, name: str, dsn: str, base: int, more: int) -> float:
+    """Bytes per study that the tables grow by while a second hospital (100 patients) goes from
+    ``base`` to ``base + more`` ingested studies: the marginal cost of a study, once every
+    shard holds rows (a shard's first pages would count as a cost of the first studies)."""
+    mem = MsmMem.init(
+        work / f"sizing-{name}",
+        ADMIN,
+        settings=Settings(tenant="sizing"),
+        database_url=dsn,
+        schema=SCHEMA,
+        clock=FixedClock(T0),
+        backbone=FixedBackbone("Right lower lobe opacity, stable", "no change"),
+    )
+
+    def rows(start: int, n: int) -> list[ManifestRow]:
+        return [
+            ManifestRow(
+                f"Q{i % 100}", f"Z{i}", T0 - 3600 * (i + 1), str(_png(work, 1_000_000 + i)), QUESTION, "effusion"
+            )
+            for i in range(start, start + n)
+        ]
+
+    mem.ingest(SYSTEM, rows(0, base))
+    before = _sizes(dsn, name == "citus")
+    mem.ingest(SYSTEM, rows(base, more))
+    after = _sizes(dsn, name == "citus")
+    mem.close()
+    return (after - before) / more
 
 
 def _timed(call: Callable[[], object]) -> float:
@@ -133,17 +165,6 @@ def _sizes(dsn: str, distributed: bool) -> int:
                 row = conn.execute("SELECT pg_total_relation_size(%s)", (f"{SCHEMA}.{table}",)).fetchone()
             total += int(row[0]) if row else 0
     return total
-
-
-def _same_shard(dsn: str, table: str, first: str) -> str:
-    """A tenant name whose rows share ``first``'s shard group."""
-    shard = "SELECT get_shard_id_for_distribution_column(%s::regclass, %s::text)"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        target = conn.execute(shard, (table, first)).fetchone()
-        for i in range(10_000):
-            if conn.execute(shard, (table, f"small{i}")).fetchone() == target:
-                return f"small{i}"
-    raise RuntimeError("no tenant name shares the shard")
 
 
 def _hospital(work: Path, dsn: str, tenant: str, rows: int, seed: int) -> np.ndarray:
@@ -198,7 +219,7 @@ def _recall(work: Path, dsn: str, rows: int, queries: int) -> list[tuple[str, st
     population search: through the store (the planner's choice), and the same query with the
     index forced."""
     _hospital(work, dsn, "big", rows, 1)
-    small = _same_shard(dsn, "recall.meta", "big")
+    small = "small"
     z = _hospital(work, dsn, small, max(rows // 10, 20), 2)
     rng = np.random.default_rng(3)
     near = z[rng.integers(0, len(z), queries)] + 0.05 * rng.standard_normal((queries, z.shape[1]), dtype=np.float32)
@@ -240,6 +261,8 @@ def main() -> None:
     parser.add_argument("--retrieves", type=int, default=200)
     parser.add_argument("--recall-rows", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=50)
+    parser.add_argument("--size-base", type=int, default=500)
+    parser.add_argument("--size-studies", type=int, default=1000)
     parser.add_argument("--scale-studies", type=int, default=200_000)
     parser.add_argument("--tree", type=Path, default=ROOT / ".cluster" / "pgserver" / "pginstall")
     args = parser.parse_args()
@@ -252,8 +275,7 @@ def main() -> None:
             LocalCluster(args.tree, work / "cluster", workers=2) as cluster,
         ):
             targets = {"single": single.dsn(), "citus": cluster.dsn()}
-            made = {name: _store(work, name, dsn, args.patients, args.studies) for name, dsn in targets.items()}
-            mems = {name: mem for name, (mem, _) in made.items()}
+            mems = {name: _store(work, name, dsn, args.patients, args.studies) for name, dsn in targets.items()}
             images = [np.random.default_rng(10_000 + i).random((64, 64), dtype=np.float32) for i in range(args.asks)]
 
             def ask(mem: MsmMem, i: int) -> Callable[[], object]:
@@ -274,9 +296,8 @@ def main() -> None:
             }
             for mem in mems.values():
                 mem.close()
-            studies = args.patients * args.studies + args.asks
             per_study = {
-                name: (_sizes(dsn, name == "citus") - made[name][1]) / studies for name, dsn in targets.items()
+                name: _growth(work, name, dsn, args.size_base, args.size_studies) for name, dsn in targets.items()
             }
             recall = _recall(work, cluster.dsn(), args.recall_rows, args.queries)
 
@@ -289,28 +310,30 @@ def main() -> None:
         print(f"| {label} | {len(ms['single'])} | {_cell(ms['single'])} | {_cell(ms['citus'])} | {ratio:.2f}x |")
     small = max(args.recall_rows // 10, 20)
     print(
-        f"\nHNSW population search of a hospital of {small:,} rows sharing its shard with one of {args.recall_rows:,}"
+        f"\nHNSW population search of a hospital of {small:,} rows sharing its shards with one of {args.recall_rows:,}"
     )
     print(f"(1024-d, {args.queries} queries near its rows, k = 10, hnsw.ef_search = 40)\n")
     print("| search | iterative scan | recall@10 | median ms | worker's plan |")
     print("|---|---|---|---|---|")
     for path, iterative, r, median_ms, plan in recall:
         print(f"| {path} | {iterative} | {r:.3f} | {median_ms:,.1f} | {plan} |")
-    print(f"\nbytes per study ({studies} studies stored, 1024-d vectors, exact search: no HNSW index)\n")
+    print(
+        f"\nbytes per study (a hospital of 100 patients from {args.size_base:,} to"
+        f" {args.size_base + args.size_studies:,} ingested studies, 1024-d vectors, exact search: no HNSW index)\n"
+    )
     print("| store | bytes per study |")
     print("|---|---|")
     for name, size in per_study.items():
         print(f"| {name} | {size:,.0f} |")
     per = per_study["citus"]
     print(f"\nsizing from the cluster's figure, {args.scale_studies:,} studies a hospital\n")
-    print("| hospitals | studies | size | per worker, 2 workers (a hospital is on one) |")
-    print("|---|---|---|---|")
+    print("| hospitals | studies | size | per worker, 2 workers | workers of 1 TiB |")
+    print("|---|---|---|---|---|")
     for hospitals in (1, 10, 100):
         total = per * args.scale_studies * hospitals
-        one = per * args.scale_studies
         print(
             f"| {hospitals} | {hospitals * args.scale_studies:,} | {total / 2**30:,.1f} GiB | "
-            f"{max(one, total / 2) / 2**30:,.1f} GiB or more |"
+            f"{total / 2 / 2**30:,.1f} GiB | {max(1, math.ceil(total / 2**40))} |"
         )
 
 

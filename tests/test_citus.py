@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from msm_mem import ManifestRow, MsmMem
-from msm_mem._storage.postgres.schema import TABLES
+from msm_mem._storage.postgres.schema import DISTRIBUTION
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.cli_support import ADMIN as ADMIN_FLAGS
-from tests.helpers import ADMIN, AGENT, AUDITOR, INGEST, png
+from tests.helpers import ADMIN, AGENT, AUDITOR, INGEST, SYSTEM, png
 
 pytestmark = [pytest.mark.citus, pytest.mark.system]
 
@@ -32,26 +32,22 @@ def _schema() -> str:
     return f"c{uuid.uuid4().hex[:12]}"
 
 
-def _placements(cluster: Any, schema: str, table: str, tenant: str) -> tuple[str, str]:
-    """The worker holding ``tenant``'s shard of ``table`` and that shard's name."""
-    ((shard,),) = cluster.query(
-        "coordinator",
-        "SELECT get_shard_id_for_distribution_column(%s::regclass, %s::text)",
-        f"{schema}.{table}",
-        tenant,
+def on_cluster(cluster: Any, directory: Path, schema: str, answer: str = "Stable opacity") -> MsmMem:
+    """A new governed store in ``schema`` on the cluster's coordinator, answering ``answer``."""
+    return MsmMem.init(
+        directory,
+        ADMIN,
+        database_url=cluster.dsn(),
+        schema=schema,
+        clock=FixedClock(T0),
+        backbone=FixedBackbone(answer, "no change"),
     )
-    ((port,),) = cluster.query(
-        "coordinator",
-        "SELECT nodeport FROM pg_dist_placement p JOIN pg_dist_node n ON n.groupid = p.groupid WHERE shardid = %s",
-        shard,
-    )
-    worker = next(n.name for n in cluster.workers() if n.port == port)
-    return worker, f"{schema}.{table}_{shard}"
 
 
 def test_init_on_the_coordinator_distributes_every_table(cluster: Any, tmp_path: Path) -> None:
     """`msm-mem init --database-url <coordinator>` finds the citus extension and distributes
-    every table of the store by tenant, all colocated, their shards on both workers; no SQL by hand."""
+    every table of the store, a patient's tables by the patient and the hospital's own by the
+    tenant, all colocated, their shards on both workers; no SQL by hand."""
     schema = _schema()
     rc = main(["init", str(tmp_path / "s"), "--database-url", cluster.dsn(), "--schema", schema, *ADMIN_FLAGS])
     assert rc == 0
@@ -61,8 +57,9 @@ def test_init_on_the_coordinator_distributes_every_table(cluster: Any, tmp_path:
         " FROM pg_dist_partition WHERE logicalrelid::regclass::text LIKE %s",
         f"{schema}.%",
     )
-    assert sorted(r[0] for r in rows) == sorted(f"{schema}.{t}" for t in TABLES)
-    assert {r[1] for r in rows} == {"tenant"} and len({r[2] for r in rows}) == 1
+    assert {r[0]: r[1] for r in rows} == {f"{schema}.{t}": column for t, column in DISTRIBUTION.items()}
+    assert {t for t, c in DISTRIBUTION.items() if c == "tenant"} == {"meta", "audit", "pseudonyms"}
+    assert len({r[2] for r in rows}) == 1
     ports = cluster.query(
         "coordinator",
         "SELECT DISTINCT n.nodeport FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid)"
@@ -72,37 +69,49 @@ def test_init_on_the_coordinator_distributes_every_table(cluster: Any, tmp_path:
     assert sorted(p for (p,) in ports) == sorted(n.port for n in cluster.workers())
 
 
+#: the hospital's patients in the module's store: enough that both workers hold some
+PATIENTS = [f"P-{p}" for p in range(8)]
+
+
 @pytest.fixture(scope="module")
 def governed(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A governed store on the cluster with two patients' histories ingested."""
+    """A governed store on the cluster with eight patients' histories ingested."""
     root = tmp_path_factory.mktemp("citus")
     schema = _schema()
-    mem = MsmMem.init(
-        root / "s",
-        ADMIN,
-        database_url=cluster.dsn(),
-        schema=schema,
-        clock=FixedClock(T0),
-        backbone=FixedBackbone("Stable opacity", "no change"),
-    )
+    mem = on_cluster(cluster, root / "s", schema)
     rows = [
-        ManifestRow(f"P-{p}", f"S{p}-{i}", T0 - 86400 * i, str(png(root, 10 * p + i)), QUESTION, "effusion")
-        for p in range(2)
-        for i in range(4)
+        ManifestRow(patient, f"S{p}-{i}", T0 - 86400 * i, str(png(root, 10 * p + i)), QUESTION, "effusion")
+        for p, patient in enumerate(PATIENTS)
+        for i in range(3)
     ]
     mem.ingest(INGEST, rows)
     yield mem, schema
     mem.close()
 
 
-def test_the_rows_live_on_the_tenants_worker(cluster: Any, governed: Any) -> None:
-    """The coordinator holds no row of the store: the tenant's episodes are in its shard of
-    `episodic` on one worker, and the other worker has none of them."""
+def test_one_hospitals_patients_spread_over_the_workers(cluster: Any, governed: Any) -> None:
+    """The coordinator holds no row of the store; the hospital's patients are on both workers;
+    every row of one patient (episodes, visuals, semantic state, claims, data key, consents)
+    is in that patient's shards on one worker, and the other worker has none of them."""
     mem, schema = governed
-    worker, shard = _placements(cluster, schema, "episodic", mem.tenant)
-    ((on_worker,),) = cluster.query(worker, f"SELECT count(*) FROM {shard}")
-    ((through_coordinator,),) = cluster.query("coordinator", f"SELECT count(*) FROM {schema}.episodic")
-    assert on_worker == through_coordinator == 8
+    on: dict[str, set[str]] = {}
+    for patient in PATIENTS:
+        worker, _ = cluster.shard_of(f"{schema}.episodic", patient)
+        on.setdefault(worker, set()).add(patient)
+        for table, column in (
+            ("episodic", "patient_id"),
+            ("visual", "patient_id"),
+            ("semantic", "patient_id"),
+            ("keys", "patient_ref"),
+        ):
+            here, shard = cluster.shard_of(f"{schema}.{table}", patient)
+            assert here == worker, (patient, table)
+            ((count,),) = cluster.query(worker, f"SELECT count(*) FROM {shard} WHERE {column} = %s", patient)
+            ((total,),) = cluster.query(
+                "coordinator", f"SELECT count(*) FROM {schema}.{table} WHERE {column} = %s", patient
+            )
+            assert count == total > 0, (patient, table)
+    assert set(on) == {n.name for n in cluster.workers()}, on
     ((local,),) = cluster.query(
         "coordinator",
         "SELECT count(*) FROM citus_shards WHERE nodeport = %s AND table_name::text LIKE %s",
@@ -112,42 +121,112 @@ def test_the_rows_live_on_the_tenants_worker(cluster: Any, governed: Any) -> Non
     assert local == 0
 
 
-@pytest.mark.parametrize("scope", ["P-1", None])
-def test_a_patients_search_is_routed_to_one_worker(cluster: Any, governed: Any, scope: str | None) -> None:
-    """EXPLAIN of a patient-scoped search (and of the tenant's population search) is a Citus
-    router plan: one task, on the worker that holds the tenant's shard group."""
+def test_a_patients_search_touches_one_worker_and_the_population_fans_out(cluster: Any, governed: Any) -> None:
+    """EXPLAIN of a patient-scoped search is a Citus router plan, one task on the worker that
+    holds the patient's shard; the hospital's population search is one task per shard (every
+    worker), merged on the coordinator."""
     mem, schema = governed
     z = np.full(mem._store.dim, 1 / np.sqrt(mem._store.dim), dtype=np.float32)
-    plan = mem._store.explain_search("episodic", z, 5, scope)
+    plan = mem._store.explain_search("episodic", z, 5, "P-1")
     assert "Task Count: 1" in plan, plan
-    worker, _ = _placements(cluster, schema, "episodic", mem.tenant)
+    worker, _ = cluster.shard_of(f"{schema}.episodic", "P-1")
     assert f"port={cluster.nodes[worker].port}" in plan, plan
+    plan = mem._store.explain_search("episodic", z, 5, None)
+    assert f"Task Count: {cluster.shards}" in plan, plan
+
+
+def test_the_population_search_merges_the_shards_exactly(governed: Any) -> None:
+    """The hospital's population search over the shards returns the exact top k of all its
+    patients' rows (recall@10 of 1 against the scores computed here)."""
+    mem, _ = governed
+    store = mem._store
+    rows = [(e.episode_id, e.z) for e in store.iter_episodes() if e.state.value in ("active", "anonymized")]
+    rng = np.random.default_rng(5)
+    for _ in range(5):
+        q = rng.standard_normal(store.dim).astype(np.float32)
+        q /= np.linalg.norm(q)
+        truth = sorted(rows, key=lambda r: -float(np.dot(r[1], q)))[:10]
+        hits = store.search("episodic", q, 10, None)
+        assert [i for i, _ in hits] == [i for i, _ in truth]
 
 
 def test_the_audit_chain_verifies_on_the_cluster(governed: Any) -> None:
-    """The tenant's audit chain, written through the coordinator, verifies."""
+    """The tenant's audit chain, written through the coordinator while the patients' rows go
+    to their own shards (two-phase commits across the workers), verifies."""
     mem, _ = governed
-    mem.ask(AGENT, "P-1", png(Path(mem.directory), 99), QUESTION, study_id="ACC-9")
+    for patient in PATIENTS[:4]:
+        mem.ask(AGENT, patient, png(Path(mem.directory), 99), QUESTION, study_id=f"ACC-{patient}")
     assert mem.verify_audit(AUDITOR).ok
 
 
-def _same_shard_tenants(cluster: Any, schema: str, first: str) -> str:
-    """A tenant name whose rows share ``first``'s shard group."""
-    (target,) = cluster.query(
-        "coordinator", "SELECT get_shard_id_for_distribution_column(%s::regclass, %s::text)", f"{schema}.meta", first
-    )[0]
-    for i in range(1000):
-        name = f"small{i}"
-        if cluster.query(
-            "coordinator", "SELECT get_shard_id_for_distribution_column(%s::regclass, %s::text)", f"{schema}.meta", name
-        ) == [(target,)]:
-            return name
-    raise AssertionError("no tenant name shares the shard")
+def test_anonymising_and_shredding_move_rows_between_shards(cluster: Any, governed: Any) -> None:
+    """Citus cannot update a distribution column: a row anonymised (its patient id blanked)
+    and a data key shredded (its patient reference replaced) are moved to the shard of their
+    new value, once each, and the chain verifies after."""
+    mem, schema = governed
+    store = mem._store
+    patient = PATIENTS[-1]
+    mem.shred(ADMIN, patient, reason="erasure request")
+    for table, column in (("episodic", "patient_id"), ("visual", "patient_id"), ("keys", "patient_ref")):
+        ((left,),) = cluster.query("coordinator", f"SELECT count(*) FROM {schema}.{table} WHERE {column} = %s", patient)
+        assert left == 0, table
+    assert store.record_ids("episodic", patient) == []
+    assert mem.verify_audit(AUDITOR).ok
+
+
+def test_decay_moves_anonymised_rows_to_the_pools_shard(cluster: Any, tmp_path: Path) -> None:
+    """Maintenance past the retention anonymises a patient's rows in place on one server; on
+    the cluster each row is moved (copied under its new id to the shard of the anonymised
+    pool, then deleted) because Citus does not update a distribution column. Every row is
+    anonymised once, none is left on the patient's shard, it keeps its position, and the
+    chain and row digests verify."""
+    schema = _schema()
+    mem = on_cluster(cluster, tmp_path / "s", schema)
+    rows = [
+        ManifestRow("P-old", f"S{i}", T0 - 86400 * i, str(png(tmp_path, i)), QUESTION, "effusion") for i in range(3)
+    ]
+    mem.ingest(INGEST, rows)
+    positions = sorted(cluster.query("coordinator", f"SELECT pos FROM {schema}.episodic WHERE patient_id = 'P-old'"))
+    report = mem.maintain(SYSTEM, at=T0 + 200 * 365 * 86400)
+    assert report.anonymized >= 3
+    for table in ("episodic", "visual", "semantic", "claims"):
+        ((left,),) = cluster.query(
+            "coordinator", f"SELECT count(*) FROM {schema}.{table} WHERE patient_id = 'P-old' AND state = 'active'"
+        )
+        assert left == 0, table
+    moved = cluster.query(
+        "coordinator", f"SELECT pos FROM {schema}.episodic WHERE patient_id = '' AND state = 'anonymized' ORDER BY pos"
+    )
+    assert sorted(moved) == positions
+    worker, shard = cluster.shard_of(f"{schema}.episodic", "")
+    ((there,),) = cluster.query(worker, f"SELECT count(*) FROM {shard} WHERE state = 'anonymized'")
+    assert there == len(positions)
+    assert mem.verify_audit(AUDITOR).ok
+    mem.close()
+
+
+def _sharing_a_shard(cluster: Any, table: str, n: int) -> list[str]:
+    """``n`` patient ids whose rows of ``table`` share one shard."""
+
+    def shard(value: str) -> int:
+        return int(
+            cluster.query(
+                "coordinator", "SELECT get_shard_id_for_distribution_column(%s::regclass, %s::text)", table, value
+            )[0][0]
+        )
+
+    first, found = shard("p0"), ["p0"]
+    for i in range(1, 2000):
+        if len(found) == n:
+            return found
+        if shard(f"p{i}") == first:
+            found.append(f"p{i}")
+    raise AssertionError(f"fewer than {n} patient ids share a shard")
 
 
 @pytest.mark.slow
 def test_a_small_tenants_hnsw_search_is_not_starved_by_a_big_one(cluster: Any) -> None:
-    """HNSW population search of a tenant with a tenth of its shard's rows (the worker plans it
+    """HNSW population search of a tenant with a tenth of a shard's rows (the worker plans it
     on the HNSW index, filtered by tenant): with pgvector 0.8's iterative scan, passed on to
     the worker, it returns 10 hits at recall@10 >= 0.9 against the exact search; without it the
     filtered scan runs out of candidates and returns fewer."""
@@ -159,7 +238,7 @@ def test_a_small_tenants_hnsw_search_is_not_starved_by_a_big_one(cluster: Any) -
     big = with_codec(
         PostgresStore.create(cluster.dsn(), dim=DIM, encoder="t", schema=schema, tenant="big", population_search="hnsw")
     )
-    small_name = _same_shard_tenants(cluster, schema, "big")
+    small_name = "small"
     small = with_codec(
         PostgresStore.create(
             cluster.dsn(), dim=DIM, encoder="t", schema=schema, tenant=small_name, population_search="hnsw"
@@ -168,8 +247,10 @@ def test_a_small_tenants_hnsw_search_is_not_starved_by_a_big_one(cluster: Any) -
     rng = np.random.default_rng(3)
     from msm_mem._storage.base import WriteBatch
 
-    big.write(WriteBatch(episodes=[episode(i, f"b{i % 7}", random_unit(rng)) for i in range(5000)]))
-    small.write(WriteBatch(episodes=[episode(i, f"s{i % 3}", random_unit(rng)) for i in range(500)]))
+    # every patient of both hospitals on one shard: the small hospital is a tenth of its index
+    patients = _sharing_a_shard(cluster, f"{schema}.episodic", 10)
+    big.write(WriteBatch(episodes=[episode(i, patients[i % 7], random_unit(rng)) for i in range(5000)]))
+    small.write(WriteBatch(episodes=[episode(i, patients[7 + i % 3], random_unit(rng)) for i in range(500)]))
     cluster.query("coordinator", f"ANALYZE {schema}.episodic")
     assert small._vectors.iterative
     queries = [random_unit(rng) for _ in range(10)]

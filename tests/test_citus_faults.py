@@ -1,12 +1,13 @@
 """A worker of the Citus cluster killed (``pg_ctl stop -m immediate``) and restarted while a
-governed store on it takes writes: every write acknowledged before, during and after is
-stored, nothing is half-written (each stored study has its episode, its visual and its audit
-events; the audit chain and the row digests verify), the calls while the worker is down fail
-with a StoreError that says so, and writes go on once it is back (synthetic data only).
+governed store spread over it takes writes: every write acknowledged before, during and after
+is stored, nothing is half-written (each stored study has its episode, its visual and its
+audit events; the audit chain and the row digests verify), the calls while the worker is down
+fail with a StoreError that says so, and writes go on once it is back (synthetic data only).
 
-A tenant's rows are one shard group on one worker, so its writes are that worker's own
-transactions; the test also checks that no prepared (two-phase) transaction is left behind on
-any node once Citus's recovery has run."""
+The patient written is on the other worker than the hospital's ``meta`` row and audit chain,
+so each of its writes is a distributed transaction over both workers, committed by Citus in
+two phases; the test checks that no prepared transaction is left on any node once Citus's
+recovery has run."""
 
 from __future__ import annotations
 
@@ -20,13 +21,12 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from msm_mem import MsmMem, MsmMemError, Settings, StoreError
-from msm_mem.testing import FixedBackbone, FixedClock
-from tests.helpers import ADMIN, AGENT, AUDITOR, CRITIC
+from msm_mem import MsmMemError, StoreError
+from tests.helpers import AGENT, AUDITOR, CRITIC
+from tests.test_citus import on_cluster
 
 pytestmark = [pytest.mark.citus, pytest.mark.system, pytest.mark.slow]
 
-T0 = 1_700_000_000.0
 QUESTION = "What is the impression?"
 ANSWER = "Small right pleural effusion, stable since the prior study"
 
@@ -41,50 +41,17 @@ def _wait(predicate: Any, what: str, crashed: list[BaseException], timeout: floa
         time.sleep(0.05)
 
 
-def _worker_of(cluster: Any, schema: str, tenant: str) -> str:
-    ((port,),) = cluster.query(
-        "coordinator",
-        "SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n ON n.groupid = p.groupid"
-        " WHERE p.shardid = get_shard_id_for_distribution_column(%s::regclass, %s::text)",
-        f"{schema}.episodic",
-        tenant,
-    )
-    return str(next(n.name for n in cluster.workers() if n.port == port))
-
-
-def _tenant_on(cluster: Any, schema: str, worker: str) -> str:
-    """A tenant name whose shard group is on ``worker``."""
-    for i in range(1000):
-        if _worker_of(cluster, schema, f"h{i}") == worker:
-            return f"h{i}"
-    raise AssertionError(f"no tenant name lands on {worker}")
-
-
 def test_a_worker_killed_mid_writes_loses_no_acknowledged_write(cluster: Any, tmp_path: Path) -> None:
-    """Writes before, during and after an immediate stop of the tenant's worker: every
-    acknowledged write is stored once, failed ones say the server is unreachable, a hospital on
-    the other worker writes on meanwhile, the audit chain verifies, and no prepared transaction
-    is left on any node."""
+    """Writes of a patient whose shard is on one worker while the hospital's audit chain is on
+    the other (two-phase commits), before, during and after an immediate stop of the patient's
+    worker: every acknowledged write is stored once, failed ones say the worker is unreachable,
+    the audit chain verifies, and no prepared transaction is left on any node."""
     schema = f"f{uuid.uuid4().hex[:12]}"
-    mem = MsmMem.init(
-        tmp_path / "s",
-        ADMIN,
-        database_url=cluster.dsn(),
-        schema=schema,
-        clock=FixedClock(T0),
-        backbone=FixedBackbone(ANSWER, "follow up"),
-    )
-    worker = _worker_of(cluster, schema, mem.tenant)
-    (other,) = (n.name for n in cluster.workers() if n.name != worker)
-    elsewhere = MsmMem.init(
-        tmp_path / "other",
-        ADMIN,
-        settings=Settings(tenant=_tenant_on(cluster, schema, other)),
-        database_url=cluster.dsn(),
-        schema=schema,
-        clock=FixedClock(T0),
-        backbone=FixedBackbone(ANSWER, "follow up"),
-    )
+    mem = on_cluster(cluster, tmp_path / "s", schema, ANSWER)
+    home, _ = cluster.shard_of(f"{schema}.meta", mem.tenant)
+    (worker,) = (n.name for n in cluster.workers() if n.name != home)
+    patient = cluster.value_on(f"{schema}.episodic", worker, "P-")
+    near = cluster.value_on(f"{schema}.episodic", home, "P-")
     acknowledged: list[str] = []
     failed: list[tuple[str, Exception]] = []
     crashed: list[BaseException] = []  # anything but the library's errors ends the writer
@@ -96,7 +63,7 @@ def test_a_worker_killed_mid_writes_loses_no_acknowledged_write(cluster: Any, tm
         while not stop.is_set():
             study = f"S{i}"
             try:
-                answer = mem.ask(AGENT, "P-1", rng.random((16, 16), dtype=np.float32), QUESTION, study_id=study)
+                answer = mem.ask(AGENT, patient, rng.random((16, 16), dtype=np.float32), QUESTION, study_id=study)
                 assert answer.gate is not None and answer.gate.written, answer.gate
                 acknowledged.append(study)
             except MsmMemError as exc:
@@ -117,12 +84,12 @@ def test_a_worker_killed_mid_writes_loses_no_acknowledged_write(cluster: Any, tm
         cluster.stop_node(worker, "immediate")
         _wait(lambda: len(failed) >= 3, "three failed writes while the worker is down", crashed)
         down = len(acknowledged)
-        image = np.random.default_rng(99).random((16, 16), dtype=np.float32)
-        assert elsewhere.ask(AGENT, "P-9", image, QUESTION, study_id="S-elsewhere").gate is not None
         time.sleep(0.5)
         assert len(acknowledged) <= down + 1  # at most the one in flight when the worker stopped
         cluster.start_node(worker)
         _wait(lambda: len(acknowledged) >= down + 5, "five writes after the restart", crashed)
+        image = np.random.default_rng(99).random((16, 16), dtype=np.float32)
+        assert mem.ask(AGENT, near, image, QUESTION, study_id="S-near").gate is not None
     finally:
         stop.set()
         writer.join(timeout=60)
@@ -136,18 +103,16 @@ def test_a_worker_killed_mid_writes_loses_no_acknowledged_write(cluster: Any, tm
     assert sum(address in str(exc) and "nothing was written" in str(exc) for _, exc in failed) >= len(failed) - 1, (
         failed
     )
-    episodes = mem.episodes(CRITIC, "P-1")
+    episodes = mem.episodes(CRITIC, patient)
     stored = [e.study_id for e in episodes]
     assert len(stored) == len(set(stored))  # each once
     assert set(acknowledged) <= set(stored)  # no acknowledged write lost
     assert set(stored) - set(acknowledged) <= {s for s, _ in failed}  # nothing from nowhere
-    visuals = mem.visuals(CRITIC, "P-1")
+    visuals = mem.visuals(CRITIC, patient)
     assert sorted(v.source_episode_id for v in visuals) == sorted(e.episode_id for e in episodes)  # none half-written
     assert mem.verify_audit(AUDITOR).ok
-    assert [e.study_id for e in elsewhere.episodes(CRITIC, "P-9")] == ["S-elsewhere"]
-    assert elsewhere.verify_audit(AUDITOR).ok
+    assert [e.study_id for e in mem.episodes(CRITIC, near)] == ["S-near"]
     mem.close()
-    elsewhere.close()
 
     cluster.query("coordinator", "SELECT recover_prepared_transactions()")
     for name in cluster.nodes:

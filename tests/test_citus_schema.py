@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from msm_mem import ManifestRow, MsmMem
+from msm_mem._storage.postgres.schema import DISTRIBUTION, SCHEMA, citus_ddl
 from msm_mem._storage.postgres.schema import TABLES as PG_TABLES
-from msm_mem._storage.postgres.schema import citus_ddl
 from msm_mem._storage.sqlite.schema import TABLES as SQLITE_TABLES
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.conftest import MemFactory
@@ -179,10 +179,18 @@ def test_every_statement_names_the_tenant(
 
 
 def test_the_distribution_ddl_is_the_schemas_and_docs_deploy_shows_it() -> None:
-    """``citus_ddl`` distributes every table by tenant, colocated with meta, and docs/deploy.md
-    holds exactly that text (so adding a table updates both or fails here)."""
+    """``citus_ddl`` distributes every table, colocated with meta: a patient's tables by the
+    patient, the hospital's own (meta, audit, pseudonyms) by the tenant; every key of a table
+    ends up holding its distribution column; docs/deploy.md holds exactly that text (so adding
+    a table updates both or fails here)."""
     ddl = citus_ddl()
-    distributed = re.findall(r"create_distributed_table\('(\w+)', 'tenant'", ddl)
-    assert sorted(distributed) == sorted(PG_TABLES) and sorted(PG_TABLES) == sorted(SQLITE_TABLES)
-    assert all(f"'{t}', 'tenant', colocate_with => 'meta'" in ddl for t in PG_TABLES if t != "meta")
+    distributed = dict(re.findall(r"create_distributed_table\('(\w+)', '(\w+)'", ddl))
+    assert distributed == DISTRIBUTION and sorted(PG_TABLES) == sorted(SQLITE_TABLES) == sorted(distributed)
+    assert {t for t, c in distributed.items() if c == "tenant"} == {"meta", "audit", "pseudonyms"}
+    assert all(f"'{t}', '{c}', colocate_with => 'meta'" in ddl for t, c in distributed.items() if t != "meta")
+    for table, keys in re.findall(r"CREATE TABLE (\w+)\((.*?)\);", SCHEMA, re.S):
+        for kind, cols in re.findall(r"(PRIMARY KEY|UNIQUE) \(([^)]*)\)", keys):
+            column = distributed[table]
+            if column not in cols:
+                assert f"ADD {kind} ({cols}, {column});" in ddl, (table, kind)
     assert f"```sql\n{ddl}```" in DEPLOY.read_text(encoding="utf-8")

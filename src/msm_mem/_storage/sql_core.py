@@ -10,9 +10,10 @@ dialect, with the PHI codec: every shared part (records, tiers, audit, row diges
 path) is built over one. A :class:`PatientCache` answers the reads every governed turn repeats
 (:class:`NoCache` reads them every time).
 
-Every statement names the store's tenant (``tenant = ?``, the distribution column that ends
-every table, see ``postgres/schema.py``): a store reads and writes only its own tenant's rows,
-and a Citus cluster routes each statement to the one shard holding them.
+Every statement names the store's tenant (``tenant = ?``, the column that ends every table and
+leads every key, see ``postgres/schema.py``): a store reads and writes only its own tenant's
+rows. On a Citus cluster a statement that also names a patient runs on that patient's shard,
+one that does not fans out to every shard (``postgres/citus.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "SqlTables",
     "in_order",
     "insert_sql",
+    "update_sql",
 ]
 
 T = TypeVar("T")
@@ -58,6 +60,12 @@ UPSERT_META = (
     "INSERT INTO meta (key, value, tenant) VALUES (?, ?, ?)"
     " ON CONFLICT (tenant, key) DO UPDATE SET value = excluded.value"
 )
+
+
+def update_sql(table: str, names: Sequence[str]) -> str:
+    """``UPDATE table SET name = ?, ... WHERE tenant = ? AND id = ?`` (the values, then the
+    tenant and the id); a dialect may add its own conditions after it."""
+    return f"UPDATE {table} SET {', '.join(f'{n} = ?' for n in names)} WHERE tenant = ? AND id = ?"
 
 
 @lru_cache(maxsize=32)
@@ -145,6 +153,13 @@ class Dialect(Protocol):
     def add_tenant(self, tenant: str) -> None:
         """Inside the upgrade's transaction: give every table of a store of schema 1 or 2 the
         tenant column, its rows ``tenant``'s, and the keys of schema 3."""
+        ...
+
+    def rewrite(self, table: str, sets: Mapping[str, object], tenant: str, record_id: str, patient_id: str) -> None:
+        """Inside :meth:`transaction`: give the row ``record_id`` of ``patient_id`` the values
+        ``sets`` (column -> value; its ``id`` and ``patient_id`` always among them). Where a row
+        cannot change its patient in place (a Citus table distributed by it), a new patient
+        moves the row (its insertion order kept)."""
         ...
 
 

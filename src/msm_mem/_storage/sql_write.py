@@ -280,9 +280,8 @@ class SqlWriter:
             # the record moved since the write read it: another writer changed it first
             raise WriteConflict(f"{table} record {c.record_id!r} is {row[1]}, expected {c.expect.value}")
         sets = r.change_sets(c, row[0], self._t.codec)
-        assignments = ", ".join(f"{k} = ?" for k in sets)
         done = self._digests.track(d, table, [c.record_id], [str(sets["id"])])
-        sql.q(f"UPDATE {table} SET {assignments} WHERE tenant = ? AND id = ?", (*sets.values(), tenant, c.record_id))
+        sql.rewrite(table, sets, tenant, c.record_id, str(row[0]))
         done()
         if not vector:
             return None

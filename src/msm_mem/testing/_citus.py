@@ -219,3 +219,24 @@ class LocalCluster:
         with psycopg.connect(self.dsn(name), autocommit=True) as conn:
             cur = conn.execute(statement.encode(), args or None)
             return list(cur.fetchall()) if cur.description is not None else []
+
+    def shard_of(self, table: str, value: str) -> tuple[str, str]:
+        """The worker holding the shard of the distributed ``table`` (schema-qualified) where
+        the distribution value ``value`` lives, and that shard's table name on the worker."""
+        ((shard,),) = self.query(
+            "coordinator", "SELECT get_shard_id_for_distribution_column(%s::regclass, %s::text)", table, value
+        )
+        ((port,),) = self.query(
+            "coordinator",
+            "SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n ON n.groupid = p.groupid"
+            " WHERE p.shardid = %s",
+            shard,
+        )
+        return next(n.name for n in self.workers() if n.port == port), f"{table}_{shard}"
+
+    def value_on(self, table: str, worker: str, prefix: str) -> str:
+        """The first of ``prefix0``, ``prefix1``, ... whose shard of ``table`` is on ``worker``."""
+        for i in range(1000):
+            if self.shard_of(table, f"{prefix}{i}")[0] == worker:
+                return f"{prefix}{i}"
+        raise StoreError(f"no value {prefix}N of {table} lands on {worker}")

@@ -2,8 +2,8 @@
 
 ``PostgresStore.create`` asks the server whether the ``citus`` extension is installed in the
 database; when it is (a Citus coordinator), the new tables are distributed in the same
-transaction that makes them, before any row is written (``schema.citus_ddl``: every table by
-``tenant``, colocated with ``meta``). Nothing is run by hand. Later tenants of the schema find
+transaction that makes them, before any row is written (``schema.citus_ddl``, every table
+colocated with ``meta``). Nothing is run by hand. Later tenants of the schema find
 the tables distributed already; every statement names its tenant, so Citus routes it to the
 tenant's shard group (docs/deploy.md, Citus).
 """
@@ -16,7 +16,7 @@ import psycopg
 
 from .schema import citus_ddl
 
-__all__ = ["distribute", "is_citus"]
+__all__ = ["distribute", "is_citus", "patient_distributed"]
 
 
 def is_citus(conn: psycopg.Connection[Any]) -> bool:
@@ -29,3 +29,17 @@ def distribute(conn: psycopg.Connection[Any]) -> None:
     caller's transaction."""
     for statement in citus_ddl().splitlines():
         conn.execute(statement.encode())
+
+
+def patient_distributed(conn: psycopg.Connection[Any]) -> frozenset[str]:
+    """The tables of the session's store (on its search path) distributed by ``patient_id``:
+    a row of these cannot change its patient in place (Citus refuses to update a distribution
+    column). Empty on a server without Citus, and for a store distributed by ``tenant``."""
+    if not is_citus(conn):
+        return frozenset()
+    rows = conn.execute(
+        "SELECT c.relname FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid"
+        " WHERE c.relnamespace = to_regnamespace(current_schema())"
+        " AND column_to_column_name(p.logicalrelid, p.partkey) = 'patient_id'"
+    ).fetchall()
+    return frozenset(str(name) for (name,) in rows)

@@ -21,7 +21,8 @@ from typing import Any
 import psycopg
 
 from ..._errors import InvalidInput, StoreError, WriteConflict
-from ..sql_core import CommitLost, Rows
+from ..row_digest import COLUMNS
+from ..sql_core import CommitLost, Rows, update_sql
 from .pgvector import connect, use_schema
 from .pipeline import Pending
 from .statistics import CHECK_EVERY, analyze_grown
@@ -90,6 +91,8 @@ class PgDialect:
         self._pipe: psycopg.Pipeline | None = None  # inside a write transaction (pipeline.py)
         self._on_reconnect = on_reconnect
         self._on_write = on_write
+        #: the tables whose rows cannot change patient in place (``citus.patient_distributed``)
+        self.moves: frozenset[str] = frozenset()
 
     @contextmanager
     def db(self) -> Iterator[psycopg.Connection[Any]]:
@@ -196,6 +199,29 @@ class PgDialect:
     def add_tenant(self, tenant: str) -> None:
         add_tenant(self.conn, tenant)
         self.legacy = False
+
+    def rewrite(self, table: str, sets: Mapping[str, object], tenant: str, record_id: str, patient_id: str) -> None:
+        """The UPDATE names the patient, so a Citus cluster runs it on the patient's shard
+        alone. In a table distributed by the patient, a row given another patient is copied
+        under its new id and patient (its insertion order ``ord`` kept), the old row deleted,
+        and the copy updated: Citus does not update a distribution column."""
+        old = (tenant, record_id, patient_id)
+        new_id, new_patient = str(sets["id"]), str(sets["patient_id"])
+        if table in self.moves and new_patient != patient_id:
+            names = [n for n, _ in COLUMNS[table] if n not in ("id", "patient_id")]
+            names += [c for t, c in self.order.items() if t == table and c == "ord"]
+            cols = ", ".join(f'"{n}"' for n in names)
+            self.q(
+                f"INSERT INTO {table} (id, patient_id, {cols}, tenant) OVERRIDING SYSTEM VALUE"
+                f" SELECT CAST(? AS TEXT), CAST(? AS TEXT), {cols}, tenant FROM {table}"
+                " WHERE tenant = ? AND id = ? AND patient_id = ?",
+                (new_id, new_patient, *old),
+            )
+            self.q(f"DELETE FROM {table} WHERE tenant = ? AND id = ? AND patient_id = ?", old)
+            old = (tenant, new_id, new_patient)
+        if new_patient == old[2]:  # pinned by the condition (and a distribution column is never SET)
+            sets = {k: v for k, v in sets.items() if k != "patient_id"}
+        self.q(update_sql(table, list(sets)) + " AND patient_id = ?", (*sets.values(), *old))
 
     def reconnect_after_loss(self) -> None:
         if self.conn.closed or self.conn.broken:

@@ -125,14 +125,15 @@ class PgKeyTable:
                 self._forget(conn, tomb_ref)
             with conn.transaction():
                 t = self._tenant
+                # deleted and written again as a tombstone, not updated: on a Citus cluster the
+                # patient reference is the distribution column, which no UPDATE may change
                 row = conn.execute(
-                    "SELECT key_id FROM keys WHERE tenant = %s AND patient_ref = %s FOR UPDATE", (t, patient_ref)
+                    "DELETE FROM keys WHERE tenant = %s AND patient_ref = %s RETURNING key_id, kek_id, created_at",
+                    (t, patient_ref),
                 ).fetchone()
                 if row is not None:
                     conn.execute(
-                        "UPDATE keys SET wrapped = '\\x'::bytea, shredded = TRUE, patient_ref = %s"
-                        " WHERE tenant = %s AND key_id = %s",
-                        (tomb_ref or patient_ref, t, row[0]),
+                        _INSERT_KEY, (row[0], tomb_ref or patient_ref, row[1], b"", row[2], True, self._tenant)
                     )
                     conn.execute("DELETE FROM pseudonyms WHERE tenant = %s AND key_id = %s", (t, row[0]))
 

@@ -90,6 +90,8 @@ class _Rows:
     ) -> None:
         self.patients = frozenset(patients)
         self.searched = searched
+        #: records read by id while these rows are kept: ``table -> id -> record``
+        self.records: dict[str, dict[str, Any]] = {}
         self._by: dict[str, dict[str, list[Any]]] = {}
         for table, rows in found.items():
             by: dict[str, list[Any]] = {p: [] for p in self.patients}
@@ -136,7 +138,10 @@ class ReadAhead:
             with conn.pipeline():
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 cursors = {t: conn.execute(q, (tenant, patients), binary=True) for t, q in BATCHED.items()}
-                sent = {kind: novelty_cursor(conn, tenant, kind, pairs) for kind in KINDS} if pairs else {}
+                sent = {
+                    kind: novelty_cursor(conn, tenant, kind, pairs, by_patient=kind in self._sql.moves)
+                    for kind in (KINDS if pairs else ())
+                }
                 conn.execute("COMMIT")
             found = {table: cur.fetchall() for table, cur in cursors.items()}
             self._keys.prefetched([g.wrapped_key_from_row(row) for row in found.pop("keys")])
@@ -163,7 +168,18 @@ class ReadAhead:
     # the reads answered from the rows read ahead (each as its per-patient statement would) --
 
     def records(self, table: str, ids: Sequence[str], load: Callable[[Sequence[str]], dict[str, T]]) -> dict[str, T]:
-        return load(ids)
+        """While rows are read ahead (no write since), a record read by id is kept and not read
+        again: a turn reads its evidence several times (retrieval, fusion, the answer's trail),
+        and on a Citus cluster each read by id alone asks every shard."""
+        with self._sql.db():
+            ahead = self._ahead
+            if ahead is None:
+                return load(ids)
+            kept: dict[str, T] = ahead.records.setdefault(table, {})
+            missing = [i for i in dict.fromkeys(ids) if i not in kept]
+            if missing:
+                kept.update(load(missing))
+            return {i: kept[i] for i in ids if i in kept}
 
     def consents(self, patient_id: str | None, load: Callable[[], list[ConsentRecord]]) -> list[ConsentRecord]:
         with self._sql.db():

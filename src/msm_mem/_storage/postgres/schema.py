@@ -14,7 +14,17 @@ import re
 
 from ..indexes import INDEXES
 
-__all__ = ["FORMAT", "HNSW", "INDEXES", "LIVE", "SCHEMA", "SCHEMA_VERSION", "TABLES", "citus_ddl"]
+__all__ = [
+    "DISTRIBUTION",
+    "FORMAT",
+    "HNSW",
+    "INDEXES",
+    "LIVE",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "TABLES",
+    "citus_ddl",
+]
 
 FORMAT = "msm-mem-store"
 #: "1": before row digests (and, in stores of older versions, clear visual tags). "2": row
@@ -91,15 +101,49 @@ TABLES: tuple[str, ...] = tuple(re.findall(r"CREATE TABLE (\w+)\(", SCHEMA))
 HNSW = "CREATE INDEX IF NOT EXISTS {kind}_hnsw ON {kind} USING hnsw (z vector_ip_ops) WHERE " + LIVE + ";"
 #: the table every other one is colocated with on a Citus cluster
 _ANCHOR = "meta"
+#: Each table's distribution column on a Citus cluster. A patient's rows of every memory and
+#: tier table, its data key and its consents are distributed by the patient (``patient_id``;
+#: ``patient_ref`` of ``keys`` is the same id), so one hospital's patients spread over the
+#: shards and each patient's rows are one shard's. The hospital's own rows (its ``meta``, whose
+#: row its writers queue on, its audit chain and its pseudonym table) are distributed by
+#: ``tenant``. All are colocated: the same value hashes to the same shard in every table.
+DISTRIBUTION: dict[str, str] = {
+    t: {"meta": "tenant", "audit": "tenant", "pseudonyms": "tenant", "keys": "patient_ref"}.get(t, "patient_id")
+    for t in TABLES
+}
+
+
+def _keys_with(table: str, column: str) -> list[str]:
+    """The statements that give ``column`` of ``table`` the ``"C"`` collation of the other
+    distribution columns (Citus colocates only columns of one type and collation) and make
+    every primary and unique key of ``table`` that lacks ``column`` (Citus requires the
+    distribution column in each) end with it. A key leads with
+    the tenant and still holds what it held, so a row stays unique in its tenant: two rows
+    of one tenant that differ only in the patient never exist (ids are random, positions are
+    taken under the tenant's write lock)."""
+    body = re.search(rf"CREATE TABLE {table}\((.*?)\);", SCHEMA, re.S)
+    assert body is not None
+    out = []
+    if not re.search(rf'\b{column} TEXT COLLATE "C"', body.group(1)):  # colocated columns share a collation
+        out.append(f'ALTER TABLE {table} ALTER COLUMN {column} TYPE TEXT COLLATE "C";')
+    for kind, cols in re.findall(r"(PRIMARY KEY|UNIQUE) \(([^)]*)\)", body.group(1)):
+        names = [c.strip() for c in cols.split(",")]
+        if column in names:
+            continue
+        name = f"{table}_pkey" if kind == "PRIMARY KEY" else f"{table}_{'_'.join(names)}_key"
+        out.append(f"ALTER TABLE {table} DROP CONSTRAINT {name}, ADD {kind} ({', '.join([*names, column])});")
+    return out
 
 
 def citus_ddl() -> str:
-    """The statements that distribute every table of a store by ``tenant`` on a Citus cluster,
-    all colocated (a tenant's rows of every table on one shard group). ``PostgresStore.create``
-    runs them on a coordinator in the transaction that makes the tables (``citus.py``)."""
-    lines = [f"SELECT create_distributed_table('{_ANCHOR}', 'tenant');"]
+    """The statements that distribute every table of a store on a Citus cluster by its column
+    of :data:`DISTRIBUTION`, all colocated with ``meta``, after making every key hold that
+    column. ``PostgresStore.create`` runs them on a coordinator in the transaction that makes
+    the tables (``citus.py``)."""
+    lines = [line for t in TABLES for line in _keys_with(t, DISTRIBUTION[t])]
+    lines.append(f"SELECT create_distributed_table('{_ANCHOR}', '{DISTRIBUTION[_ANCHOR]}');")
     lines += [
-        f"SELECT create_distributed_table('{t}', 'tenant', colocate_with => '{_ANCHOR}');"
+        f"SELECT create_distributed_table('{t}', '{DISTRIBUTION[t]}', colocate_with => '{_ANCHOR}');"
         for t in TABLES
         if t != _ANCHOR
     ]

@@ -35,9 +35,24 @@ def hits(rows: list[Any]) -> list[tuple[str, float]]:
     return [(str(r[0]), float(r[1])) for r in rows]
 
 
+class _Concatenated:
+    """The rows of several cursors, read in turn."""
+
+    def __init__(self, cursors: list[Rows]) -> None:
+        self._cursors = cursors
+
+    def fetchall(self) -> list[Any]:
+        return [row for cur in self._cursors for row in cur.fetchall()]
+
+
 def novelty_cursor(
-    conn: psycopg.Connection[Any], tenant: str, kind: VectorKind, pairs: Sequence[tuple[str, bytes]]
-) -> Rows:
+    conn: psycopg.Connection[Any],
+    tenant: str,
+    kind: VectorKind,
+    pairs: Sequence[tuple[str, bytes]],
+    *,
+    by_patient: bool = False,
+) -> Rows | _Concatenated:
     """The top hit of each ``(patient, query's bytes)`` among the patient's vectors of
     ``kind``, as the single search finds it (k = 1: the same score, ties by position), all in
     one statement: rows ``(i, id, cosine, pos)``, ``i`` the pair's place in ``pairs`` from 1,
@@ -46,7 +61,20 @@ def novelty_cursor(
     does: ``EXPLAIN`` over 20,000 rows, 90% one patient's, planned the ordering by the
     distance alone as a scan of that index inside the lateral join (with ``pos`` as second key
     it did not, nor in the tests; the fence keeps exactness from resting on the planner's
-    choice)."""
+    choice). On a table distributed by the patient (``by_patient``, a Citus cluster) the join
+    over several patients cannot be sent to the shards, so each pair is its own statement,
+    routed to its patient's shard (sent in the caller's pipeline: still one round trip)."""
+    if by_patient:
+        one = (
+            f"SELECT CAST(%(i)s AS BIGINT), id, -(z <#> %(z)s), pos FROM {kind}"
+            f" WHERE {LIVE} AND tenant = %(t)s AND patient_id = %(p)s ORDER BY (z <#> %(z)s) + 0, pos LIMIT 1"
+        )
+        return _Concatenated(
+            [
+                conn.execute(one, {"i": i, "z": Vec(key), "t": tenant, "p": p}, binary=True)
+                for i, (p, key) in enumerate(pairs, start=1)
+            ]
+        )
     query = (
         "SELECT q.i, h.id, h.s, h.pos FROM unnest(%(p)s::text[], %(z)s) WITH ORDINALITY AS q(p, z, i)"
         f" CROSS JOIN LATERAL (SELECT e.id, -(e.z <#> q.z) AS s, e.pos FROM {kind} e"

@@ -35,15 +35,17 @@ Search (``z <#> q`` is pgvector's negative inner product; on unit vectors, minus
   date, which costs a few milliseconds a 1024-d row (so an exact-mode store does not pay it).
   It is not built for ``dim > 2000`` (pgvector's limit), where search is always exact.
 
-Writes are one transaction that first takes ``EXCLUSIVE`` locks on the three tables (readers
-go on; writers queue, as with SQLite's ``BEGIN IMMEDIATE``), so positions stay dense (the i-th
-record has ``pos`` i) and supersession cannot race. Text containing NUL characters, which
+Writes are one transaction that first locks the tenant's ``meta`` row (readers go on; writers
+queue, as with SQLite's ``BEGIN IMMEDIATE``), so positions stay dense (the i-th record has
+``pos`` i) and supersession cannot race. Text containing NUL characters, which
 PostgreSQL cannot store, is refused with :class:`InvalidInput`.
 
-Scaling (DESIGN.md section 4): made on a Citus coordinator, the store distributes its tables
-by ``tenant`` (``citus.py``), so each of a tenant's statements runs on the one worker holding
-its shard group (docs/deploy.md, Citus). What assumes one node per tenant: the ``meta`` row
-lock that serialises its writers and the ``max(pos) + 1`` positions.
+Scaling (DESIGN.md section 4): made on a Citus coordinator, the store distributes a patient's
+tables by the patient and the tenant's own (``meta``, ``audit``, ``pseudonyms``) by the
+tenant (``citus.py``), so one hospital's patients spread over the workers, a statement naming
+a patient runs on its shard alone, and one naming only the tenant (population search) fans
+out (docs/deploy.md, Citus). What stays one per tenant: the ``meta`` row lock that serialises
+its writers, its audit chain and the ``max(pos) + 1`` positions.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ from ..sql_rows import initial_meta, schema_problem
 from ..sql_store import SqlStore
 from ..sql_write import Moved
 from .audit_naming import rows_naming
-from .citus import distribute, is_citus
+from .citus import distribute, is_citus, patient_distributed
 from .connection import PgDialect, to_pyformat
 from .keys import PgKeyTable
 from .pgvector import connect, iterative_scan, use_schema, vector_schema
@@ -129,6 +131,7 @@ class PostgresStore(SqlStore):
             on_reconnect=lambda: self._keys.sync(),  # other connections may have written meanwhile
             on_write=lambda: self._ahead.forget(),
         )
+        self._sql.moves = patient_distributed(conn)
         tables = SqlTables(self._sql, tenant)
         if codec is not None:
             tables.use_codec(codec)

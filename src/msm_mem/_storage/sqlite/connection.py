@@ -30,7 +30,7 @@ from typing import Any
 
 from ..._errors import InvalidInput, StoreError, WriteConflict
 from ..batch import WriteBatch
-from ..sql_core import Rows
+from ..sql_core import Rows, update_sql
 from .changes import ChangeMark
 from .schema import DB_NAME
 from .upgrade import add_tenant
@@ -301,3 +301,6 @@ class SqliteDialect:
     def add_tenant(self, tenant: str) -> None:
         add_tenant(self.conn, tenant)
         self.legacy = False
+
+    def rewrite(self, table: str, sets: Mapping[str, object], tenant: str, record_id: str, patient_id: str) -> None:
+        self.q(update_sql(table, list(sets)), (*sets.values(), tenant, record_id))
