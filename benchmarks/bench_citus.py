@@ -1,12 +1,13 @@
-"""The governed store on one PostgreSQL server and on a Citus cluster on the same machine, side
+"""The governed store on one PostgreSQL server and on Citus clusters on the same machine, side
 by side in one run. Prints Markdown tables; every figure is measured in this run.
 
-Both are started here from the tree ``make cluster-build`` makes (PostgreSQL 16.2 with pgvector
-0.8.6, and Citus 13.2.2): the single server, and a coordinator with two workers, all on
-127.0.0.1 with the same settings (``synchronous_commit`` on, ``fsync`` off). On each, one
-hospital (tenant) is made with ``MsmMem.init --database-url`` (on the coordinator the store
-distributes itself), ``--patients`` x ``--studies`` synthetic studies are ingested, then,
-interleaved between the two in blocks of ten calls:
+All are started here from the tree ``make cluster-build`` makes (PostgreSQL 16.2 with pgvector
+0.8.6, and Citus 13.2.2): the single server, a coordinator with one worker and a coordinator
+with two workers (Citus's default of 32 shards a table), all on 127.0.0.1 with the same
+settings (``synchronous_commit`` on, ``fsync`` off). On each, one hospital (tenant) is made
+with ``MsmMem.init --database-url`` (on a coordinator the store distributes itself),
+``--patients`` x ``--studies`` synthetic studies are ingested, then, interleaved between the
+three in blocks of ten calls:
 
 1. governed write-back: ``MsmMem.ask`` (consent, STM, retrieval, backbone, gate, encryption,
    semantic and claim supersession, audit; one transaction) on a new study of a patient, its
@@ -120,9 +121,9 @@ def _growth(work: Path, name: str, dsn: str, base: int, more: int) -> float:
         ]
 
     mem.ingest(SYSTEM, rows(0, base))
-    before = _sizes(dsn, name == "citus")
+    before = _sizes(dsn, name != "single")
     mem.ingest(SYSTEM, rows(base, more))
-    after = _sizes(dsn, name == "citus")
+    after = _sizes(dsn, name != "single")
     mem.close()
     return (after - before) / more
 
@@ -272,10 +273,12 @@ def main() -> None:
         work = Path(tmp)
         with (
             LocalCluster(args.tree, work / "single", workers=0, citus=False) as single,
+            LocalCluster(args.tree, work / "one-worker", workers=1) as one_worker,
             LocalCluster(args.tree, work / "cluster", workers=2) as cluster,
         ):
             targets = {"single": single.dsn(), "citus": cluster.dsn()}
-            mems = {name: _store(work, name, dsn, args.patients, args.studies) for name, dsn in targets.items()}
+            timed = {**targets, "citus-1": one_worker.dsn()}
+            mems = {name: _store(work, name, dsn, args.patients, args.studies) for name, dsn in timed.items()}
             images = [np.random.default_rng(10_000 + i).random((64, 64), dtype=np.float32) for i in range(args.asks)]
 
             def ask(mem: MsmMem, i: int) -> Callable[[], object]:
@@ -302,12 +305,18 @@ def main() -> None:
             recall = _recall(work, cluster.dsn(), args.recall_rows, args.queries)
 
     print(f"one hospital: {args.patients} patients x {args.studies} studies ingested, {args.asks} asks")
-    print("single: one PostgreSQL 16.2 server; citus: Citus 13.2.2, a coordinator and 2 workers; same machine\n")
-    print("| operation | calls | single PostgreSQL, median (p95) ms | Citus, median (p95) ms | Citus / single |")
-    print("|---|---|---|---|---|")
+    print("single: one PostgreSQL 16.2 server; Citus 13.2.2: a coordinator and 1 or 2 workers; same machine\n")
+    print(
+        "| operation | calls | single PostgreSQL, median (p95) ms | Citus, 1 worker, median (p95) ms"
+        " | Citus, 2 workers, median (p95) ms | 2 workers / single | 2 workers / 1 worker |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for label, ms in rows.items():
-        ratio = statistics.median(ms["citus"]) / statistics.median(ms["single"])
-        print(f"| {label} | {len(ms['single'])} | {_cell(ms['single'])} | {_cell(ms['citus'])} | {ratio:.2f}x |")
+        two = statistics.median(ms["citus"])
+        print(
+            f"| {label} | {len(ms['single'])} | {_cell(ms['single'])} | {_cell(ms['citus-1'])} | {_cell(ms['citus'])}"
+            f" | {two / statistics.median(ms['single']):.2f}x | {two / statistics.median(ms['citus-1']):.2f}x |"
+        )
     small = max(args.recall_rows // 10, 20)
     print(
         f"\nHNSW population search of a hospital of {small:,} rows sharing its shards with one of {args.recall_rows:,}"

@@ -99,14 +99,16 @@ def test_tenant_size(tmp_path: Path) -> None:
 @pytest.mark.citus
 def test_citus(tmp_path: Path, cluster_tree: Path) -> None:
     """bench_citus.py at 2 patients x 1 study, 4 asks and retrieves, 200 rows for the recall,
-    20 studies sized: the side-by-side rows of the single server and the cluster, the recall
+    20 studies sized: the side-by-side rows of the single server and the clusters of one and
+    two workers, the recall
     rows, bytes per study and the sizing rows (it starts its own servers from the built tree)."""
     args = ("--patients", "2", "--studies", "1", "--asks", "4", "--retrieves", "4", "--tree", str(cluster_tree))
     sizing = ("--size-base", "20", "--size-studies", "20")
     out = bench(tmp_path, "bench_citus.py", *args, "--recall-rows", "200", "--queries", "4", *sizing)
     cell = rf"{NUMBER} \({NUMBER}\)"
-    row(out, r"governed write-back \(ask, answer written back\)", "4", cell, cell, f"{NUMBER}x")
-    row(out, "retrieve a stored study, patient scope", "4", cell, cell, f"{NUMBER}x")
+    ratio = f"{NUMBER}x"
+    row(out, r"governed write-back \(ask, answer written back\)", "4", cell, cell, cell, ratio, ratio)
+    row(out, "retrieve a stored study, patient scope", "4", cell, cell, cell, ratio, ratio)
     row(out, "the store's search", "on", NUMBER, NUMBER, "(HNSW index|tenant btree, exact)")
     row(out, r"its query, the index forced \(enable_sort off\)", "off", NUMBER, NUMBER, "HNSW index")
     row(out, "citus", NUMBER)

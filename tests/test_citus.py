@@ -1,10 +1,12 @@
 """msm-mem on a real Citus cluster (a coordinator and two workers on loopback ports, started once
 per session by tests/conftest.py from the tree `make cluster-build` makes): ``msm-mem init
---database-url`` against the coordinator distributes every table itself, the rows land on the
-workers, one patient's retrieval is routed to a single worker, and a small hospital's HNSW
-search beside a big one on its shard is not starved (synthetic data only). The store contract
-and the governed suites run on the same cluster as the ``citus`` backend (the modules marked
-``cluster``); tests/test_citus_faults.py stops a worker."""
+--database-url`` against the coordinator distributes every table itself, one hospital's
+patients land on both workers with all of each patient's rows on one, a patient's search is
+routed to a single worker and the population search fans out and merges exactly, rows whose
+patient changes are moved between shards, and a small hospital's HNSW search beside a big one
+on a shard is not starved (synthetic data only). The store contract and the governed suites
+run on the same cluster as the ``citus`` backend (the modules marked ``cluster``);
+tests/test_citus_faults.py stops a worker."""
 
 from __future__ import annotations
 

@@ -4,8 +4,10 @@
 database; when it is (a Citus coordinator), the new tables are distributed in the same
 transaction that makes them, before any row is written (``schema.citus_ddl``, every table
 colocated with ``meta``). Nothing is run by hand. Later tenants of the schema find
-the tables distributed already; every statement names its tenant, so Citus routes it to the
-tenant's shard group (docs/deploy.md, Citus).
+the tables distributed already. A patient's rows are distributed by the patient, the tenant's
+own (``meta``, ``audit``, ``pseudonyms``) by the tenant (``schema.DISTRIBUTION``): a statement
+naming a patient runs on that patient's shard, one naming only the tenant runs on every shard
+and Citus merges the results (docs/deploy.md, Citus).
 """
 
 from __future__ import annotations
