@@ -300,3 +300,32 @@ def test_a_key_read_for_its_patient_is_then_served_by_id_without_a_read(
         assert got is not None and got.shredded and keys.get(patient_refs[0]) == got
     finally:
         layers.close()
+
+
+def test_records_read_by_id_are_kept_while_the_read_ahead_holds(
+    tmp_path: Path, postgres_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside a read-ahead window a record read by id is read once (each read by id asks every
+    shard of a Citus cluster); without one, and after this store's next write, it is read again."""
+    layers = _layers(tmp_path / "a", postgres_url, schema)
+    try:
+        _turns(layers, ["P1"], 0)
+        store = layers.handle
+        ids = store.record_ids("episodic", "P1")
+        assert ids
+        with _sent(monkeypatch) as sent:
+            first = store.get_episodes(ids)
+            assert store.get_episodes(ids) == first
+        assert len([q for q in sent if "FROM episodic" in q]) == 2  # no window: read each time
+        store.sync()
+        store.prefetch(["P1"])
+        with _sent(monkeypatch) as sent:
+            assert store.get_episodes(ids) == first
+            assert store.get_episodes(ids[:1]) == first[:1]
+        assert len([q for q in sent if "FROM episodic" in q]) == 1
+        _turns(layers, ["P2"], 1)  # a write of this store drops the window
+        with _sent(monkeypatch) as sent:
+            assert store.get_episodes(ids) == first
+        assert len([q for q in sent if "FROM episodic" in q]) == 1
+    finally:
+        layers.close()
