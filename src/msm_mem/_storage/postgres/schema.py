@@ -2,10 +2,11 @@
 the same order, plus a trailing ``ord`` identity column on ``semantic`` and ``claims`` standing
 in for SQLite's ``rowid`` (insertion order).
 
-Every table ends with ``tenant``, the distribution column: several tenants share the tables of
-one schema as separate stores, every primary and unique key leads with it, there are no
-foreign keys, and every statement names one tenant, so a Citus cluster can shard each table
-by it (docs/deploy.md, Citus; :func:`citus_ddl`).
+Every table ends with ``tenant``: several tenants share the tables of one schema as separate
+stores, every primary and unique key leads with it, there are no foreign keys, and every
+statement names one tenant. On a Citus cluster a patient's tables are distributed by the
+patient and the tenant's own by ``tenant`` (:data:`DISTRIBUTION`, :func:`citus_ddl`;
+docs/deploy.md, Citus).
 """
 
 from __future__ import annotations
@@ -117,12 +118,12 @@ def _keys_with(table: str, column: str) -> list[str]:
     """The statements that give ``column`` of ``table`` the ``"C"`` collation of the other
     distribution columns (Citus colocates only columns of one type and collation) and make
     every primary and unique key of ``table`` that lacks ``column`` (Citus requires the
-    distribution column in each) end with it. A key leads with
-    the tenant and still holds what it held, so a row stays unique in its tenant: two rows
-    of one tenant that differ only in the patient never exist (ids are random, positions are
-    taken under the tenant's write lock)."""
+    distribution column in each) end with it. A key still leads with the tenant and holds what
+    it held; two rows of one tenant that differ only in the patient are never written (ids are
+    random, positions are taken under the tenant's write lock)."""
     body = re.search(rf"CREATE TABLE {table}\((.*?)\);", SCHEMA, re.S)
-    assert body is not None
+    if body is None:
+        raise ValueError(f"no table {table!r} in the schema")
     out = []
     if not re.search(rf'\b{column} TEXT COLLATE "C"', body.group(1)):  # colocated columns share a collation
         out.append(f'ALTER TABLE {table} ALTER COLUMN {column} TYPE TEXT COLLATE "C";')
