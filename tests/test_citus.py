@@ -23,6 +23,7 @@ from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.cli_support import ADMIN as ADMIN_FLAGS
 from tests.helpers import ADMIN, AGENT, AUDITOR, INGEST, SYSTEM, png
+from tests.layers import layers_of
 
 pytestmark = [pytest.mark.citus, pytest.mark.system]
 
@@ -77,7 +78,8 @@ PATIENTS = [f"P-{p}" for p in range(8)]
 
 @pytest.fixture(scope="module")
 def governed(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A governed store on the cluster with eight patients' histories ingested."""
+    """A governed store on the cluster with eight patients' histories ingested, its schema and
+    a store handle of its directory."""
     root = tmp_path_factory.mktemp("citus")
     schema = _schema()
     mem = on_cluster(cluster, root / "s", schema)
@@ -87,15 +89,17 @@ def governed(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
         for i in range(3)
     ]
     mem.ingest(INGEST, rows)
-    yield mem, schema
+    layers = layers_of(mem, clock=FixedClock(T0))  # the store's own handle: its plans and shards
+    yield mem, schema, layers.handle
+    layers.close()
     mem.close()
 
 
 def test_one_hospitals_patients_spread_over_the_workers(cluster: Any, governed: Any) -> None:
     """The coordinator holds no row of the store; the hospital's patients are on both workers;
-    every row of one patient (episodes, visuals, semantic state, claims, data key, consents)
-    is in that patient's shards on one worker, and the other worker has none of them."""
-    mem, schema = governed
+    every row of one patient (episodes, visuals, semantic state, data key) is in that
+    patient's shards on one worker, and the other worker has none of them."""
+    _, schema, _ = governed
     on: dict[str, set[str]] = {}
     for patient in PATIENTS:
         worker, _ = cluster.shard_of(f"{schema}.episodic", patient)
@@ -127,21 +131,20 @@ def test_a_patients_search_touches_one_worker_and_the_population_fans_out(cluste
     """EXPLAIN of a patient-scoped search is a Citus router plan, one task on the worker that
     holds the patient's shard; the hospital's population search is one task per shard (every
     worker), merged on the coordinator."""
-    mem, schema = governed
-    z = np.full(mem._store.dim, 1 / np.sqrt(mem._store.dim), dtype=np.float32)
-    plan = mem._store.explain_search("episodic", z, 5, "P-1")
+    _, schema, store = governed
+    z = np.full(store.dim, 1 / np.sqrt(store.dim), dtype=np.float32)
+    plan = store.explain_search("episodic", z, 5, "P-1")
     assert "Task Count: 1" in plan, plan
     worker, _ = cluster.shard_of(f"{schema}.episodic", "P-1")
     assert f"port={cluster.nodes[worker].port}" in plan, plan
-    plan = mem._store.explain_search("episodic", z, 5, None)
+    plan = store.explain_search("episodic", z, 5, None)
     assert f"Task Count: {cluster.shards}" in plan, plan
 
 
 def test_the_population_search_merges_the_shards_exactly(governed: Any) -> None:
     """The hospital's population search over the shards returns the exact top k of all its
     patients' rows (recall@10 of 1 against the scores computed here)."""
-    mem, _ = governed
-    store = mem._store
+    _, _, store = governed
     rows = [(e.episode_id, e.z) for e in store.iter_episodes() if e.state.value in ("active", "anonymized")]
     rng = np.random.default_rng(5)
     for _ in range(5):
@@ -155,7 +158,7 @@ def test_the_population_search_merges_the_shards_exactly(governed: Any) -> None:
 def test_the_audit_chain_verifies_on_the_cluster(governed: Any) -> None:
     """The tenant's audit chain, written through the coordinator while the patients' rows go
     to their own shards (two-phase commits across the workers), verifies."""
-    mem, _ = governed
+    mem, _, _ = governed
     for patient in PATIENTS[:4]:
         mem.ask(AGENT, patient, png(Path(mem.directory), 99), QUESTION, study_id=f"ACC-{patient}")
     assert mem.verify_audit(AUDITOR).ok
@@ -165,8 +168,7 @@ def test_anonymising_and_shredding_move_rows_between_shards(cluster: Any, govern
     """Citus cannot update a distribution column: a row anonymised (its patient id blanked)
     and a data key shredded (its patient reference replaced) are moved to the shard of their
     new value, once each, and the chain verifies after."""
-    mem, schema = governed
-    store = mem._store
+    mem, schema, store = governed
     patient = PATIENTS[-1]
     mem.shred(ADMIN, patient, reason="erasure request")
     for table, column in (("episodic", "patient_id"), ("visual", "patient_id"), ("keys", "patient_ref")):
