@@ -78,7 +78,7 @@ def _compatible(candidates: Sequence[Candidate], form: str) -> list[Candidate]:
 def _newest(candidates: Sequence[Candidate]) -> Candidate | None:
     """The newest of ``candidates``; of two at the same time (two views of one study) the one
     retrieval weighed higher, then the one it ranked first: never the record ids, which are
-    random, so the same store answers the same every time."""
+    random, so the same data ingested again answers the same."""
     ranked = list(enumerate(candidates))
     if not ranked:
         return None
