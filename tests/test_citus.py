@@ -164,16 +164,21 @@ def test_the_audit_chain_verifies_on_the_cluster(governed: Any) -> None:
     assert mem.verify_audit(AUDITOR).ok
 
 
-def test_anonymising_and_shredding_move_rows_between_shards(cluster: Any, governed: Any) -> None:
-    """Citus cannot update a distribution column: a row anonymised (its patient id blanked)
-    and a data key shredded (its patient reference replaced) are moved to the shard of their
-    new value, once each, and the chain verifies after."""
+def test_shredding_moves_the_key_to_its_tombstones_shard(cluster: Any, governed: Any) -> None:
+    """A shredded patient leaves no row under its id on any shard: its records are emptied and
+    its data key's row is replaced by one tombstone (Citus cannot update the distribution
+    column, so the row is deleted and the tombstone written under its own reference); the chain
+    verifies after."""
     mem, schema, store = governed
     patient = PATIENTS[-1]
+    shredded = f"SELECT count(*) FROM {schema}.keys WHERE shredded"
+    ((before,),) = cluster.query("coordinator", shredded)
     mem.shred(ADMIN, patient, reason="erasure request")
     for table, column in (("episodic", "patient_id"), ("visual", "patient_id"), ("keys", "patient_ref")):
         ((left,),) = cluster.query("coordinator", f"SELECT count(*) FROM {schema}.{table} WHERE {column} = %s", patient)
         assert left == 0, table
+    ((after,),) = cluster.query("coordinator", shredded)
+    assert after == before + 1
     assert store.record_ids("episodic", patient) == []
     assert mem.verify_audit(AUDITOR).ok
 
@@ -211,19 +216,11 @@ def test_decay_moves_anonymised_rows_to_the_pools_shard(cluster: Any, tmp_path: 
 
 def _sharing_a_shard(cluster: Any, table: str, n: int) -> list[str]:
     """``n`` patient ids whose rows of ``table`` share one shard."""
-
-    def shard(value: str) -> int:
-        return int(
-            cluster.query(
-                "coordinator", "SELECT get_shard_id_for_distribution_column(%s::regclass, %s::text)", table, value
-            )[0][0]
-        )
-
-    first, found = shard("p0"), ["p0"]
+    first, found = cluster.shard_of(table, "p0"), ["p0"]
     for i in range(1, 2000):
         if len(found) == n:
             return found
-        if shard(f"p{i}") == first:
+        if cluster.shard_of(table, f"p{i}") == first:
             found.append(f"p{i}")
     raise AssertionError(f"fewer than {n} patient ids share a shard")
 
