@@ -305,6 +305,7 @@ class MsmMem:
         checkpoint_key: str | Path | SigningKey | None = None,
         checkpoints: str | Path | None = None,
         witness: str | Path | None = None,
+        audit_chains: int = 1,
     ) -> MsmMem:
         """Create a store in ``directory`` for the settings' encoder (default ``pixels``), its
         keys outside it, and the consent ``policy`` (default: governance.consent.default_policy,
@@ -320,8 +321,11 @@ class MsmMem:
         when absent) when given, else derived from ``MSM_MEM_MASTER_KEY``, else new key files
         in the store's folder of the key home (``key_home``, default ``MSM_MEM_KEY_HOME`` or
         the user's configuration folder), which also records the store's schema and witness
-        (``witness``, default a file in that folder). When any step fails, what init made is
-        removed again."""
+        (``witness``, default a file in that folder). ``audit_chains`` (1 to 256, a PostgreSQL
+        store only) cuts the patients into that many lanes, each with its own write lock, audit
+        chain and row digests, so writers of patients in different lanes do not queue on one
+        another (docs/deploy.md); fixed for the store's life. When any step fails, what init
+        made is removed again."""
         require(principal, Operation.INIT)
         directory = Path(directory)
         settings = settings or Settings()
@@ -336,6 +340,7 @@ class MsmMem:
             population_search=settings.population_search,
             ef_search=settings.population_ef_search,
             tenant=settings.tenant,
+            lanes=audit_chains,
         )
         home: KeyHome | None = None
         try:

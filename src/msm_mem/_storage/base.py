@@ -240,15 +240,27 @@ class Tiers(Protocol):
 
 
 class Audit(Protocol):
-    """The append-only audit rows; only :meth:`audit_purge` (retention) ever removes any."""
+    """The append-only audit rows; only :meth:`audit_purge` (retention) ever removes any.
+
+    A store of several lanes (:mod:`.lanes`) keeps one chain per lane: chain ``c`` is the rows
+    whose ``seq % audit_chains()`` is ``c``. Every method taking ``chain`` means chain 0, the
+    only one, by default."""
+
+    def audit_chains(self) -> int:
+        """How many audit chains (patient lanes) the store keeps: 1 unless made with more."""
+        return 1
 
     @abstractmethod
-    def audit_head(self) -> tuple[int, str]:
-        """``(seq, event_hash)`` of the last audit event, or ``(base seq, base hash)``."""
+    def audit_head(self, chain: int = 0) -> tuple[int, str]:
+        """``(seq, event_hash)`` of the chain's last audit event, or its ``(base seq, base hash)``."""
 
     @abstractmethod
-    def audit_base(self) -> tuple[int, str]:
-        """``(seq, hash)`` the stored chain continues from: (0, GENESIS) unless purged."""
+    def audit_base(self, chain: int = 0) -> tuple[int, str]:
+        """``(seq, hash)`` the stored chain continues from: ``(chain, GENESIS)`` unless purged."""
+
+    def audit_heads(self) -> tuple[tuple[int, str], ...]:
+        """:meth:`audit_head` of every chain, in chain order (inside a write: what it sees)."""
+        return tuple(self.audit_head(chain) for chain in range(self.audit_chains()))
 
     def iter_audit(self, start_seq: int = 1) -> Iterator[AuditRow]:
         """Stored audit rows with seq >= start_seq, ascending."""
@@ -268,11 +280,13 @@ class Audit(Protocol):
                     yield AuditRow(seq, raw, event_hash)
 
     @abstractmethod
-    def iter_audit_batches(self, start_seq: int = 1) -> Iterator[list[tuple[int, bytes, str]]]:
+    def iter_audit_batches(
+        self, start_seq: int = 1, chain: int | None = None
+    ) -> Iterator[list[tuple[int, bytes, str]]]:
         """Stored audit rows with seq >= start_seq, ascending, as plain ``(seq, payload,
         event_hash)`` tuples in pages of :data:`AUDIT_PAGE_ROWS` (the last may be shorter, none
         is empty); for the hash walk of a verification, which would otherwise spend more time
-        building records than hashing."""
+        building records than hashing. ``chain``: that chain's rows only (None: every row)."""
 
     @abstractmethod
     def audit_purge(self, through_seq: int) -> int:
@@ -369,6 +383,15 @@ class Store(Records, Erasable, Vectors, Tiers, Audit, Keys, Consents, ABC):
     @abstractmethod
     def computed_row_digests(self) -> dict[str, TableDigest]:
         """The digest of each governed table recomputed from its rows (reads every row)."""
+
+    def lane_digests(self) -> dict[int, dict[str, TableDigest]]:
+        """:meth:`row_digests` by lane (inside a write's ``before_commit``: of the lanes that
+        write changed); ``{0: row_digests()}`` in a store of one lane."""
+        return {0: self.row_digests()}
+
+    def computed_lane_digests(self) -> dict[int, dict[str, TableDigest]]:
+        """:meth:`computed_row_digests` by lane, every lane."""
+        return {0: self.computed_row_digests()}
 
     #: the store's schema as opened (an older one only for :meth:`upgrade`), and the current one
     schema_version: str

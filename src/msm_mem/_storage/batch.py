@@ -92,6 +92,9 @@ class WriteBatch:
     revocations: list[tuple[str, float]] = field(default_factory=list)
     #: audit rows appended in the same transaction; seqs must continue the stored chain
     audit: list[AuditRow] = field(default_factory=list)
+    #: the patients the batch's audit events are about: with the patients of its rows, they
+    #: choose the lanes it locks and the chain its events join in a store of several lanes
+    patients: list[str] = field(default_factory=list)
     #: existing data keys rewrapped under a new key-encryption key (key rotation): the same key
     #: id, patient and data key, only ``kek_id`` and ``wrapped`` change
     rewrapped: list[WrappedKey] = field(default_factory=list)

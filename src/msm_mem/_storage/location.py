@@ -32,6 +32,7 @@ from .._errors import InvalidInput, MissingExtra, StoreError
 from .._private import private_dir, private_file
 from .._settings import DEFAULT_EF_SEARCH, DEFAULT_TENANT, PopulationSearch, check_tenant
 from .base import Store
+from .lanes import check_lanes
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore
@@ -149,8 +150,10 @@ def create_store(
     population_search: PopulationSearch = "exact",
     ef_search: int = DEFAULT_EF_SEARCH,
     tenant: str = DEFAULT_TENANT,
+    lanes: int = 1,
 ) -> Store:
-    """Create the store of record of a new memory directory (made if missing), of ``tenant``.
+    """Create the store of record of a new memory directory (made if missing), of ``tenant``,
+    its patients in ``lanes`` lanes (``lanes.py``: a server store only; embedded, one).
 
     Embedded by default; with ``server``, a new store in that PostgreSQL schema (of the
     server's tenant: ``tenant`` is not used then), and ``store.json`` pointing at it (the
@@ -161,6 +164,8 @@ def create_store(
         raise StoreError(f"{directory} exists and is not a directory")
     if is_store(directory):
         raise StoreError(f"{directory} already holds a store")
+    if check_lanes(lanes) != 1 and server is None:
+        raise InvalidInput("an embedded store keeps one audit chain: several need a PostgreSQL store (database_url)")
     if server is None:
         from .sqlite import SqliteStore
 
@@ -181,6 +186,7 @@ def create_store(
         schema=server.schema,
         population_search=population_search,
         tenant=server.tenant,
+        lanes=lanes,
     )
     try:  # the directory only once the server has the store: a refused init leaves nothing
         private_dir(directory)

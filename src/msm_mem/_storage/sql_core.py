@@ -155,6 +155,11 @@ class Dialect(Protocol):
         tenant column, its rows ``tenant``'s, and the keys of schema 3."""
         ...
 
+    def lock_lanes(self, lanes: Sequence[int]) -> None:
+        """Inside :meth:`transaction`: lock the ``meta`` rows of these lanes, in lane order, until
+        it ends (a store of several lanes: :mod:`.lanes`; StoreError where a backend has one)."""
+        ...
+
     def rewrite(self, table: str, sets: Mapping[str, object], tenant: str, record_id: str, patient_id: str) -> None:
         """Inside :meth:`transaction`: give the row ``record_id`` of ``patient_id`` the values
         ``sets`` (column -> value; its ``id`` and ``patient_id`` always among them). Where a row
@@ -181,6 +186,8 @@ class SqlTables:
         #: the tenant whose rows this store reads and writes (every statement names it)
         self.tenant = tenant
         self.codec: FieldCodec = NoCodec()
+        #: the store's patient lanes (:mod:`.lanes`): its audit chains; 1 unless made with more
+        self.lanes = 1
 
     def use_codec(self, codec: FieldCodec) -> None:
         """Set the PHI codec; StoreError unless it is encrypting."""

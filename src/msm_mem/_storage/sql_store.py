@@ -122,6 +122,12 @@ class SqlStore(Store):
     def computed_row_digests(self) -> dict[str, TableDigest]:
         return self._digests.computed_row_digests()
 
+    def lane_digests(self) -> dict[int, dict[str, TableDigest]]:
+        return self._digests.lane_digests()
+
+    def computed_lane_digests(self) -> dict[int, dict[str, TableDigest]]:
+        return self._digests.computed_lane_digests()
+
     # writes ---------------------------------------------------------------------------------
 
     def write(
@@ -258,14 +264,22 @@ class SqlStore(Store):
 
     # audit ------------------------------------------------------------------------------------
 
-    def audit_head(self) -> tuple[int, str]:
-        return self._audit.audit_head()
+    def audit_chains(self) -> int:
+        return self._audit.audit_chains()
 
-    def audit_base(self) -> tuple[int, str]:
-        return self._audit.audit_base()
+    def audit_head(self, chain: int = 0) -> tuple[int, str]:
+        return self._audit.audit_head(chain)
 
-    def iter_audit_batches(self, start_seq: int = 1) -> Iterator[list[tuple[int, bytes, str]]]:
-        return self._audit.iter_audit_batches(start_seq)
+    def audit_base(self, chain: int = 0) -> tuple[int, str]:
+        return self._audit.audit_base(chain)
+
+    def audit_heads(self) -> tuple[tuple[int, str], ...]:
+        return self._audit.audit_heads()
+
+    def iter_audit_batches(
+        self, start_seq: int = 1, chain: int | None = None
+    ) -> Iterator[list[tuple[int, bytes, str]]]:
+        return self._audit.iter_audit_batches(start_seq, chain)
 
     def audit_purge(self, through_seq: int) -> int:
         return self._audit.audit_purge(through_seq)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from .._errors import NotFound
+from .._errors import InvalidInput, NotFound, StoreError
 from .._tier_records import Claim, ConsentRecord, Entity, Relationship, StmItem, StmState
 from . import tier_rows as g
 from .base import AUDIT_PAGE_ROWS
@@ -126,35 +126,59 @@ class SqlTiers:
 
 
 class SqlAudit:
-    """The audit rows: the stored chain's head and base, its pages, and retention's purge."""
+    """The audit rows: the stored chains' heads and bases, their pages, and retention's purge.
+    In a store of several lanes (:mod:`.lanes`) chain ``c`` is the rows whose ``seq % lanes``
+    is ``c``; its base is ``meta``'s ``audit_base:<c>`` (``audit_base`` for chain 0)."""
 
     def __init__(self, tables: SqlTables) -> None:
         self._t = tables
 
-    def audit_base(self) -> tuple[int, str]:
+    def audit_chains(self) -> int:
+        return self._t.lanes
+
+    def _chain(self, chain: int) -> int:
+        if type(chain) is not int or not 0 <= chain < self._t.lanes:
+            raise InvalidInput(f"chain {chain!r} is not one of the store's {self._t.lanes} audit chains")
+        return chain
+
+    def audit_base(self, chain: int = 0) -> tuple[int, str]:
         d = self._t.dialect
+        key = "audit_base" if self._chain(chain) == 0 else f"audit_base:{chain}"
         with d.db():
-            row = d.q("SELECT value FROM meta WHERE tenant = ? AND key = 'audit_base'", (self._t.tenant,)).fetchone()
+            row = d.q("SELECT value FROM meta WHERE tenant = ? AND key = ?", (self._t.tenant, key)).fetchone()
         if row is None:
-            return 0, GENESIS
+            return chain, GENESIS
         seq, digest = str(row[0]).split(":", 1)
         return int(seq), digest
 
-    def audit_head(self) -> tuple[int, str]:
-        d = self._t.dialect
+    def audit_head(self, chain: int = 0) -> tuple[int, str]:
+        d, lanes = self._t.dialect, self._t.lanes
         with d.db():
-            row = d.q(
-                "SELECT seq, event_hash FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1", (self._t.tenant,)
-            ).fetchone()
-            return (int(row[0]), str(row[1])) if row else self.audit_base()
+            if lanes == 1:
+                row = d.q(
+                    "SELECT seq, event_hash FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1", (self._t.tenant,)
+                ).fetchone()
+            else:
+                row = d.q(
+                    "SELECT seq, event_hash FROM audit WHERE tenant = ? AND MOD(seq, ?) = ? ORDER BY seq DESC LIMIT 1",
+                    (self._t.tenant, lanes, self._chain(chain)),
+                ).fetchone()
+            return (int(row[0]), str(row[1])) if row else self.audit_base(chain)
 
-    def iter_audit_batches(self, start_seq: int = 1) -> Iterator[list[tuple[int, bytes, str]]]:
+    def audit_heads(self) -> tuple[tuple[int, str], ...]:
+        with self._t.dialect.db():
+            return tuple(self.audit_head(chain) for chain in range(self._t.lanes))
+
+    def iter_audit_batches(
+        self, start_seq: int = 1, chain: int | None = None
+    ) -> Iterator[list[tuple[int, bytes, str]]]:
         seq = start_seq
-        d = self._t.dialect
+        d, lanes = self._t.dialect, self._t.lanes
+        only = "" if chain is None or lanes == 1 else f" AND MOD(seq, {lanes}) = {self._chain(chain)}"
         while True:
             with d.db():  # held for one page at a time, so a long verification never blocks writers
                 rows: list[tuple[int, bytes, str]] = d.q(
-                    "SELECT seq, payload, event_hash FROM audit WHERE tenant = ? AND seq >= ? ORDER BY seq LIMIT ?",
+                    f"SELECT seq, payload, event_hash FROM audit WHERE tenant = ? AND seq >= ?{only} ORDER BY seq LIMIT ?",
                     (self._t.tenant, seq, AUDIT_PAGE_ROWS),
                 ).fetchall()
             if rows:
@@ -166,6 +190,11 @@ class SqlAudit:
     def audit_purge(self, through_seq: int) -> int:
         """The one way audit rows leave the store: retention (the caller checks the period)."""
         d, t = self._t.dialect, self._t.tenant
+        if self._t.lanes != 1:
+            raise StoreError(
+                f"this store keeps {self._t.lanes} audit chains; a retention purge of a store of several"
+                " chains is not supported yet: nothing was deleted"
+            )
         with d.db():
             row = d.q("SELECT event_hash FROM audit WHERE tenant = ? AND seq = ?", (t, through_seq)).fetchone()
             if row is None:

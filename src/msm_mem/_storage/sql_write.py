@@ -29,6 +29,7 @@ from .base import AuditChainer, VectorKind, WrappedKeyTable
 from .batch import StateChange, WriteBatch
 from .erase import erase_patient
 from .guard import check_batch
+from .lanes import lane_of
 from .row_digest import RowDigest
 from .sql_core import ID_CHUNK, UPSERT_META, CommitLost, SqlTables, insert_sql
 from .sql_rows import SqlRowDigests
@@ -63,8 +64,10 @@ def _marks(n: int) -> str:
 class VectorRows(Protocol):
     """What the write path asks of a store's vector part."""
 
-    def positions(self) -> dict[VectorKind, int]:
-        """The next vector position of each kind (called inside the write transaction)."""
+    def positions(self, lane: int, lanes: int) -> dict[VectorKind, int]:
+        """The next vector position of each kind in ``lane`` of the store's ``lanes`` (called
+        inside the write transaction, with the lane locked; positions of lane ``c`` are
+        ``c``, ``c + lanes``, ...)."""
         ...
 
     def vector_rows(self, kind: VectorKind, rows: list[tuple[Any, ...]]) -> Sequence[Sequence[Any]]:
@@ -203,21 +206,54 @@ class SqlWriter:
             self.schema_version = current
         return len(new)
 
+    def _lanes_of(self, batch: WriteBatch) -> list[int]:
+        """The lanes of every patient ``batch`` names or whose rows it changes (those changed by
+        id read first: a row whose patient changes before the lock fails the write later)."""
+        n = self._t.lanes
+        patients = set(batch.patients)
+        for records in (batch.episodes, batch.visuals, batch.semantic, batch.stm, batch.claims):
+            patients.update(r.patient_id for r in records)
+        for others in (batch.entities, batch.relationships, batch.consents, batch.erase):
+            patients.update(r.patient_id for r in others)
+        patients.update(batch.shred_keys)
+        patients.update(c.new_patient_id for c in batch.changes if c.new_patient_id is not None)
+        by_table: dict[str, list[str]] = {}
+        for c in batch.changes:
+            by_table.setdefault(c.table, []).append(c.record_id)
+        by_table.setdefault("stm", []).extend(c.item_id for c in batch.stm_changes)
+        by_table.setdefault("consents", []).extend(consent_id for consent_id, _ in batch.revocations)
+        for table, ids in by_table.items():
+            unique = list(dict.fromkeys(ids))
+            for start in range(0, len(unique), ID_CHUNK):
+                part = unique[start : start + ID_CHUNK]
+                rows = self._t.dialect.q(
+                    f"SELECT patient_id FROM {table} WHERE tenant = ? AND id IN ({_marks(len(part))})",
+                    (self._t.tenant, *part),
+                ).fetchall()
+                patients.update(str(row[0]) for row in rows)
+        return sorted({lane_of(p, n) for p in patients}) or [0]
+
     def _apply(self, batch: WriteBatch, chain: AuditChainer | None = None) -> list[Moved]:
         # read under the write lock: the key table, the positions and the audit head are what
         # the last commit of any writer left, so concurrent writers cannot collide on them
         self._check_rewrapped(batch)
+        lanes = [0]
+        if self._t.lanes > 1:  # the lanes' locks, in lane order: writers of other lanes go on
+            lanes = self._lanes_of(batch)
+            self._t.dialect.lock_lanes(lanes)
+        home = lanes[0]  # the chain the audit rows join and the positions' lane
         head: int | None = None  # the stored audit head's seq, when read here
         if chain is not None:
-            head_seq, head_hash = self._audit.audit_head()
+            head_seq, head_hash = self._audit.audit_head(home)
             batch.audit, head = chain(head_seq, head_hash), head_seq
-        d = self._digests.begin()
+        d = self._digests.begin(lanes)
         codec, sql, tenant = self._t.codec, self._t.dialect, self._t.tenant
         # (a batch without vectors places none: an audit-only write spares the two reads)
-        pos = self._vectors.positions() if batch.episodes or batch.visuals else {}
+        pos = self._vectors.positions(home, self._t.lanes) if batch.episodes or batch.visuals else {}
+        step = self._t.lanes
         vectors: tuple[tuple[VectorKind, list[tuple[Any, ...]]], ...] = (
-            ("episodic", [r.episode_to_row(e, pos["episodic"] + i, codec) for i, e in enumerate(batch.episodes)]),
-            ("visual", [r.visual_to_row(v, pos["visual"] + i, codec) for i, v in enumerate(batch.visuals)]),
+            ("episodic", [r.episode_to_row(e, pos["episodic"] + i * step, codec) for i, e in enumerate(batch.episodes)]),
+            ("visual", [r.visual_to_row(v, pos["visual"] + i * step, codec) for i, v in enumerate(batch.visuals)]),
         )
         for kind, rows in vectors:
             if rows:
@@ -346,10 +382,13 @@ class SqlWriter:
         if head_seq is None:
             row = sql.q("SELECT seq FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1", (tenant,)).fetchone()
             head_seq = int(row[0]) if row else self._audit.audit_base()[0]
+        step = self._t.lanes
         if audit[0].seq <= head_seq:
             raise IllegalTransition(f"the audit tier is append-only: seq {audit[0].seq} is stored already")
-        if audit[0].seq != head_seq + 1 or any(b.seq != a.seq + 1 for a, b in zip(audit, audit[1:], strict=False)):
-            raise InvalidInput(f"audit rows must continue the chain at seq {head_seq + 1}")
+        if audit[0].seq != head_seq + step or any(
+            b.seq != a.seq + step for a, b in zip(audit, audit[1:], strict=False)
+        ):
+            raise InvalidInput(f"audit rows must continue the chain at seq {head_seq + step}")
         sql.many(insert_sql("audit"), [(x.seq, x.payload, x.event_hash, tenant) for x in audit])
 
     def _insert_versions(

@@ -9,7 +9,9 @@ Stored row format (one row per event; the store keeps exactly these three column
 The payload holds ``seq`` and ``prev_hash`` (the ``event_hash`` of event ``seq - 1``, or
 :data:`~.event.GENESIS` for the first event), so each event commits to the whole history
 before it. Rows are read back ``ORDER BY seq``. :class:`ChainBuilder` makes the rows;
-:mod:`.verify` walks them.
+:mod:`.verify` walks them. A store of ``n`` chains (:mod:`.lanes`) numbers chain ``c`` with
+the seqs ``c + n``, ``c + 2n``, ... (no gaps within a chain): the builder takes that step, and
+the first event of every chain links to :data:`~.event.GENESIS`.
 """
 
 from __future__ import annotations
@@ -25,22 +27,26 @@ __all__ = ["ChainBuilder"]
 
 
 class ChainBuilder:
-    """Builds consecutive events from a known head (``head_seq``, ``head_hash``).
+    """Builds consecutive events from a known head (``head_seq``, ``head_hash``), ``step``
+    seqs apart (1 for a store of one chain).
 
-    A new, empty chain starts at ``(0, GENESIS)``; to continue a stored chain pass its last
-    seq and event_hash. :meth:`next` advances the head as soon as it returns: if storing the
+    A new, empty chain starts at ``(0, GENESIS)`` (chain ``c`` of several: ``(c, GENESIS)``);
+    to continue a stored chain pass its last seq and event_hash. :meth:`next` advances the head as soon as it returns: if storing the
     event fails, rebuild the builder from the stored head.
     """
 
-    def __init__(self, head_seq: int = 0, head_hash: str = GENESIS) -> None:
+    def __init__(self, head_seq: int = 0, head_hash: str = GENESIS, step: int = 1) -> None:
         if type(head_seq) is not int or head_seq < 0:
             raise InvalidInput(f"head_seq {head_seq!r} is not an integer >= 0")
+        if type(step) is not int or step < 1:
+            raise InvalidInput(f"step {step!r} is not an integer >= 1")
         if not isinstance(head_hash, str) or HEX64.fullmatch(head_hash) is None:
             raise InvalidInput("head_hash is not 64 lowercase hex digits")
-        if head_seq == 0 and head_hash != GENESIS:
+        if head_seq < step and head_hash != GENESIS:
             raise InvalidInput("an empty chain's head_hash must be GENESIS")
         self._seq = head_seq
         self._hash = head_hash
+        self._step = step
 
     @property
     def head_seq(self) -> int:
@@ -111,7 +117,7 @@ class ChainBuilder:
             "reason": reason,
             "record_ids": tuple(record_ids) if not isinstance(record_ids, str) else record_ids,
             "role": role,
-            "seq": self._seq + 1,
+            "seq": self._seq + self._step,
             "source_tier": source_tier,
             "target_tier": target_tier,
             "time": float(time) if type(time) is int else time,

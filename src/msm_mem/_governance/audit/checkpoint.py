@@ -7,7 +7,11 @@ per-commit checkpoints also ``"base_hash", "base_size"``: the ``(seq, hash)`` th
 continues from (``(0, GENESIS)`` until a retention purge), so a deleted head with a forged base
 no longer matches; and since row digests also ``"rows"``: ``{table: {"count", "digest"}}``, the
 keyed multiset hash of every governed row at that commit (:mod:`msm_mem._storage.row_digest`),
-so a row changed, deleted or added in the database no longer matches. Someone who can rewrite the
+so a row changed, deleted or added in the database no longer matches; and in a store of several
+audit chains (:mod:`msm_mem._storage.lanes`) ``"chain"`` (which chain ``size`` and ``head_hash``
+are the head of), ``"heads"`` (``[size, hash]`` of every chain as the commit saw them: the root
+the checkpoint signs over every chain head) and ``"lanes"`` (``{lane: rows}``, the row digests
+of the lanes the commit wrote) instead of ``"rows"``. Someone who can rewrite the
 database can recompute a whole hash chain, or cut off its tail, and the chain alone still
 verifies; a checkpoint written elsewhere (an append-only JSONL file here, ideally on other
 storage) exposes both, because its signing key is not in the database.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import math
 import os
@@ -44,17 +49,28 @@ from .event import GENESIS
 from .jcs import MAX_SAFE_INTEGER, canonicalize, loads_strict
 from .verify import VerifyResult
 
-__all__ = ["Checkpoint", "CheckpointLog", "TableRows", "ed25519_verify", "verify_against_checkpoints"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointLog",
+    "LaneRows",
+    "TableRows",
+    "ed25519_verify",
+    "heads_root",
+    "verify_against_checkpoints",
+]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX_SIG = re.compile(r"[0-9a-f]{128}")
 _FIELDS = frozenset({"origin", "size", "head_hash", "time", "signature"})
 _FIELDS_BASE = _FIELDS | {"base_size", "base_hash"}
 _FIELDS_ROWS = _FIELDS_BASE | {"rows"}
+_FIELDS_LANES = _FIELDS_BASE | {"chain", "heads", "lanes"}
 _TABLE = re.compile(r"[a-z_]{1,32}")
 
 #: one governed table's signed digest: (table, row count, 64 hex digits)
 TableRows = tuple[str, int, str]
+#: the signed row digests of one lane: (lane, its tables' digests)
+LaneRows = tuple[int, tuple[TableRows, ...]]
 
 PublicKeyLike = Ed25519PublicKey | bytes
 _log = logging.getLogger("msm_mem")
@@ -86,6 +102,48 @@ def _check_rows(rows: tuple[TableRows, ...]) -> tuple[TableRows, ...]:
     return rows
 
 
+def _lanes_json(lanes: tuple[LaneRows, ...]) -> dict[str, Any]:
+    return {str(lane): _rows_json(rows) for lane, rows in lanes}
+
+
+def _lanes_from_json(value: object) -> tuple[LaneRows, ...]:
+    if type(value) is not dict:
+        raise InvalidInput("checkpoint lanes must be an object of lanes")
+    lanes = []
+    for key, rows in value.items():
+        if not isinstance(key, str) or not key.isdigit() or key != str(int(key)):
+            raise InvalidInput(f"checkpoint lanes: {key!r} is not a lane number")
+        lanes.append((int(key), _rows_from_json(rows)))
+    return tuple(sorted(lanes))
+
+
+def _heads_from_json(value: object) -> tuple[tuple[int, str], ...]:
+    if type(value) is not list or not all(type(h) is list and len(h) == 2 for h in value):
+        raise InvalidInput("checkpoint heads must be a list of [size, hash] pairs")
+    return tuple((h[0], h[1]) for h in value)
+
+
+def _dict(
+    origin: str,
+    size: int,
+    head_hash: str,
+    time: float,
+    base: tuple[int, str] | None,
+    rows: tuple[TableRows, ...] | None,
+    chain: int | None,
+    heads: tuple[tuple[int, str], ...] | None,
+    lanes: tuple[LaneRows, ...] | None,
+) -> dict[str, Any]:
+    d: dict[str, Any] = {"origin": origin, "size": size, "head_hash": head_hash, "time": time}
+    if base is not None:
+        d["base_size"], d["base_hash"] = base
+    if rows is not None:
+        d["rows"] = _rows_json(rows)
+    if chain is not None and heads is not None and lanes is not None:
+        d["chain"], d["heads"], d["lanes"] = chain, [list(h) for h in heads], _lanes_json(lanes)
+    return d
+
+
 def _message(
     origin: str,
     size: int,
@@ -93,13 +151,17 @@ def _message(
     time: float,
     base: tuple[int, str] | None = None,
     rows: tuple[TableRows, ...] | None = None,
+    chain: int | None = None,
+    heads: tuple[tuple[int, str], ...] | None = None,
+    lanes: tuple[LaneRows, ...] | None = None,
 ) -> bytes:
-    d: dict[str, Any] = {"origin": origin, "size": size, "head_hash": head_hash, "time": time}
-    if base is not None:
-        d["base_size"], d["base_hash"] = base
-    if rows is not None:
-        d["rows"] = _rows_json(rows)
-    return canonicalize(d)
+    return canonicalize(_dict(origin, size, head_hash, time, base, rows, chain, heads, lanes))
+
+
+def heads_root(heads: tuple[tuple[int, str], ...]) -> str:
+    """The root of a store's chain heads: sha256 of their canonical JSON ``[[size, hash], ...]``
+    in chain order, as 64 hex digits."""
+    return hashlib.sha256(canonicalize([list(h) for h in heads])).hexdigest()
 
 
 def _check_fields(origin: object, size: object, head_hash: object, time: object) -> None:
@@ -150,8 +212,14 @@ class Checkpoint:
     base_size: int | None = None
     base_hash: str | None = None
     #: the row digests of the commit, ``(table, count, digest)`` sorted by table; None in
-    #: checkpoints signed before row digests (they need a base too)
+    #: checkpoints signed before row digests (they need a base too), and in a store of chains
     rows: tuple[TableRows, ...] | None = None
+    #: in a store of several chains: the chain this checkpoint's ``size``/``head_hash`` is the
+    #: head of, every chain's head ``(size, hash)`` as the commit saw it (its own chain's new
+    #: one), and the row digests of the lanes the commit wrote, sorted by lane; else None
+    chain: int | None = None
+    heads: tuple[tuple[int, str], ...] | None = None
+    lanes: tuple[LaneRows, ...] | None = None
 
     def __post_init__(self) -> None:
         if type(self.time) is int:
@@ -171,6 +239,39 @@ class Checkpoint:
             if not isinstance(self.rows, tuple) or not all(isinstance(r, tuple) and len(r) == 3 for r in self.rows):
                 raise InvalidInput("checkpoint rows must be (table, count, digest) tuples")
             _check_rows(self.rows)
+        if (self.chain, self.heads, self.lanes).count(None) not in (0, 3):
+            raise InvalidInput("a checkpoint of a store of chains has chain, heads and lanes")
+        if self.chain is not None:
+            self._check_chains()
+
+    def _check_chains(self) -> None:
+        heads, lanes = self.heads, self.lanes
+        assert heads is not None and lanes is not None
+        if self.base is None or self.rows is not None:
+            raise InvalidInput("a checkpoint of a store of chains has a base and its rows by lane")
+        if not isinstance(heads, tuple) or not heads or not all(isinstance(h, tuple) and len(h) == 2 for h in heads):
+            raise InvalidInput("checkpoint heads must be (size, hash) pairs, one per chain")
+        n = len(heads)
+        if type(self.chain) is not int or not 0 <= self.chain < n:
+            raise InvalidInput(f"checkpoint chain {self.chain!r} is not one of its {n} chains")
+        for c, (size, digest) in enumerate(heads):
+            if type(size) is not int or not 0 <= size <= MAX_SAFE_INTEGER or size % n != c:
+                raise InvalidInput(f"checkpoint heads: chain {c} size {size!r} is not a seq of that chain")
+            if not isinstance(digest, str) or _HEX64.fullmatch(digest) is None:
+                raise InvalidInput(f"checkpoint heads: chain {c} hash is not 64 lowercase hex digits")
+        if heads[self.chain] != (self.size, self.head_hash):
+            raise InvalidInput("a checkpoint's head is not the head it names for its chain")
+        if not isinstance(lanes, tuple) or [lane for lane, _ in lanes] != sorted({lane for lane, _ in lanes}):
+            raise InvalidInput("checkpoint lanes must be unique and sorted")
+        for lane, rows in lanes:
+            if type(lane) is not int or not 0 <= lane < n:
+                raise InvalidInput(f"checkpoint lanes: {lane!r} is not one of its {n} lanes")
+            _check_rows(rows)
+
+    @property
+    def root(self) -> str | None:
+        """:func:`heads_root` of :attr:`heads` (None in a store of one chain)."""
+        return None if self.heads is None else heads_root(self.heads)
 
     @property
     def base(self) -> tuple[int, str] | None:
@@ -181,7 +282,17 @@ class Checkpoint:
 
     def message(self) -> bytes:
         """The signed bytes: canonical JSON of every field but the signature."""
-        return _message(self.origin, self.size, self.head_hash, self.time, self.base, self.rows)
+        return _message(
+            self.origin,
+            self.size,
+            self.head_hash,
+            self.time,
+            self.base,
+            self.rows,
+            self.chain,
+            self.heads,
+            self.lanes,
+        )
 
     def verify(self, public_key: PublicKeyLike) -> bool:
         """True when the signature verifies under ``public_key``."""
@@ -189,17 +300,18 @@ class Checkpoint:
 
     def to_json(self) -> bytes:
         """Canonical JSON of every field (one log line, without the newline)."""
-        d: dict[str, Any] = {
-            "origin": self.origin,
-            "size": self.size,
-            "head_hash": self.head_hash,
-            "time": self.time,
-            "signature": self.signature,
-        }
-        if self.base is not None:
-            d["base_size"], d["base_hash"] = self.base
-        if self.rows is not None:
-            d["rows"] = _rows_json(self.rows)
+        d = _dict(
+            self.origin,
+            self.size,
+            self.head_hash,
+            self.time,
+            self.base,
+            self.rows,
+            self.chain,
+            self.heads,
+            self.lanes,
+        )
+        d["signature"] = self.signature
         return canonicalize(d)
 
     @classmethod
@@ -209,12 +321,16 @@ class Checkpoint:
         Raises :class:`CanonicalJSONError` for bad JSON, :class:`InvalidInput` for bad fields.
         """
         d = loads_strict(data)
-        if type(d) is not dict or d.keys() not in (_FIELDS, _FIELDS_BASE, _FIELDS_ROWS):
+        if type(d) is not dict or d.keys() not in (_FIELDS, _FIELDS_BASE, _FIELDS_ROWS, _FIELDS_LANES):
             raise InvalidInput(
-                f"a checkpoint needs exactly the fields {sorted(_FIELDS)} (and base_size, base_hash; and rows)"
+                f"a checkpoint needs exactly the fields {sorted(_FIELDS)} (and base_size, base_hash;"
+                " and rows, or chain, heads and lanes)"
             )
         if "rows" in d:
             d["rows"] = _rows_from_json(d["rows"])
+        if "lanes" in d:
+            d["lanes"] = _lanes_from_json(d["lanes"])
+            d["heads"] = _heads_from_json(d["heads"])
         return cls(**d)
 
 
@@ -305,7 +421,7 @@ class CheckpointLog:
         that fails (OSError, a full disk) leaves the file as it was.
         """
         with self.locked():
-            same = [c for c in self.all() if c.origin == checkpoint.origin]
+            same = [c for c in self.all() if (c.origin, c.chain) == (checkpoint.origin, checkpoint.chain)]
             last = same[-1] if same else None
             if last is not None:
                 if checkpoint.size < last.size:

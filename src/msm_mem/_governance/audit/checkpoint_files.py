@@ -50,6 +50,17 @@ class CheckpointPlace:
         witness is never behind an acknowledged write, so one that is was rolled back."""
         return None if self.witness is None else self.witness.with_suffix(".head")
 
+    def head_of(self, chain: int) -> Path:
+        """:attr:`head` of audit chain ``chain`` of a store of several (``.<chain>.head``; chain
+        0's is :attr:`head`)."""
+        return self.head if chain == 0 else self.log.with_suffix(f".{chain}.head")
+
+    def witness_head_of(self, chain: int) -> Path | None:
+        """:attr:`witness_head` of audit chain ``chain`` (as :meth:`head_of`)."""
+        if self.witness is None or chain == 0:
+            return self.witness_head
+        return self.witness.with_suffix(f".{chain}.head")
+
 
 @functools.lru_cache(maxsize=4)
 def _line(checkpoint: Checkpoint) -> bytes:

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from ..._errors import CheckpointKeyMissing, InvalidInput, StoreError
-from .checkpoint import Checkpoint, TableRows, _check_fields, _fsync_dir, _message, ed25519_verify
+from .checkpoint import Checkpoint, LaneRows, TableRows, _check_fields, _fsync_dir, _message, ed25519_verify
 
 __all__ = ["CheckpointSigner", "SigningKey"]
 
@@ -145,18 +145,25 @@ class CheckpointSigner:
         time: float,
         base: tuple[int, str] | None = None,
         rows: tuple[TableRows, ...] | None = None,
+        *,
+        chain: int | None = None,
+        heads: tuple[tuple[int, str], ...] | None = None,
+        lanes: tuple[LaneRows, ...] | None = None,
     ) -> Checkpoint:
         """:meth:`sign`, also signing the chain's ``base`` ``(seq, hash)`` and the row digests
-        ``rows`` (``(table, count, digest)`` sorted by table; they need a base) when given."""
+        ``rows`` (``(table, count, digest)`` sorted by table; they need a base) when given; in a
+        store of several chains ``chain``, ``heads`` and ``lanes`` instead of ``rows`` (see
+        :class:`~.checkpoint.Checkpoint`)."""
         _check_fields(origin, size, head_hash, time)
         if base is not None:
             _check_fields(origin, base[0], base[1], time)
-        if rows is not None and base is None:
+        if (rows is not None or lanes is not None) and base is None:
             raise InvalidInput("row digests are signed with the chain's base")
-        signature = self._key.sign(_message(origin, size, head_hash, float(time), base, rows))
+        message = _message(origin, size, head_hash, float(time), base, rows, chain, heads, lanes)
+        signature = self._key.sign(message).hex()
         if base is None:
-            return Checkpoint(origin, size, head_hash, float(time), signature.hex())
-        return Checkpoint(origin, size, head_hash, float(time), signature.hex(), base[0], base[1], rows)
+            return Checkpoint(origin, size, head_hash, float(time), signature)
+        return Checkpoint(origin, size, head_hash, float(time), signature, base[0], base[1], rows, chain, heads, lanes)
 
     def row_key(self, tenant: str) -> bytes:
         """The key of the store's row digests: HKDF-SHA256 (salt ``msm-mem rows v1``, info the

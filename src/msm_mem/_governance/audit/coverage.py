@@ -47,13 +47,17 @@ def check_coverage(
     base: tuple[int, str],
     *,
     origin: str,
+    step: int = 1,
 ) -> VerifyResult:
     """Check a chain of ``chain = (size, head hash)`` continuing from ``base = (seq, hash)``
     against the checkpoints ``lines`` (``(where, checkpoint)``: log and witness lines) and the
     signed ``head_file``; ``hashes[n]`` is the stored event_hash of event ``n`` for every size
-    the checkpoints name that the chain holds. Call after the hash walk accepted the rows."""
+    the checkpoints name that the chain holds. Call after the hash walk accepted the rows.
+    ``step``: the store's number of chains; the lines and head file are then this chain's
+    (its seqs ``step`` apart, its empty base ``(chain, GENESIS)``)."""
     size, head = chain
     base_seq = base[0]
+    empty = (base_seq % step, GENESIS)
     ours = sorted(
         ((c.size, where, c) for where, c in lines if c.origin == origin and c.size > base_seq), key=lambda t: t[0]
     )
@@ -67,16 +71,17 @@ def check_coverage(
         if not c.verify(public_key):
             return _fail(None, f"{where}: the checkpoint of size {at} has a bad signature (forged or damaged)")
         if at > size:
-            return _fail(size + 1, f"{where} signed {at} events; the store holds {size} (tail truncated)")
+            return _fail(size + step, f"{where} signed {at} events; the store holds {size} (tail truncated)")
         return _fail(
-            matched + 1, f"{where}: events {matched + 1}..{at} differ from the signed checkpoint (edited and rehashed)"
+            matched + step,
+            f"{where}: events {matched + step}..{at} differ from the signed checkpoint (edited and rehashed)",
         )
     covering = top
     if head_file is not None and head_file.origin == origin and (head_file.size, head_file.head_hash) == chain:
         if head_file.verify(public_key):
             covering = head_file
     if size > base_seq and (covering is None or covering.size < size):
-        first = (covering.size if covering is not None else base_seq) + 1
+        first = (covering.size if covering is not None else base_seq) + step
         if head_file is None and all(c.base is None for _, _, c in ours):
             why = (
                 "written before per-commit checkpoints (an older store): a checkpoint by an admin or auditor signs them"
@@ -87,10 +92,12 @@ def check_coverage(
     if covering is not None and not covering.verify(public_key):
         return _fail(None, f"the checkpoint of size {covering.size} covering the head has a bad signature")
     signed = covering.base if covering is not None else None
-    if base != (0, GENESIS) or (signed is not None and signed != base):
+    if base != empty or (signed is not None and signed != base):
         if signed is None:
-            return _fail(1, f"the stored chain starts after event {base_seq} but no checkpoint signs that base")
+            return _fail(
+                empty[0] + step, f"the stored chain starts after event {base_seq} but no checkpoint signs that base"
+            )
         if signed != base:
-            first = min(signed[0], base_seq) + 1
+            first = min(signed[0], base_seq) + step
             return _fail(first, f"the stored base (event {base_seq}) is not the signed one (event {signed[0]})")
     return VerifyResult(True, size, head, None, "")

@@ -19,7 +19,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..._errors import AuditChainBroken, CanonicalJSONError, InvalidInput
@@ -179,6 +179,9 @@ class AuditSpec:
     patient: str = ""
     consent_id: str = ""
     reason: str = ""
+    #: the patient's id, never chained or stored: it picks the lane whose chain the event joins
+    #: in a store of several lanes (:mod:`msm_mem._storage.lanes`)
+    lane_key: str = field(default="", repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ as one that is ahead of it (the store rolled back or truncated). Verification on
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import logging
 import secrets
@@ -43,8 +44,9 @@ from ..._tier_records import AuditRow
 from ..crypto import EnvelopeCipher
 from ..deid import find_identifiers
 from .chain import ChainBuilder
-from .checkpoint import Checkpoint, CheckpointLog
+from .checkpoint import Checkpoint, CheckpointLog, heads_root
 from .checkpoint_files import CheckpointPlace, publish, read_head, read_tail, write_head
+from .chains import check_lane_rows, check_roots, walk_chains
 from .checkpoint_signer import CheckpointSigner
 from .coverage import check_coverage
 from .erasure import DOMAIN as ERASURE_DOMAIN
@@ -94,7 +96,9 @@ class AuditLog:
         self._pseudonym_lock = threading.RLock()  # apart: a read's pseudonym never waits for a write
         self._pseudonyms: dict[str, str] = {}
         self._head: tuple[int, str] | None = None  # chain head after our last write
-        self._signed: tuple[int, str] | None = None  # the last head this object saw signed
+        self._signed: dict[int, tuple[int, str]] = {}  # by chain: the last head this object saw signed
+        #: the store's audit chains (patient lanes, ``msm_mem._storage.lanes``): 1 unless made with more
+        self.chains = store.audit_chains()
 
     # pseudonyms ----------------------------------------------------------------------------
 
@@ -168,6 +172,7 @@ class AuditLog:
             patient=self.pseudonym(patient),
             consent_id=consent_id,
             reason=reason,
+            lane_key=patient,
         )
 
     def write(self, batch: WriteBatch, specs: Sequence[AuditSpec]) -> tuple[int, str] | None:
@@ -178,6 +183,8 @@ class AuditLog:
         write lock, so concurrent writers (threads, handles or processes) never fork the chain
         nor collide on a sequence number; a failed write leaves the head where the store has it.
         """
+        if self.chains > 1:
+            batch.patients.extend(spec.lane_key for spec in specs)
         return self.commit(lambda chain, sign: self.store.write(batch, chain, before_commit=sign), specs)
 
     def commit(
@@ -192,7 +199,9 @@ class AuditLog:
         returns ``(seq, event_hash)`` of the last of them (None for no events).
         ``adopt`` signs the new head even if no checkpoint signed the one it continues (a store
         upgrade, once its chain was checked: :mod:`msm_mem._governance.upgrade`)."""
-        with self._lock:
+        # with several chains the store's lane locks order the writers of each chain: writers
+        # of other lanes, in this process too, go on
+        with self._lock if self.chains == 1 else contextlib.nullcontext():
             heads: list[tuple[int, str]] = []
             started: list[tuple[int, str]] = []
             builders: list[ChainBuilder] = []
@@ -200,7 +209,7 @@ class AuditLog:
             def chain(seq: int, prev: str) -> list[AuditRow]:
                 # called inside the write transaction, under the store's write lock: the head
                 # another process may have moved is read there, so sequence numbers never collide
-                builder = ChainBuilder(seq, prev)
+                builder = ChainBuilder(seq, prev, self.chains)
                 rows = [AuditRow(*builder.next_row_of(spec)) for spec in specs]
                 started[:], builders[:] = [(seq, prev)], [builder]
                 heads[:] = [(builder.head_seq, builder.head_hash)]
@@ -229,28 +238,41 @@ class AuditLog:
     ) -> None:
         """Inside the write transaction, before it commits: the chain continued from ``head``
         must be signed (unless adopted); sign the new head and make it durable in the head file."""
+        c = builder.head_seq % self.chains
         if not adopt:
-            self._require_signed(head)
-        base = self.store.audit_base()
-        cp = self.signer.sign_head(
-            self.origin, builder.head_seq, builder.head_hash, self.clock.now(), base, signed_rows(self.store)
-        )
-        write_head(self.place.head, cp)
-        if self.place.witness_head is not None:
-            write_head(self.place.witness_head, cp)
+            self._require_signed(head, c)
+        base = self.store.audit_base(c)
+        now = self.clock.now()
+        if self.chains == 1:
+            cp = self.signer.sign_head(
+                self.origin, builder.head_seq, builder.head_hash, now, base, signed_rows(self.store)
+            )
+        else:
+            lanes = tuple(
+                (lane, tuple((t, d.count, d.digest) for t, d in sorted(digests.items())))
+                for lane, digests in sorted(self.store.lane_digests().items())
+            )
+            heads = self.store.audit_heads()
+            cp = self.signer.sign_head(
+                self.origin, builder.head_seq, builder.head_hash, now, base, chain=c, heads=heads, lanes=lanes
+            )
+        write_head(self.place.head_of(c), cp)
+        witness_head = self.place.witness_head_of(c)
+        if witness_head is not None:
+            write_head(witness_head, cp)
         out.append(cp)
 
-    def _require_signed(self, head: tuple[int, str]) -> None:
+    def _require_signed(self, head: tuple[int, str], c: int = 0) -> None:
         """Refuse to sign over events no checkpoint covers (they were not written through here).
 
         A head signed in the head file but missing from the log (its writer was killed after
         the commit) is copied into the log first, since the head file is about to be replaced.
         """
-        if head == self._signed or head == (0, GENESIS):
+        if head == self._signed.get(c) or head == (c, GENESIS):
             return
-        if head == self.store.audit_base():  # everything before the head was purged by a signed write
+        if head == self.store.audit_base(c):  # everything before the head was purged by a signed write
             return
-        pending = read_head(self.place.head)
+        pending = read_head(self.place.head_of(c))
         if pending is not None and self._covers(pending, head):
             for place in (self.place.log, self.place.witness):
                 if place is None:
@@ -260,13 +282,15 @@ class AuditLog:
                     # raises (the write fails, nothing stored) rather than replace the only
                     # signed record of the stored head when the log cannot take it (a full disk)
                     publish(place, pending)
-            self._signed = head
+            self._signed[c] = head
             return
         tail = read_tail(self.place.log)
+        if self.chains > 1:  # the log's last line may be another chain's: its last of this chain
+            tail = next((cp for cp in reversed(CheckpointLog(self.place.log).all()) if cp.chain == c), None)
         if tail is not None and self._covers(tail, head):
-            self._signed = head
+            self._signed[c] = head
             return
-        first = tail.size + 1 if tail is not None and tail.size < head[0] else 1
+        first = tail.size + self.chains if tail is not None and tail.size < head[0] else c + self.chains
         raise AuditChainBroken(
             f"events up to {head[0]} are covered by no signed checkpoint: verify the audit tier"
             " (an admin's or auditor's checkpoint signs the head of a store made before per-commit checkpoints)",
@@ -285,9 +309,9 @@ class AuditLog:
             if self.place.witness is not None:
                 publish(self.place.witness, cp)
         except OSError:
-            self._signed = None
+            self._signed.pop(cp.chain or 0, None)
             return
-        self._signed = (cp.size, cp.head_hash)
+        self._signed[cp.chain or 0] = (cp.size, cp.head_hash)
 
     def checkpoint(self) -> tuple[int, str]:
         """Sign the current head and append it to the log and the witness; returns (size, hash).
@@ -295,14 +319,34 @@ class AuditLog:
         Every commit signs its head already; this signs a head that nothing signed, such as
         that of a store made before per-commit checkpoints (audited by the caller)."""
         with self._lock:
+            if self.chains > 1:
+                return self._checkpoint_chains()
             size, head = self.store.audit_head()
             rows = signed_rows(self.store)
             cp = self.signer.sign_head(self.origin, size, head, self.clock.now(), self.store.audit_base(), rows)
             publish(self.place.log, cp)
             if self.place.witness is not None:
                 publish(self.place.witness, cp)
-            self._signed = (size, head)
+            self._signed[0] = (size, head)
             return size, head
+
+    def _checkpoint_chains(self) -> tuple[int, str]:
+        """:meth:`checkpoint` of a store of several chains: each chain that holds events signed
+        with every chain's head (no row digests: the commits sign those); returns the newest
+        seq and :func:`~.checkpoint.heads_root` of the heads."""
+        heads = self.store.audit_heads()
+        for c, (size, head) in enumerate(heads):
+            if size == c:
+                continue  # an empty chain
+            base = self.store.audit_base(c)
+            cp = self.signer.sign_head(
+                self.origin, size, head, self.clock.now(), base, chain=c, heads=heads, lanes=()
+            )
+            publish(self.place.log, cp)
+            if self.place.witness is not None:
+                publish(self.place.witness, cp)
+            self._signed[c] = (size, head)
+        return max(size for size, _ in heads), heads_root(heads)
 
     # verification --------------------------------------------------------------------------
 
@@ -338,7 +382,10 @@ class AuditLog:
         A full verification of a long chain checks the rows in worker processes that hold no
         key (:mod:`.parallel`; same result): ``processes`` None for one per core (from
         200,000 events and 3 cores), 1 for one process, N for N workers. Hash-only
-        verification runs in one process."""
+        verification runs in one process. A store of several chains walks each apart, side by
+        side (:mod:`.chains`; ``processes`` then applies to each walk, default 1)."""
+        if self.chains > 1:
+            return self._verify_chains(full, processes)
         base_seq, base_hash = self.store.audit_base()
         stored_head = self.store.audit_head()
         lines, problem = self._checkpoint_lines(stored_head[0] == base_seq)
@@ -385,20 +432,51 @@ class AuditLog:
         result = check_rows(self.store, covering(lines, head_file, key, chain, self.origin), result)
         return check_links(scan, self.store, self.cipher, result) if result.ok else result
 
+    def _verify_chains(self, full: bool, processes: int | None) -> VerifyResult:
+        """:meth:`verify` of a store of several chains (see :mod:`.chains`)."""
+        n = self.chains
+        heads = self.store.audit_heads()
+        lines, problem = self._checkpoint_lines(all(size == c for c, (size, _) in enumerate(heads)))
+        if problem:
+            return VerifyResult(False, 0, GENESIS, None, problem)
+        head_files = {c: read_head(self.place.head_of(c)) for c in range(n)}
+        key = self.signer.public_key
+        walks = walk_chains(self.store, lines, head_files, key, self.origin, full=full, processes=processes)
+        for walk in walks:
+            if not walk.result.ok:
+                return walk.result
+            mine = [(w, cp) for w, cp in lines if cp.chain == walk.chain]
+            current = self._check_current(mine, head_files[walk.chain], walk.head, walk.result, walk.chain)
+            if not current.ok:
+                return replace(current, reason=f"chain {walk.chain}: {current.reason}")
+        checkpoints = [cp for _, cp in lines] + [h for h in head_files.values() if h is not None]
+        result = check_roots(walks, checkpoints, key)
+        if not result.ok or not full:
+            return result
+        result = check_lane_rows(self.store, checkpoints, key, self.origin, result)
+        if not result.ok:
+            return result
+        scan = LinkScan()
+        for walk in walks:
+            scan.named |= walk.links.named
+            scan.erased |= walk.links.erased
+        return check_links(scan, self.store, self.cipher, result)
+
     def _check_current(
         self,
         lines: Sequence[tuple[str, Checkpoint]],
         head_file: Checkpoint | None,
         chain: tuple[int, str],
         result: VerifyResult,
+        c: int = 0,
     ) -> VerifyResult:
         """With a witness, both places must sign the stored head ``chain`` (a line, or the
         head file each gets before every commit, so neither lags an acknowledged write): the
         store's own checkpoints (else they were rolled back or replaced by older copies while
         the witness still covers the store) and the witness (else it is behind the store).
         Without one, the coverage check has judged the log already."""
-        witness_head = self.place.witness_head
-        if witness_head is None or chain[0] == self.store.audit_base()[0]:
+        witness_head = self.place.witness_head_of(c)
+        if witness_head is None or chain[0] == self.store.audit_base(c)[0]:
             return result
         places = (
             (
@@ -415,12 +493,13 @@ class AuditLog:
             ),
         )
         for where, pending, name, why in places:
-            heads = [c for w, c in lines if w == where] + ([pending] if pending is not None else [])
-            if any(self._covers(c, chain) for c in heads):
+            heads = [cp for w, cp in lines if w == where] + ([pending] if pending is not None else [])
+            if any(self._covers(cp, chain) for cp in heads):
                 continue
-            newest = max((c.size for c in heads if c.origin == self.origin), default=0)
+            newest = max((cp.size for cp in heads if cp.origin == self.origin), default=c)
             reason = f"{name} sign {newest} events, the store holds {chain[0]}: {why}"
-            return VerifyResult(False, result.count, result.head_hash, newest + 1, f"seq {newest + 1}: {reason}")
+            first = newest + self.chains
+            return VerifyResult(False, result.count, result.head_hash, first, f"seq {first}: {reason}")
         return result
 
     def sign_receipt(self, receipt: ErasureReceipt) -> ErasureReceipt:

@@ -63,7 +63,13 @@ def default_processes() -> int:
 
 
 def verify_full(
-    batches: Iterable[Sequence[Row]], *, start_seq: int, start_prev: str, events: int, processes: int | None
+    batches: Iterable[Sequence[Row]],
+    *,
+    start_seq: int,
+    start_prev: str,
+    events: int,
+    processes: int | None,
+    step: int = 1,
 ) -> VerifyResult:
     """Full verification of the ``events`` rows of ``batches``, in one process or with workers.
 
@@ -80,9 +86,9 @@ def verify_full(
         workers, wanted = processes, processes > 1
     if wanted:
         return verify_chain_parallel(
-            batches, start_seq=start_seq, start_prev=start_prev, processes=workers, chunk_rows=CHUNK_ROWS
+            batches, start_seq=start_seq, start_prev=start_prev, processes=workers, chunk_rows=CHUNK_ROWS, step=step
         )
-    return verify_chain_in_batches(batches, start_seq=start_seq, start_prev=start_prev)
+    return verify_chain_in_batches(batches, start_seq=start_seq, start_prev=start_prev, step=step)
 
 
 def _drop_secrets() -> None:
@@ -117,10 +123,11 @@ def _chunks(batches: Iterable[Sequence[Row]], size: int) -> Iterator[list[Row]]:
 class _Walk:
     """The parent's side: the seq and hash the chunks accepted so far end with."""
 
-    def __init__(self, start_seq: int, start_prev: str) -> None:
+    def __init__(self, start_seq: int, start_prev: str, step: int) -> None:
         self.start_seq = start_seq
         self.seq = start_seq
         self.head = start_prev
+        self.step = step
 
     def settle(self, rows: list[Row], outcome: tuple[int, str, str] | None) -> VerifyResult | None:
         """Accept the next chunk from the worker's ``outcome``, or verify it here; a failure
@@ -128,19 +135,19 @@ class _Walk:
         if outcome is not None:
             accepted, first_link, last = outcome
             if accepted == len(rows) and first_link == self.head:
-                self.seq += accepted
+                self.seq += accepted * self.step
                 self.head = last
                 return None
-        result = verify_chain_in_batches((rows,), start_seq=self.seq, start_prev=self.head)
+        result = verify_chain_in_batches((rows,), start_seq=self.seq, start_prev=self.head, step=self.step)
         if not result.ok:
-            done = self.seq - self.start_seq
+            done = (self.seq - self.start_seq) // self.step
             return VerifyResult(False, done + result.count, result.head_hash, result.first_bad_seq, result.reason)
-        self.seq += result.count
+        self.seq += result.count * self.step
         self.head = result.head_hash
         return None
 
     def result(self) -> VerifyResult:
-        return VerifyResult(True, self.seq - self.start_seq, self.head, None, "")
+        return VerifyResult(True, (self.seq - self.start_seq) // self.step, self.head, None, "")
 
 
 def verify_chain_parallel(
@@ -150,20 +157,21 @@ def verify_chain_parallel(
     start_prev: str,
     processes: int,
     chunk_rows: int = CHUNK_ROWS,
+    step: int = 1,
 ) -> VerifyResult:
     """:func:`~.verify.verify_chain_in_batches` of ``batches`` with ``processes`` workers:
     the same result, first bad seq and reason included (see the module docstring)."""
-    check_start(start_seq, start_prev)
-    walk = _Walk(start_seq, start_prev)
+    check_start(start_seq, start_prev, step)
+    walk = _Walk(start_seq, start_prev, step)
     pending: collections.deque[_Chunk] = collections.deque()
     pool = _pool(processes)
     try:
         for chunk in _chunks(batches, chunk_rows):
-            start = walk.seq + sum(len(rows) for _, rows, _ in pending)
+            start = walk.seq + step * sum(len(rows) for _, rows, _ in pending)
             future = None
             if pool is not None:
                 try:
-                    future = pool.submit(scan_chunk, start, chunk)
+                    future = pool.submit(scan_chunk, start, chunk, step)
                 except (BrokenProcessPool, RuntimeError) as exc:
                     _give_up(pool, pending, exc)
                     pool = None

@@ -61,8 +61,8 @@ def _canonical_time(text: str) -> bool:
     return number_text(value) == text
 
 
-def scan(rows: Sequence[Row], at: int, seq: int, prev: str | None) -> tuple[int, str, str]:
-    """Walk ``rows[at:]`` from slot ``seq`` while each row passes the fast path of every check of
+def scan(rows: Sequence[Row], at: int, seq: int, prev: str | None, step: int = 1) -> tuple[int, str, str]:
+    """Walk ``rows[at:]`` from slot ``seq`` (the next slots ``step`` apart) while each row passes the fast path of every check of
     full verification: seq column, hash, canonical payload, payload seq and link.
 
     ``prev`` is the hash the first row must link to; None takes the first row's own link as
@@ -97,12 +97,12 @@ def scan(rows: Sequence[Row], at: int, seq: int, prev: str | None) -> tuple[int,
         if i == at:
             first = link
         head = digest
-        seq += 1
+        seq += step
         i += 1
     return i - at, first, head if head is not None else ""
 
 
-def scan_chunk(start_seq: int, rows: Sequence[Row]) -> tuple[int, str, str]:
+def scan_chunk(start_seq: int, rows: Sequence[Row], step: int = 1) -> tuple[int, str, str]:
     """A worker's task: :func:`scan` of a whole chunk of rows from slot ``start_seq``, its first
     link taken as given (the parent checks it against the chunk before)."""
-    return scan(rows, 0, start_seq, None)
+    return scan(rows, 0, start_seq, None, step)

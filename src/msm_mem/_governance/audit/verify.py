@@ -20,6 +20,10 @@ k+1 (the copy sits in slot k+1); swapped events k and k+1 name k. An inserted ev
 seq of its slot, or, if it was forged with valid hashes and links (a fork of the chain), the
 slot after it. Neither verifier can see a truncated tail or a consistently recomputed chain:
 that is what the signed checkpoints of :mod:`.checkpoint` are for.
+
+**Steps.** A store with several audit chains (one per patient lane, :mod:`.lanes`) numbers
+chain ``c`` of ``n`` with the seqs ``c + n``, ``c + 2n``, ...: every walk takes a ``step``
+(``n``; 1 for a store of one chain), and slot ``i`` then expects seq ``start_seq + i * step``.
 """
 
 from __future__ import annotations
@@ -70,10 +74,13 @@ class VerifyResult:
             raise AuditChainBroken(self.reason, seq=self.first_bad_seq)
 
 
-def check_start(start_seq: int, start_prev: str) -> None:
-    """Refuse a walk that does not start at a seq >= 1 after a 64-hex-digit hash."""
+def check_start(start_seq: int, start_prev: str, step: int = 1) -> None:
+    """Refuse a walk that does not start at a seq >= 1 after a 64-hex-digit hash, or whose
+    step is not an integer >= 1."""
     if type(start_seq) is not int or start_seq < 1:
         raise InvalidInput(f"start_seq {start_seq!r} is not an integer >= 1")
+    if type(step) is not int or step < 1:
+        raise InvalidInput(f"step {step!r} is not an integer >= 1")
     if not isinstance(start_prev, str) or HEX64.fullmatch(start_prev) is None:
         raise InvalidInput("start_prev is not 64 lowercase hex digits")
 
@@ -82,12 +89,14 @@ def _bad(count: int, head: str, seq: int, reason: str) -> VerifyResult:
     return VerifyResult(False, count, head, seq, f"seq {seq}: {reason}")
 
 
-def _bad_at(start_seq: int, seq: int, head: str, reason: str) -> VerifyResult:
+def _bad_at(start_seq: int, seq: int, head: str, reason: str, step: int = 1) -> VerifyResult:
     """:func:`_bad` for a walk from ``start_seq`` that accepted every event before ``seq``."""
-    return _bad(seq - start_seq, head, seq, reason)
+    return _bad((seq - start_seq) // step, head, seq, reason)
 
 
-def verify_hashes_only(rows: Iterable[Row], *, start_seq: int = 1, start_prev: str = GENESIS) -> VerifyResult:
+def verify_hashes_only(
+    rows: Iterable[Row], *, start_seq: int = 1, start_prev: str = GENESIS, step: int = 1
+) -> VerifyResult:
     """Check seq column, payload hash and links of ``rows`` without parsing JSON.
 
     ``rows`` are ``(seq, payload, event_hash)`` in ``seq`` order, starting at ``start_seq``
@@ -98,11 +107,11 @@ def verify_hashes_only(rows: Iterable[Row], *, start_seq: int = 1, start_prev: s
     that was hashed after its predecessor, whose seq is the slot's. Use :func:`verify_chain`
     to also prove schema, every seq field and canonical form.
     """
-    return verify_hashes_in_batches((rows,), start_seq=start_seq, start_prev=start_prev)
+    return verify_hashes_in_batches((rows,), start_seq=start_seq, start_prev=start_prev, step=step)
 
 
 def verify_hashes_in_batches(
-    batches: Iterable[Iterable[Row]], *, start_seq: int = 1, start_prev: str = GENESIS
+    batches: Iterable[Iterable[Row]], *, start_seq: int = 1, start_prev: str = GENESIS, step: int = 1
 ) -> VerifyResult:
     """:func:`verify_hashes_only` of the rows of ``batches`` taken one after the other.
 
@@ -111,7 +120,7 @@ def verify_hashes_in_batches(
     them. Same checks, same result and same ``first_bad_seq`` as :func:`verify_hashes_only`
     over the concatenated rows.
     """
-    check_start(start_seq, start_prev)
+    check_start(start_seq, start_prev, step)
     sha256 = hashlib.sha256
     needle = _PREV_NEEDLE
     expected = start_seq
@@ -121,33 +130,35 @@ def verify_hashes_in_batches(
         for seq, payload, stored in rows:
             if type(payload) is not bytes:
                 if payload is None:
-                    return _bad_at(start_seq, expected, head, "payload is missing")
+                    return _bad_at(start_seq, expected, head, "payload is missing", step)
                 payload = bytes(payload)
             if seq != expected or type(seq) is not int:
-                return _bad_at(start_seq, expected, head, f"slot holds seq column {seq!r}")
+                return _bad_at(start_seq, expected, head, f"slot holds seq column {seq!r}", step)
             digest = sha256(payload).hexdigest()
             if digest != stored:
-                return _bad_at(start_seq, expected, head, "payload does not match its event_hash")
+                return _bad_at(start_seq, expected, head, "payload does not match its event_hash", step)
             at = payload.find(needle)
             if at < 0 or not payload.startswith(prev, at + 14):
-                return _bad_at(start_seq, expected, head, "prev_hash does not link to the previous event")
+                return _bad_at(start_seq, expected, head, "prev_hash does not link to the previous event", step)
             if expected == start_seq and b',"seq":%d,' % expected not in payload:
                 # The base of the induction in the docstring: the first payload's own seq.
-                return _bad_at(start_seq, expected, head, "payload seq disagrees with the seq column")
+                return _bad_at(start_seq, expected, head, "payload seq disagrees with the seq column", step)
             head = digest
             prev = (digest + '"').encode("ascii")
-            expected += 1
-    return VerifyResult(True, expected - start_seq, head, None, "")
+            expected += step
+    return VerifyResult(True, (expected - start_seq) // step, head, None, "")
 
 
-def verify_chain(rows: Iterable[Row], *, start_seq: int = 1, start_prev: str = GENESIS) -> VerifyResult:
+def verify_chain(
+    rows: Iterable[Row], *, start_seq: int = 1, start_prev: str = GENESIS, step: int = 1
+) -> VerifyResult:
     """Fully verify ``rows`` (``(seq, payload, event_hash)`` in ``seq`` order).
 
     Every check of :func:`verify_hashes_only`, plus: each payload parses as strict JSON, has
     exactly :data:`PAYLOAD_FIELDS` with valid types, its ``seq`` and ``prev_hash`` fields
     continue the chain, and it equals its own canonical form byte for byte.
     """
-    return verify_chain_in_batches(_pages(rows), start_seq=start_seq, start_prev=start_prev)
+    return verify_chain_in_batches(_pages(rows), start_seq=start_seq, start_prev=start_prev, step=step)
 
 
 def _pages(rows: Iterable[Row]) -> Iterator[list[Row]]:
@@ -157,7 +168,7 @@ def _pages(rows: Iterable[Row]) -> Iterator[list[Row]]:
 
 
 def verify_chain_in_batches(
-    batches: Iterable[Sequence[Row]], *, start_seq: int = 1, start_prev: str = GENESIS
+    batches: Iterable[Sequence[Row]], *, start_seq: int = 1, start_prev: str = GENESIS, step: int = 1
 ) -> VerifyResult:
     """:func:`verify_chain` of the rows of ``batches`` taken one after the other (pages of a store).
 
@@ -165,23 +176,23 @@ def verify_chain_in_batches(
     parsing and serialising again); a row it does not accept gets the full check, which accepts
     it or names the reason, so the result is the full check's.
     """
-    check_start(start_seq, start_prev)
+    check_start(start_seq, start_prev, step)
     expected = start_seq
     head = start_prev
     for rows in batches:
         at, end = 0, len(rows)
         while at < end:
-            accepted, _, head = scan(rows, at, expected, head)
+            accepted, _, head = scan(rows, at, expected, head, step)
             at += accepted
-            expected += accepted
+            expected += accepted * step
             if at < end:
                 problem, digest = row_problem(rows[at], expected, head)
                 if problem is not None:
-                    return _bad_at(start_seq, expected, head, problem)
+                    return _bad_at(start_seq, expected, head, problem, step)
                 head = digest
                 at += 1
-                expected += 1
-    return VerifyResult(True, expected - start_seq, head, None, "")
+                expected += step
+    return VerifyResult(True, (expected - start_seq) // step, head, None, "")
 
 
 def row_problem(row: Row, expected: int, head: str) -> tuple[str | None, str]:

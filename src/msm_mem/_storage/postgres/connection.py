@@ -93,6 +93,8 @@ class PgDialect:
         self._on_write = on_write
         #: the tables whose rows cannot change patient in place (``citus.patient_distributed``)
         self.moves: frozenset[str] = frozenset()
+        #: the store's patient lanes (``lanes.py``): above 1, writers lock their lanes' rows
+        self.lanes = 1
 
     @contextmanager
     def db(self) -> Iterator[psycopg.Connection[Any]]:
@@ -190,7 +192,20 @@ class PgDialect:
         lock in a store of schema 1 or 2 (upgrading)."""
         if self.legacy:
             return "LOCK TABLE episodic, visual, semantic IN EXCLUSIVE MODE", ()
+        if self.lanes > 1:  # each write then locks its lanes' rows (lock_lanes)
+            return "SELECT 1 FROM meta WHERE tenant = %s AND key = 'schema' FOR SHARE", (self.tenant,)
         return "SELECT 1 FROM meta WHERE tenant = %s AND key = 'schema' FOR UPDATE", (self.tenant,)
+
+    def lock_lanes(self, lanes: Sequence[int]) -> None:
+        """Lock the lanes' ``meta`` rows (``lane:<n>``) in lane order: writers of other lanes go on."""
+        keys = [f"lane:{lane}" for lane in sorted(lanes)]
+        marks = ", ".join("?" * len(keys))
+        found = self.q(
+            f"SELECT key FROM meta WHERE tenant = ? AND key IN ({marks}) ORDER BY length(key), key FOR UPDATE",
+            (self.tenant, *keys),
+        ).fetchall()
+        if len(found) != len(keys):
+            raise StoreError(f"meta lacks the lock rows of lanes {sorted(lanes)}: the store is damaged")
 
     def writer_turn(self) -> AbstractContextManager[object]:
         """Nothing: writers queue on the server's lock (:meth:`_write_lock`)."""

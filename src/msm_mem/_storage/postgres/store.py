@@ -65,6 +65,7 @@ from ..._tier_records import AuditRow
 from ..base import VectorKind, check_needle
 from ..batch import ERASED_TABLES, WriteBatch
 from ..codec import FieldCodec
+from ..lanes import check_lanes
 from ..sql_core import SqlTables, insert_sql
 from ..sql_rows import initial_meta, schema_problem
 from ..sql_store import SqlStore
@@ -132,7 +133,9 @@ class PostgresStore(SqlStore):
             on_write=lambda: self._ahead.forget(),
         )
         self._sql.moves = patient_distributed(conn)
+        self._sql.lanes = check_lanes(int(meta.get("lanes", "1")))
         tables = SqlTables(self._sql, tenant)
+        tables.lanes = self._sql.lanes
         if codec is not None:
             tables.use_codec(codec)
         self._keys = PgKeyTable(self._sql.db, tenant)
@@ -167,10 +170,12 @@ class PostgresStore(SqlStore):
         schema: str = "msm_mem",
         population_search: PopulationSearch = "exact",
         tenant: str = DEFAULT_TENANT,
+        lanes: int = 1,
     ) -> PostgresStore:
         """Create a new store of ``tenant`` in ``schema`` (created if absent, which needs CREATE
         on the database; an existing schema needs only CREATE on it; its tables too, unless
-        other tenants' stores have made them).
+        other tenants' stores have made them). ``lanes`` (1 to 256) cuts its patients into that
+        many lanes (``lanes.py``), each with its own write lock and audit chain.
 
         Installs the pgvector extension when the database lacks it (that needs the privilege
         to create extensions). Raises :class:`StoreError` when the schema already holds a
@@ -179,6 +184,7 @@ class PostgresStore(SqlStore):
         or to :meth:`use_codec`.
         """
         check_tenant(tenant)
+        check_lanes(lanes)
         if not isinstance(dim, int) or dim < 1:
             raise InvalidInput(f"dim must be a positive integer, got {dim!r}")
         conn = connect(dsn)
@@ -201,7 +207,9 @@ class PostgresStore(SqlStore):
                     if is_citus(conn):  # a Citus coordinator: the tables are distributed at once
                         distribute(conn)
                 rows = [("format", FORMAT), ("schema", SCHEMA_VERSION), ("dim", str(dim)), ("encoder", encoder)]
-                rows += [("store_id", uuid.uuid4().hex), *initial_meta()]
+                rows += [("store_id", uuid.uuid4().hex), *initial_meta(lanes)]
+                if lanes > 1:
+                    rows += [("lanes", str(lanes)), *((f"lane:{lane}", "") for lane in range(lanes))]
                 conn.cursor().executemany(to_pyformat(insert_sql("meta")), [(*row, tenant) for row in rows])
             store = cls(conn, schema, codec, population_search, tenant)
             store._sql.dsn = dsn
@@ -305,4 +313,4 @@ class PostgresStore(SqlStore):
         """As the store contract says, the rows selected by the server (audit_naming.py)."""
         check_needle(needle)
         first = max(start_seq, self.audit_base()[0] + 1)
-        return rows_naming(self._sql.db, self.tenant, needle, first, self.audit_head()[0])
+        return rows_naming(self._sql.db, self.tenant, needle, first, max(seq for seq, _ in self.audit_heads()))

@@ -258,6 +258,12 @@ class SqliteDialect:
             self._rollback()
             raise
 
+
+    def lock_lanes(self, lanes: Sequence[int]) -> None:
+        """A SQLite store has one lane, which its writer lock covers."""
+        if list(lanes) != [0]:
+            raise StoreError("a SQLite store has one lane")
+
     @contextmanager
     def writer_turn(self) -> Iterator[None]:
         """Writers queue here (a thread lock, then ``flock`` on ``DIR/writer.lock``) before they

@@ -198,9 +198,11 @@ class FaissVectors:
         count, digest = str(row[0]).split(":", 1)
         return int(count), bytes.fromhex(digest)
 
-    def positions(self) -> dict[VectorKind, int]:
+    def positions(self, lane: int = 0, lanes: int = 1) -> dict[VectorKind, int]:
         """The next vector position of each kind (inside the write transaction): the rows every
-        writer has committed, which the indexes must have followed."""
+        writer has committed, which the indexes must have followed. A SQLite store has one lane."""
+        if lanes != 1:
+            raise StoreError("a SQLite store has one lane")
         if self._on_side():  # audit rows alone: no vector is placed
             return dict(self._next)
         stored = {

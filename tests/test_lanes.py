@@ -1,0 +1,209 @@
+"""A PostgreSQL store of several patient lanes (``init(audit_chains=N)``): a chain, a lock and
+row digests per lane; writers of different lanes in parallel; every chain verified, and any
+chain's truncation, rewrite or row change detected (a real server the tests start)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from msm_mem import InvalidInput, StoreError
+from msm_mem._api.mem import MsmMem
+from msm_mem._governance.audit.event import AuditSpec
+from msm_mem._storage.base import AuditChainer
+from msm_mem._storage.batch import WriteBatch
+from msm_mem._storage.lanes import lane_of
+from msm_mem.testing import FixedBackbone, FixedClock
+from tests.helpers import ADMIN, AGENT, png
+from tests.layers import Layers, open_layers
+
+pytestmark = pytest.mark.postgres
+
+ANSWER = "Right lower lobe consolidation, new since prior"
+LANES = 4
+
+
+def _patients(n: int) -> list[str]:
+    """One patient of each of the ``n`` lanes."""
+    found: dict[int, str] = {}
+    i = 0
+    while len(found) < n:
+        found.setdefault(lane_of(f"P{i}", n), f"P{i}")
+        i += 1
+    return [found[lane] for lane in range(n)]
+
+
+@pytest.fixture
+def laned(tmp_path: Path, postgres_url: str, pg_schema: str) -> Path:
+    """A store of four lanes with one study of a patient of each lane written back."""
+    directory = tmp_path / "m"
+    with MsmMem.init(
+        directory,
+        ADMIN,
+        database_url=postgres_url,
+        schema=pg_schema,
+        clock=FixedClock(1.7e9),
+        backbone=FixedBackbone(ANSWER, "treat"),
+        audit_chains=LANES,
+    ) as mem:
+        for i, patient in enumerate(_patients(LANES)):
+            reply = mem.ask(AGENT, patient, png(tmp_path, i), "What is the impression?", study_id="S1")
+            assert reply.gate is not None and reply.gate.written
+    return directory
+
+
+def _open(directory: Path) -> MsmMem:
+    return MsmMem.open(directory, clock=FixedClock(1.7e9 + 60), backbone=FixedBackbone(ANSWER, "treat"))
+
+
+def test_every_lane_has_its_chain_and_the_store_verifies(laned: Path, postgres_url: str, pg_schema: str) -> None:
+    """Each lane's events form a chain of seqs c + 4k; the whole store verifies, fully and by hashes."""
+    with _open(laned) as mem:
+        assert mem.verify_audit(ADMIN).ok and mem.verify_audit(ADMIN, full=False).ok
+    with psycopg.connect(postgres_url) as conn:
+        seqs = [r[0] for r in conn.execute(sql.SQL("SELECT seq FROM {}.audit").format(sql.Identifier(pg_schema)))]
+    assert {seq % LANES for seq in seqs} == set(range(LANES))
+    for c in range(LANES):
+        mine = sorted(s for s in seqs if s % LANES == c)
+        assert mine == list(range(c + LANES, c + LANES * (len(mine) + 1), LANES))
+
+
+def _read_spec(layers: Layers, patient: str) -> AuditSpec:
+    return layers.audit.spec(
+        actor="rad-1",
+        role="clinician",
+        action="read",
+        source_tier="ltm",
+        target_tier="stm",
+        purpose="treatment",
+        record_ids=["E-1"],
+        patient=patient,
+    )
+
+
+def test_a_writer_of_another_lane_goes_on_while_one_holds_its_lane(laned: Path) -> None:
+    """While a write of a lane-0 patient holds its transaction open, a write of a lane-1 patient
+    (another handle) commits, and a second write of lane 0 waits for the first to commit."""
+    first_lane, other_lane = _patients(LANES)[0], _patients(LANES)[1]
+    same_lane = next(f"Q{i}" for i in range(1000) if lane_of(f"Q{i}", LANES) == 0)
+    entered, release, done = threading.Event(), threading.Event(), threading.Event()
+    with open_layers(laned) as one, open_layers(laned) as two, open_layers(laned) as three:
+        spec = _read_spec(one, first_lane)
+
+        def hold() -> None:
+            def apply(chain: AuditChainer, sign: Callable[[], None]) -> None:
+                def before() -> None:
+                    sign()
+                    entered.set()
+                    release.wait(30)
+
+                one.handle.write(WriteBatch(patients=[first_lane]), chain, before_commit=before)
+
+            one.audit.commit(apply, [spec])
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert entered.wait(30)
+        other = threading.Thread(target=lambda: two.audit.write(WriteBatch(), [_read_spec(two, other_lane)]))
+        other.start()
+        other.join(10)
+        assert not other.is_alive()  # lane 1 is free: it committed while lane 0 is held
+
+        def queued() -> None:
+            three.audit.write(WriteBatch(), [_read_spec(three, same_lane)])
+            done.set()
+
+        waiter = threading.Thread(target=queued)
+        waiter.start()
+        assert not done.wait(1.0)  # lane 0 is held
+        release.set()
+        holder.join(30)
+        waiter.join(30)
+        assert done.is_set()
+    with _open(laned) as mem:
+        assert mem.verify_audit(ADMIN).ok
+
+
+def _sql(url: str, schema: str, statement: str, *args: object) -> list[tuple[object, ...]]:
+    with psycopg.connect(url) as conn:
+        cur = conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)), args)
+        return cur.fetchall() if cur.description else []
+
+
+def test_truncating_one_chain_is_detected(laned: Path, postgres_url: str, pg_schema: str) -> None:
+    """Deleting the last event of one chain fails verification, naming that chain and its first missing seq."""
+    with _open(laned) as mem:
+        assert mem.verify_audit(ADMIN).ok
+    (last,) = _sql(postgres_url, pg_schema, "SELECT max(seq) FROM {schema}.audit WHERE MOD(seq, 4) = 2")[0]
+    _sql(postgres_url, pg_schema, "DELETE FROM {schema}.audit WHERE seq = %s", last)
+    with _open(laned) as mem:
+        result = mem.verify_audit(ADMIN)
+    assert not result.ok and "chain 2" in result.reason and result.first_bad_seq == last
+
+
+def test_a_rewritten_event_of_one_chain_is_detected(laned: Path, postgres_url: str, pg_schema: str) -> None:
+    """An event edited in one chain (its hash recomputed) fails verification at that seq."""
+    (seq, payload) = _sql(postgres_url, pg_schema, "SELECT seq, payload FROM {schema}.audit WHERE MOD(seq, 4) = 3 ORDER BY seq LIMIT 1")[0]
+    forged = bytes(payload).replace(b'"success"', b'"failure"', 1)  # type: ignore[arg-type]
+    assert forged != bytes(payload)  # type: ignore[arg-type]
+    _sql(
+        postgres_url,
+        pg_schema,
+        "UPDATE {schema}.audit SET payload = %s, event_hash = encode(sha256(%s), 'hex') WHERE seq = %s",
+        forged,
+        forged,
+        seq,
+    )
+    with _open(laned) as mem:
+        result = mem.verify_audit(ADMIN)
+    assert not result.ok and "chain 3" in result.reason
+
+
+def test_a_row_changed_in_one_lane_is_detected(laned: Path, postgres_url: str, pg_schema: str) -> None:
+    """A governed row's state changed in the database fails full verification, naming its lane."""
+    patient = _patients(LANES)[1]
+    _sql(postgres_url, pg_schema, "UPDATE {schema}.episodic SET confidence = 0.01 WHERE patient_id = %s", patient)
+    with _open(laned) as mem:
+        assert mem.verify_audit(ADMIN, full=False).ok
+        result = mem.verify_audit(ADMIN)
+    assert not result.ok and "lane 1" in result.reason and "episodic" in result.reason
+
+
+def test_a_missing_head_file_of_one_chain_with_its_lines_gone_is_detected(laned: Path) -> None:
+    """The signed head of chain 2 deleted with its log lines leaves chain 2's events uncovered."""
+    from msm_mem._governance.audit.checkpoint import Checkpoint
+
+    log = laned / "audit" / "checkpoints.jsonl"
+    keep = [line for line in log.read_bytes().splitlines() if Checkpoint.from_json(line).chain != 2]
+    log.write_bytes(b"".join(line + b"\n" for line in keep))
+    (laned / "audit" / "checkpoints.2.head").unlink()
+    with _open(laned) as mem:
+        result = mem.verify_audit(ADMIN)
+    assert not result.ok and "chain 2" in result.reason
+
+
+def test_an_embedded_store_has_one_chain(tmp_path: Path) -> None:
+    """audit_chains above 1 without a database is refused, and nothing is made."""
+    with pytest.raises(InvalidInput, match="one audit chain"):
+        MsmMem.init(tmp_path / "m", ADMIN, audit_chains=4)
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("chains", [0, 257, "4"])
+def test_a_bad_number_of_chains_is_refused(tmp_path: Path, postgres_url: str, pg_schema: str, chains: object) -> None:
+    """audit_chains outside 1..256 (or not an integer) is refused before anything is made."""
+    with pytest.raises(InvalidInput, match="audit chains"):
+        MsmMem.init(tmp_path / "m", ADMIN, database_url=postgres_url, schema=pg_schema, audit_chains=chains)  # type: ignore[arg-type]
+
+
+def test_a_purge_of_a_store_of_chains_is_refused_and_deletes_nothing(laned: Path, postgres_url: str, pg_schema: str) -> None:
+    """A retention purge of a store of several chains is refused with a reason; every event stays."""
+    before = _sql(postgres_url, pg_schema, "SELECT count(*) FROM {schema}.audit")[0][0]
+    with open_layers(laned) as layers, pytest.raises(StoreError, match="several"):
+        layers.handle.audit_purge(LANES + 1)
+    assert _sql(postgres_url, pg_schema, "SELECT count(*) FROM {schema}.audit")[0][0] == before
