@@ -227,6 +227,12 @@ def cluster() -> Any:
     return citus_cluster()
 
 
+#: the `citus` backend's governed stores keep this many patient lanes (audit chains): the
+#: cluster suites run the lanes' write path, the layout a hospital spread over workers takes.
+#: Its bare stores (the store contract, which writes raw audit rows of one chain) keep one.
+CLUSTER_LANES = 4
+
+
 def _citus_factory(tmp_path: Path) -> StoreFactory:
     from msm_mem._storage.postgres import PostgresStore
 
@@ -358,10 +364,7 @@ def new_mem(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemFacto
     made: list[MsmMem] = []
 
     def make(name: str = "store", **options: Any) -> MsmMem:
-        if request.param in _SERVER_URL:
-            options.setdefault("database_url", _SERVER_URL[request.param]())
-            options.setdefault("schema", f"t{_SESSION}_{uuid.uuid4().hex[:12]}")
-        mem = MsmMem.init(tmp_path / name, ADMIN, **options)
+        mem = MsmMem.init(tmp_path / name, ADMIN, **mem_options(request.param, **options))
         made.append(mem)
         return mem
 
@@ -392,6 +395,8 @@ def mem_options(backend: str, **options: Any) -> dict[str, Any]:
     if backend in _SERVER_URL:
         options.setdefault("database_url", _SERVER_URL[backend]())
         options.setdefault("schema", f"t{_SESSION}_{uuid.uuid4().hex[:12]}")
+    if backend == "citus":
+        options.setdefault("audit_chains", CLUSTER_LANES)
     return options
 
 

@@ -27,7 +27,7 @@ def test_fast_path_accepts_every_canonical_event(many: list[dict[str, Any]]) -> 
     path alone, so a stored chain never needs the slow check."""
     builder = ChainBuilder()
     rows = [builder.next_row(**f) for f in many]
-    assert scan(rows, 0, 1, GENESIS) == (len(rows), GENESIS, rows[-1][2])
+    assert scan(rows, 0, 1, GENESIS) == (len(rows), GENESIS, rows[-1][2], len(rows) + 1)
     assert verify_chain(rows) == verify_row_by_row(rows) == VerifyResult(True, len(rows), rows[-1][2], None, "")
 
 
@@ -74,7 +74,7 @@ def test_scan_accepts_exactly_the_canonical_payload(d: dict[str, Any], data: st.
     seq, prev = d["seq"], d["prev_hash"]
     payload = canonical_payload(d)
     row = rehashed(seq, payload)
-    assert scan([row], 0, seq, prev) == ((1, prev, row[2]) if seq < 10**15 else (0, "", prev))
+    assert scan([row], 0, seq, prev) == ((1, prev, row[2], seq + 1) if seq < 10**15 else (0, "", prev, seq))
     if data.draw(st.booleans()):  # an escape where a string's text begins
         a = b = data.draw(st.sampled_from([m.end() for m in re.finditer(rb'(?<=[:\[,])"', payload)]))
         noise = data.draw(_ESCAPES)

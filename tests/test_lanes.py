@@ -62,15 +62,15 @@ def _open(directory: Path) -> MsmMem:
 
 
 def test_every_lane_has_its_chain_and_the_store_verifies(laned: Path, postgres_url: str, pg_schema: str) -> None:
-    """Each lane's events form a chain of seqs c + 4k; the whole store verifies, fully and by hashes."""
+    """Each lane's events take seqs of its residue modulo 4, close above the seqs before them;
+    the whole store verifies, fully and by hashes."""
     with _open(laned) as mem:
         assert mem.verify_audit(ADMIN).ok and mem.verify_audit(ADMIN, full=False).ok
     with psycopg.connect(postgres_url) as conn:
         seqs = [r[0] for r in conn.execute(sql.SQL("SELECT seq FROM {}.audit").format(sql.Identifier(pg_schema)))]
-    assert {seq % LANES for seq in seqs} == set(range(LANES))
-    for c in range(LANES):
-        mine = sorted(s for s in seqs if s % LANES == c)
-        assert mine == list(range(c + LANES, c + LANES * (len(mine) + 1), LANES))
+    assert {seq % LANES for seq in seqs} == set(range(LANES)) and len(set(seqs)) == len(seqs)
+    # each write took the first seq of its chain above every stored one: gaps of under 4 a write
+    assert max(seqs) < LANES * len(seqs)
 
 
 def _read_spec(layers: Layers, patient: str) -> AuditSpec:

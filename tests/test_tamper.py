@@ -37,7 +37,9 @@ QUESTION = "Is the right lower lobe opacity changing?"
 def _store(tmp_path: Path, new_mem: MemFactory, **options: Any) -> tuple[MsmMem, int]:
     """A store with three answered turns (no explicit checkpoint); returns it and its head seq.
     ``options`` are those of ``MsmMem.init`` where the key and the checkpoints are."""
-    mem = new_mem("s", clock=FixedClock(T0), backbone=FixedBackbone("Stable opacity", "follow up"), **options)
+    # one audit chain: these are the seqs of one chain (a store of several: tests/test_lanes.py)
+    fixed = {"clock": FixedClock(T0), "backbone": FixedBackbone("Stable opacity", "follow up"), "audit_chains": 1}
+    mem = new_mem("s", **fixed, **options)
     for seed in (1, 2, 3):
         mem.ask(AGENT, PATIENT, png(tmp_path, seed), QUESTION, study_id=f"ACC-{seed}")
     return mem, _head(mem, **options)[0]

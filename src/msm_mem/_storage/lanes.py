@@ -5,10 +5,11 @@ A store made with ``n`` lanes (``n`` audit chains; 1 by default, and always 1 fo
 gives each lane its own write lock (a ``meta`` row), its own audit chain and its own row
 digests. A patient's lane is :func:`lane_of` its id, fixed for the store's life; a write locks
 the lanes of every patient it touches, in lane order, and appends its audit events to the
-chain of the lowest of them. Chain ``c`` holds the seqs ``c + n``, ``c + 2n``, ... (no gaps
-within a chain), so a seq names one event of the store and :func:`chain_of` its chain; with
-one lane the seqs are 1, 2, 3, ... as ever. Vector positions follow the same rule, so writers
-of different lanes never pick the same one. The audit layer signs at each commit the new head
+chain of the lowest of them. Chain ``c`` holds seqs of the residue ``c`` modulo ``n``: a
+write's first event takes the first such seq above every seq stored, so writers of different
+lanes never pick the same seq, seqs follow the order of writing across chains, a seq names one
+event of the store and :func:`chain_of` its chain; with one lane the seqs are 1, 2, 3, ... as
+ever. Vector positions follow the same rule. The audit layer signs at each commit the new head
 of the commit's chain, every other chain's head as the commit saw it (a root over every
 chain head) and the row digests of the lanes it wrote; verification walks the chains apart,
 in parallel.

@@ -165,6 +165,14 @@ class SqlAudit:
                 ).fetchone()
             return (int(row[0]), str(row[1])) if row else self.audit_base(chain)
 
+    def audit_last(self) -> int:
+        """The highest seq stored in any chain (a base's, where the chain holds none)."""
+        d = self._t.dialect
+        with d.db():
+            row = d.q("SELECT seq FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1", (self._t.tenant,)).fetchone()
+        last = int(row[0]) if row else 0
+        return max(last, *(self.audit_base(chain)[0] for chain in range(self._t.lanes)))
+
     def audit_heads(self) -> tuple[tuple[int, str], ...]:
         with self._t.dialect.db():
             return tuple(self.audit_head(chain) for chain in range(self._t.lanes))

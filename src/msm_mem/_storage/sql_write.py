@@ -66,8 +66,8 @@ class VectorRows(Protocol):
 
     def positions(self, lane: int, lanes: int) -> dict[VectorKind, int]:
         """The next vector position of each kind in ``lane`` of the store's ``lanes`` (called
-        inside the write transaction, with the lane locked; positions of lane ``c`` are
-        ``c``, ``c + lanes``, ...)."""
+        inside the write transaction, with the lane locked; a batch's rows take it and the
+        positions ``lanes`` apart after it: see ``lanes.py``)."""
         ...
 
     def vector_rows(self, kind: VectorKind, rows: list[tuple[Any, ...]]) -> Sequence[Sequence[Any]]:
@@ -216,6 +216,8 @@ class SqlWriter:
         for others in (batch.entities, batch.relationships, batch.consents, batch.erase):
             patients.update(r.patient_id for r in others)
         patients.update(batch.shred_keys)
+        if batch.erase:  # an erased episode or visual stays as an empty row without a patient
+            patients.add("")
         patients.update(c.new_patient_id for c in batch.changes if c.new_patient_id is not None)
         by_table: dict[str, list[str]] = {}
         for c in batch.changes:
@@ -245,7 +247,11 @@ class SqlWriter:
         head: int | None = None  # the stored audit head's seq, when read here
         if chain is not None:
             head_seq, head_hash = self._audit.audit_head(home)
-            batch.audit, head = chain(head_seq, head_hash), head_seq
+            if self._t.lanes == 1:
+                batch.audit = chain(head_seq, head_hash)
+            else:  # the first seqs of the chain's residue above every seq stored
+                batch.audit = chain(head_seq, head_hash, self._audit.audit_last())
+            head = head_seq
         d = self._digests.begin(lanes)
         codec, sql, tenant = self._t.codec, self._t.dialect, self._t.tenant
         # (a batch without vectors places none: an audit-only write spares the two reads)
@@ -385,10 +391,9 @@ class SqlWriter:
         step = self._t.lanes
         if audit[0].seq <= head_seq:
             raise IllegalTransition(f"the audit tier is append-only: seq {audit[0].seq} is stored already")
-        if audit[0].seq != head_seq + step or any(
-            b.seq != a.seq + step for a, b in zip(audit, audit[1:], strict=False)
-        ):
-            raise InvalidInput(f"audit rows must continue the chain at seq {head_seq + step}")
+        starts = audit[0].seq == head_seq + 1 if step == 1 else (audit[0].seq - head_seq) % step == 0
+        if not starts or any(b.seq != a.seq + step for a, b in zip(audit, audit[1:], strict=False)):
+            raise InvalidInput(f"audit rows must continue the chain after seq {head_seq}, {step} apart")
         sql.many(insert_sql("audit"), [(x.seq, x.payload, x.event_hash, tenant) for x in audit])
 
     def _insert_versions(

@@ -14,6 +14,7 @@ One module per concept; each imports only modules above it in this list::
     checkpoint_files   where checkpoints live: the log, the signed head file, the witness
     coverage           whether the stored chain is the one the signed checkpoints describe
     row_check          whether the governed rows are the ones the signed row digests describe
+    chains             the verification of a store of several chains (one per patient lane)
     log                AuditLog: pseudonyms, appending with a signed head at every commit, verification
     group_commit       the audit-only events of concurrent reads in one transaction
     fhir_resource      one event as a FHIR R5 AuditEvent resource (IHE BALP)

@@ -10,8 +10,10 @@ The payload holds ``seq`` and ``prev_hash`` (the ``event_hash`` of event ``seq -
 :data:`~.event.GENESIS` for the first event), so each event commits to the whole history
 before it. Rows are read back ``ORDER BY seq``. :class:`ChainBuilder` makes the rows;
 :mod:`.verify` walks them. A store of ``n`` chains (:mod:`.lanes`) numbers chain ``c`` with
-the seqs ``c + n``, ``c + 2n``, ... (no gaps within a chain): the builder takes that step, and
-the first event of every chain links to :data:`~.event.GENESIS`.
+seqs of the residue ``c`` modulo ``n``: each write's first event takes the first such seq
+above every seq stored (``after``), so seqs follow the order of writing across the chains,
+and the events of one write follow one another ``n`` apart. The first event of every chain
+links to :data:`~.event.GENESIS`.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class ChainBuilder:
     event fails, rebuild the builder from the stored head.
     """
 
-    def __init__(self, head_seq: int = 0, head_hash: str = GENESIS, step: int = 1) -> None:
+    def __init__(self, head_seq: int = 0, head_hash: str = GENESIS, step: int = 1, after: int = 0) -> None:
         if type(head_seq) is not int or head_seq < 0:
             raise InvalidInput(f"head_seq {head_seq!r} is not an integer >= 0")
         if type(step) is not int or step < 1:
@@ -44,6 +46,10 @@ class ChainBuilder:
             raise InvalidInput("head_hash is not 64 lowercase hex digits")
         if head_seq < step and head_hash != GENESIS:
             raise InvalidInput("an empty chain's head_hash must be GENESIS")
+        if type(after) is not int or after < 0:
+            raise InvalidInput(f"after {after!r} is not an integer >= 0")
+        if after > head_seq:  # the first event takes the first seq of its residue above ``after``
+            head_seq = after - (after - head_seq) % step
         self._seq = head_seq
         self._hash = head_hash
         self._step = step

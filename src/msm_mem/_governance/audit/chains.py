@@ -2,7 +2,7 @@
 :mod:`msm_mem._storage.lanes`): each chain walked apart, the walks side by side, then every
 signed root of chain heads and each lane's row digests checked against what they walked.
 
-Chain ``c`` of ``n`` holds the seqs ``c + n``, ``c + 2n``, ...; every commit signs a checkpoint
+Chain ``c`` of ``n`` holds seqs of the residue ``c`` modulo ``n``; every commit signs a checkpoint
 of its chain's new head that also carries every chain's head as the commit saw it (the root)
 and the row digests of the lanes it wrote (:class:`~.checkpoint.Checkpoint` ``chain``,
 ``heads``, ``lanes``). Verification:
@@ -35,6 +35,7 @@ from .checkpoint import Checkpoint, PublicKeyLike, heads_root
 from .coverage import check_coverage
 from .event import GENESIS, Row
 from .links import LinkScan
+from .row_check import what_differs
 from .parallel import default_processes, verify_full
 from .verify import VerifyResult, verify_hashes_in_batches
 
@@ -74,16 +75,19 @@ def _walk(
     sizes = sorted(named)
     seen: dict[int, str] = {}
     links = LinkScan()
+    last = [base[0]]
 
     def batches() -> Iterator[list[Row]]:
         for rows in store.iter_audit_batches(base[0] + n, chain=c):
+            last[0] = rows[-1][0]
             if full:
                 for row in rows:
                     links.add(bytes(row[1]))
-            first, last = rows[0][0], rows[-1][0]
-            for size in sizes[bisect.bisect_left(sizes, first) : bisect.bisect_right(sizes, last)]:
-                at = (size - first) // n
-                if (size - first) % n == 0 and at < len(rows) and rows[at][0] == size:
+            at = 0
+            for size in sizes[bisect.bisect_left(sizes, rows[0][0]) : bisect.bisect_right(sizes, rows[-1][0])]:
+                while at < len(rows) and rows[at][0] < size:  # seqs ascend, with gaps
+                    at += 1
+                if at < len(rows) and rows[at][0] == size:
                     seen[size] = rows[at][2]
             yield rows
 
@@ -93,7 +97,7 @@ def _walk(
         result = verify_full(batches(), events=events, processes=processes, **start)  # type: ignore[arg-type]
     else:
         result = verify_hashes_in_batches(batches(), **start)  # type: ignore[arg-type]
-    head = (base[0] + result.count * n, result.head_hash)
+    head = (last[0] if result.count else base[0], result.head_hash)
     if result.ok:
         chain_file = head_file if head_file is not None and head_file.chain == c else None
         result = check_coverage(lines, chain_file, key, seen, head, base, origin=origin, step=n)
@@ -158,8 +162,7 @@ def _differs(signed: Mapping[str, tuple[int, str]], got: Mapping[str, TableDiges
         if want is None or have is None:
             bad.append(f"{table}: not in the {'checkpoint' if want is None else 'store'}")
         elif (have.count, have.digest) != want:
-            change = "deleted" if have.count < want[0] else "inserted" if have.count > want[0] else "changed"
-            bad.append(f"{table}: {want[0]} rows signed, {have.count} stored (rows {change})")
+            bad.append(f"{table}: {what_differs(want[0], have.count)}")
     return bad
 
 
@@ -181,6 +184,7 @@ def check_lane_rows(
         carrying = [cp for cp in checkpoints if cp.origin == origin and cp.lanes and cp.heads and len(cp.heads) == n]
         carrying = [cp for cp in carrying if lane in dict(cp.lanes or ())]
         newest = max(carrying, key=lambda cp: sum(size for size, _ in cp.heads or ()), default=None)
+        at = newest.size if newest is not None else 0
         if newest is None:
             signed = {t: (0, "0" * 64) for t in rows[lane]}
         elif not newest.verify(key):
@@ -191,8 +195,8 @@ def check_lane_rows(
         bad = _differs(signed, rows[lane])
         if bad:
             reason = (
-                f"lane {lane}: governed rows differ from the digests its last commit signed (changed in the database,"
-                f" not through msm-mem): {'; '.join(bad)}"
+                f"lane {lane}: governed rows differ from the digests signed at event {at} (changed in the database,"
+                f" not through msm-mem; the digest names the table, not the row): {'; '.join(bad)}"
             )
             return VerifyResult(False, result.count, result.head_hash, None, reason)
         edited = sorted(t for t, d in stored[lane].items() if t in rows[lane] and d != rows[lane][t])

@@ -21,31 +21,36 @@ from typing import Any
 
 from ..._errors import AuditChainBroken, InvalidInput
 from ..._storage.base import Store
+from .checkpoint import heads_root
 from .event import GENESIS, AuditEvent
 from .fhir_resource import CHAIN_EXTENSION, to_fhir
-from .verify import VerifyResult, verify_chain
+from .verify import VerifyResult, fits, row_problem, verify_chain
 
 __all__ = ["CHAIN_EXTENSION", "export_fhir", "iter_fhir", "to_fhir", "verify_fhir"]
 
 
 def iter_fhir(store: Store) -> Iterator[dict[str, Any]]:
-    """Yield the AuditEvent resource of every stored event, in seq order.
+    """Yield the AuditEvent resource of every stored event, in seq order (a store of several
+    chains: theirs interleaved in seq order, each checked against its own chain).
 
     Each row's hash, schema and canonical form and each seq/prev_hash link are checked on
     the way (raising :class:`AuditChainBroken` naming the first bad seq), so a chain broken
     in the database is never exported. Signed checkpoints are not checked here: use
     ``AuditLog.verify`` for those (the CLI does, before exporting).
     """
-    base_seq, prev = store.audit_base()
-    expected = base_seq + 1
-    for row in store.iter_audit(expected):
-        if row.seq != expected:
-            raise AuditChainBroken(f"seq {expected}: slot holds seq {row.seq}", seq=expected)
+    n = store.audit_chains()
+    bases = [store.audit_base(c) for c in range(n)]
+    prev = [h for _, h in bases]
+    expected = [seq + (1 if n == 1 else n) for seq, _ in bases]
+    for row in store.iter_audit(min(expected)):
+        c = row.seq % n
+        if not fits(row.seq, expected[c], n):
+            raise AuditChainBroken(f"seq {expected[c]}: slot holds seq {row.seq}", seq=expected[c])
         event = AuditEvent.from_row(row.seq, row.payload, row.event_hash)
-        if event.prev_hash != prev:
-            raise AuditChainBroken(f"seq {expected}: prev_hash does not link to the previous event", seq=expected)
+        if event.prev_hash != prev[c]:
+            raise AuditChainBroken(f"seq {row.seq}: prev_hash does not link to the previous event", seq=row.seq)
         yield to_fhir(event)
-        prev, expected = event.event_hash, expected + 1
+        prev[c], expected[c] = event.event_hash, row.seq + (1 if n == 1 else n)
 
 
 def _line(resource: dict[str, Any]) -> bytes:
@@ -116,7 +121,7 @@ def _mismatch(event: AuditEvent, resource: Any) -> str:
 
 
 def verify_fhir(
-    path: str | os.PathLike[str], *, start_seq: int | None = None, start_prev: str | None = None
+    path: str | os.PathLike[str], *, start_seq: int | None = None, start_prev: str | None = None, chains: int = 1
 ) -> VerifyResult:
     """Re-verify the audit chain from an NDJSON export alone.
 
@@ -126,8 +131,12 @@ def verify_fhir(
     disagree with what was hashed. The chain starts at ``start_seq``/``start_prev`` (default:
     the seq and prev_hash of the first line, for exports of purged stores); anchor the result
     by comparing ``head_hash`` with a signed checkpoint. ``first_bad_seq`` names the first slot
-    that fails; a malformed line names the slot it occupies.
+    that fails; a malformed line names the slot it occupies. The export of a store of ``chains``
+    audit chains is verified chain by chain (:func:`_verify_chains`; its start is each chain's
+    first line).
     """
+    if chains != 1:
+        return _verify_chains(path, chains)
     problem: list[str] = []
     with open(path, "rb") as f:
         lines = iter(f)
@@ -175,3 +184,34 @@ def verify_fhir(
     if not result.ok or not problem:
         return result
     return VerifyResult(False, result.count, result.head_hash, seq0 + result.count, problem[0])
+
+
+def _verify_chains(path: str | os.PathLike[str], chains: int) -> VerifyResult:
+    """:func:`verify_fhir` of the export of a store of ``chains`` chains: each line the full
+    check of its chain's next slot (seq of its residue, link to that chain's last line, hash,
+    schema, canonical form) and equal to :func:`to_fhir` of its payload. ``head_hash`` is the
+    root of the chains' last hashes (:func:`~.checkpoint.heads_root`)."""
+    if type(chains) is not int or chains < 1:
+        raise InvalidInput(f"chains must be an integer >= 1, got {chains!r}")
+    heads: dict[int, tuple[int, str]] = {}
+    count = 0
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, start=1):
+            try:
+                resource = json.loads(line)
+                seq, payload, digest, prev = _chain_row(resource)
+            except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+                reason = f"line {lineno}: malformed export line ({type(exc).__name__}: {exc})"
+                return VerifyResult(False, count, GENESIS, None, reason)
+            c = seq % chains
+            last = heads.get(c)
+            expected, head = (seq, prev) if last is None else (last[0] + chains, last[1])
+            problem, computed = row_problem((seq, payload, digest), expected, head, chains)
+            if problem is None:
+                problem = _mismatch(AuditEvent.from_row(seq, payload, digest), resource) or None
+            if problem is not None:
+                return VerifyResult(False, count, head, seq, f"seq {seq}: line {lineno}: {problem}")
+            heads[c] = (seq, computed)
+            count += 1
+    root = heads_root(tuple(heads.get(c, (c, GENESIS)) for c in range(chains)))
+    return VerifyResult(True, count, root, None, "")

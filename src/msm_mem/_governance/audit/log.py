@@ -206,10 +206,10 @@ class AuditLog:
             started: list[tuple[int, str]] = []
             builders: list[ChainBuilder] = []
 
-            def chain(seq: int, prev: str) -> list[AuditRow]:
+            def chain(seq: int, prev: str, after: int = 0) -> list[AuditRow]:
                 # called inside the write transaction, under the store's write lock: the head
                 # another process may have moved is read there, so sequence numbers never collide
-                builder = ChainBuilder(seq, prev, self.chains)
+                builder = ChainBuilder(seq, prev, self.chains, after)
                 rows = [AuditRow(*builder.next_row_of(spec)) for spec in specs]
                 started[:], builders[:] = [(seq, prev)], [builder]
                 heads[:] = [(builder.head_seq, builder.head_hash)]

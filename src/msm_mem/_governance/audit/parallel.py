@@ -34,7 +34,7 @@ from concurrent.futures.process import BrokenProcessPool
 from ..._errors import InvalidInput
 from .event import Row
 from .scan import scan_chunk
-from .verify import VerifyResult, check_start, verify_chain_in_batches
+from .verify import VerifyResult, check_start, fits, verify_chain_in_batches
 
 __all__ = [
     "CHUNK_ROWS",
@@ -54,7 +54,7 @@ PARALLEL_MIN_EVENTS = 200_000
 #: from this many cores
 PARALLEL_MIN_CORES = 3
 _log = logging.getLogger("msm_mem")
-_Chunk = tuple[int, list[Row], "Future[tuple[int, str, str]] | None"]
+_Chunk = tuple[int, list[Row], "Future[tuple[int, str, str, int]] | None"]
 
 
 def default_processes() -> int:
@@ -128,26 +128,29 @@ class _Walk:
         self.seq = start_seq
         self.head = start_prev
         self.step = step
+        self.count = 0
 
-    def settle(self, rows: list[Row], outcome: tuple[int, str, str] | None) -> VerifyResult | None:
+    def settle(self, rows: list[Row], outcome: tuple[int, str, str, int] | None) -> VerifyResult | None:
         """Accept the next chunk from the worker's ``outcome``, or verify it here; a failure
         (counted from the start of the whole walk) or None."""
         if outcome is not None:
-            accepted, first_link, last = outcome
-            if accepted == len(rows) and first_link == self.head:
-                self.seq += accepted * self.step
+            accepted, first_link, last, after = outcome
+            if accepted == len(rows) and first_link == self.head and fits(rows[0][0], self.seq, self.step):
+                self.seq = after
+                self.count += accepted
                 self.head = last
                 return None
         result = verify_chain_in_batches((rows,), start_seq=self.seq, start_prev=self.head, step=self.step)
         if not result.ok:
-            done = (self.seq - self.start_seq) // self.step
+            done = self.count
             return VerifyResult(False, done + result.count, result.head_hash, result.first_bad_seq, result.reason)
-        self.seq += result.count * self.step
+        self.count += result.count
+        self.seq = rows[-1][0] + self.step
         self.head = result.head_hash
         return None
 
     def result(self) -> VerifyResult:
-        return VerifyResult(True, (self.seq - self.start_seq) // self.step, self.head, None, "")
+        return VerifyResult(True, self.count, self.head, None, "")
 
 
 def verify_chain_parallel(
@@ -167,7 +170,11 @@ def verify_chain_parallel(
     pool = _pool(processes)
     try:
         for chunk in _chunks(batches, chunk_rows):
-            start = walk.seq + step * sum(len(rows) for _, rows, _ in pending)
+            # without gaps each chunk's first slot is known; with them, its first row's seq
+            # (the parent checks that it fits after the chunk before)
+            start = walk.seq + sum(len(rows) for _, rows, _ in pending) if step == 1 else chunk[0][0]
+            if type(start) is not int or start < 1:
+                start = walk.seq
             future = None
             if pool is not None:
                 try:

@@ -24,7 +24,7 @@ from ..._storage.base import Store
 from .checkpoint import Checkpoint, PublicKeyLike, TableRows
 from .verify import VerifyResult
 
-__all__ = ["check_rows", "covering", "signed_rows"]
+__all__ = ["check_rows", "covering", "signed_rows", "what_differs"]
 
 
 def signed_rows(store: Store) -> tuple[TableRows, ...]:
@@ -50,7 +50,8 @@ def covering(
     return None
 
 
-def _what(signed: int, stored: int) -> str:
+def what_differs(signed: int, stored: int) -> str:
+    """What a table's count of ``signed`` rows against ``stored`` ones says happened."""
     if stored < signed:
         return f"{signed} rows signed, {stored} stored: rows deleted (or changed and deleted)"
     if stored > signed:
@@ -81,7 +82,7 @@ def check_rows(store: Store, checkpoint: Checkpoint | None, chain: VerifyResult)
         if want is None or got is None:
             bad.append(f"{table}: not in the {'checkpoint' if want is None else 'store'}")
         elif (got.count, got.digest) != want:
-            bad.append(f"{table}: {_what(want[0], got.count)}")
+            bad.append(f"{table}: {what_differs(want[0], got.count)}")
     if bad:
         reason = (
             f"governed rows differ from the digests signed at event {chain.count} (changed in the database,"

@@ -61,15 +61,18 @@ def _canonical_time(text: str) -> bool:
     return number_text(value) == text
 
 
-def scan(rows: Sequence[Row], at: int, seq: int, prev: str | None, step: int = 1) -> tuple[int, str, str]:
-    """Walk ``rows[at:]`` from slot ``seq`` (the next slots ``step`` apart) while each row passes the fast path of every check of
-    full verification: seq column, hash, canonical payload, payload seq and link.
+def scan(rows: Sequence[Row], at: int, seq: int, prev: str | None, step: int = 1) -> tuple[int, str, str, int]:
+    """Walk ``rows[at:]`` from slot ``seq`` while each row passes the fast path of every check
+    of full verification: seq column, hash, canonical payload, payload seq and link. With
+    ``step`` 1 each slot expects exactly the next seq; with a larger one (a chain of a store of
+    several, :mod:`.verify`) any seq of its residue at or above it, the next slot ``step`` above.
 
     ``prev`` is the hash the first row must link to; None takes the first row's own link as
     given (a worker with a page from the middle: its caller checks that link). Returns ``(n,
-    first_link, head)``: the number of rows accepted, the ``prev_hash`` of ``rows[at]`` ("" if
-    it was not accepted) and the hash of the last row accepted (``prev``, or "", if none). The
-    row after them, if any, is one the full check must look at.
+    first_link, head, next)``: the number of rows accepted, the ``prev_hash`` of ``rows[at]``
+    ("" if it was not accepted), the hash of the last row accepted (``prev``, or "", if none)
+    and the seq the next slot expects. The row after them, if any, is one the full check must
+    look at.
     """
     sha256 = hashlib.sha256
     match = _PAYLOAD.fullmatch
@@ -80,7 +83,9 @@ def scan(rows: Sequence[Row], at: int, seq: int, prev: str | None, step: int = 1
     end = len(rows)
     while i < end:
         column, payload, stored = rows[i]
-        if column != seq or type(column) is not int or type(payload) is not bytes:
+        if type(column) is not int or type(payload) is not bytes:
+            break
+        if column != seq and (step == 1 or column < seq or (column - seq) % step):
             break
         digest = sha256(payload).hexdigest()
         if digest != stored:
@@ -92,17 +97,17 @@ def scan(rows: Sequence[Row], at: int, seq: int, prev: str | None, step: int = 1
         if found is None:
             break
         link, number, when = found.groups()
-        if (head is not None and link != head) or number != str(seq) or not canonical_time(when):
+        if (head is not None and link != head) or number != str(column) or not canonical_time(when):
             break
         if i == at:
             first = link
         head = digest
-        seq += step
+        seq = column + step
         i += 1
-    return i - at, first, head if head is not None else ""
+    return i - at, first, head if head is not None else "", seq
 
 
-def scan_chunk(start_seq: int, rows: Sequence[Row], step: int = 1) -> tuple[int, str, str]:
+def scan_chunk(start_seq: int, rows: Sequence[Row], step: int = 1) -> tuple[int, str, str, int]:
     """A worker's task: :func:`scan` of a whole chunk of rows from slot ``start_seq``, its first
     link taken as given (the parent checks it against the chunk before)."""
     return scan(rows, 0, start_seq, None, step)

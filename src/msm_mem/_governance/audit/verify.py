@@ -21,9 +21,15 @@ seq of its slot, or, if it was forged with valid hashes and links (a fork of the
 slot after it. Neither verifier can see a truncated tail or a consistently recomputed chain:
 that is what the signed checkpoints of :mod:`.checkpoint` are for.
 
-**Steps.** A store with several audit chains (one per patient lane, :mod:`.lanes`) numbers
-chain ``c`` of ``n`` with the seqs ``c + n``, ``c + 2n``, ...: every walk takes a ``step``
-(``n``; 1 for a store of one chain), and slot ``i`` then expects seq ``start_seq + i * step``.
+**Steps.** A store with several audit chains (one per patient lane,
+:mod:`msm_mem._storage.lanes`) gives chain ``c`` of ``n`` seqs of the residue ``c`` modulo
+``n``, increasing, with gaps (each event takes the first seq of its residue above every seq
+stored when it was written, so seqs follow the order of writing across chains). A walk of such
+a chain takes ``step`` ``n``: a slot accepts the first seq of its residue at or above the one
+it expects, every payload's own seq is read, and the links alone say that nothing between two
+events went missing. ``first_bad_seq`` is then the seq of the row that fails (the slot's
+lowest seq where the row's seq itself is wrong). With ``step`` 1 (a store of one chain) the
+seqs have no gaps and every slot expects exactly its seq.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from .scan import scan
 __all__ = [
     "VerifyResult",
     "check_start",
+    "fits",
     "row_problem",
     "verify_chain",
     "verify_chain_in_batches",
@@ -89,9 +96,20 @@ def _bad(count: int, head: str, seq: int, reason: str) -> VerifyResult:
     return VerifyResult(False, count, head, seq, f"seq {seq}: {reason}")
 
 
-def _bad_at(start_seq: int, seq: int, head: str, reason: str, step: int = 1) -> VerifyResult:
-    """:func:`_bad` for a walk from ``start_seq`` that accepted every event before ``seq``."""
-    return _bad((seq - start_seq) // step, head, seq, reason)
+def _bad_at(start_seq: int, seq: int, head: str, reason: str, count: int | None = None) -> VerifyResult:
+    """:func:`_bad` for a walk from ``start_seq`` that accepted every event before ``seq``
+    (``count`` of them; by default ``seq - start_seq``, a walk without gaps)."""
+    return _bad(seq - start_seq if count is None else count, head, seq, reason)
+
+
+def fits(seq: object, expected: int, step: int) -> bool:
+    """Whether the seq column ``seq`` may fill the slot that expects ``expected``: exactly it
+    with ``step`` 1, else any seq of its residue modulo ``step`` at or above it."""
+    if type(seq) is not int:
+        return False
+    if step == 1:
+        return seq == expected
+    return seq >= expected and (seq - expected) % step == 0
 
 
 def verify_hashes_only(
@@ -124,29 +142,33 @@ def verify_hashes_in_batches(
     sha256 = hashlib.sha256
     needle = _PREV_NEEDLE
     expected = start_seq
+    count = 0
     head = start_prev
     prev = (start_prev + '"').encode("ascii")
     for rows in batches:
         for seq, payload, stored in rows:
+            at_seq = seq if step > 1 and fits(seq, expected, step) else expected
             if type(payload) is not bytes:
                 if payload is None:
-                    return _bad_at(start_seq, expected, head, "payload is missing", step)
+                    return _bad_at(start_seq, at_seq, head, "payload is missing", count)
                 payload = bytes(payload)
-            if seq != expected or type(seq) is not int:
-                return _bad_at(start_seq, expected, head, f"slot holds seq column {seq!r}", step)
+            if not fits(seq, expected, step):
+                return _bad_at(start_seq, expected, head, f"slot holds seq column {seq!r}", count)
             digest = sha256(payload).hexdigest()
             if digest != stored:
-                return _bad_at(start_seq, expected, head, "payload does not match its event_hash", step)
+                return _bad_at(start_seq, seq, head, "payload does not match its event_hash", count)
             at = payload.find(needle)
             if at < 0 or not payload.startswith(prev, at + 14):
-                return _bad_at(start_seq, expected, head, "prev_hash does not link to the previous event", step)
-            if expected == start_seq and b',"seq":%d,' % expected not in payload:
-                # The base of the induction in the docstring: the first payload's own seq.
-                return _bad_at(start_seq, expected, head, "payload seq disagrees with the seq column", step)
+                return _bad_at(start_seq, seq, head, "prev_hash does not link to the previous event", count)
+            if (step > 1 or expected == start_seq) and b',"seq":%d,' % seq not in payload:
+                # The base of the induction in the docstring: the first payload's own seq
+                # (every one in a chain with gaps, where the links do not fix the seqs).
+                return _bad_at(start_seq, seq, head, "payload seq disagrees with the seq column", count)
             head = digest
             prev = (digest + '"').encode("ascii")
-            expected += step
-    return VerifyResult(True, (expected - start_seq) // step, head, None, "")
+            expected = seq + step
+            count += 1
+    return VerifyResult(True, count, head, None, "")
 
 
 def verify_chain(
@@ -178,32 +200,37 @@ def verify_chain_in_batches(
     """
     check_start(start_seq, start_prev, step)
     expected = start_seq
+    count = 0
     head = start_prev
     for rows in batches:
         at, end = 0, len(rows)
         while at < end:
-            accepted, _, head = scan(rows, at, expected, head, step)
+            accepted, _, head, after = scan(rows, at, expected, head, step)
             at += accepted
-            expected += accepted * step
+            count += accepted
+            expected = after
             if at < end:
-                problem, digest = row_problem(rows[at], expected, head)
+                problem, digest = row_problem(rows[at], expected, head, step)
                 if problem is not None:
-                    return _bad_at(start_seq, expected, head, problem, step)
+                    seq = rows[at][0]
+                    where = seq if step > 1 and fits(seq, expected, step) else expected
+                    return _bad_at(start_seq, where, head, problem, count)
                 head = digest
+                expected = rows[at][0] + step
                 at += 1
-                expected += step
-    return VerifyResult(True, (expected - start_seq) // step, head, None, "")
+                count += 1
+    return VerifyResult(True, count, head, None, "")
 
 
-def row_problem(row: Row, expected: int, head: str) -> tuple[str | None, str]:
-    """The full check of one row in slot ``expected`` after the hash ``head``: why it is not the
-    event the chain requires (None if it is), and its hash."""
+def row_problem(row: Row, expected: int, head: str, step: int = 1) -> tuple[str | None, str]:
+    """The full check of one row in slot ``expected`` (see :func:`fits`) after the hash ``head``:
+    why it is not the event the chain requires (None if it is), and its hash."""
     seq, payload, stored = row
     if type(payload) is not bytes:
         if payload is None:
             return "payload is missing", ""
         payload = bytes(payload)
-    if seq != expected or type(seq) is not int:
+    if not fits(seq, expected, step):
         return f"slot holds seq column {seq!r}", ""
     digest = hashlib.sha256(payload).hexdigest()
     if digest != stored:
@@ -218,7 +245,7 @@ def row_problem(row: Row, expected: int, head: str) -> tuple[str | None, str]:
     problem = field_problem(d)
     if problem is not None:
         return problem, digest
-    if d["seq"] != expected:
+    if d["seq"] != seq:
         return f"payload seq {d['seq']} disagrees", digest
     if d["prev_hash"] != head:
         return "prev_hash does not link to the previous event", digest

@@ -183,13 +183,16 @@ class PgVectors:
 
     def positions(self, lane: int = 0, lanes: int = 1) -> dict[VectorKind, int]:
         """The next position of each kind in ``lane``: read inside the write transaction, under
-        the lane's lock (in a store of several lanes, lane ``c``'s are ``c``, ``c + lanes``, ...)."""
+        the lane's lock (in a store of several lanes, the first of the lane's residue modulo
+        ``lanes`` above every stored position; a batch's rows then go ``lanes`` apart)."""
         if lanes == 1:
             sql = "SELECT COALESCE(MAX(pos) + 1, 0) FROM {kind} WHERE tenant = ?"
             return {kind: int(self._sql.q(sql.format(kind=kind), (self.tenant,)).fetchone()[0]) for kind in KINDS}
-        last = "SELECT pos FROM {kind} WHERE tenant = ? AND MOD(pos, ?) = ? ORDER BY pos DESC LIMIT 1"
-        found = {kind: self._sql.q(last.format(kind=kind), (self.tenant, lanes, lane)).fetchone() for kind in KINDS}
-        return {kind: lane if row is None else int(row[0]) + lanes for kind, row in found.items()}
+        # the first position of the lane's residue above every stored one: writers of other
+        # lanes take other residues, and positions follow the order of writing across lanes
+        sql = "SELECT COALESCE(MAX(pos), -1) FROM {kind} WHERE tenant = ?"
+        found = {kind: int(self._sql.q(sql.format(kind=kind), (self.tenant,)).fetchone()[0]) for kind in KINDS}
+        return {kind: last + 1 + (lane - last - 1) % lanes for kind, last in found.items()}
 
     def vector_rows(self, kind: VectorKind, rows: list[tuple[Any, ...]]) -> Sequence[Sequence[Any]]:
         """Rows with the ``z`` blob in pgvector's binary format."""
