@@ -64,3 +64,20 @@ def test_builder_rejects_bad_head(seq: int, head: str) -> None:
     """A head must be a non-negative seq with a lowercase hex hash, GENESIS when empty."""
     with pytest.raises(InvalidInput):
         ChainBuilder(seq, head)
+
+
+def test_a_chain_of_several_steps_over_its_residue_and_past_other_chains() -> None:
+    """With step 4 a builder continues its chain's residue: from chain 2's empty head the first
+    event is 6, after stored seq 30 of any chain the first of the residue above it (34), then
+    4 apart; a head of another residue than an empty chain's needs GENESIS only below the step."""
+    first = ChainBuilder(2, GENESIS, 4)
+    assert first.next_row(**audit_fields(0))[0] == 6
+    later = ChainBuilder(6, first.head_hash, 4, 30)
+    seqs = [later.next_row(**audit_fields(i))[0] for i in range(3)]
+    assert seqs == [34, 38, 42]
+    assert ChainBuilder(42, later.head_hash, 4, 10).next_row(**audit_fields(0))[0] == 46  # after below the head
+    with pytest.raises(InvalidInput):
+        ChainBuilder(3, "ab" * 32, 4)  # an empty chain's head is GENESIS
+    for bad in ({"step": 0}, {"after": -1}):
+        with pytest.raises(InvalidInput):
+            ChainBuilder(0, GENESIS, **bad)

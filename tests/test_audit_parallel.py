@@ -285,3 +285,20 @@ def test_an_intact_store_verifies_with_workers_and_from_the_command_line(
     assert f"{SIZE} events" in capsys.readouterr().out
     assert main(["audit", "verify", str(directory), "--processes", "0", *AUDITOR_FLAGS]) == 2
     assert "--processes: expected an integer >= 1" in capsys.readouterr().err
+
+
+def test_workers_verify_a_chain_with_gaps_as_one_process_does() -> None:
+    """A chain of one residue of a store of several chains (seqs with gaps, step 4) verifies
+    with workers exactly as in one process, intact and with an event edited in any chunk."""
+    from tests.test_audit_verify import chain_of_lane
+
+    rows = chain_of_lane(N)
+    start = {"start_seq": 6, "start_prev": GENESIS, "step": 4}
+    one = verify_chain_in_batches(_pages(rows), **start)  # type: ignore[arg-type]
+    assert one == VerifyResult(True, N, rows[-1][2], None, "")
+    assert verify_chain_parallel(_pages(rows), processes=2, chunk_rows=CHUNK, **start) == one  # type: ignore[arg-type]
+    for k in (1, 30, N - 1):
+        bad = _flip(rows, k)
+        alone = verify_chain_in_batches(_pages(bad), **start)  # type: ignore[arg-type]
+        assert not alone.ok and alone.first_bad_seq == rows[k - 1][0]  # the k-th event
+        assert verify_chain_parallel(_pages(bad), processes=2, chunk_rows=CHUNK, **start) == alone  # type: ignore[arg-type]

@@ -210,3 +210,40 @@ def test_pages_verify_as_one_walk() -> None:
             verify_hashes_in_batches(pages) == verify_hashes_only(rows) == VerifyResult(True, 7, rows[-1][2], None, "")
         )
         assert verify_hashes_in_batches(pages[1:], start_seq=1, start_prev="1" * 64).first_bad_seq == 1
+
+
+def chain_of_lane(n: int, lane: int = 2, lanes: int = 4, after: tuple[int, ...] = (9, 30, 31, 60)) -> list[Row]:
+    """Rows of chain ``lane`` of a store of ``lanes``: each event a write whose first seq is the
+    first of the residue above a seq ``after`` others' writes left (gaps between them)."""
+    rows: list[Row] = []
+    seq, head = lane, GENESIS
+    for i in range(n):
+        builder = ChainBuilder(seq, head, lanes, after[i % len(after)] + 10 * (i // len(after)) * lanes)
+        rows.append(builder.next(**audit_fields(i)).row())
+        seq, head = builder.head_seq, builder.head_hash
+    return rows
+
+
+@BOTH
+def test_a_chain_with_gaps_verifies_with_its_step(verify: Verifier) -> None:
+    """A chain of one residue with gaps verifies with step 4 from its base, counting its events,
+    and fails with step 1 (the seqs are not consecutive)."""
+    rows = chain_of_lane(6)
+    assert [s % 4 for s, _, _ in rows] == [2] * 6 and any(b[0] - a[0] > 4 for a, b in zip(rows, rows[1:], strict=False))
+    assert verify(rows, start_seq=6, step=4) == VerifyResult(True, 6, rows[-1][2], None, "")
+    assert not verify(rows, start_seq=6).ok
+
+
+@BOTH
+def test_in_a_chain_with_gaps_a_deleted_or_renumbered_event_is_named(verify: Verifier) -> None:
+    """Deleting an event from the middle names the event after it (its link breaks); a seq column
+    moved off its residue or below the slot names the slot; a column renumbered within its residue
+    (the payload's seq differs) names the row."""
+    rows = chain_of_lane(6)
+    gone = rows[:2] + rows[3:]
+    assert verify(gone, start_seq=6, step=4).first_bad_seq == rows[3][0]
+    off = rows[:2] + [(rows[2][0] + 1, rows[2][1], rows[2][2])] + rows[3:]
+    assert verify(off, start_seq=6, step=4).first_bad_seq == rows[1][0] + 4
+    moved = rows[:2] + [(rows[2][0] + 4, rows[2][1], rows[2][2])] + rows[3:]
+    result = verify(moved, start_seq=6, step=4)
+    assert not result.ok and result.first_bad_seq == rows[2][0] + 4 and result.count == 2

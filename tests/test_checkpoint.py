@@ -14,7 +14,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from msm_mem._errors import AuditChainBroken, CanonicalJSONError, InvalidInput, StoreError
 from msm_mem._governance.audit.chain import ChainBuilder
-from msm_mem._governance.audit.checkpoint import Checkpoint, CheckpointLog, ed25519_verify, verify_against_checkpoints
+from msm_mem._governance.audit.checkpoint import (
+    Checkpoint,
+    CheckpointLog,
+    ed25519_verify,
+    heads_root,
+    verify_against_checkpoints,
+)
 from msm_mem._governance.audit.checkpoint_signer import CheckpointSigner
 from msm_mem._governance.audit.event import GENESIS
 
@@ -274,3 +280,44 @@ def test_ed25519_wycheproof_vectors() -> None:
             assert got is (case["result"] == "valid"), case["tcId"]
             seen += 1
     assert seen == data["numberOfTests"]
+
+
+def _lanes_checkpoint(signer: CheckpointSigner, **change: Any) -> Checkpoint:
+    """A signed checkpoint of chain 1 of a store of three chains, its fields changed by ``change``."""
+    fields: dict[str, Any] = {
+        "chain": 1,
+        "heads": ((3, "aa" * 32), (13, "bb" * 32), (2, GENESIS)),
+        "lanes": ((1, (("claims", 2, "cd" * 32), ("episodic", 1, "ef" * 32))),),
+    }
+    fields.update(change)
+    size, head = fields["heads"][fields["chain"]] if "size" not in fields else (fields.pop("size"), "bb" * 32)
+    return signer.sign_head("node-1", size, head, 20.0, (1, GENESIS), **fields)
+
+
+def test_a_checkpoint_of_chains_signs_the_root_of_every_head_and_round_trips(signer: CheckpointSigner) -> None:
+    """A checkpoint of one chain of several carries every chain's head and the lanes' row
+    digests; they are signed (changing one breaks the signature) and survive the JSON line."""
+    cp = _lanes_checkpoint(signer)
+    assert cp.verify(signer.public_key) and Checkpoint.from_json(cp.to_json()) == cp
+    assert json.loads(cp.message())["heads"] == [[3, "aa" * 32], [13, "bb" * 32], [2, GENESIS]]
+    assert cp.root == heads_root(cp.heads or ()) and cp.root != heads_root(((3, "aa" * 32),))
+    fields = {f: getattr(cp, f) for f in cp.__slots__}  # type: ignore[attr-defined]
+    for change in ({"heads": ((6, "aa" * 32), (13, "bb" * 32), (2, GENESIS))}, {"lanes": ()}):
+        assert not Checkpoint(**{**fields, **change}).verify(signer.public_key)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"chain": 3, "size": 13},  # not one of its chains
+        {"size": 17},  # the head it names is not its chain's
+        {"heads": ((3, "aa" * 32), (14, "bb" * 32), (2, GENESIS))},  # 14 is not a seq of chain 1
+        {"lanes": ((5, ()),)},  # not one of its lanes
+        {"lanes": ((2, ()), (1, ()))},  # unsorted
+    ],
+)
+def test_a_malformed_checkpoint_of_chains_is_refused(signer: CheckpointSigner, change: dict[str, Any]) -> None:
+    """A chain outside the heads, a head not its own, a seq of another residue, an unknown or
+    unsorted lane: refused when made or read."""
+    with pytest.raises(InvalidInput):
+        _lanes_checkpoint(signer, **change)

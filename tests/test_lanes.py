@@ -4,6 +4,8 @@ chain's truncation, rewrite or row change detected (a real server the tests star
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -14,10 +16,14 @@ from psycopg import sql
 
 from msm_mem import InvalidInput, StoreError
 from msm_mem._api.mem import MsmMem
-from msm_mem._governance.audit.event import AuditSpec
+from msm_mem._governance.audit.chain import ChainBuilder
+from msm_mem._governance.audit.checkpoint import Checkpoint
+from msm_mem._governance.audit.event import AuditEvent, AuditSpec
+from msm_mem._governance.audit.fhir import verify_fhir
 from msm_mem._storage.base import AuditChainer
 from msm_mem._storage.batch import WriteBatch
 from msm_mem._storage.lanes import lane_of
+from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
 from tests.helpers import ADMIN, AGENT, png
 from tests.layers import Layers, open_layers
@@ -148,7 +154,9 @@ def test_truncating_one_chain_is_detected(laned: Path, postgres_url: str, pg_sch
 
 def test_a_rewritten_event_of_one_chain_is_detected(laned: Path, postgres_url: str, pg_schema: str) -> None:
     """An event edited in one chain (its hash recomputed) fails verification at that seq."""
-    (seq, payload) = _sql(postgres_url, pg_schema, "SELECT seq, payload FROM {schema}.audit WHERE MOD(seq, 4) = 3 ORDER BY seq LIMIT 1")[0]
+    (seq, payload) = _sql(
+        postgres_url, pg_schema, "SELECT seq, payload FROM {schema}.audit WHERE MOD(seq, 4) = 3 ORDER BY seq LIMIT 1"
+    )[0]
     forged = bytes(payload).replace(b'"success"', b'"failure"', 1)  # type: ignore[arg-type]
     assert forged != bytes(payload)  # type: ignore[arg-type]
     _sql(
@@ -176,8 +184,6 @@ def test_a_row_changed_in_one_lane_is_detected(laned: Path, postgres_url: str, p
 
 def test_a_missing_head_file_of_one_chain_with_its_lines_gone_is_detected(laned: Path) -> None:
     """The signed head of chain 2 deleted with its log lines leaves chain 2's events uncovered."""
-    from msm_mem._governance.audit.checkpoint import Checkpoint
-
     log = laned / "audit" / "checkpoints.jsonl"
     keep = [line for line in log.read_bytes().splitlines() if Checkpoint.from_json(line).chain != 2]
     log.write_bytes(b"".join(line + b"\n" for line in keep))
@@ -201,9 +207,159 @@ def test_a_bad_number_of_chains_is_refused(tmp_path: Path, postgres_url: str, pg
         MsmMem.init(tmp_path / "m", ADMIN, database_url=postgres_url, schema=pg_schema, audit_chains=chains)  # type: ignore[arg-type]
 
 
-def test_a_purge_of_a_store_of_chains_is_refused_and_deletes_nothing(laned: Path, postgres_url: str, pg_schema: str) -> None:
+def test_a_purge_of_a_store_of_chains_is_refused_and_deletes_nothing(
+    laned: Path, postgres_url: str, pg_schema: str
+) -> None:
     """A retention purge of a store of several chains is refused with a reason; every event stays."""
     before = _sql(postgres_url, pg_schema, "SELECT count(*) FROM {schema}.audit")[0][0]
     with open_layers(laned) as layers, pytest.raises(StoreError, match="several"):
         layers.handle.audit_purge(LANES + 1)
     assert _sql(postgres_url, pg_schema, "SELECT count(*) FROM {schema}.audit")[0][0] == before
+
+
+def test_an_event_appended_to_one_chain_outside_msm_mem_is_detected(
+    laned: Path, postgres_url: str, pg_schema: str
+) -> None:
+    """An event appended to chain 1 with a valid hash and link but no checkpoint is named as
+    covered by no signed checkpoint."""
+    seq, payload = _sql(
+        postgres_url,
+        pg_schema,
+        "SELECT seq, payload FROM {schema}.audit WHERE MOD(seq, 4) = 1 ORDER BY seq DESC LIMIT 1",
+    )[0]
+    event = AuditEvent.from_row(int(seq), bytes(payload), hashlib.sha256(bytes(payload)).hexdigest())  # type: ignore[arg-type]
+    top = _sql(postgres_url, pg_schema, "SELECT max(seq) FROM {schema}.audit")[0][0]
+    builder = ChainBuilder(event.seq, event.event_hash, LANES, int(top))  # type: ignore[arg-type]
+    new_seq, new_payload, digest = builder.next_row(
+        time=event.time,
+        actor="mallory",
+        role="admin",
+        action="read",
+        source_tier="ltm",
+        target_tier="stm",
+        purpose="treatment",
+        outcome="success",
+    )
+    tenant = _sql(postgres_url, pg_schema, "SELECT tenant FROM {schema}.audit LIMIT 1")[0][0]
+    _sql(
+        postgres_url,
+        pg_schema,
+        "INSERT INTO {schema}.audit (seq, payload, event_hash, tenant) VALUES (%s, %s, %s, %s)",
+        new_seq,
+        new_payload,
+        digest,
+        tenant,
+    )
+    with _open(laned) as mem:
+        for full in (True, False):
+            result = mem.verify_audit(ADMIN, full=full)
+            assert not result.ok and result.first_bad_seq == new_seq
+            assert "chain 1" in result.reason and "covered by no signed checkpoint" in result.reason
+
+
+def test_the_checkpoint_log_deleted_is_detected(laned: Path) -> None:
+    """A store of chains whose checkpoint log is gone does not verify and names the file."""
+    (laned / "audit" / "checkpoints.jsonl").unlink()
+    with _open(laned) as mem:
+        result = mem.verify_audit(ADMIN)
+    assert not result.ok and "checkpoints.jsonl is missing" in result.reason
+
+
+def test_a_chain_cut_with_its_log_lines_and_head_file_is_caught_by_the_root(
+    laned: Path, postgres_url: str, pg_schema: str
+) -> None:
+    """Chain 3's last event deleted with every checkpoint of chain 3 and its head file: another
+    chain's checkpoint signed chain 3's head in its root, so the cut is found."""
+    with _open(laned) as mem:  # a commit on chain 0 after chain 3's last: its root holds chain 3's head
+        mem.consents(ADMIN)
+        mem.ask(AGENT, _patients(LANES)[0], png(laned.parent, 9), "Any change?", study_id="S2")
+    (last,) = _sql(postgres_url, pg_schema, "SELECT max(seq) FROM {schema}.audit WHERE MOD(seq, 4) = 3")[0]
+    _sql(postgres_url, pg_schema, "DELETE FROM {schema}.audit WHERE seq = %s", last)
+    log = laned / "audit" / "checkpoints.jsonl"
+    keep = [line for line in log.read_bytes().splitlines() if Checkpoint.from_json(line).chain != 3]
+    log.write_bytes(b"".join(line + b"\n" for line in keep))
+    (laned / "audit" / "checkpoints.3.head").unlink()
+    with _open(laned) as mem:
+        result = mem.verify_audit(ADMIN)
+    assert not result.ok and "chain 3" in result.reason and "tail truncated" in result.reason
+    assert result.first_bad_seq is not None and result.first_bad_seq % LANES == 3
+
+
+def test_the_fhir_export_of_a_store_of_chains_verifies_chain_by_chain(laned: Path, tmp_path: Path) -> None:
+    """The export holds every event in seq order and verifies with the store's chains; an edited
+    line fails, naming its seq."""
+    out = tmp_path / "audit.ndjson"
+    with _open(laned) as mem:
+        count = mem.export_fhir(ADMIN, out)
+        total = mem.verify_audit(ADMIN).count
+    assert count >= total - 1  # the export's own event comes after it
+    result = verify_fhir(out, chains=LANES)
+    assert result.ok and result.count == count
+    lines = out.read_bytes().splitlines()
+    assert len(lines) == count and all(json.loads(line)["resourceType"] == "AuditEvent" for line in lines)
+    edited = lines[2].replace(b'"id":"audit-', b'"id":"audit-9', 1)  # a readable field, not the hashed payload
+    assert edited != lines[2]
+    out.write_bytes(b"".join(line + b"\n" for line in [*lines[:2], edited, *lines[3:]]))
+    bad = verify_fhir(out, chains=LANES)
+    assert not bad.ok and bad.first_bad_seq is not None
+
+
+def test_a_write_of_patients_of_two_lanes_locks_both_and_joins_the_lower_chain(laned: Path) -> None:
+    """A batch naming patients of lanes 1 and 3 appends its event to chain 1 and keeps writers
+    of lane 3 waiting until it commits."""
+    one, three = _patients(LANES)[1], _patients(LANES)[3]
+    entered, release = threading.Event(), threading.Event()
+    with open_layers(laned) as first, open_layers(laned) as second:
+        specs = [_read_spec(first, one), _read_spec(first, three)]
+        seqs: list[int] = []
+
+        def hold() -> None:
+            def apply(chain: AuditChainer, sign: Callable[[], None]) -> None:
+                def before() -> None:
+                    sign()
+                    entered.set()
+                    release.wait(30)
+
+                batch = WriteBatch(patients=[one, three])
+                first.handle.write(batch, chain, before_commit=before)
+                seqs.extend(row.seq for row in batch.audit)
+
+            first.audit.commit(apply, specs)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert entered.wait(30)
+        waiting = threading.Thread(target=lambda: second.audit.write(WriteBatch(), [_read_spec(second, three)]))
+        waiting.start()
+        waiting.join(1.0)
+        assert waiting.is_alive()  # lane 3 is held by the two-lane write
+        release.set()
+        holder.join(30)
+        waiting.join(30)
+        assert not waiting.is_alive()
+    assert len(seqs) == 2 and all(seq % LANES == 1 for seq in seqs)
+    with _open(laned) as mem:
+        assert mem.verify_audit(ADMIN).ok
+
+
+def test_records_of_several_lanes_iterate_in_the_order_written(laned: Path) -> None:
+    """Vector positions take the first value of the lane's residue above every stored one, so
+    records written one after another, in any lanes, iterate in that order."""
+    patients = _patients(LANES)
+    with _open(laned) as mem:
+        for i, patient in enumerate([patients[3], patients[0], patients[2], patients[1]]):
+            mem.ask(AGENT, patient, png(laned.parent, 20 + i), "Any change?", study_id=f"S{i + 2}")
+    with open_layers(laned) as layers:
+        studies = [e.study_id for e in layers.store.iter_episodes()]
+    assert studies[-4:] == ["S2", "S3", "S4", "S5"]
+
+
+def test_init_from_the_cli_makes_a_store_of_chains(tmp_path: Path, postgres_url: str, pg_schema: str) -> None:
+    """msm-mem init --audit-chains 8 makes a store of 8 chains; without --database-url it is refused."""
+    directory = tmp_path / "c"
+    code = main(["init", str(directory), "--database-url", postgres_url, "--schema", pg_schema, "--audit-chains", "8"])
+    assert code == 0
+    with open_layers(directory) as layers:
+        assert layers.store.audit_chains() == 8 and layers.audit.chains == 8
+    assert main(["init", str(tmp_path / "d"), "--audit-chains", "8"]) != 0
+    assert not (tmp_path / "d").exists()

@@ -58,13 +58,14 @@ __all__ = [
 
 VectorKind = Literal["episodic", "visual"]
 RecordTable = Literal["episodic", "visual", "semantic", "claims"]
+
+
 class AuditChainer(Protocol):
     """Builds a batch's audit rows after the stored chain head ``(seq, event_hash)``; in a store
     of several lanes the store also passes ``after``, the highest seq stored in any chain: the
     rows then take the first seqs of their chain's residue above it."""
 
     def __call__(self, seq: int, prev: str, after: int = 0) -> list[AuditRow]: ...
-
 
 
 @dataclass(frozen=True, slots=True)

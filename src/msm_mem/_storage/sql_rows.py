@@ -75,7 +75,9 @@ class SqlRowDigests:
             ).fetchall()
         )
         lanes = self._t.lanes
-        missing = [_key(lanes, lane, t) for lane in range(lanes) for t in DIGEST_TABLES if _key(lanes, lane, t) not in rows]
+        missing = [
+            _key(lanes, lane, t) for lane in range(lanes) for t in DIGEST_TABLES if _key(lanes, lane, t) not in rows
+        ]
         if missing:
             raise StoreError(f"meta lacks the row digests {missing[:3]} (a store made before them: upgrade it)")
         return {

@@ -186,7 +186,8 @@ class SqlAudit:
         while True:
             with d.db():  # held for one page at a time, so a long verification never blocks writers
                 rows: list[tuple[int, bytes, str]] = d.q(
-                    f"SELECT seq, payload, event_hash FROM audit WHERE tenant = ? AND seq >= ?{only} ORDER BY seq LIMIT ?",
+                    "SELECT seq, payload, event_hash FROM audit"
+                    f" WHERE tenant = ? AND seq >= ?{only} ORDER BY seq LIMIT ?",
                     (self._t.tenant, seq, AUDIT_PAGE_ROWS),
                 ).fetchall()
             if rows:

@@ -258,7 +258,10 @@ class SqlWriter:
         pos = self._vectors.positions(home, self._t.lanes) if batch.episodes or batch.visuals else {}
         step = self._t.lanes
         vectors: tuple[tuple[VectorKind, list[tuple[Any, ...]]], ...] = (
-            ("episodic", [r.episode_to_row(e, pos["episodic"] + i * step, codec) for i, e in enumerate(batch.episodes)]),
+            (
+                "episodic",
+                [r.episode_to_row(e, pos["episodic"] + i * step, codec) for i, e in enumerate(batch.episodes)],
+            ),
             ("visual", [r.visual_to_row(v, pos["visual"] + i * step, codec) for i, v in enumerate(batch.visuals)]),
         )
         for kind, rows in vectors:

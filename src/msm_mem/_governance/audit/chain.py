@@ -33,8 +33,9 @@ class ChainBuilder:
     seqs apart (1 for a store of one chain).
 
     A new, empty chain starts at ``(0, GENESIS)`` (chain ``c`` of several: ``(c, GENESIS)``);
-    to continue a stored chain pass its last seq and event_hash. :meth:`next` advances the head as soon as it returns: if storing the
-    event fails, rebuild the builder from the stored head.
+    to continue a stored chain pass its last seq and event_hash (and, in a store of several,
+    ``after``: the highest seq stored in any chain). :meth:`next` advances the head as soon as
+    it returns: if storing the event fails, rebuild the builder from the stored head.
     """
 
     def __init__(self, head_seq: int = 0, head_hash: str = GENESIS, step: int = 1, after: int = 0) -> None:

@@ -35,8 +35,8 @@ from .checkpoint import Checkpoint, PublicKeyLike, heads_root
 from .coverage import check_coverage
 from .event import GENESIS, Row
 from .links import LinkScan
-from .row_check import what_differs
 from .parallel import default_processes, verify_full
+from .row_check import what_differs
 from .verify import VerifyResult, verify_hashes_in_batches
 
 __all__ = ["ChainWalk", "check_lane_rows", "check_roots", "walk_chains"]
@@ -44,11 +44,12 @@ __all__ = ["ChainWalk", "check_lane_rows", "check_roots", "walk_chains"]
 
 @dataclass(slots=True)
 class ChainWalk:
-    """One chain's walk: its verdict, its stored base and head, the stored hashes at the sizes
-    any checkpoint names, and the pseudonyms its events name."""
+    """One chain's walk: its verdict, the events it accepted, its stored base and head, the
+    stored hashes at the sizes any checkpoint names, and the pseudonyms its events name."""
 
     chain: int
     result: VerifyResult
+    events: int
     base: tuple[int, str]
     head: tuple[int, str]
     seen: dict[int, str]
@@ -97,13 +98,22 @@ def _walk(
         result = verify_full(batches(), events=events, processes=processes, **start)  # type: ignore[arg-type]
     else:
         result = verify_hashes_in_batches(batches(), **start)  # type: ignore[arg-type]
-    head = (last[0] if result.count else base[0], result.head_hash)
+    events = result.count
+    head = (last[0] if events else base[0], result.head_hash)
     if result.ok:
         chain_file = head_file if head_file is not None and head_file.chain == c else None
         result = check_coverage(lines, chain_file, key, seen, head, base, origin=origin, step=n)
+        if not result.ok and result.first_bad_seq is not None and result.first_bad_seq <= head[0]:
+            # a lower bound with gaps: the chain's first stored event from there on is the one
+            first = next(iter(store.iter_audit_batches(result.first_bad_seq, chain=c)), [(result.first_bad_seq,)])[0][0]
+            reason = result.reason.replace(f"seq {result.first_bad_seq}:", f"seq {first}:", 1)
+            reason = reason.replace(f"events {result.first_bad_seq}..", f"events {first}..", 1)
+            result = VerifyResult(False, result.count, result.head_hash, int(first), reason)
     if not result.ok:
-        result = VerifyResult(False, result.count, result.head_hash, result.first_bad_seq, f"chain {c}: {result.reason}")
-    return ChainWalk(c, result, base, head, seen, links)
+        result = VerifyResult(
+            False, result.count, result.head_hash, result.first_bad_seq, f"chain {c}: {result.reason}"
+        )
+    return ChainWalk(c, result, events, base, head, seen, links)
 
 
 def walk_chains(
@@ -146,12 +156,13 @@ def check_roots(walks: Sequence[ChainWalk], checkpoints: Sequence[Checkpoint], k
                 return VerifyResult(False, 0, GENESIS, None, f"{where} has a bad signature (forged or damaged)")
             if size > walk.head[0]:
                 first = walk.head[0] + n
-                reason = f"chain {h}: {where} signed it at event {size}; the store holds it to {walk.head[0]} (tail truncated)"
+                held = walk.head[0]
+                reason = f"chain {h}: {where} signed it at event {size}; the store holds it to {held} (tail truncated)"
                 return VerifyResult(False, 0, GENESIS, first, f"seq {first}: {reason}")
             reason = f"chain {h}: {where} signed another event {size} (edited and rehashed)"
             return VerifyResult(False, 0, GENESIS, size, f"seq {size}: {reason}")
     heads = tuple(walk.head for walk in walks)
-    total = sum((walk.head[0] - walk.base[0]) // n for walk in walks)
+    total = sum(walk.events for walk in walks)
     return VerifyResult(True, total, heads_root(heads), None, "")
 
 
@@ -188,7 +199,8 @@ def check_lane_rows(
         if newest is None:
             signed = {t: (0, "0" * 64) for t in rows[lane]}
         elif not newest.verify(key):
-            reason = f"lane {lane}: the checkpoint signing its rows (chain {newest.chain}, event {newest.size}) has a bad signature"
+            signing = f"the checkpoint signing its rows (chain {newest.chain}, event {newest.size})"
+            reason = f"lane {lane}: {signing} has a bad signature"
             return VerifyResult(False, result.count, result.head_hash, None, reason)
         else:
             signed = {t: (count, digest) for t, count, digest in dict(newest.lanes or ())[lane]}

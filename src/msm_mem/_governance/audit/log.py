@@ -44,9 +44,9 @@ from ..._tier_records import AuditRow
 from ..crypto import EnvelopeCipher
 from ..deid import find_identifiers
 from .chain import ChainBuilder
+from .chains import check_lane_rows, check_roots, walk_chains
 from .checkpoint import Checkpoint, CheckpointLog, heads_root
 from .checkpoint_files import CheckpointPlace, publish, read_head, read_tail, write_head
-from .chains import check_lane_rows, check_roots, walk_chains
 from .checkpoint_signer import CheckpointSigner
 from .coverage import check_coverage
 from .erasure import DOMAIN as ERASURE_DOMAIN
@@ -339,9 +339,7 @@ class AuditLog:
             if size == c:
                 continue  # an empty chain
             base = self.store.audit_base(c)
-            cp = self.signer.sign_head(
-                self.origin, size, head, self.clock.now(), base, chain=c, heads=heads, lanes=()
-            )
+            cp = self.signer.sign_head(self.origin, size, head, self.clock.now(), base, chain=c, heads=heads, lanes=())
             publish(self.place.log, cp)
             if self.place.witness is not None:
                 publish(self.place.witness, cp)

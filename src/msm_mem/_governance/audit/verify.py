@@ -171,9 +171,7 @@ def verify_hashes_in_batches(
     return VerifyResult(True, count, head, None, "")
 
 
-def verify_chain(
-    rows: Iterable[Row], *, start_seq: int = 1, start_prev: str = GENESIS, step: int = 1
-) -> VerifyResult:
+def verify_chain(rows: Iterable[Row], *, start_seq: int = 1, start_prev: str = GENESIS, step: int = 1) -> VerifyResult:
     """Fully verify ``rows`` (``(seq, payload, event_hash)`` in ``seq`` order).
 
     Every check of :func:`verify_hashes_only`, plus: each payload parses as strict JSON, has

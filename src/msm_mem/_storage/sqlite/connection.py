@@ -258,7 +258,6 @@ class SqliteDialect:
             self._rollback()
             raise
 
-
     def lock_lanes(self, lanes: Sequence[int]) -> None:
         """A SQLite store has one lane, which its writer lock covers."""
         if list(lanes) != [0]:

@@ -30,6 +30,15 @@ def _configure_init(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schema", help="PostgreSQL schema of the store (default: msm_mem; needs --database-url)")
     p.add_argument("--tenant", help=TENANT_HELP)
     p.add_argument(
+        "--audit-chains",
+        type=int,
+        default=1,
+        metavar="N",
+        help="cut the patients into N lanes (1 to 256; needs --database-url), each with its own write lock, "
+        "audit chain and row digests, so writers of patients in different lanes do not wait for one "
+        "another (docs/deploy.md); fixed for the store's life (default 1)",
+    )
+    p.add_argument(
         "--population",
         choices=["permit", "deny"],
         default="permit",
@@ -52,6 +61,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     population use (other patients' de-identified experience) permitted unless --population
     deny. Every row carries the store's --tenant: directories of several
     tenants may share one PostgreSQL schema, each a separate store (docs/deploy.md).
+    --audit-chains N (a PostgreSQL store) gives the store N patient lanes, each with its own
+    write lock and audit chain, so one hospital's writers of different patients write in
+    parallel (docs/deploy.md).
 
     The admin is --actor (else MSM_MEM_ACTOR, else the OS user name) with role admin; any
     other role is refused. DIR/identity.json (mode 0600) records who initialised the store:
@@ -59,6 +71,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     otherwise (see msm-mem --help)."""
     if args.schema is not None and args.database_url is None:
         raise InvalidInput("--schema names a PostgreSQL schema: give --database-url too")
+    if args.audit_chains != 1 and args.database_url is None:
+        raise InvalidInput("--audit-chains above 1 needs a PostgreSQL store: give --database-url too")
     settings = Settings.from_env()
     if args.encoder:
         settings = settings.with_(encoder=args.encoder)
@@ -74,10 +88,13 @@ def cmd_init(args: argparse.Namespace) -> int:
         database_url=args.database_url,
         schema=schema,
         population=args.population == "permit",
+        audit_chains=args.audit_chains,
         **options,
     ) as mem:
         write_identity(args.dir, admin)
         where = f"PostgreSQL schema {schema}" if args.database_url else "embedded"
+        if args.audit_chains != 1:
+            where += f", {args.audit_chains} audit chains"
         print(f"created store {args.dir} ({where}; encoder {mem.encoder_name}, {mem.dim}-d; admin {admin.id})")
         print(
             f"keys and admin credential in {MsmMem.key_folder(args.dir)} (back it up apart from {args.dir};"
