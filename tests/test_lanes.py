@@ -363,3 +363,14 @@ def test_init_from_the_cli_makes_a_store_of_chains(tmp_path: Path, postgres_url:
         assert layers.store.audit_chains() == 8 and layers.audit.chains == 8
     assert main(["init", str(tmp_path / "d"), "--audit-chains", "8"]) != 0
     assert not (tmp_path / "d").exists()
+
+
+def test_the_trail_tail_is_the_last_events_of_every_chain(laned: Path) -> None:
+    """The audit trail's tail of a store of chains holds the last ``limit`` events by seq, every
+    chain's among them, and its head is the store's last seq."""
+    with _open(laned) as mem:
+        last = mem.audit_trail(ADMIN, limit=6, tail=True)
+        everything = mem.audit_trail(ADMIN, limit=5000)  # also the event of the read above
+    seqs = [e.seq for e in everything.events if e.seq <= last.head_seq]
+    assert seqs == sorted(seqs) and len({s % LANES for s in seqs}) == LANES
+    assert [e.seq for e in last.events] == seqs[-6:] and last.head_seq == seqs[-1]

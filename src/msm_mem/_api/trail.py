@@ -80,9 +80,12 @@ class _Trail(_Base):
             turn = self._gm.begin(p, patient_id)
             pseudonym = self._audit.pseudonym(patient_id)
         self._store.sync()
-        head = self._store.audit_head()[0]
+        heads = self._store.audit_heads()
+        head = max(seq for seq, _ in heads)
         if tail and pseudonym is None:
-            after_seq = max(after_seq, head - limit)
+            # with several chains seqs have gaps: the last ``limit`` events span at most
+            # ``limit`` seqs a chain (each write starts at the first seq of its residue above all)
+            after_seq = max(after_seq, head - limit * len(heads))
         kept: deque[AuditEvent] | list[AuditEvent] = deque(maxlen=limit) if tail else []
         unreadable: int | None = None
         more = False
