@@ -26,6 +26,14 @@ three in blocks of ten calls:
    and the same query with ``enable_sort = off``, which makes the worker scan the index as it
    does for a hospital too large to sort its rows; the worker's plan of each (``EXPLAIN``).
 
+4. concurrent governed write-back of one hospital: ``--writers`` threads, each with its own
+   handle (``MsmMem.open``: its own connection), each asking ``--concurrent-asks`` times about
+   patients of its own, all started together, on a hospital made with one audit chain (its
+   writers queue on one lock) and with ``--lanes`` (``init(audit_chains=...)``: a lock, chain
+   and row digests per patient lane), on the single server and on the two-worker cluster:
+   writes a second over the run, median and 95th percentile ms of a write under that load,
+   and that the audit verifies after.
+
 Then bytes per study: what every table grows by (heap, TOAST and indexes,
 ``pg_total_relation_size`` on the single server; the sum of its shards' sizes, ``citus_shards``,
 on the cluster; both after ``VACUUM ANALYZE``) while a second hospital of 100 patients goes
@@ -36,9 +44,10 @@ and pseudonyms are on one.
 
 Usage: python benchmarks/bench_citus.py [--patients 20] [--studies 5] [--asks 200]
        [--retrieves 200] [--recall-rows 10000] [--queries 50] [--size-base 500]
-       [--size-studies 1000] [--scale-studies 200000] [--tree .cluster/pgserver/pginstall]
+       [--size-studies 1000] [--scale-studies 200000] [--writers 4] [--concurrent-asks 40]
+       [--lanes 8] [--tree .cluster/pgserver/pginstall]
 (``--patients 2 --studies 1 --asks 4 --retrieves 4 --recall-rows 200 --queries 4
---size-base 20 --size-studies 20``: a run of a minute.)
+--size-base 20 --size-studies 20 --writers 2 --concurrent-asks 2``: a run of a minute.)
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ import argparse
 import math
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -143,6 +153,50 @@ def _run(
         for name, mem in mems.items():
             out[name] += [_timed(make(mem, i)) for i in range(start, min(start + BLOCK, calls))]
     return out
+
+
+def _concurrent(
+    work: Path, name: str, dsn: str, lanes: int, writers: int, asks: int
+) -> tuple[float, list[float], bool]:
+    """``writers`` threads, a handle each, asking ``asks`` times about patients of their own on a
+    new hospital of ``lanes`` audit chains: (writes a second, ms of each write, audit verified)."""
+    directory = work / f"concurrent-{name}-{lanes}"
+    backbone = FixedBackbone("Right lower lobe opacity, stable", "no change")
+    options: dict[str, Any] = {"database_url": dsn, "schema": SCHEMA, "audit_chains": lanes}
+    settings = Settings(tenant=f"concurrent{lanes}")
+    MsmMem.init(directory, ADMIN, settings=settings, clock=FixedClock(T0), backbone=backbone, **options).close()
+    handles = [MsmMem.open(directory, clock=FixedClock(T0), backbone=backbone) for _ in range(writers)]
+    images = [np.random.default_rng(20_000 + i).random((64, 64), dtype=np.float32) for i in range(asks)]
+    ms: list[list[float]] = [[] for _ in range(writers)]
+    ready = threading.Barrier(writers + 1)
+    failures: list[BaseException] = []
+
+    def write(w: int) -> None:
+        ready.wait()
+        try:
+            mem = handles[w]
+            for i, image in enumerate(images):
+                patient, study = f"W{w}-{i % 5}", f"C{w}-{i}"
+                start = time.perf_counter()
+                mem.ask(AGENT, patient, image, QUESTION, study_id=study)
+                ms[w].append((time.perf_counter() - start) * 1000)
+        except BaseException as exc:  # reported after the run: a failed write voids the figure
+            failures.append(exc)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for thread in threads:
+        thread.start()
+    ready.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - start
+    if failures:
+        raise RuntimeError(f"a concurrent write failed on {name}, {lanes} lanes") from failures[0]
+    verified = handles[0].verify_audit(ADMIN).ok
+    for handle in handles:
+        handle.close()
+    return writers * asks / seconds, [x for part in ms for x in part], verified
 
 
 def _cell(ms: list[float]) -> str:
@@ -265,6 +319,9 @@ def main() -> None:
     parser.add_argument("--size-base", type=int, default=500)
     parser.add_argument("--size-studies", type=int, default=1000)
     parser.add_argument("--scale-studies", type=int, default=200_000)
+    parser.add_argument("--writers", type=int, default=4)
+    parser.add_argument("--concurrent-asks", type=int, default=40)
+    parser.add_argument("--lanes", type=int, default=8)
     parser.add_argument("--tree", type=Path, default=ROOT / ".cluster" / "pgserver" / "pginstall")
     args = parser.parse_args()
     if not (args.tree / "bin" / "pg_ctl").exists():
@@ -303,6 +360,11 @@ def main() -> None:
                 name: _growth(work, name, dsn, args.size_base, args.size_studies) for name, dsn in targets.items()
             }
             recall = _recall(work, cluster.dsn(), args.recall_rows, args.queries)
+            concurrent = {
+                (name, lanes): _concurrent(work, name, dsn, lanes, args.writers, args.concurrent_asks)
+                for name, dsn in targets.items()
+                for lanes in (1, args.lanes)
+            }
 
     print(f"one hospital: {args.patients} patients x {args.studies} studies ingested, {args.asks} asks")
     print("single: one PostgreSQL 16.2 server; Citus 13.2.2: a coordinator and 1 or 2 workers; same machine\n")
@@ -334,6 +396,18 @@ def main() -> None:
     print("|---|---|")
     for name, size in per_study.items():
         print(f"| {name} | {size:,.0f} |")
+    print(
+        f"\nconcurrent write-back of one hospital: {args.writers} writers, a handle each,"
+        f" {args.concurrent_asks} asks each about patients of their own\n"
+    )
+    print("| store | audit chains (lanes) | writes a second | median (p95) ms a write | audit verifies |")
+    print("|---|---|---|---|---|")
+    for (name, lanes), (rate, times, verified) in concurrent.items():
+        label = "single PostgreSQL" if name == "single" else "Citus, 2 workers"
+        print(f"| {label} | {lanes} | {rate:,.1f} | {_cell(times)} | {'yes' if verified else 'NO'} |")
+    for name in targets:
+        ratio = concurrent[(name, args.lanes)][0] / concurrent[(name, 1)][0]
+        print(f"\n{name}: {args.lanes} lanes / 1 lane, writes a second: {ratio:.2f}x")
     per = per_study["citus"]
     print(f"\nsizing from the cluster's figure, {args.scale_studies:,} studies a hospital\n")
     print("| hospitals | studies | size | per worker, 2 workers | workers of 1 TiB |")
