@@ -37,15 +37,17 @@ Search (``z <#> q`` is pgvector's negative inner product; on unit vectors, minus
 
 Writes are one transaction that first locks the tenant's ``meta`` row (readers go on; writers
 queue, as with SQLite's ``BEGIN IMMEDIATE``), so positions stay dense (the i-th record has
-``pos`` i) and supersession cannot race. Text containing NUL characters, which
+``pos`` i) and supersession cannot race. A store made with several patient lanes
+(``lanes.py``) takes that row's lock shared and locks the ``meta`` rows of the lanes a write
+touches instead: writers of other lanes go on. Text containing NUL characters, which
 PostgreSQL cannot store, is refused with :class:`InvalidInput`.
 
 Scaling (DESIGN.md section 4): made on a Citus coordinator, the store distributes a patient's
 tables by the patient and the tenant's own (``meta``, ``audit``, ``pseudonyms``) by the
 tenant (``citus.py``), so one hospital's patients spread over the workers, a statement naming
 a patient runs on its shard alone, and one naming only the tenant (population search) fans
-out (docs/deploy.md, Citus). What stays one per tenant: the ``meta`` row lock that serialises
-its writers, its audit chain and the ``max(pos) + 1`` positions.
+out (docs/deploy.md, Citus). What stays one per tenant: its ``meta`` rows (the lock of each
+lane, one by default) and its audit chains, on one worker.
 """
 
 from __future__ import annotations
