@@ -92,6 +92,25 @@ def _read_spec(layers: Layers, patient: str) -> AuditSpec:
     )
 
 
+def _holding(
+    layers: Layers, batch: WriteBatch, specs: list[AuditSpec], entered: threading.Event, release: threading.Event
+) -> threading.Thread:
+    """A started thread writing ``batch`` with ``specs`` through ``layers`` that, once signed,
+    sets ``entered`` and keeps its transaction open until ``release`` (at most 30 s)."""
+
+    def apply(chain: AuditChainer, sign: Callable[[], None]) -> None:
+        def before() -> None:
+            sign()
+            entered.set()
+            release.wait(30)
+
+        layers.handle.write(batch, chain, before_commit=before)
+
+    thread = threading.Thread(target=lambda: layers.audit.commit(apply, specs))
+    thread.start()
+    return thread
+
+
 def test_a_writer_of_another_lane_goes_on_while_one_holds_its_lane(laned: Path) -> None:
     """While a write of a lane-0 patient holds its transaction open, a write of a lane-1 patient
     (another handle) commits, and a second write of lane 0 waits for the first to commit."""
@@ -99,21 +118,7 @@ def test_a_writer_of_another_lane_goes_on_while_one_holds_its_lane(laned: Path) 
     same_lane = next(f"Q{i}" for i in range(1000) if lane_of(f"Q{i}", LANES) == 0)
     entered, release, done = threading.Event(), threading.Event(), threading.Event()
     with open_layers(laned) as one, open_layers(laned) as two, open_layers(laned) as three:
-        spec = _read_spec(one, first_lane)
-
-        def hold() -> None:
-            def apply(chain: AuditChainer, sign: Callable[[], None]) -> None:
-                def before() -> None:
-                    sign()
-                    entered.set()
-                    release.wait(30)
-
-                one.handle.write(WriteBatch(patients=[first_lane]), chain, before_commit=before)
-
-            one.audit.commit(apply, [spec])
-
-        holder = threading.Thread(target=hold)
-        holder.start()
+        holder = _holding(one, WriteBatch(patients=[first_lane]), [_read_spec(one, first_lane)], entered, release)
         assert entered.wait(30)
         other = threading.Thread(target=lambda: two.audit.write(WriteBatch(), [_read_spec(two, other_lane)]))
         other.start()
@@ -310,24 +315,8 @@ def test_a_write_of_patients_of_two_lanes_locks_both_and_joins_the_lower_chain(l
     one, three = _patients(LANES)[1], _patients(LANES)[3]
     entered, release = threading.Event(), threading.Event()
     with open_layers(laned) as first, open_layers(laned) as second:
-        specs = [_read_spec(first, one), _read_spec(first, three)]
-        seqs: list[int] = []
-
-        def hold() -> None:
-            def apply(chain: AuditChainer, sign: Callable[[], None]) -> None:
-                def before() -> None:
-                    sign()
-                    entered.set()
-                    release.wait(30)
-
-                batch = WriteBatch(patients=[one, three])
-                first.handle.write(batch, chain, before_commit=before)
-                seqs.extend(row.seq for row in batch.audit)
-
-            first.audit.commit(apply, specs)
-
-        holder = threading.Thread(target=hold)
-        holder.start()
+        batch = WriteBatch(patients=[one, three])
+        holder = _holding(first, batch, [_read_spec(first, one), _read_spec(first, three)], entered, release)
         assert entered.wait(30)
         waiting = threading.Thread(target=lambda: second.audit.write(WriteBatch(), [_read_spec(second, three)]))
         waiting.start()
@@ -337,7 +326,7 @@ def test_a_write_of_patients_of_two_lanes_locks_both_and_joins_the_lower_chain(l
         holder.join(30)
         waiting.join(30)
         assert not waiting.is_alive()
-    assert len(seqs) == 2 and all(seq % LANES == 1 for seq in seqs)
+    assert len(batch.audit) == 2 and all(row.seq % LANES == 1 for row in batch.audit)
     with _open(laned) as mem:
         assert mem.verify_audit(ADMIN).ok
 

@@ -280,9 +280,9 @@ class Checkpoint:
             return None
         return self.base_size, self.base_hash
 
-    def message(self) -> bytes:
-        """The signed bytes: canonical JSON of every field but the signature."""
-        return _message(
+    def _signed_fields(self) -> dict[str, Any]:
+        """Every field but the signature, as the JSON object the signature covers."""
+        return _dict(
             self.origin,
             self.size,
             self.head_hash,
@@ -293,6 +293,10 @@ class Checkpoint:
             self.heads,
             self.lanes,
         )
+
+    def message(self) -> bytes:
+        """The signed bytes: canonical JSON of every field but the signature."""
+        return canonicalize(self._signed_fields())
 
     def verify(self, public_key: PublicKeyLike) -> bool:
         """True when the signature verifies under ``public_key``."""
@@ -300,19 +304,7 @@ class Checkpoint:
 
     def to_json(self) -> bytes:
         """Canonical JSON of every field (one log line, without the newline)."""
-        d = _dict(
-            self.origin,
-            self.size,
-            self.head_hash,
-            self.time,
-            self.base,
-            self.rows,
-            self.chain,
-            self.heads,
-            self.lanes,
-        )
-        d["signature"] = self.signature
-        return canonicalize(d)
+        return canonicalize({**self._signed_fields(), "signature": self.signature})
 
     @classmethod
     def from_json(cls, data: str | bytes) -> Checkpoint:
