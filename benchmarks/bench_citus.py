@@ -26,13 +26,15 @@ three in blocks of ten calls:
    and the same query with ``enable_sort = off``, which makes the worker scan the index as it
    does for a hospital too large to sort its rows; the worker's plan of each (``EXPLAIN``).
 
-4. concurrent governed write-back of one hospital: ``--writers`` threads, each with its own
-   handle (``MsmMem.open``: its own connection), each asking ``--concurrent-asks`` times about
-   patients of its own, all started together, on a hospital made with one audit chain (its
-   writers queue on one lock) and with ``--lanes`` (``init(audit_chains=...)``: a lock, chain
-   and row digests per patient lane), on the single server and on the two-worker cluster:
-   writes a second over the run, median and 95th percentile ms of a write under that load,
-   and that the audit verifies after.
+4. concurrent governed write-back of one hospital: ``--writers`` processes (as ``msm-mem serve
+   --workers`` runs), each with its own handle, each asking ``--concurrent-asks`` times about
+   patients of its own, all started together (and the same with ``--concurrent-reads``
+   audited reads of a patient's episodes: each a commit of one audit event, a write that is
+   mostly the lock's), on a hospital made with one audit chain (its writers queue on one lock)
+   and with ``--lanes`` (``init(audit_chains=...)``: a lock, chain and row digests per patient
+   lane), the two taking turns ``--rounds`` times, on the single server and on the two-worker
+   cluster: calls a second (median of the rounds, and their range), median and 95th
+   percentile ms of a call under that load, and that the audit verifies after.
 
 Then bytes per study: what every table grows by (heap, TOAST and indexes,
 ``pg_total_relation_size`` on the single server; the sum of its shards' sizes, ``citus_shards``,
@@ -45,18 +47,19 @@ and pseudonyms are on one.
 Usage: python benchmarks/bench_citus.py [--patients 20] [--studies 5] [--asks 200]
        [--retrieves 200] [--recall-rows 10000] [--queries 50] [--size-base 500]
        [--size-studies 1000] [--scale-studies 200000] [--writers 4] [--concurrent-asks 40]
-       [--lanes 8] [--tree .cluster/pgserver/pginstall]
+       [--concurrent-reads 150] [--lanes 8] [--rounds 3] [--tree .cluster/pgserver/pginstall]
 (``--patients 2 --studies 1 --asks 4 --retrieves 4 --recall-rows 200 --queries 4
---size-base 20 --size-studies 20 --writers 2 --concurrent-asks 2``: a run of a minute.)
+--size-base 20 --size-studies 20 --writers 2 --concurrent-asks 2 --concurrent-reads 2
+--rounds 1``: a run of a minute.)
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -155,48 +158,75 @@ def _run(
     return out
 
 
+def _writer(directory: Path, w: int, calls: int, kind: str, ready: Any, out: Any) -> None:
+    """One writer process: its own handle, ``calls`` calls about its own five patients once every
+    writer is ready, each a governed write: an ask written back (``kind`` "ask") or an audited
+    read of a patient's episodes ("read": a commit of one audit event). Puts ``(ms of each call,
+    error or "")`` on ``out``."""
+    backbone = FixedBackbone("Right lower lobe opacity, stable", "no change")
+    ms: list[float] = []
+    try:
+        with MsmMem.open(directory, clock=FixedClock(T0), backbone=backbone) as mem:
+            images = [
+                np.random.default_rng(20_000 + w * calls + i).random((64, 64), dtype=np.float32) for i in range(calls)
+            ]
+            ready.wait()
+            for i, image in enumerate(images):
+                start = time.perf_counter()
+                if kind == "ask":
+                    mem.ask(AGENT, f"W{w}-{i % 5}", image, QUESTION, study_id=f"C{w}-{i}")
+                else:
+                    mem.episodes(AGENT, f"W{w}-{i % 5}")
+                ms.append((time.perf_counter() - start) * 1000)
+    except Exception as exc:  # noqa: BLE001 - reported by the parent: a failed write voids the figure
+        out.put((ms, repr(exc)))
+        return
+    out.put((ms, ""))
+
+
 def _concurrent(
-    work: Path, name: str, dsn: str, lanes: int, writers: int, asks: int
+    directory: Path, dsn: str, lanes: int, writers: int, calls: int, kind: str
 ) -> tuple[float, list[float], bool]:
-    """``writers`` threads, a handle each, asking ``asks`` times about patients of their own on a
-    new hospital of ``lanes`` audit chains: (writes a second, ms of each write, audit verified)."""
-    directory = work / f"concurrent-{name}-{lanes}"
+    """``writers`` processes, a handle each, making ``calls`` calls of ``kind`` about patients of
+    their own on a new hospital of ``lanes`` audit chains in ``directory``: (calls a second, ms
+    of each call, audit verified after)."""
     backbone = FixedBackbone("Right lower lobe opacity, stable", "no change")
     options: dict[str, Any] = {"database_url": dsn, "schema": SCHEMA, "audit_chains": lanes}
-    settings = Settings(tenant=f"concurrent{lanes}")
+    settings = Settings(tenant=directory.name)
     MsmMem.init(directory, ADMIN, settings=settings, clock=FixedClock(T0), backbone=backbone, **options).close()
-    handles = [MsmMem.open(directory, clock=FixedClock(T0), backbone=backbone) for _ in range(writers)]
-    images = [np.random.default_rng(20_000 + i).random((64, 64), dtype=np.float32) for i in range(asks)]
-    ms: list[list[float]] = [[] for _ in range(writers)]
-    ready = threading.Barrier(writers + 1)
-    failures: list[BaseException] = []
-
-    def write(w: int) -> None:
-        ready.wait()
-        try:
-            mem = handles[w]
-            for i, image in enumerate(images):
-                patient, study = f"W{w}-{i % 5}", f"C{w}-{i}"
-                start = time.perf_counter()
-                mem.ask(AGENT, patient, image, QUESTION, study_id=study)
-                ms[w].append((time.perf_counter() - start) * 1000)
-        except BaseException as exc:  # reported after the run: a failed write voids the figure
-            failures.append(exc)
-
-    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
-    for thread in threads:
-        thread.start()
+    context = multiprocessing.get_context("fork")
+    ready, out = context.Barrier(writers + 1), context.Queue()
+    processes = [context.Process(target=_writer, args=(directory, w, calls, kind, ready, out)) for w in range(writers)]
+    for process in processes:
+        process.start()
     ready.wait()
     start = time.perf_counter()
-    for thread in threads:
-        thread.join()
+    results = [out.get() for _ in processes]
     seconds = time.perf_counter() - start
-    if failures:
-        raise RuntimeError(f"a concurrent write failed on {name}, {lanes} lanes") from failures[0]
-    verified = handles[0].verify_audit(ADMIN).ok
-    for handle in handles:
-        handle.close()
-    return writers * asks / seconds, [x for part in ms for x in part], verified
+    for process in processes:
+        process.join()
+    failed = [error for _, error in results if error]
+    if failed:
+        raise RuntimeError(f"a concurrent {kind} failed on {directory.name}: {failed[0]}")
+    with MsmMem.open(directory, clock=FixedClock(T0), backbone=backbone) as mem:
+        verified = mem.verify_audit(ADMIN).ok
+    return writers * calls / seconds, [x for ms, _ in results for x in ms], verified
+
+
+def _lanes_side_by_side(
+    work: Path, targets: dict[str, str], lanes: int, writers: int, calls: dict[str, int], rounds: int
+) -> dict[tuple[str, str, int], tuple[list[float], list[float], bool]]:
+    """:func:`_concurrent` of one lane and of ``lanes``, taking turns ``rounds`` times on each
+    target and kind: ``(target, kind, lanes) -> (calls a second of each round, ms, verified)``."""
+    out: dict[tuple[str, str, int], tuple[list[float], list[float], bool]] = {}
+    for name, dsn in targets.items():
+        for kind, n in calls.items():
+            for r in range(rounds):
+                for count in (1, lanes):
+                    rate, ms, verified = _concurrent(work / f"{kind}-{name}-{count}-{r}", dsn, count, writers, n, kind)
+                    rates, times, ok = out.get((name, kind, count), ([], [], True))
+                    out[(name, kind, count)] = ([*rates, rate], [*times, *ms], ok and verified)
+    return out
 
 
 def _cell(ms: list[float]) -> str:
@@ -321,7 +351,9 @@ def main() -> None:
     parser.add_argument("--scale-studies", type=int, default=200_000)
     parser.add_argument("--writers", type=int, default=4)
     parser.add_argument("--concurrent-asks", type=int, default=40)
+    parser.add_argument("--concurrent-reads", type=int, default=150)
     parser.add_argument("--lanes", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tree", type=Path, default=ROOT / ".cluster" / "pgserver" / "pginstall")
     args = parser.parse_args()
     if not (args.tree / "bin" / "pg_ctl").exists():
@@ -360,11 +392,8 @@ def main() -> None:
                 name: _growth(work, name, dsn, args.size_base, args.size_studies) for name, dsn in targets.items()
             }
             recall = _recall(work, cluster.dsn(), args.recall_rows, args.queries)
-            concurrent = {
-                (name, lanes): _concurrent(work, name, dsn, lanes, args.writers, args.concurrent_asks)
-                for name, dsn in targets.items()
-                for lanes in (1, args.lanes)
-            }
+            calls = {"ask": args.concurrent_asks, "read": args.concurrent_reads}
+            concurrent = _lanes_side_by_side(work, targets, args.lanes, args.writers, calls, args.rounds)
 
     print(f"one hospital: {args.patients} patients x {args.studies} studies ingested, {args.asks} asks")
     print("single: one PostgreSQL 16.2 server; Citus 13.2.2: a coordinator and 1 or 2 workers; same machine\n")
@@ -397,17 +426,28 @@ def main() -> None:
     for name, size in per_study.items():
         print(f"| {name} | {size:,.0f} |")
     print(
-        f"\nconcurrent write-back of one hospital: {args.writers} writers, a handle each,"
-        f" {args.concurrent_asks} asks each about patients of their own\n"
+        f"\nconcurrent governed writes of one hospital: {args.writers} writer processes, a handle each, about"
+        f" patients of their own; one audit chain and {args.lanes} lanes taking turns, {args.rounds} rounds each\n"
     )
-    print("| store | audit chains (lanes) | writes a second | median (p95) ms a write | audit verifies |")
-    print("|---|---|---|---|---|")
-    for (name, lanes), (rate, times, verified) in concurrent.items():
+    print(
+        "| store | writes | audit chains (lanes) | calls a second, median of rounds (range)"
+        " | median (p95) ms a call | audit verifies |"
+    )
+    print("|---|---|---|---|---|---|")
+    kinds = {
+        "ask": f"ask written back, {args.concurrent_asks} each",
+        "read": f"audited read, {args.concurrent_reads} each",
+    }
+    for (name, kind, lanes), (rates, times, verified) in concurrent.items():
         label = "single PostgreSQL" if name == "single" else "Citus, 2 workers"
-        print(f"| {label} | {lanes} | {rate:,.1f} | {_cell(times)} | {'yes' if verified else 'NO'} |")
+        spread = f"{statistics.median(rates):,.1f} ({min(rates):,.1f} to {max(rates):,.1f})"
+        print(f"| {label} | {kinds[kind]} | {lanes} | {spread} | {_cell(times)} | {'yes' if verified else 'NO'} |")
     for name in targets:
-        ratio = concurrent[(name, args.lanes)][0] / concurrent[(name, 1)][0]
-        print(f"\n{name}: {args.lanes} lanes / 1 lane, writes a second: {ratio:.2f}x")
+        for kind in calls:
+            ratio = statistics.median(concurrent[(name, kind, args.lanes)][0]) / statistics.median(
+                concurrent[(name, kind, 1)][0]
+            )
+            print(f"\n{name}, {kind}: {args.lanes} lanes / 1 lane, calls a second: {ratio:.2f}x")
     per = per_study["citus"]
     print(f"\nsizing from the cluster's figure, {args.scale_studies:,} studies a hospital\n")
     print("| hospitals | studies | size | per worker, 2 workers | workers of 1 TiB |")

@@ -99,12 +99,13 @@ def test_tenant_size(tmp_path: Path) -> None:
 @pytest.mark.citus
 def test_citus(tmp_path: Path, cluster_tree: Path) -> None:
     """bench_citus.py at 2 patients x 1 study, 4 asks and retrieves, 200 rows for the recall,
-    20 studies sized, 2 concurrent writers of 2 asks: the side-by-side rows of the single server
+    20 studies sized, 2 concurrent writers of 2 asks and 2 reads: the side-by-side rows of the single server
     and the clusters of one and two workers, the recall rows, the concurrent rows of one and
     eight audit chains (verified), bytes per study and the sizing rows (it starts its own
     servers from the built tree)."""
     args = ("--patients", "2", "--studies", "1", "--asks", "4", "--retrieves", "4", "--tree", str(cluster_tree))
     sizing = ("--size-base", "20", "--size-studies", "20", "--writers", "2", "--concurrent-asks", "2")
+    sizing += ("--concurrent-reads", "2", "--rounds", "1")
     out = bench(tmp_path, "bench_citus.py", *args, "--recall-rows", "200", "--queries", "4", *sizing)
     cell = rf"{NUMBER} \({NUMBER}\)"
     ratio = f"{NUMBER}x"
@@ -115,8 +116,9 @@ def test_citus(tmp_path: Path, cluster_tree: Path) -> None:
     row(out, "citus", NUMBER)
     row(out, "100", "20,000,000", f"{NUMBER} GiB", f"{NUMBER} GiB", r"\d+")
     for store in ("single PostgreSQL", "Citus, 2 workers"):
-        for lanes in ("1", "8"):
-            row(out, store, lanes, NUMBER, cell, "yes")
+        for writes in ("ask written back, 2 each", "audited read, 2 each"):
+            for lanes in ("1", "8"):
+                row(out, store, writes, lanes, rf"{NUMBER} \({NUMBER} to {NUMBER}\)", cell, "yes")
 
 
 def test_encoders(tmp_path: Path) -> None:

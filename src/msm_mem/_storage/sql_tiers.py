@@ -128,7 +128,9 @@ class SqlTiers:
 class SqlAudit:
     """The audit rows: the stored chains' heads and bases, their pages, and retention's purge.
     In a store of several lanes (:mod:`.lanes`) chain ``c`` is the rows whose ``seq % lanes``
-    is ``c``; its base is ``meta``'s ``audit_base:<c>`` (``audit_base`` for chain 0)."""
+    is ``c``; its base is ``meta``'s ``audit_base:<c>`` (``audit_base`` for chain 0) and its
+    head the ``lane:<c>`` row, which every commit of the chain sets under that lane's lock (so
+    a write reads every head in one statement; verification walks the rows themselves)."""
 
     def __init__(self, tables: SqlTables) -> None:
         self._t = tables
@@ -151,31 +153,53 @@ class SqlAudit:
         seq, digest = str(row[0]).split(":", 1)
         return int(seq), digest
 
-    def audit_head(self, chain: int = 0) -> tuple[int, str]:
+    def _lane_heads(self) -> tuple[tuple[int, str], ...]:
+        """Every chain's head from ``meta`` (one statement): the ``lane:<c>`` row each commit of
+        chain ``c`` sets to its last ``seq:hash``, else the chain's base."""
         d, lanes = self._t.dialect, self._t.lanes
         with d.db():
-            if lanes == 1:
-                row = d.q(
-                    "SELECT seq, event_hash FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1", (self._t.tenant,)
-                ).fetchone()
+            rows = dict(
+                d.q(
+                    "SELECT key, value FROM meta WHERE tenant = ?"
+                    " AND (substr(key, 1, 5) = 'lane:' OR substr(key, 1, 10) = 'audit_base')",
+                    (self._t.tenant,),
+                ).fetchall()
+            )
+        heads = []
+        for chain in range(lanes):
+            value = rows.get(f"lane:{chain}") or rows.get("audit_base" if chain == 0 else f"audit_base:{chain}")
+            if value:
+                seq, digest = str(value).split(":", 1)
+                heads.append((int(seq), digest))
             else:
-                row = d.q(
-                    "SELECT seq, event_hash FROM audit WHERE tenant = ? AND MOD(seq, ?) = ? ORDER BY seq DESC LIMIT 1",
-                    (self._t.tenant, lanes, self._chain(chain)),
-                ).fetchone()
+                heads.append((chain, GENESIS))
+        return tuple(heads)
+
+    def audit_head(self, chain: int = 0) -> tuple[int, str]:
+        d = self._t.dialect
+        if self._t.lanes != 1:
+            return self._lane_heads()[self._chain(chain)]
+        with d.db():
+            row = d.q(
+                "SELECT seq, event_hash FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1", (self._t.tenant,)
+            ).fetchone()
             return (int(row[0]), str(row[1])) if row else self.audit_base(chain)
 
     def audit_last(self) -> int:
         """The highest seq stored in any chain (a base's, where the chain holds none)."""
-        d = self._t.dialect
-        with d.db():
-            row = d.q("SELECT seq FROM audit WHERE tenant = ? ORDER BY seq DESC LIMIT 1", (self._t.tenant,)).fetchone()
-        last = int(row[0]) if row else 0
-        return max(last, *(self.audit_base(chain)[0] for chain in range(self._t.lanes)))
+        return max(seq for seq, _ in self.audit_heads())
 
     def audit_heads(self) -> tuple[tuple[int, str], ...]:
-        with self._t.dialect.db():
-            return tuple(self.audit_head(chain) for chain in range(self._t.lanes))
+        if self._t.lanes != 1:
+            return self._lane_heads()
+        return (self.audit_head(),)
+
+    def set_lane_head(self, chain: int, head: tuple[int, str]) -> None:
+        """Inside a write of a store of several lanes, with the chain's lane locked: record its new head."""
+        self._t.dialect.q(
+            "UPDATE meta SET value = ? WHERE tenant = ? AND key = ?",
+            (f"{head[0]}:{head[1]}", self._t.tenant, f"lane:{self._chain(chain)}"),
+        )
 
     def iter_audit_batches(
         self, start_seq: int = 1, chain: int | None = None

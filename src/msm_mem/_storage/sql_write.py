@@ -224,16 +224,28 @@ class SqlWriter:
             by_table.setdefault(c.table, []).append(c.record_id)
         by_table.setdefault("stm", []).extend(c.item_id for c in batch.stm_changes)
         by_table.setdefault("consents", []).extend(consent_id for consent_id, _ in batch.revocations)
+        named = sorted(patients)
         for table, ids in by_table.items():
+            # first among the patients the batch names (a statement on their shards alone on
+            # Citus), then the rest by id alone
             unique = list(dict.fromkeys(ids))
-            for start in range(0, len(unique), ID_CHUNK):
-                part = unique[start : start + ID_CHUNK]
-                rows = self._t.dialect.q(
-                    f"SELECT patient_id FROM {table} WHERE tenant = ? AND id IN ({_marks(len(part))})",
-                    (self._t.tenant, *part),
-                ).fetchall()
-                patients.update(str(row[0]) for row in rows)
+            found = self._patients_of(table, unique, named) if 0 < len(named) <= ID_CHUNK // 4 else {}
+            found.update(self._patients_of(table, [i for i in unique if i not in found], []))
+            patients.update(found.values())
         return sorted({lane_of(p, n) for p in patients}) or [0]
+
+    def _patients_of(self, table: str, ids: list[str], among: list[str]) -> dict[str, str]:
+        """``id -> patient`` of the rows of ``ids`` that exist (of the patients ``among``, if any)."""
+        found: dict[str, str] = {}
+        who = f" AND patient_id IN ({_marks(len(among))})" if among else ""
+        for start in range(0, len(ids), ID_CHUNK):
+            part = ids[start : start + ID_CHUNK]
+            rows = self._t.dialect.q(
+                f"SELECT id, patient_id FROM {table} WHERE tenant = ?{who} AND id IN ({_marks(len(part))})",
+                (self._t.tenant, *among, *part),
+            ).fetchall()
+            found.update((str(row[0]), str(row[1])) for row in rows)
+        return found
 
     def _apply(self, batch: WriteBatch, chain: AuditChainer | None = None) -> list[Moved]:
         # read under the write lock: the key table, the positions and the audit head are what
@@ -398,6 +410,8 @@ class SqlWriter:
         if not starts or any(b.seq != a.seq + step for a, b in zip(audit, audit[1:], strict=False)):
             raise InvalidInput(f"audit rows must continue the chain after seq {head_seq}, {step} apart")
         sql.many(insert_sql("audit"), [(x.seq, x.payload, x.event_hash, tenant) for x in audit])
+        if step > 1:
+            self._audit.set_lane_head(audit[-1].seq % step, (audit[-1].seq, audit[-1].event_hash))
 
     def _insert_versions(
         self,
