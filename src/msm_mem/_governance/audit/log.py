@@ -20,6 +20,12 @@ the signing key is the caller's (a key home outside the directory, or a
 :class:`~.checkpoint_signer.SigningKey`). The witness gets its own signed head before each
 commit too, so verification refuses a witness that is behind the store (rolled back) as well
 as one that is ahead of it (the store rolled back or truncated). Verification only reads.
+
+A store of several patient lanes (``msm_mem._storage.lanes``) keeps a chain per lane: a
+commit signs its chain's new head with every chain's head (the root) and the row digests of
+the lanes it wrote, into that chain's own head file (``checkpoints.<c>.head``; chain 0's is
+``checkpoints.head``), and the log and witness hold every chain's lines; writers of different
+lanes do not wait for one another, in this process or others. Verification: :mod:`.chains`.
 """
 
 from __future__ import annotations
