@@ -363,3 +363,14 @@ def test_the_trail_tail_is_the_last_events_of_every_chain(laned: Path) -> None:
     seqs = [e.seq for e in everything.events if e.seq <= last.head_seq]
     assert seqs == sorted(seqs) and len({s % LANES for s in seqs}) == LANES
     assert [e.seq for e in last.events] == seqs[-6:] and last.head_seq == seqs[-1]
+
+
+def test_a_patients_lane_is_fixed_and_patients_spread_over_the_lanes() -> None:
+    """lane_of is the documented hash (pinned: a stored store's lanes must never move), 0 for a
+    store of one lane, and spreads 4,000 ids over 8 lanes within 20% of even."""
+    expected = int.from_bytes(hashlib.sha256(b"msm-mem lane\x00P-17").digest()[:8], "big") % 8
+    assert lane_of("P-17", 8) == expected and lane_of("P-17", 1) == 0
+    counts = [0] * 8
+    for i in range(4000):
+        counts[lane_of(f"patient-{i}", 8)] += 1
+    assert min(counts) > 400 and max(counts) < 600

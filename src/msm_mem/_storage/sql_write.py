@@ -29,7 +29,7 @@ from .base import AuditChainer, VectorKind, WrappedKeyTable
 from .batch import StateChange, WriteBatch
 from .erase import erase_patient
 from .guard import check_batch
-from .lanes import lane_of
+from .lanes import chain_of, lane_of
 from .row_digest import RowDigest
 from .sql_core import ID_CHUNK, UPSERT_META, CommitLost, SqlTables, insert_sql
 from .sql_rows import SqlRowDigests
@@ -411,7 +411,7 @@ class SqlWriter:
             raise InvalidInput(f"audit rows must continue the chain after seq {head_seq}, {step} apart")
         sql.many(insert_sql("audit"), [(x.seq, x.payload, x.event_hash, tenant) for x in audit])
         if step > 1:
-            self._audit.set_lane_head(audit[-1].seq % step, (audit[-1].seq, audit[-1].event_hash))
+            self._audit.set_lane_head(chain_of(audit[-1].seq, step), (audit[-1].seq, audit[-1].event_hash))
 
     def _insert_versions(
         self,

@@ -46,6 +46,7 @@ from ..._errors import AccessDenied, AuditChainBroken, CanonicalJSONError, Inval
 from ..._principal import as_role
 from ..._storage.base import AuditChainer, Store, WriteBatch
 from ..._storage.erase import is_erased
+from ..._storage.lanes import chain_of
 from ..._tier_records import AuditRow
 from ..crypto import EnvelopeCipher
 from ..deid import find_identifiers
@@ -244,7 +245,7 @@ class AuditLog:
     ) -> None:
         """Inside the write transaction, before it commits: the chain continued from ``head``
         must be signed (unless adopted); sign the new head and make it durable in the head file."""
-        c = builder.head_seq % self.chains
+        c = chain_of(builder.head_seq, self.chains)
         if not adopt:
             self._require_signed(head, c)
         base = self.store.audit_base(c)
