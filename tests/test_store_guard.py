@@ -176,11 +176,13 @@ def test_no_state_change_may_name_the_audit_tier(store: Store) -> None:
 
 
 def test_only_the_retention_purge_removes_audit_rows(store: Store) -> None:
-    """The audit protocol has no way to change a row (its reads are the head, the base and three
-    ways to iterate); audit_purge is the only removal."""
+    """The audit protocol has no way to change a row (its reads are the number of chains, the
+    heads, the base and three ways to iterate); audit_purge is the only removal."""
     assert {n for n in dir(Audit) if "audit" in n and not n.startswith("_")} == {
         "audit_base",
+        "audit_chains",
         "audit_head",
+        "audit_heads",
         "audit_purge",
         "iter_audit",
         "iter_audit_batches",
