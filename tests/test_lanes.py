@@ -25,7 +25,7 @@ from msm_mem._storage.batch import WriteBatch
 from msm_mem._storage.lanes import lane_of
 from msm_mem.interfaces.cli import main
 from msm_mem.testing import FixedBackbone, FixedClock
-from tests.helpers import ADMIN, AGENT, png
+from tests.helpers import ADMIN, AGENT, audit_fields, png
 from tests.layers import Layers, open_layers
 
 pytestmark = pytest.mark.postgres
@@ -235,16 +235,7 @@ def test_an_event_appended_to_one_chain_outside_msm_mem_is_detected(
     event = AuditEvent.from_row(int(seq), bytes(payload), hashlib.sha256(bytes(payload)).hexdigest())  # type: ignore[arg-type]
     top = _sql(postgres_url, pg_schema, "SELECT max(seq) FROM {schema}.audit")[0][0]
     builder = ChainBuilder(event.seq, event.event_hash, LANES, int(top))  # type: ignore[arg-type]
-    new_seq, new_payload, digest = builder.next_row(
-        time=event.time,
-        actor="mallory",
-        role="admin",
-        action="read",
-        source_tier="ltm",
-        target_tier="stm",
-        purpose="treatment",
-        outcome="success",
-    )
+    new_seq, new_payload, digest = builder.next_row(**audit_fields(0, time=event.time, actor="mallory"))
     tenant = _sql(postgres_url, pg_schema, "SELECT tenant FROM {schema}.audit LIMIT 1")[0][0]
     _sql(
         postgres_url,
