@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -154,6 +155,22 @@ def test_rerank_ties_break_by_cosine_then_id() -> None:
     b = _episode("E-b", 1.0, "agent", T0)
     hits = [Hit("E-b", "episodic", 0.5, b), Hit("E-a", "episodic", 0.5, a)]
     assert [h.id for h, _ in rerank(hits, T0)] == ["E-a", "E-b"]
+
+
+@pytest.mark.parametrize("ids", [("E-a", "E-z"), ("E-z", "E-a")])
+def test_rerank_ties_put_the_newer_evidence_first_whatever_the_ids(ids: tuple[str, str]) -> None:
+    """Equal ranks and cosines (both fresh at the query) list the newer study first, then the
+    study id, never the random ids."""
+    newer, older = ids
+    records = [
+        replace(_episode(older, 1.0, "agent", T0 + DAY), study_id="S1"),
+        replace(_episode(newer, 1.0, "agent", T0 + 2 * DAY), study_id="S3"),
+        replace(_episode("E-m", 1.0, "agent", T0 + 2 * DAY), study_id="S2"),
+    ]
+    hits = [Hit(r.episode_id, "episodic", 0.5, r) for r in records]
+    ranked = rerank(hits, T0)
+    assert len({sc.rank for _, sc in ranked}) == 1
+    assert [h.record.study_id for h, _ in ranked] == ["S2", "S3", "S1"]  # type: ignore[union-attr]
 
 
 def test_semantic_hit_scores_its_last_impression() -> None:

@@ -50,6 +50,7 @@ __all__ = [
     "rank_key",
     "rerank",
     "retention_share",
+    "tie_key",
     "verified",
     "verified_first",
 ]
@@ -136,6 +137,30 @@ def clinical_time(hit: Hit) -> float | None:
     return hit.time
 
 
+#: :func:`tie_key`: minus the clinical time, kind, patient, study, content, id
+TieKey = tuple[float, str, str, str, str, str]
+
+
+def tie_key(hit: Hit) -> TieKey:
+    """How hits that score the same are ordered: by what they are about, never first by their
+    ids, which are random, so the same memory ingested again lists its evidence the same way.
+
+    The newer clinical time first (the patient's latest evidence leads; unknown times last),
+    then kind, patient, study (an episode's study id, a claim's key, a visual record's tag, a
+    semantic state's category), content, and only then the id."""
+    r = hit.record
+    when = clinical_time(hit)
+    if isinstance(r, EpisodicRecord):
+        study, content = r.study_id, f"{r.question}\n{r.answer}"
+    elif isinstance(r, VisualRecord):
+        study, content = r.visual_tag, r.media_path
+    elif isinstance(r, SemanticState):
+        study, content = r.category, r.last.text if r.last else ""
+    else:
+        study, content = r.key, r.content
+    return (math.inf if when is None else -when, hit.kind, r.patient_id, study, content, hit.id)
+
+
 def _factors(hit: Hit, now: float) -> Score:
     r = hit.record
     when = clinical_time(hit)
@@ -162,7 +187,7 @@ def _tier(hit: Hit) -> str:
 
 
 def rerank(hits: list[Hit], now: float) -> list[tuple[Hit, Score]]:
-    """Hits with their factors, by descending rank (ties: verified first, then cosine, id),
+    """Hits with their factors, by descending rank (ties: verified first, then cosine, :func:`tie_key`),
     each unverified hit capped by :func:`verified_first`."""
     return verified_first([(h, score(h, now)) for h in hits])
 
@@ -186,7 +211,8 @@ def verified_first(pairs: list[tuple[Hit, Score]]) -> list[tuple[Hit, Score]]:
     return capped
 
 
-def rank_key(pair: tuple[Hit, Score]) -> tuple[float, bool, float, str]:
-    """The order of :func:`rerank`: descending rank, verified first, descending cosine, id."""
+def rank_key(pair: tuple[Hit, Score]) -> tuple[float, bool, float, TieKey]:
+    """The order of :func:`rerank`: descending rank, verified first, descending cosine, then
+    :func:`tie_key` (the newer evidence first)."""
     hit, sc = pair
-    return (-sc.rank, not verified(_tier(hit)), -sc.cosine, hit.id)
+    return (-sc.rank, not verified(_tier(hit)), -sc.cosine, tie_key(hit))
