@@ -19,18 +19,19 @@ DAY = 86_400.0
 Y2020 = 1_590_000_000.0
 
 
-def _descending_ids() -> Iterator[str]:
-    """Claim ids that sort in the reverse order of their writing."""
-    for n in range(999, 0, -1):
+def _ascending_ids() -> Iterator[str]:
+    """Claim ids that sort in the order of their writing (the oldest study's first)."""
+    for n in range(1, 1000):
         yield f"C-{n:032x}"
 
 
 def test_claims_of_equal_cosine_list_the_newer_study_first(
     new_mem: MemFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Claims of one image ingested as three studies (equal cosine) come newer study first, then
-    by study, whatever their ids: the same memory ingested again lists them the same way."""
-    ids = _descending_ids()
+    """Claims of one image ingested as three studies (equal cosine) come newer study first and,
+    of one time, the later study (ingestion's order) first, whatever their ids: the same memory
+    ingested again lists them the same way."""
+    ids = _ascending_ids()
     monkeypatch.setattr(claims, "new_id", lambda prefix: next(ids))
     mem = new_mem()
     image = str(png(tmp_path, 1))
@@ -41,4 +42,4 @@ def test_claims_of_equal_cosine_list_the_newer_study_first(
         z = layers.store.study_episodes("P1", "S1")[0].z
         hits = claim_hits(layers.store, "P1", z, 10)
     assert len({h.score for h in hits}) == 1
-    assert [study_of(h.record) for h in hits] == ["S2", "S3", "S1"]  # type: ignore[arg-type]
+    assert [study_of(h.record) for h in hits] == ["S3", "S2", "S1"]  # type: ignore[arg-type]

@@ -43,7 +43,9 @@ __all__ = [
     "HALF_LIFE_DAYS",
     "TIER_WEIGHTS",
     "VERIFIED_TIERS",
+    "Later",
     "Score",
+    "TieKey",
     "clinical_time",
     "composite",
     "decay_at",
@@ -137,17 +139,31 @@ def clinical_time(hit: Hit) -> float | None:
     return hit.time
 
 
-#: :func:`tie_key`: minus the clinical time, kind, patient, study, content, id
-TieKey = tuple[float, str, str, str, str, str]
+@dataclass(frozen=True, slots=True)
+class Later:
+    """A study id in reverse order: of two studies of one clinical time, the later one (by id,
+    as ingestion and the evaluation protocol take them) sorts first."""
+
+    study: str
+
+    def __lt__(self, other: Later) -> bool:
+        return self.study > other.study
+
+
+#: :func:`tie_key`: kind, minus the clinical time, patient, study in reverse, content, id
+TieKey = tuple[str, float, str, Later, str, str]
 
 
 def tie_key(hit: Hit) -> TieKey:
     """How hits that score the same are ordered: by what they are about, never first by their
     ids, which are random, so the same memory ingested again lists its evidence the same way.
 
-    The newer clinical time first (the patient's latest evidence leads; unknown times last),
-    then kind, patient, study (an episode's study id, a claim's key, a visual record's tag, a
-    semantic state's category), content, and only then the id."""
+    By kind (claim, episodic, semantic, visual), then the newer clinical time first (the
+    patient's latest evidence leads; unknown times last), patient, the later study first (an
+    episode's study id, a claim's key, a visual record's view tag, a semantic state's category:
+    of studies of one time, ingestion and the evaluation protocol take the smaller id first),
+    content (an episode's question and answer, a claim's content, a visual record's image path,
+    a semantic state's last impression), and only then the id."""
     r = hit.record
     when = clinical_time(hit)
     if isinstance(r, EpisodicRecord):
@@ -158,7 +174,7 @@ def tie_key(hit: Hit) -> TieKey:
         study, content = r.category, r.last.text if r.last else ""
     else:
         study, content = r.key, r.content
-    return (math.inf if when is None else -when, hit.kind, r.patient_id, study, content, hit.id)
+    return (hit.kind, math.inf if when is None else -when, r.patient_id, Later(study), content, hit.id)
 
 
 def _factors(hit: Hit, now: float) -> Score:

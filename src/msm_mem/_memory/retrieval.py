@@ -34,9 +34,9 @@ class Retrieval:
 
     def evidence(self, top_k: int | None = None) -> list[Hit]:
         """Every hit, semantic first (score 1.0), then E, V and claims merged by descending cosine
-        (ties: kind, then :func:`~.ranking.tie_key`, the newer evidence first)."""
+        (ties: :func:`~.ranking.tie_key`: kind, then the newer evidence first)."""
         sem = [Hit(s.state_id, "semantic", 1.0, s) for s in self.semantic]
-        ranked = sorted([*self.episodic, *self.visual, *self.claims], key=lambda h: (-h.score, h.kind, tie_key(h)))
+        ranked = sorted([*self.episodic, *self.visual, *self.claims], key=lambda h: (-h.score, tie_key(h)))
         hits = sem + ranked
         return hits if top_k is None else hits[:top_k]
 
