@@ -47,6 +47,28 @@ def test_api_import_is_audited(tmp_path: Path, views: Views) -> None:
         assert AuditEvent.from_row(*last).action == "import" and dst.verify_audit(ADMIN).ok
 
 
+def test_retrieve_lists_evidence_of_equal_rank_by_study_not_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retrieve lists evidence of equal rank (one image as two studies of one day) later study
+    first, as ingestion orders them, whatever the random ids: S2's ids are made to sort last."""
+    from msm_mem import ManifestRow
+    from msm_mem._agent import offline
+
+    real = offline.keyed_id
+
+    def reversed_ids(prefix: str, key: bytes, *parts: str) -> str:
+        return f"{prefix}-{'z' if parts[2] == 'S2' else 'a'}{real(prefix, key, *parts)}"
+
+    monkeypatch.setattr(offline, "keyed_id", reversed_ids)
+    image = str(png(tmp_path, 1))
+    rows = [ManifestRow("P1", s, 1.6e9, image, "Findings?", "Left lower lobe consolidation") for s in ("S1", "S2")]
+    with MsmMem.init(tmp_path / "s", ADMIN) as mem:
+        mem.ingest(SYSTEM, rows)
+        found = mem.retrieve(AGENT, "P1", image, at=1.6e9)
+    episodic = [i for i in found.items if i.evidence.kind == "episodic"]
+    assert len({i.evidence.score for i in episodic}) == 1
+    assert [getattr(i.record, "study_id", "") for i in episodic] == ["S2", "S1"]
+
+
 def _kek_ids(store: Store) -> set[str]:
     return {k.kek_id for k in store.keys().all() if not k.shredded}
 

@@ -11,7 +11,7 @@ import pytest
 from msm_mem import InvalidInput, MsmMem, Settings
 from msm_mem.plugins.backbones import get_backbone
 from msm_mem.plugins.backbones.base import BackboneRequest, Candidate
-from msm_mem.plugins.backbones.fitted import FittedBackbone, choose, proposals
+from msm_mem.plugins.backbones.fitted import FittedBackbone, answer_with, choose, proposals
 from msm_mem.plugins.backbones.fitted_format import GATE_FEATURES, FittedGroup, FittedModels, load
 from msm_mem.plugins.encoders import get_encoder
 from msm_mem.testing import FixedClock
@@ -214,3 +214,30 @@ def test_choose_is_a_noisy_or_over_agreeing_experts() -> None:
     assert first.text == "Pneumonia" and score == pytest.approx(0.84) and len(agreeing) == 2
     with pytest.raises(InvalidInput):
         choose(props, [0.5])
+
+
+def _twins(kind: str, ids: tuple[str, str], texts: tuple[str, str]) -> tuple[Candidate, ...]:
+    """Two candidates equal in weight, time and tier, listed in the order of ``ids``."""
+    return tuple(Candidate(i, kind, t, f"decision {t}", 0.8, 10 * DAY, 1.0) for i, t in zip(ids, texts, strict=True))
+
+
+@pytest.mark.parametrize("ids", [("e-a", "e-z"), ("e-z", "e-a")])
+def test_newest_and_nearest_take_the_first_of_equal_candidates(ids: tuple[str, str]) -> None:
+    """The newest and nearest strategies answer with the first of two candidates equal in time
+    and weight (retrieval's order), whatever the random ids."""
+    request = BackboneRequest("p", Q, _twins("episodic", ids, ("Pneumonia", "COVID-19")))
+    for strategy in ("newest", "nearest"):
+        reply = answer_with(strategy, request, None, None)
+        assert (reply.answer, reply.cited) == ("Pneumonia", (ids[0],))
+
+
+@pytest.mark.parametrize("ids", [("s-a", "s-z"), ("s-z", "s-a")])
+def test_proposals_take_the_first_of_equal_candidates(ids: tuple[str, str]) -> None:
+    """Of equal candidates the semantic expert proposes the first one's impression, and a vote
+    answers with its first member's wording and decision, whatever the random ids."""
+    semantic = _twins("semantic", ids, ("Pneumonia", "COVID-19"))
+    (sem,) = proposals(BackboneRequest("p", Q, semantic), None)
+    assert (sem.expert, sem.text) == ("semantic", "Pneumonia")
+    episodic = _twins("episodic", ids, ("Pneumonia", "pneumonia"))
+    (epi,) = proposals(BackboneRequest("p", Q, episodic), None)
+    assert (epi.text, epi.decision) == ("Pneumonia", "decision Pneumonia")

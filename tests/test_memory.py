@@ -7,6 +7,8 @@ import pytest
 
 from msm_mem import InvalidInput, InvalidVector, Settings
 from msm_mem._memory.msm import Interaction, Memory
+from msm_mem._memory.retrieval import Retrieval
+from msm_mem._records import EpisodicRecord, Hit
 from msm_mem._storage.base import Store
 from msm_mem.testing import FixedClock
 from tests.conftest import DIM, StoreFactory, random_unit
@@ -76,6 +78,20 @@ def test_batch_equals_one_at_a_time(make_store: StoreFactory) -> None:
         a = [s.impressions for s in one.store.semantic_history(p, "impression")]
         b = [s.impressions for s in many.store.semantic_history(p, "impression")]
         assert a == b
+
+
+@pytest.mark.parametrize("ids", [("E-a", "E-z"), ("E-z", "E-a")])
+def test_evidence_of_equal_cosine_lists_the_newer_record_first(ids: tuple[str, str]) -> None:
+    """Retrieval.evidence merges E, V and claims by cosine; equal cosines of one kind list the
+    newer record first, whatever the random ids."""
+    newer, older = ids
+    z = random_unit(np.random.default_rng(4))
+    hits = tuple(
+        Hit(i, "episodic", 0.7, EpisodicRecord(i, "p", t, z, "What is the impression?", ANSWER))
+        for i, t in ((older, 1e9), (newer, 2e9))
+    )
+    ranked = Retrieval((), hits, ()).evidence()
+    assert [h.id for h in ranked] == [newer, older]
 
 
 def test_retrieval_is_patient_scoped_and_ablatable(store: Store) -> None:

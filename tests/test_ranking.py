@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -149,11 +150,28 @@ def test_rerank_orders_by_cosine_times_composite() -> None:
 
 
 def test_rerank_ties_break_by_cosine_then_id() -> None:
-    """Equal ranks keep a deterministic order."""
+    """Equal ranks of records alike in all but their ids keep one order whichever comes first
+    (the id decides last)."""
     a = _episode("E-a", 1.0, "agent", T0)
     b = _episode("E-b", 1.0, "agent", T0)
     hits = [Hit("E-b", "episodic", 0.5, b), Hit("E-a", "episodic", 0.5, a)]
-    assert [h.id for h, _ in rerank(hits, T0)] == ["E-a", "E-b"]
+    assert [h.id for h, _ in rerank(hits, T0)] == [h.id for h, _ in rerank(hits[::-1], T0)] == ["E-a", "E-b"]
+
+
+@pytest.mark.parametrize("ids", [("E-a", "E-z"), ("E-z", "E-a")])
+def test_rerank_ties_put_the_newer_evidence_first_whatever_the_ids(ids: tuple[str, str]) -> None:
+    """Equal ranks and cosines (all fresh at the query) list the newer study first and, of one
+    time, the later study id first (ingestion's order), never by the random ids."""
+    newer, older = ids
+    records = [
+        replace(_episode(older, 1.0, "agent", T0 + DAY), study_id="S1"),
+        replace(_episode(newer, 1.0, "agent", T0 + 2 * DAY), study_id="S3"),
+        replace(_episode("E-0", 1.0, "agent", T0 + 2 * DAY), study_id="S2"),
+    ]
+    hits = [Hit(r.episode_id, "episodic", 0.5, r) for r in records]
+    ranked = rerank(hits, T0)
+    assert len({sc.rank for _, sc in ranked}) == 1
+    assert [h.record.study_id for h, _ in ranked] == ["S3", "S2", "S1"]  # type: ignore[union-attr]
 
 
 def test_semantic_hit_scores_its_last_impression() -> None:

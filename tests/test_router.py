@@ -144,6 +144,17 @@ def test_label_example_judges_each_experts_top_candidate() -> None:
     assert dict(strict.labels) == {"episodic": False}  # F1 = 6/7 < 0.95
 
 
+@pytest.mark.parametrize("ids", [("E-a", "E-z"), ("E-z", "E-a")])
+def test_label_example_judges_the_first_of_equal_candidates(ids: tuple[str, str]) -> None:
+    """Of an expert's candidates equal in weight and time, the one retrieval listed first is
+    judged, whatever the random ids."""
+    cands = [
+        cand(ids[0], "episodic", "small right pleural effusion", 0.9, 5.0),
+        cand(ids[1], "episodic", "no acute abnormality", 0.9, 5.0),
+    ]
+    assert dict(label_example(RouterFeatures(), cands, "Small right pleural effusion.").labels) == {"episodic": True}
+
+
 def _examples(n: int = 60) -> list[RouterExample]:
     """Episodic is right when its top cosine is high, visual never, semantic always; deterministic."""
     rng = np.random.default_rng(7)

@@ -185,13 +185,14 @@ class RouterExample:
 def label_example(
     features: RouterFeatures, candidates: Sequence[Candidate], reference: str, *, threshold: float = 0.5
 ) -> RouterExample:
-    """Label each expert by its top candidate (largest weight; ties: newest, then smallest id):
-    correct when ``token_f1(candidate.text, reference) >= threshold`` (F1 in [0, 1])."""
+    """Label each expert by its top candidate (largest weight; ties: newest, then the first of
+    ``candidates``, retrieval's order): correct when ``token_f1(candidate.text, reference) >=
+    threshold`` (F1 in [0, 1])."""
     labels: dict[str, bool] = {}
     for kind in MEMORIES:
         mine = [c for c in candidates if c.kind == kind]
         if mine:
-            top = min(mine, key=lambda c: (-c.weight, -c.time, c.id))
+            top = min(mine, key=lambda c: (-c.weight, -c.time))  # min keeps the first of equals
             labels[kind] = token_f1(top.text, reference) >= threshold
     return RouterExample(features, labels)
 

@@ -182,7 +182,7 @@ class _Care(_Base):
             tier = str(getattr(hit.record, "evidence_tier", ""))
             evidence = Evidence(hit.id, hit.kind, sc.rank, sc.cosine, sc.confidence, sc.freshness, sc.tier_weight, tier)
             items.append(RetrievedItem(evidence, _shown(hit.record, patient_id)))
-        items.sort(key=lambda i: (-i.evidence.score, i.evidence.id))
+        # already by descending score: rerank's order (rank_key), whose ties are never the random ids
         return Retrieved(patient_id, scope, tuple(items))
 
     def observe(

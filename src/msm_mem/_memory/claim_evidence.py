@@ -27,6 +27,7 @@ import numpy as np
 
 from .._records import Claim, Hit, Vector
 from .._storage.base import Store
+from .ranking import tie_key
 
 __all__ = [
     "QUESTION_SEPARATOR",
@@ -110,7 +111,7 @@ def question_of(claim: Claim) -> str:
 
 def claim_hits(store: Store, patient_id: str, z: Vector, k: int) -> tuple[Hit, ...]:
     """The patient's ``k`` active study claims most similar to ``z``, by descending cosine
-    (ties: claim id), each with its study's clinical time."""
+    (ties: :func:`~.ranking.tie_key`, the newer study first), each with its study's clinical time."""
     claims = [c for c in store.claims_active(patient_id) if study_of(c)]
     if not claims or k <= 0:
         return ()
@@ -129,5 +130,5 @@ def claim_hits(store: Store, patient_id: str, z: Vector, k: int) -> tuple[Hit, .
         if when is None:
             when = e.timestamp if e is not None else float(item.payload.timestamp) if item and item.payload else None
         hits.append(Hit(c.claim_id, "claim", float(np.dot(vector, z)), c, time=when))
-    hits.sort(key=lambda h: (-h.score, h.id))
+    hits.sort(key=lambda h: (-h.score, tie_key(h)))
     return tuple(hits[:k])

@@ -43,13 +43,16 @@ __all__ = [
     "HALF_LIFE_DAYS",
     "TIER_WEIGHTS",
     "VERIFIED_TIERS",
+    "Later",
     "Score",
+    "TieKey",
     "clinical_time",
     "composite",
     "decay_at",
     "rank_key",
     "rerank",
     "retention_share",
+    "tie_key",
     "verified",
     "verified_first",
 ]
@@ -136,6 +139,44 @@ def clinical_time(hit: Hit) -> float | None:
     return hit.time
 
 
+@dataclass(frozen=True, slots=True)
+class Later:
+    """A study id in reverse order: of two studies of one clinical time, the later one (by id,
+    as ingestion and the evaluation protocol take them) sorts first."""
+
+    study: str
+
+    def __lt__(self, other: Later) -> bool:
+        return self.study > other.study
+
+
+#: :func:`tie_key`: kind, minus the clinical time, patient, study in reverse, content, id
+TieKey = tuple[str, float, str, Later, str, str]
+
+
+def tie_key(hit: Hit) -> TieKey:
+    """How hits that score the same are ordered: by what they are about, never first by their
+    ids, which are random, so the same memory ingested again lists its evidence the same way.
+
+    By kind (claim, episodic, semantic, visual), then the newer clinical time first (the
+    patient's latest evidence leads; unknown times last), patient, the later study first (an
+    episode's study id, a claim's key, a visual record's view tag, a semantic state's category:
+    of studies of one time, ingestion and the evaluation protocol take the smaller id first),
+    content (an episode's question and answer, a claim's content, a visual record's image path,
+    a semantic state's last impression), and only then the id."""
+    r = hit.record
+    when = clinical_time(hit)
+    if isinstance(r, EpisodicRecord):
+        study, content = r.study_id, f"{r.question}\n{r.answer}"
+    elif isinstance(r, VisualRecord):
+        study, content = r.visual_tag, r.media_path
+    elif isinstance(r, SemanticState):
+        study, content = r.category, r.last.text if r.last else ""
+    else:
+        study, content = r.key, r.content
+    return (hit.kind, math.inf if when is None else -when, r.patient_id, Later(study), content, hit.id)
+
+
 def _factors(hit: Hit, now: float) -> Score:
     r = hit.record
     when = clinical_time(hit)
@@ -162,7 +203,7 @@ def _tier(hit: Hit) -> str:
 
 
 def rerank(hits: list[Hit], now: float) -> list[tuple[Hit, Score]]:
-    """Hits with their factors, by descending rank (ties: verified first, then cosine, id),
+    """Hits with their factors, by descending rank (ties: verified first, then cosine, :func:`tie_key`),
     each unverified hit capped by :func:`verified_first`."""
     return verified_first([(h, score(h, now)) for h in hits])
 
@@ -186,7 +227,8 @@ def verified_first(pairs: list[tuple[Hit, Score]]) -> list[tuple[Hit, Score]]:
     return capped
 
 
-def rank_key(pair: tuple[Hit, Score]) -> tuple[float, bool, float, str]:
-    """The order of :func:`rerank`: descending rank, verified first, descending cosine, id."""
+def rank_key(pair: tuple[Hit, Score]) -> tuple[float, bool, float, TieKey]:
+    """The order of :func:`rerank`: descending rank, verified first, descending cosine, then
+    :func:`tie_key` (the newer evidence first)."""
     hit, sc = pair
-    return (-sc.rank, not verified(_tier(hit)), -sc.cosine, hit.id)
+    return (-sc.rank, not verified(_tier(hit)), -sc.cosine, tie_key(hit))

@@ -15,6 +15,7 @@ from typing import Literal
 from .._errors import InvalidInput
 from .._records import EpisodicRecord, Hit, SemanticState, Vector, VisualRecord
 from .._storage.base import Store, VectorKind
+from .ranking import tie_key
 
 __all__ = ["Retrieval", "Scope", "query"]
 
@@ -32,9 +33,10 @@ class Retrieval:
     claims: tuple[Hit, ...] = ()
 
     def evidence(self, top_k: int | None = None) -> list[Hit]:
-        """Every hit, semantic first (score 1.0), then E, V and claims merged by descending cosine."""
+        """Every hit, semantic first (score 1.0), then E, V and claims merged by descending cosine
+        (ties: :func:`~.ranking.tie_key`: kind, then the newer evidence first)."""
         sem = [Hit(s.state_id, "semantic", 1.0, s) for s in self.semantic]
-        ranked = sorted([*self.episodic, *self.visual, *self.claims], key=lambda h: (-h.score, h.kind, h.id))
+        ranked = sorted([*self.episodic, *self.visual, *self.claims], key=lambda h: (-h.score, tie_key(h)))
         hits = sem + ranked
         return hits if top_k is None else hits[:top_k]
 

@@ -114,7 +114,9 @@ def _vote(cands: Sequence[Candidate], *, newest_only: bool = False) -> _Vote | N
     if not usable:
         return None
     if newest_only:
-        usable = [max(usable, key=lambda c: (c.time, c.id))]
+        # of two at the same time (two views of one study) the heavier, then the one ranked
+        # first (max keeps the first of equals): never the ids, which are random
+        usable = [max(usable, key=lambda c: (c.time, c.weight))]
     score: dict[str, float] = defaultdict(float)
     members: dict[str, list[Candidate]] = defaultdict(list)
     for c in usable:
@@ -122,7 +124,7 @@ def _vote(cands: Sequence[Candidate], *, newest_only: bool = False) -> _Vote | N
         members[_key(c.text)].append(c)
     newest = {k: max(c.time for c in m) for k, m in members.items()}
     best = min(score, key=lambda k: (-score[k], -newest[k], k))
-    top = max(members[best], key=lambda c: (c.weight, c.time, c.id))
+    top = max(members[best], key=lambda c: (c.weight, c.time))  # equals: the one ranked first
     total = sum(score.values())
     support = score[best] / total if total > 0 else len(members[best]) / len(usable)
     return _Vote(
@@ -277,14 +279,14 @@ def answer_with(
     if strategy == "newest":
         own = [c for c in request.candidates if expert_of(c, population=False) and c.text.strip()]
         if own:
-            return _single(max(own, key=lambda c: (c.time, c.weight, c.id)), "memory")
+            return _single(max(own, key=lambda c: (c.time, c.weight)), "memory")  # equals: ranked first
         return _or_model(_FALLBACK.generate(request), model)
     if strategy == "nearest":
         own = [c for c in request.candidates if expert_of(c, population=False) and c.text.strip()]
         population = [c for c in request.prior if c.text.strip()]
         pool = [(c, "memory") for c in own] + [(c, "population-prior") for c in population]
         if pool:
-            c, source = max(pool, key=lambda t: (t[0].weight, t[0].time, t[0].id))
+            c, source = max(pool, key=lambda t: (t[0].weight, t[0].time))  # of equals, own memory first
             return _single(c, source)
         return _model_reply(model) or _FALLBACK.generate(request)
     props = proposals(request, model)
