@@ -187,12 +187,17 @@ def test_a_row_changed_in_one_lane_is_detected(laned: Path, postgres_url: str, p
     assert not result.ok and "lane 1" in result.reason and "episodic" in result.reason
 
 
+def _drop_checkpoints_of(directory: Path, chain: int) -> None:
+    """The insider's cut: every checkpoint line of ``chain`` and its signed head file removed."""
+    log = directory / "audit" / "checkpoints.jsonl"
+    keep = [line for line in log.read_bytes().splitlines() if Checkpoint.from_json(line).chain != chain]
+    log.write_bytes(b"".join(line + b"\n" for line in keep))
+    (directory / "audit" / f"checkpoints.{chain}.head").unlink()
+
+
 def test_a_missing_head_file_of_one_chain_with_its_lines_gone_is_detected(laned: Path) -> None:
     """The signed head of chain 2 deleted with its log lines leaves chain 2's events uncovered."""
-    log = laned / "audit" / "checkpoints.jsonl"
-    keep = [line for line in log.read_bytes().splitlines() if Checkpoint.from_json(line).chain != 2]
-    log.write_bytes(b"".join(line + b"\n" for line in keep))
-    (laned / "audit" / "checkpoints.2.head").unlink()
+    _drop_checkpoints_of(laned, 2)
     with _open(laned) as mem:
         result = mem.verify_audit(ADMIN)
     assert not result.ok and "chain 2" in result.reason
@@ -271,10 +276,7 @@ def test_a_chain_cut_with_its_log_lines_and_head_file_is_caught_by_the_root(
         mem.ask(AGENT, _patients(LANES)[0], png(laned.parent, 9), "Any change?", study_id="S2")
     (last,) = _sql(postgres_url, pg_schema, "SELECT max(seq) FROM {schema}.audit WHERE MOD(seq, 4) = 3")[0]
     _sql(postgres_url, pg_schema, "DELETE FROM {schema}.audit WHERE seq = %s", last)
-    log = laned / "audit" / "checkpoints.jsonl"
-    keep = [line for line in log.read_bytes().splitlines() if Checkpoint.from_json(line).chain != 3]
-    log.write_bytes(b"".join(line + b"\n" for line in keep))
-    (laned / "audit" / "checkpoints.3.head").unlink()
+    _drop_checkpoints_of(laned, 3)
     with _open(laned) as mem:
         result = mem.verify_audit(ADMIN)
     assert not result.ok and "chain 3" in result.reason and "tail truncated" in result.reason

@@ -191,10 +191,17 @@ def check_lane_rows(
     n = store.audit_chains()
     rows = (computed or store.computed_lane_digests)()
     stored = store.lane_digests()
+    # one pass over the checkpoints: of those carrying each lane, the one whose heads sum highest
+    newest_of: dict[int, tuple[int, Checkpoint]] = {}
+    for cp in checkpoints:
+        if cp.origin != origin or not cp.lanes or cp.heads is None or len(cp.heads) != n:
+            continue
+        total = sum(size for size, _ in cp.heads)
+        for lane, _ in cp.lanes:
+            if lane not in newest_of or total > newest_of[lane][0]:
+                newest_of[lane] = (total, cp)
     for lane in range(n):
-        carrying = [cp for cp in checkpoints if cp.origin == origin and cp.lanes and cp.heads and len(cp.heads) == n]
-        carrying = [cp for cp in carrying if lane in dict(cp.lanes or ())]
-        newest = max(carrying, key=lambda cp: sum(size for size, _ in cp.heads or ()), default=None)
+        newest = newest_of[lane][1] if lane in newest_of else None
         at = newest.size if newest is not None else 0
         if newest is None:
             signed = {t: (0, "0" * 64) for t in rows[lane]}
