@@ -135,7 +135,10 @@ class PostgresStore(SqlStore):
             on_write=lambda: self._ahead.forget(),
         )
         self._sql.moves = patient_distributed(conn)
-        self._sql.lanes = check_lanes(int(meta.get("lanes", "1")))
+        lanes = meta.get("lanes", "1")
+        if not lanes.isdigit():
+            raise StoreError(f"meta lanes of tenant {tenant!r} is damaged ({lanes!r})")
+        self._sql.lanes = check_lanes(int(lanes))
         tables = SqlTables(self._sql, tenant)
         tables.lanes = self._sql.lanes
         if codec is not None:
